@@ -1,0 +1,137 @@
+# kcp dependency-controller
+
+# Binaries built from this repository and the pinned tools all live in bin/.
+LOCALBIN ?= $(CURDIR)/bin
+
+# Pinned tool versions. Each tool is built from its Go module into bin/ once
+# and reused while the pinned version stays the same.
+CONTROLLER_TOOLS_VERSION ?= v0.20.1
+KUSTOMIZE_VERSION ?= v5.8.1
+GINKGO_VERSION ?= $(shell go list -m -f '{{.Version}}' github.com/onsi/ginkgo/v2)
+GOLANGCI_LINT_VERSION ?= v2.11.4
+
+CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
+KUSTOMIZE ?= $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)
+GINKGO ?= $(LOCALBIN)/ginkgo-$(GINKGO_VERSION)
+GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+# kcp, kcp-front-proxy, cache-server, sharded-test-server and apigen, built by
+# hack/build-kcp.sh from the tools module in hack/tools/kcp.
+KCP ?= $(LOCALBIN)/kcp
+APIGEN ?= $(LOCALBIN)/apigen
+
+# The envtest suites start kcp from these binaries.
+export TEST_KCP_ASSETS ?= $(LOCALBIN)
+# kcp needs ~25s to become ready on an idle machine; leave room for a busy one.
+export TEST_KCP_START_TIMEOUT ?= 3m
+
+GO_TEST_FLAGS ?= -race
+# Envtest suites start kcp and create workspaces; give them room on slow CI.
+GO_TEST_TIMEOUT ?= 20m
+
+.PHONY: all
+all: build
+
+##@ General
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage:\n  make \033[36m<target>\033[0m\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: manifests
+manifests: controller-gen apigen ## Generate the CRD and RBAC (config/crd, config/rbac) and the kcp APIResourceSchema and APIExport (config/kcp).
+	$(CONTROLLER_GEN) rbac:roleName=dependency-controller crd paths="./..." \
+		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	hack/apigen.sh $(APIGEN) config/crd/bases config/kcp
+
+.PHONY: generate
+generate: controller-gen ## Generate deepcopy code (zz_generated.deepcopy.go).
+	$(CONTROLLER_GEN) object paths="./api/..."
+
+.PHONY: fmt
+fmt: ## Run gofmt on the code.
+	gofmt -s -w $$(git ls-files '*.go')
+
+.PHONY: vet
+vet: ## Run go vet on every module.
+	go vet ./...
+	cd staging/multicluster-provider-client && go vet ./...
+	cd hack/tools/kcp && go vet ./...
+
+.PHONY: lint
+lint: golangci-lint ## Run golangci-lint.
+	$(GOLANGCI_LINT) run ./...
+
+.PHONY: verify
+verify: generate manifests ## Fail if generated files are stale, code is not gofmt'ed, go.mod is untidy, or vet/lint complain.
+	@hack/verify-clean.sh 'generated files (run "make generate manifests")' api config
+	@test -z "$$(gofmt -s -l $$(git ls-files '*.go'))" || { echo "gofmt -s needed on:"; gofmt -s -l $$(git ls-files '*.go'); exit 1; }
+	go mod tidy && cd staging/multicluster-provider-client && go mod tidy
+	@hack/verify-clean.sh 'go.mod/go.sum (run "go mod tidy")' go.mod go.sum staging/multicluster-provider-client/go.mod staging/multicluster-provider-client/go.sum
+	$(MAKE) vet lint
+
+##@ Test
+
+.PHONY: test
+test: kcp ## Run unit tests and the envtest suites against a real kcp built from source.
+	go test $(GO_TEST_FLAGS) -timeout $(GO_TEST_TIMEOUT) ./...
+	cd staging/multicluster-provider-client && go test ./...
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
+	go test -run='^$$' -fuzz=FuzzParse -fuzztime=$${FUZZTIME:-30s} ./internal/fieldpath/
+	go test -run='^$$' -fuzz=FuzzResolveJSON -fuzztime=$${FUZZTIME:-30s} ./internal/fieldpath/
+
+##@ Build
+
+.PHONY: build
+build: generate kcp ## Build the project's binaries and the pinned kcp into bin/.
+	go build -o $(LOCALBIN)/ ./cmd/...
+
+##@ Tools
+
+$(LOCALBIN):
+	mkdir -p $(LOCALBIN)
+
+.PHONY: kcp
+kcp: $(LOCALBIN) ## Build kcp, kcp-front-proxy, cache-server, sharded-test-server and apigen (pinned in hack/tools/kcp) into bin/.
+	@hack/build-kcp.sh $(LOCALBIN)
+
+.PHONY: apigen
+apigen: $(LOCALBIN) ## Build apigen (pinned in hack/tools/kcp) into bin/.
+	@hack/build-kcp.sh $(LOCALBIN) apigen
+
+.PHONY: controller-gen
+controller-gen: $(CONTROLLER_GEN) ## Build controller-gen into bin/.
+$(CONTROLLER_GEN): | $(LOCALBIN)
+	$(call go-install-tool,$(CONTROLLER_GEN),sigs.k8s.io/controller-tools/cmd/controller-gen,$(CONTROLLER_TOOLS_VERSION))
+
+.PHONY: kustomize
+kustomize: $(KUSTOMIZE) ## Build kustomize into bin/.
+$(KUSTOMIZE): | $(LOCALBIN)
+	$(call go-install-tool,$(KUSTOMIZE),sigs.k8s.io/kustomize/kustomize/v5,$(KUSTOMIZE_VERSION))
+
+.PHONY: ginkgo
+ginkgo: $(GINKGO) ## Build the ginkgo CLI (same version as go.mod) into bin/.
+$(GINKGO): | $(LOCALBIN)
+	$(call go-install-tool,$(GINKGO),github.com/onsi/ginkgo/v2/ginkgo,$(GINKGO_VERSION))
+
+.PHONY: golangci-lint
+golangci-lint: $(GOLANGCI_LINT) ## Build golangci-lint into bin/.
+$(GOLANGCI_LINT): | $(LOCALBIN)
+	$(call go-install-tool,$(GOLANGCI_LINT),github.com/golangci/golangci-lint/v2/cmd/golangci-lint,$(GOLANGCI_LINT_VERSION))
+
+# go-install-tool builds package $(2) at version $(3) and installs it as $(1)
+# (a versioned file name) with a symlink from the unversioned name.
+define go-install-tool
+@[ -f "$(1)" ] || { \
+set -e; \
+package=$(2)@$(3) ;\
+echo "Building $${package}" ;\
+rm -f $(1) ;\
+GOBIN=$(LOCALBIN) go install $${package} ;\
+mv $(LOCALBIN)/$$(basename "$$(echo "$(2)" | sed 's,/v[0-9]*$$,,')") $(1) ;\
+} ;\
+ln -sf $$(basename $(1)) $(LOCALBIN)/$$(basename "$$(echo "$(2)" | sed 's,/v[0-9]*$$,,')")
+endef

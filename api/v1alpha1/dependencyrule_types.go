@@ -1,0 +1,208 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+const (
+	// AnnotationSkipProtection on a protected object lets its deletion pass
+	// even while dependents still reference it. The webhook allows such a
+	// delete with a warning and records the bypass in the audit log.
+	AnnotationSkipProtection = "dependencies.opendefense.cloud/skip-protection"
+
+	// ResourceDependencyRules is the plural resource name of DependencyRule.
+	ResourceDependencyRules = "dependencyrules"
+)
+
+// Condition types reported in DependencyRuleStatus.Conditions.
+const (
+	// ConditionReady summarizes the other conditions: True when every
+	// protected workspace was resolved and has its webhook installed.
+	ConditionReady = "Ready"
+	// ConditionTargetsResolved is True when every apiExportRef.path of the
+	// rule was resolved to a logical cluster.
+	ConditionTargetsResolved = "TargetsResolved"
+	// ConditionWebhooksInstalled is True when the validating webhook is
+	// installed in every protected provider workspace.
+	ConditionWebhooksInstalled = "WebhooksInstalled"
+)
+
+// DependencyRuleSpec declares that objects of the dependent type reference
+// objects of each dependency type by name, at the given field path.
+//
+// +kubebuilder:validation:XValidation:rule="self.dependencies.all(d, self.dependencies.exists_one(e, e.group == d.group && e.resource == d.resource && e.fieldRef.path == d.fieldRef.path))",message="dependencies must not contain two entries with the same group, resource and fieldRef.path",fieldPath=".dependencies"
+type DependencyRuleSpec struct {
+	// Dependent is the resource type that holds the references. It is served
+	// by an APIExport in the workspace of this rule. When an object of a
+	// dependency type is deleted, objects of this type are searched for
+	// references to it.
+	// +required
+	Dependent DependentResource `json:"dependent"`
+
+	// Dependencies are the resource types that the dependent references. An
+	// object of one of these types cannot be deleted while an object of the
+	// dependent type in the same workspace references it.
+	// +required
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	Dependencies []Dependency `json:"dependencies"`
+}
+
+// DependentResource identifies the resource type holding references.
+type DependentResource struct {
+	// APIExportName is the name of the APIExport, in the workspace of this
+	// rule, that provides the dependent resource type.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	APIExportName string `json:"apiExportName"`
+
+	// Group is the API group of the dependent resource, e.g. compute.example.io.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Group string `json:"group"`
+
+	// Version is the API version of the dependent resource, e.g. v1 or v1alpha1.
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^v[1-9][0-9]*((alpha|beta)[1-9][0-9]*)?$')`,message="must be a Kubernetes API version such as v1, v2beta1 or v1alpha1"
+	Version string `json:"version"`
+
+	// Kind is the kind of the dependent resource, e.g. VirtualMachine. It is
+	// used to name blocking objects in denial messages.
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[A-Z][A-Za-z0-9]*$`
+	Kind string `json:"kind"`
+
+	// Resource is the plural, lowercase resource name of the dependent type,
+	// e.g. virtualmachines.
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	Resource string `json:"resource"`
+}
+
+// Dependency identifies a protected resource type and where the dependent
+// references it.
+type Dependency struct {
+	// APIExportRef names the APIExport that provides the protected resource
+	// type. The validating webhook is installed in that APIExport's workspace.
+	// +required
+	APIExportRef APIExportReference `json:"apiExportRef"`
+
+	// Group is the API group of the protected resource, e.g. network.example.io.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Group string `json:"group"`
+
+	// Version is the API version of the protected resource, e.g. v1.
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^v[1-9][0-9]*((alpha|beta)[1-9][0-9]*)?$')`,message="must be a Kubernetes API version such as v1, v2beta1 or v1alpha1"
+	Version string `json:"version"`
+
+	// Resource is the plural, lowercase resource name of the protected type,
+	// e.g. vpcs.
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	Resource string `json:"resource"`
+
+	// FieldRef is where in a dependent object the name of the protected
+	// object is stored.
+	// +required
+	FieldRef FieldReference `json:"fieldRef"`
+}
+
+// APIExportReference points at an APIExport in a kcp workspace.
+type APIExportReference struct {
+	// Path is the workspace path of the APIExport's workspace, e.g.
+	// root:network-provider or root:org:team:network. Paths of any depth are
+	// supported.
+	// +required
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^root(:[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')`,message="must be a workspace path: root, or root followed by ':'-separated workspace names such as root:org:network-provider"
+	Path string `json:"path"`
+
+	// Name is the name of the APIExport.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+}
+
+// FieldReference locates a field in an object.
+type FieldReference struct {
+	// Path is a dot-separated field path with an optional leading dot, e.g.
+	// .spec.vpcRef.name. A segment followed by [*] fans out over the elements
+	// of a list, e.g. .spec.nics[*].vpcRef.name. The field must hold the name
+	// of the referenced object (a string, or a list of strings).
+	// +required
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^\.?[A-Za-z0-9_-]+(\[\*\])*(\.[A-Za-z0-9_-]+(\[\*\])*)*$')`,message="must be a field path such as .spec.vpcRef.name: '.'-separated field names of letters, digits, '_' and '-', each optionally followed by [*] to fan out over a list"
+	Path string `json:"path"`
+}
+
+// DependencyRuleStatus is the observed state of a DependencyRule.
+type DependencyRuleStatus struct {
+	// ObservedGeneration is the generation of the spec that the conditions
+	// describe.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// DependencyCount is the number of dependencies of the observed spec.
+	// +optional
+	DependencyCount int32 `json:"dependencyCount,omitempty"`
+
+	// Conditions describe the state of the rule: Ready, TargetsResolved and
+	// WebhooksInstalled.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// DependencyRule declares that objects of one resource type (the dependent)
+// reference objects of other resource types (the dependencies) by name. While
+// such a reference exists, the referenced object cannot be deleted.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,categories=dependencies
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Dependent",type=string,JSONPath=`.spec.dependent.kind`
+// +kubebuilder:printcolumn:name="Dependencies",type=integer,JSONPath=`.status.dependencyCount`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type DependencyRule struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec DependencyRuleSpec `json:"spec"`
+
+	// +optional
+	Status DependencyRuleStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// DependencyRuleList contains a list of DependencyRule.
+type DependencyRuleList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []DependencyRule `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&DependencyRule{}, &DependencyRuleList{})
+}

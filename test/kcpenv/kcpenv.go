@@ -1,0 +1,218 @@
+// Package kcpenv starts a real kcp for the project's envtest suites and
+// installs the project's kcp manifests into workspaces.
+//
+// kcp is started from the binaries that `make kcp` builds: the directory named
+// by TEST_KCP_ASSETS, or bin/ at the repository root when it is unset. A
+// missing binary is an error that names the command to run; suites never skip.
+package kcpenv
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+	"github.com/kcp-dev/multicluster-provider/envtest"
+	apisv1alpha1 "github.com/kcp-dev/sdk/apis/apis/v1alpha1"
+	apisv1alpha2 "github.com/kcp-dev/sdk/apis/apis/v1alpha2"
+	corev1alpha1 "github.com/kcp-dev/sdk/apis/core/v1alpha1"
+	tenancyv1alpha1 "github.com/kcp-dev/sdk/apis/tenancy/v1alpha1"
+
+	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+)
+
+// AssetsEnv names the environment variable with the directory of the kcp
+// binaries, as understood by multicluster-provider's envtest.
+const AssetsEnv = "TEST_KCP_ASSETS"
+
+// DepCtrlExportName is the name of the project's APIExport.
+const DepCtrlExportName = "dependencies.opendefense.cloud"
+
+// RepoRoot returns the root directory of the repository.
+func RepoRoot() string {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		panic("kcpenv: cannot determine source location")
+	}
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// NewScheme returns a scheme with the Kubernetes built-in types, the kcp
+// APIs used by tests, and the project's API.
+func NewScheme() *kruntime.Scheme {
+	s := kruntime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(apisv1alpha1.AddToScheme(s))
+	utilruntime.Must(apisv1alpha2.AddToScheme(s))
+	utilruntime.Must(corev1alpha1.AddToScheme(s))
+	utilruntime.Must(tenancyv1alpha1.AddToScheme(s))
+	utilruntime.Must(depv1alpha1.AddToScheme(s))
+	return s
+}
+
+// Start starts a single-shard kcp and returns the environment and an admin
+// REST config for it (pointing at the server, without a /clusters/ path).
+// Stop the environment with env.Stop().
+func Start() (*envtest.Environment, *rest.Config, error) {
+	assets := os.Getenv(AssetsEnv)
+	if assets == "" {
+		assets = filepath.Join(RepoRoot(), "bin")
+	}
+	kcpBinary := filepath.Join(assets, "kcp")
+	if _, err := os.Stat(kcpBinary); err != nil {
+		return nil, nil, fmt.Errorf("kcp binary not found at %s (run `make kcp` to build it, or set %s): %w", kcpBinary, AssetsEnv, err)
+	}
+
+	env := &envtest.Environment{BinaryAssetsDirectory: assets}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, nil, fmt.Errorf("failed to start kcp from %s: %w", kcpBinary, err)
+	}
+	return env, cfg, nil
+}
+
+// LoadManifests reads every YAML document of the *.yaml files in dir
+// (relative to the repository root), sorted by file name. kustomization.yaml
+// is skipped.
+func LoadManifests(dir string) ([]*unstructured.Unstructured, error) {
+	files, err := filepath.Glob(filepath.Join(RepoRoot(), dir, "*.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(files)
+	var objs []*unstructured.Unstructured
+	for _, f := range files {
+		if filepath.Base(f) == "kustomization.yaml" {
+			continue
+		}
+		docs, err := ReadYAMLFile(f)
+		if err != nil {
+			return nil, err
+		}
+		objs = append(objs, docs...)
+	}
+	if len(objs) == 0 {
+		return nil, fmt.Errorf("no manifests found in %s", dir)
+	}
+	return objs, nil
+}
+
+// ReadYAMLFile decodes every non-empty YAML document in a file.
+func ReadYAMLFile(path string) ([]*unstructured.Unstructured, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("failed to read %s: %w", path, err)
+	}
+	return DecodeYAML(raw)
+}
+
+// DecodeYAML decodes every non-empty document of a multi-document YAML stream.
+func DecodeYAML(raw []byte) ([]*unstructured.Unstructured, error) {
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+	for {
+		obj := map[string]any{}
+		if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
+			return objs, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("failed to decode YAML document: %w", err)
+		}
+		if len(obj) > 0 {
+			objs = append(objs, &unstructured.Unstructured{Object: obj})
+		}
+	}
+}
+
+// Apply creates the objects, or updates them to the given content when they
+// exist, through c.
+func Apply(ctx context.Context, c client.Client, objs ...*unstructured.Unstructured) error {
+	for _, obj := range objs {
+		obj = obj.DeepCopy()
+		err := c.Create(ctx, obj)
+		if apierrors.IsAlreadyExists(err) {
+			existing := &unstructured.Unstructured{}
+			existing.SetGroupVersionKind(obj.GroupVersionKind())
+			if err := c.Get(ctx, client.ObjectKeyFromObject(obj), existing); err != nil {
+				return fmt.Errorf("failed to get %s %s: %w", obj.GetKind(), obj.GetName(), err)
+			}
+			obj.SetResourceVersion(existing.GetResourceVersion())
+			err = c.Update(ctx, obj)
+		}
+		if err != nil {
+			return fmt.Errorf("failed to apply %s %s: %w", obj.GetKind(), obj.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// InstallDependencyAPI applies the generated APIResourceSchema and APIExport
+// from config/kcp into the workspace of c.
+func InstallDependencyAPI(ctx context.Context, c client.Client) error {
+	objs, err := LoadManifests("config/kcp")
+	if err != nil {
+		return err
+	}
+	return Apply(ctx, c, objs...)
+}
+
+// BindAPIExport creates an APIBinding named like the export in the workspace
+// of c that binds the APIExport exportName at exportPath and accepts every
+// permission claim the export makes, then waits until the binding is Bound.
+func BindAPIExport(ctx context.Context, c client.Client, exportClient client.Client, exportPath logicalcluster.Path, exportName string) (*apisv1alpha2.APIBinding, error) {
+	export := &apisv1alpha2.APIExport{}
+	if err := exportClient.Get(ctx, client.ObjectKey{Name: exportName}, export); err != nil {
+		return nil, fmt.Errorf("failed to get APIExport %s in %s: %w", exportName, exportPath, err)
+	}
+
+	binding := &apisv1alpha2.APIBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: exportName},
+		Spec: apisv1alpha2.APIBindingSpec{
+			Reference: apisv1alpha2.BindingReference{
+				Export: &apisv1alpha2.ExportBindingReference{Path: exportPath.String(), Name: exportName},
+			},
+		},
+	}
+	for _, claim := range export.Spec.PermissionClaims {
+		binding.Spec.PermissionClaims = append(binding.Spec.PermissionClaims, apisv1alpha2.AcceptablePermissionClaim{
+			ScopedPermissionClaim: apisv1alpha2.ScopedPermissionClaim{
+				PermissionClaim: claim,
+				Selector:        apisv1alpha2.PermissionClaimSelector{MatchAll: true},
+			},
+			State: apisv1alpha2.ClaimAccepted,
+		})
+	}
+	if err := c.Create(ctx, binding); err != nil {
+		return nil, fmt.Errorf("failed to create APIBinding %s: %w", exportName, err)
+	}
+
+	var lastPhase apisv1alpha2.APIBindingPhaseType
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(binding), binding); err != nil {
+			return false, err
+		}
+		lastPhase = binding.Status.Phase
+		return lastPhase == apisv1alpha2.APIBindingPhaseBound, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("APIBinding %s to %s:%s not bound (phase %q): %w", exportName, exportPath, exportName, lastPhase, err)
+	}
+	return binding, nil
+}
