@@ -203,6 +203,7 @@ var _ = Describe("DependencyRule API", func() {
 		func(ctx context.Context, m mutation, wantField, wantMessage string) {
 			rule, err := createRule(ctx, m)
 			Expect(err).To(HaveOccurred(), "rule was accepted: %s", mustJSON(rule.Object["spec"]))
+			GinkgoWriter.Printf("kcp rejected the rule: %v\n", err)
 			Expect(err.Error()).To(ContainSubstring(wantField), "error must name the field")
 			Expect(err.Error()).To(ContainSubstring(wantMessage))
 		},
