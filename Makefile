@@ -86,8 +86,9 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 ##@ Build
 
 .PHONY: build
-build: generate kcp ## Build the project's binaries and the pinned kcp into bin/.
-	go build -o $(LOCALBIN)/ ./cmd/...
+build: kcp ## Build the project's binaries (cmd/*) and the pinned kcp into bin/.
+	go build ./...
+	$(if $(wildcard cmd/*),go build -o $(LOCALBIN)/ ./cmd/...)
 
 ##@ Tools
 
