@@ -57,7 +57,6 @@ fmt: ## Run gofmt on the code.
 vet: ## Run go vet on every module.
 	go vet ./...
 	cd staging/multicluster-provider-client && go vet ./...
-	cd hack/tools/kcp && go vet ./...
 
 .PHONY: lint
 lint: golangci-lint ## Run golangci-lint.
@@ -67,8 +66,10 @@ lint: golangci-lint ## Run golangci-lint.
 verify: generate manifests ## Fail if generated files are stale, code is not gofmt'ed, go.mod is untidy, or vet/lint complain.
 	@hack/verify-clean.sh 'generated files (run "make generate manifests")' api config
 	@test -z "$$(gofmt -s -l $$(git ls-files '*.go'))" || { echo "gofmt -s needed on:"; gofmt -s -l $$(git ls-files '*.go'); exit 1; }
-	go mod tidy && cd staging/multicluster-provider-client && go mod tidy
-	@hack/verify-clean.sh 'go.mod/go.sum (run "go mod tidy")' go.mod go.sum staging/multicluster-provider-client/go.mod staging/multicluster-provider-client/go.sum
+	go mod tidy
+	cd staging/multicluster-provider-client && go mod tidy
+	cd hack/tools/kcp && go mod tidy
+	@hack/verify-clean.sh 'go.mod/go.sum (run "go mod tidy" in each module)' '*go.mod' '*go.sum'
 	$(MAKE) vet lint
 
 ##@ Test
