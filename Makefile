@@ -40,9 +40,12 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: manifests
-manifests: controller-gen apigen ## Generate the CRD and RBAC (config/crd, config/rbac) and the kcp APIResourceSchema and APIExport (config/kcp).
-	$(CONTROLLER_GEN) rbac:roleName=dependency-controller crd paths="./..." \
-		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+manifests: controller-gen apigen ## Generate the CRD and RBAC roles (config/crd, config/rbac/*) and the kcp APIResourceSchema and APIExport (config/kcp).
+	$(CONTROLLER_GEN) crd paths="./api/..." output:crd:artifacts:config=config/crd/bases
+	$(CONTROLLER_GEN) rbac:roleName=dependency-controller paths="./internal/controller/..." \
+		output:rbac:artifacts:config=config/rbac/controller
+	$(CONTROLLER_GEN) rbac:roleName=dependency-controller-workspace-reader paths="./internal/kcp/..." \
+		output:rbac:artifacts:config=config/rbac/workspace-reader
 	hack/apigen.sh $(APIGEN) config/crd/bases config/kcp
 
 .PHONY: generate

@@ -25,6 +25,11 @@ const (
 	// ConditionWebhooksInstalled is True when the validating webhook is
 	// installed in every protected provider workspace.
 	ConditionWebhooksInstalled = "WebhooksInstalled"
+	// ConditionDependencyCycle is True when the types the rule connects are
+	// part of a cycle of references across all rules. It is a warning and
+	// does not affect Ready: objects on such a cycle can protect each other
+	// from deletion, and the skip-protection annotation breaks the cycle.
+	ConditionDependencyCycle = "DependencyCycle"
 )
 
 // DependencyRuleSpec declares that objects of the dependent type reference
@@ -162,8 +167,8 @@ type DependencyRuleStatus struct {
 	// +optional
 	DependencyCount int32 `json:"dependencyCount,omitempty"`
 
-	// Conditions describe the state of the rule: Ready, TargetsResolved and
-	// WebhooksInstalled.
+	// Conditions describe the state of the rule: Ready, TargetsResolved,
+	// WebhooksInstalled and DependencyCycle.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

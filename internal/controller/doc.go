@@ -1,17 +1,18 @@
 // Package controller reconciles DependencyRules: it resolves the workspaces of
 // the protected APIExports and installs the validating webhook configuration
-// in each of them.
+// in each of them. See Reconciler.
 package controller
 
 // Permissions of the controller in the dep-ctrl workspace, which hosts the
-// dependencies.opendefense.cloud APIExport. Rules and webhook configurations
-// are reached through the APIExport's virtual workspace, which checks
-// apiexports/content.
+// dependencies.opendefense.cloud APIExport. DependencyRules, APIBindings,
+// webhook configurations and events in provider workspaces are reached
+// through the APIExport's virtual workspace, which checks apiexports/content
+// with the verb of each request; the permission claims of the APIExport do
+// the rest. Leases and events are for leader election.
 //
 // +kubebuilder:rbac:groups=apis.kcp.io,resources=apiexportendpointslices,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apis.kcp.io,resources=apiexports,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apis.kcp.io,resources=apiexports/content,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=dependencies.opendefense.cloud,resources=dependencyrules,verbs=get;list;watch
-// +kubebuilder:rbac:groups=dependencies.opendefense.cloud,resources=dependencyrules/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;update;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

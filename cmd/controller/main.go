@@ -1,0 +1,117 @@
+// Command controller watches DependencyRules through the APIExport's virtual
+// workspace and installs the deletion-protection webhook in every provider
+// workspace whose resources are protected.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/spf13/pflag"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/opendefensecloud/dependency-controller/internal/cabundle"
+	"github.com/opendefensecloud/dependency-controller/internal/controller"
+	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
+)
+
+func main() {
+	opts := newOptions()
+	zapOpts := zap.Options{}
+
+	fs := pflag.NewFlagSet("controller", pflag.ExitOnError)
+	opts.AddFlags(fs)
+	goFlags := flag.NewFlagSet("controller", flag.ExitOnError)
+	config.RegisterFlags(goFlags)
+	zapOpts.BindFlags(goFlags)
+	fs.AddGoFlagSet(goFlags)
+	_ = fs.Parse(os.Args[1:])
+
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+
+	if err := opts.Validate(); err != nil {
+		fmt.Fprintf(os.Stderr, "Error: invalid options:\n%v\n", err)
+		os.Exit(2)
+	}
+	if err := run(ctrl.SetupSignalHandler(), opts); err != nil {
+		fmt.Fprintf(os.Stderr, "Error: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, opts *options) error {
+	cfg, err := config.GetConfig()
+	if err != nil {
+		return fmt.Errorf("failed to load kubeconfig: %w", err)
+	}
+
+	webhook := webhookOptions(opts)
+	var triggers <-chan event.GenericEvent
+	var caWatcher *cabundle.Watcher
+	if opts.WebhookCABundleFile != "" {
+		if caWatcher, err = cabundle.New(opts.WebhookCABundleFile, opts.CABundleCheckInterval); err != nil {
+			return fmt.Errorf("invalid --webhook-ca-bundle: %w", err)
+		}
+		triggers = caWatcher.Changes()
+		flagOptions := webhook
+		webhook = func() webhookconfig.Options {
+			o := flagOptions()
+			o.CABundle = caWatcher.Bundle()
+			return o
+		}
+	}
+
+	mgr, err := controller.NewManager(ctx, cfg, controller.Options{
+		APIExportName: opts.APIExportName,
+		Webhook:       webhook,
+		ResyncPeriod:  opts.ResyncPeriod,
+	}, manager.Options{
+		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsBindAddress},
+		HealthProbeBindAddress:  opts.HealthProbeBindAddress,
+		LeaderElection:          opts.LeaderElect,
+		LeaderElectionID:        "dependency-controller",
+		LeaderElectionNamespace: opts.LeaderElectionNamespace,
+	}, triggers)
+	if err != nil {
+		return err
+	}
+	if caWatcher != nil {
+		if err := mgr.GetLocalManager().Add(caWatcher); err != nil {
+			return err
+		}
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+
+	ctrl.Log.WithName("setup").Info("Starting manager")
+	if err := mgr.Start(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("manager stopped: %w", err)
+	}
+	return nil
+}
+
+// webhookOptions returns the webhook settings from the flags.
+func webhookOptions(opts *options) func() webhookconfig.Options {
+	return func() webhookconfig.Options {
+		return webhookconfig.Options{
+			URL:            opts.WebhookURL,
+			TimeoutSeconds: opts.WebhookTimeoutSeconds,
+			FailurePolicy:  admissionregistrationv1.FailurePolicyType(opts.FailurePolicy),
+		}
+	}
+}

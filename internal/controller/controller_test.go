@@ -1,0 +1,392 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+	"github.com/kcp-dev/multicluster-provider/envtest"
+	"github.com/kcp-dev/sdk/apis/core"
+
+	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/controller"
+	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
+	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
+)
+
+const (
+	timeout  = 60 * time.Second
+	interval = 200 * time.Millisecond
+)
+
+var webhookOpts = webhookconfig.Options{
+	URL:            "https://127.0.0.1:9443/validate",
+	CABundle:       []byte("-----BEGIN CERTIFICATE-----\ntest\n-----END CERTIFICATE-----\n"),
+	TimeoutSeconds: 4,
+	FailurePolicy:  admissionregistrationv1.Fail,
+}
+
+// startController runs the controller, as cmd/controller does, against the
+// dep-ctrl workspace until the returned function is called.
+func startController(depCtrl logicalcluster.Path, opts webhookconfig.Options, triggers <-chan event.GenericEvent) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cfg := rest.CopyConfig(kcpConfig)
+	cfg.Host += depCtrl.RequestPath()
+	mgr, err := controller.NewManager(ctx, cfg, controller.Options{
+		APIExportName: kcpenv.DepCtrlExportName,
+		Webhook:       func() webhookconfig.Options { return opts },
+		ResyncPeriod:  time.Hour,
+	}, manager.Options{
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		// The suite starts the controller more than once in one process.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	}, triggers)
+	Expect(err).NotTo(HaveOccurred())
+
+	done := make(chan struct{})
+	go func() {
+		defer GinkgoRecover()
+		defer close(done)
+		Expect(mgr.Start(ctx)).To(Succeed())
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// workspace creates a workspace under parent; if bind is set it binds the
+// project's APIExport from depCtrl, accepting its permission claims.
+func workspace(ctx context.Context, parent logicalcluster.Path, prefix string, depCtrl *logicalcluster.Path) logicalcluster.Path {
+	_, path := envtest.NewWorkspaceFixture(GinkgoT(), cli, parent, envtest.WithNamePrefix(prefix))
+	if depCtrl != nil {
+		_, err := kcpenv.BindAPIExport(ctx, cli.Cluster(path), cli.Cluster(*depCtrl), *depCtrl, kcpenv.DepCtrlExportName)
+		Expect(err).NotTo(HaveOccurred())
+	}
+	return path
+}
+
+type dependency struct {
+	path     logicalcluster.Path
+	group    string
+	resource string
+	field    string
+}
+
+func newRule(name, dependentResource string, deps ...dependency) *depv1alpha1.DependencyRule {
+	rule := &depv1alpha1.DependencyRule{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: depv1alpha1.DependencyRuleSpec{
+			Dependent: depv1alpha1.DependentResource{
+				APIExportName: "compute.test.io", Group: "compute.test.io", Version: "v1",
+				Kind: "Thing", Resource: dependentResource,
+			},
+		},
+	}
+	for _, d := range deps {
+		rule.Spec.Dependencies = append(rule.Spec.Dependencies, depv1alpha1.Dependency{
+			APIExportRef: depv1alpha1.APIExportReference{Path: d.path.String(), Name: d.group},
+			Group:        d.group, Version: "v1", Resource: d.resource,
+			FieldRef: depv1alpha1.FieldReference{Path: d.field},
+		})
+	}
+	return rule
+}
+
+func getConfig(ctx context.Context, ws logicalcluster.Path) (*admissionregistrationv1.ValidatingWebhookConfiguration, error) {
+	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	err := cli.Cluster(ws).Get(ctx, client.ObjectKey{Name: webhookconfig.Name}, cfg)
+	return cfg, err
+}
+
+// protectedResources returns "group/version/resource" for each rule of the
+// configuration in ws, or an error if it does not exist.
+func protectedResources(ctx context.Context, ws logicalcluster.Path) ([]string, error) {
+	cfg, err := getConfig(ctx, ws)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, wh := range cfg.Webhooks {
+		for _, r := range wh.Rules {
+			out = append(out, fmt.Sprintf("%s/%s/%s %v", strings.Join(r.APIGroups, ","), strings.Join(r.APIVersions, ","), strings.Join(r.Resources, ","), r.Operations))
+		}
+	}
+	return out, nil
+}
+
+func expectProtects(ctx context.Context, ws logicalcluster.Path, resources ...string) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		got, err := protectedResources(ctx, ws)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(got).To(Equal(resources))
+	}).WithTimeout(timeout).WithPolling(interval).Should(Succeed(), "webhook configuration in %s", ws)
+}
+
+func expectNoConfig(ctx context.Context, ws logicalcluster.Path) {
+	GinkgoHelper()
+	Eventually(func() bool {
+		_, err := getConfig(ctx, ws)
+		return apierrors.IsNotFound(err)
+	}).WithTimeout(timeout).WithPolling(interval).Should(BeTrue(), "webhook configuration in %s should be removed", ws)
+}
+
+func expectCondition(ctx context.Context, ws logicalcluster.Path, name, condType string, status metav1.ConditionStatus, messageParts ...string) *depv1alpha1.DependencyRule {
+	GinkgoHelper()
+	rule := &depv1alpha1.DependencyRule{}
+	Eventually(func(g Gomega) {
+		g.Expect(cli.Cluster(ws).Get(ctx, client.ObjectKey{Name: name}, rule)).To(Succeed())
+		g.Expect(rule.Status.ObservedGeneration).To(Equal(rule.Generation))
+		c := meta.FindStatusCondition(rule.Status.Conditions, condType)
+		g.Expect(c).NotTo(BeNil(), "condition %s", condType)
+		g.Expect(c.Status).To(Equal(status), "condition %s: %s", condType, c.Message)
+		for _, part := range messageParts {
+			g.Expect(c.Message).To(ContainSubstring(part))
+		}
+	}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+	return rule
+}
+
+var _ = Describe("DependencyRule controller", Ordered, func() {
+	var (
+		depCtrl, compute, network, nested, storage logicalcluster.Path
+		stop                                       func()
+	)
+
+	BeforeAll(func(ctx context.Context) {
+		depCtrl = workspace(ctx, core.RootCluster.Path(), "dep-ctrl", nil)
+		Expect(kcpenv.InstallDependencyAPI(ctx, cli.Cluster(depCtrl))).To(Succeed())
+
+		compute = workspace(ctx, core.RootCluster.Path(), "compute", &depCtrl)
+		network = workspace(ctx, core.RootCluster.Path(), "network", &depCtrl)
+		storage = workspace(ctx, core.RootCluster.Path(), "storage", &depCtrl)
+		org := workspace(ctx, core.RootCluster.Path(), "org", nil)
+		team := workspace(ctx, org, "team", nil)
+		nested = workspace(ctx, team, "network", &depCtrl)
+
+		stop = startController(depCtrl, webhookOpts, nil)
+		DeferCleanup(func() { stop() })
+	})
+
+	It("installs a configuration with exactly the protected resources and reports Ready", func(ctx context.Context) {
+		rule := newRule("vm-to-vpc", "virtualmachines", dependency{network, "network.test.io", "vpcs", ".spec.vpcRef.name"})
+		Expect(cli.Cluster(compute).Create(ctx, rule)).To(Succeed())
+
+		expectProtects(ctx, network, "network.test.io/v1/vpcs [DELETE]")
+		cfg, err := getConfig(ctx, network)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(cfg.Labels).To(HaveKeyWithValue(webhookconfig.ManagedByLabel, webhookconfig.ManagedByValue))
+		Expect(cfg.Webhooks).To(HaveLen(1))
+		wh := cfg.Webhooks[0]
+		Expect(wh.ClientConfig.URL).To(Equal(ptr.To(webhookOpts.URL)))
+		Expect(wh.ClientConfig.CABundle).To(Equal(webhookOpts.CABundle))
+		Expect(wh.TimeoutSeconds).To(Equal(ptr.To[int32](4)))
+		Expect(wh.FailurePolicy).To(Equal(ptr.To(admissionregistrationv1.Fail)))
+		Expect(wh.SideEffects).To(Equal(ptr.To(admissionregistrationv1.SideEffectClassNone)))
+		Expect(wh.AdmissionReviewVersions).To(Equal([]string{"v1"}))
+
+		got := expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionReady, metav1.ConditionTrue, network.String())
+		Expect(got.Status.DependencyCount).To(BeEquivalentTo(1))
+		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionTargetsResolved, metav1.ConditionTrue, network.String())
+		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionWebhooksInstalled, metav1.ConditionTrue, network.String())
+		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionDependencyCycle, metav1.ConditionFalse)
+
+		By("not rewriting an unchanged configuration")
+		Consistently(func() string {
+			c, _ := getConfig(ctx, network)
+			return c.ResourceVersion
+		}).WithTimeout(2 * time.Second).Should(Equal(cfg.ResourceVersion))
+	})
+
+	It("installs into a provider workspace at a nested path", func(ctx context.Context) {
+		Expect(strings.Count(nested.String(), ":")).To(Equal(3), "root:org:team:network")
+		rule := newRule("vm-to-volume", "virtualmachines", dependency{nested, "storage.test.io", "volumes", ".spec.volumeRef.name"})
+		Expect(cli.Cluster(compute).Create(ctx, rule)).To(Succeed())
+
+		expectProtects(ctx, nested, "storage.test.io/v1/volumes [DELETE]")
+		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionReady, metav1.ConditionTrue, nested.String())
+	})
+
+	It("merges two rules protecting one provider into one configuration", func(ctx context.Context) {
+		rule := newRule("db-to-subnet", "databases", dependency{network, "network.test.io", "subnets", ".spec.subnet"})
+		Expect(cli.Cluster(compute).Create(ctx, rule)).To(Succeed())
+
+		expectProtects(ctx, network, "network.test.io/v1/subnets [DELETE]", "network.test.io/v1/vpcs [DELETE]")
+		list := &admissionregistrationv1.ValidatingWebhookConfigurationList{}
+		Expect(cli.Cluster(network).List(ctx, list)).To(Succeed())
+		Expect(list.Items).To(HaveLen(1))
+	})
+
+	It("follows in-place edits and removes stale entries", func(ctx context.Context) {
+		rule := &depv1alpha1.DependencyRule{}
+		Expect(cli.Cluster(compute).Get(ctx, client.ObjectKey{Name: "db-to-subnet"}, rule)).To(Succeed())
+		rule.Spec.Dependencies[0].Resource = "routers"
+		rule.Spec.Dependencies = append(rule.Spec.Dependencies, depv1alpha1.Dependency{
+			APIExportRef: depv1alpha1.APIExportReference{Path: storage.String(), Name: "storage.test.io"},
+			Group:        "storage.test.io", Version: "v1", Resource: "buckets",
+			FieldRef: depv1alpha1.FieldReference{Path: ".spec.buckets[*]"},
+		})
+		Expect(cli.Cluster(compute).Update(ctx, rule)).To(Succeed())
+
+		expectProtects(ctx, network, "network.test.io/v1/routers [DELETE]", "network.test.io/v1/vpcs [DELETE]")
+		expectProtects(ctx, storage, "storage.test.io/v1/buckets [DELETE]")
+		got := expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionReady, metav1.ConditionTrue, network.String(), storage.String())
+		Expect(got.Status.DependencyCount).To(BeEquivalentTo(2))
+
+		By("dropping the storage dependency again")
+		Expect(cli.Cluster(compute).Get(ctx, client.ObjectKey{Name: "db-to-subnet"}, rule)).To(Succeed())
+		rule.Spec.Dependencies = rule.Spec.Dependencies[:1]
+		Expect(cli.Cluster(compute).Update(ctx, rule)).To(Succeed())
+		expectNoConfig(ctx, storage)
+	})
+
+	It("removes an entry when its rule is deleted, and the configuration when it is empty", func(ctx context.Context) {
+		Expect(cli.Cluster(compute).Delete(ctx, &depv1alpha1.DependencyRule{ObjectMeta: metav1.ObjectMeta{Name: "db-to-subnet"}})).To(Succeed())
+		expectProtects(ctx, network, "network.test.io/v1/vpcs [DELETE]")
+
+		Expect(cli.Cluster(compute).Delete(ctx, &depv1alpha1.DependencyRule{ObjectMeta: metav1.ObjectMeta{Name: "vm-to-vpc"}})).To(Succeed())
+		expectNoConfig(ctx, network)
+		expectProtects(ctx, nested, "storage.test.io/v1/volumes [DELETE]")
+	})
+
+	It("restores a configuration that someone else changed or deleted", func(ctx context.Context) {
+		cfg, err := getConfig(ctx, nested)
+		Expect(err).NotTo(HaveOccurred())
+		cfg.Webhooks[0].Rules[0].Resources = []string{"snapshots"}
+		Expect(cli.Cluster(nested).Update(ctx, cfg)).To(Succeed())
+		expectProtects(ctx, nested, "storage.test.io/v1/volumes [DELETE]")
+
+		Expect(cli.Cluster(nested).Delete(ctx, cfg)).To(Succeed())
+		expectProtects(ctx, nested, "storage.test.io/v1/volumes [DELETE]")
+	})
+
+	It("removes a stale configuration on restart when its rule was deleted while the controller was stopped", func(ctx context.Context) {
+		stop()
+		Expect(cli.Cluster(compute).Delete(ctx, &depv1alpha1.DependencyRule{ObjectMeta: metav1.ObjectMeta{Name: "vm-to-volume"}})).To(Succeed())
+		Consistently(func() error {
+			_, err := getConfig(ctx, nested)
+			return err
+		}).WithTimeout(2*time.Second).Should(Succeed(), "nothing removes the configuration while the controller is stopped")
+
+		stop = startController(depCtrl, webhookOpts, nil)
+		expectNoConfig(ctx, nested)
+	})
+
+	It("rolls a changed webhook URL and CA bundle out to every configuration", func(ctx context.Context) {
+		Expect(cli.Cluster(compute).Create(ctx, newRule("vm-to-vpc-2", "virtualmachines",
+			dependency{network, "network.test.io", "vpcs", ".spec.vpcRef.name"},
+			dependency{nested, "storage.test.io", "volumes", ".spec.volumeRef.name"}))).To(Succeed())
+		expectProtects(ctx, network, "network.test.io/v1/vpcs [DELETE]")
+		expectProtects(ctx, nested, "storage.test.io/v1/volumes [DELETE]")
+
+		stop()
+		rotated := webhookOpts
+		rotated.URL = "https://webhook.example:8443/validate"
+		rotated.CABundle = []byte("rotated")
+		triggers := make(chan event.GenericEvent, 1)
+		stop = startController(depCtrl, rotated, triggers)
+		for _, ws := range []logicalcluster.Path{network, nested} {
+			Eventually(func(g Gomega) {
+				cfg, err := getConfig(ctx, ws)
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(cfg.Webhooks[0].ClientConfig.URL).To(Equal(ptr.To(rotated.URL)))
+				g.Expect(cfg.Webhooks[0].ClientConfig.CABundle).To(Equal(rotated.CABundle))
+			}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		}
+		Expect(cli.Cluster(compute).Delete(ctx, &depv1alpha1.DependencyRule{ObjectMeta: metav1.ObjectMeta{Name: "vm-to-vpc-2"}})).To(Succeed())
+		expectNoConfig(ctx, network)
+		expectNoConfig(ctx, nested)
+	})
+
+	It("reports a path that cannot be resolved in TargetsResolved, naming the path, and records an event", func(ctx context.Context) {
+		missing := logicalcluster.NewPath("root:does-not-exist:network")
+		rule := newRule("broken", "virtualmachines",
+			dependency{missing, "network.test.io", "vpcs", ".spec.vpcRef.name"},
+			dependency{network, "network.test.io", "vpcs", ".spec.backupVPC"})
+		Expect(cli.Cluster(compute).Create(ctx, rule)).To(Succeed())
+
+		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionTargetsResolved, metav1.ConditionFalse,
+			missing.String(), `workspace "does-not-exist" does not exist in root`)
+		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionReady, metav1.ConditionFalse, missing.String())
+		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionWebhooksInstalled, metav1.ConditionFalse, "installed in "+network.String())
+		expectProtects(ctx, network, "network.test.io/v1/vpcs [DELETE]")
+
+		Eventually(func(g Gomega) {
+			list := &eventsv1.EventList{}
+			g.Expect(cli.Cluster(compute).List(ctx, list)).To(Succeed())
+			var reasons []string
+			for _, e := range list.Items {
+				if e.Regarding.Name == rule.Name {
+					reasons = append(reasons, e.Reason+": "+e.Note)
+				}
+			}
+			g.Expect(reasons).To(ContainElement(And(HavePrefix(controller.EventReasonResolutionFailed), ContainSubstring(missing.String()))))
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+
+		Expect(cli.Cluster(compute).Delete(ctx, rule)).To(Succeed())
+		expectNoConfig(ctx, network)
+	})
+
+	It("reports a workspace that does not bind the APIExport in WebhooksInstalled", func(ctx context.Context) {
+		unbound := workspace(ctx, core.RootCluster.Path(), "unbound", nil)
+		rule := newRule("unbound", "virtualmachines", dependency{unbound, "network.test.io", "vpcs", ".spec.vpcRef.name"})
+		Expect(cli.Cluster(compute).Create(ctx, rule)).To(Succeed())
+		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionWebhooksInstalled, metav1.ConditionFalse,
+			unbound.String(), "does not bind the APIExport "+kcpenv.DepCtrlExportName)
+		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionTargetsResolved, metav1.ConditionTrue)
+
+		By("binding the export, after which the webhook is installed")
+		_, err := kcpenv.BindAPIExport(ctx, cli.Cluster(unbound), cli.Cluster(depCtrl), depCtrl, kcpenv.DepCtrlExportName)
+		Expect(err).NotTo(HaveOccurred())
+		expectProtects(ctx, unbound, "network.test.io/v1/vpcs [DELETE]")
+		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionReady, metav1.ConditionTrue)
+
+		Expect(cli.Cluster(compute).Delete(ctx, rule)).To(Succeed())
+		expectNoConfig(ctx, unbound)
+	})
+
+	It("reports cycles across rules on every rule of the cycle without blocking", func(ctx context.Context) {
+		vmToVPC := newRule("cycle-vm", "virtualmachines", dependency{network, "network.test.io", "vpcs", ".spec.vpcRef.name"})
+		vmToVPC.Spec.Dependent.Group = "compute.test.io"
+		Expect(cli.Cluster(compute).Create(ctx, vmToVPC)).To(Succeed())
+
+		vpcToVM := newRule("cycle-vpc", "vpcs", dependency{compute, "compute.test.io", "virtualmachines", ".spec.gatewayVM"})
+		vpcToVM.Spec.Dependent.Group, vpcToVM.Spec.Dependent.APIExportName = "network.test.io", "network.test.io"
+		Expect(cli.Cluster(network).Create(ctx, vpcToVM)).To(Succeed())
+
+		cycle := "virtualmachines.compute.test.io → vpcs.network.test.io → virtualmachines.compute.test.io"
+		expectCondition(ctx, compute, vmToVPC.Name, depv1alpha1.ConditionDependencyCycle, metav1.ConditionTrue, cycle, depv1alpha1.AnnotationSkipProtection)
+		expectCondition(ctx, network, vpcToVM.Name, depv1alpha1.ConditionDependencyCycle, metav1.ConditionTrue,
+			"vpcs.network.test.io → virtualmachines.compute.test.io → vpcs.network.test.io")
+		expectCondition(ctx, compute, vmToVPC.Name, depv1alpha1.ConditionReady, metav1.ConditionTrue)
+		expectCondition(ctx, network, vpcToVM.Name, depv1alpha1.ConditionReady, metav1.ConditionTrue)
+		expectProtects(ctx, compute, "compute.test.io/v1/virtualmachines [DELETE]")
+
+		By("breaking the cycle")
+		Expect(cli.Cluster(network).Delete(ctx, vpcToVM)).To(Succeed())
+		expectCondition(ctx, compute, vmToVPC.Name, depv1alpha1.ConditionDependencyCycle, metav1.ConditionFalse)
+		expectNoConfig(ctx, compute)
+		Expect(cli.Cluster(compute).Delete(ctx, vmToVPC)).To(Succeed())
+		expectNoConfig(ctx, network)
+	})
+})

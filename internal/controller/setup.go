@@ -1,0 +1,79 @@
+package controller
+
+import (
+	"context"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	mcbuilder "sigs.k8s.io/multicluster-runtime/pkg/builder"
+	mchandler "sigs.k8s.io/multicluster-runtime/pkg/handler"
+	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
+	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
+
+	apisv1alpha2 "github.com/kcp-dev/sdk/apis/apis/v1alpha2"
+
+	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
+)
+
+// workItem is the controller's only request; see Reconciler.
+var workItem = mcreconcile.Request{Request: reconcile.Request{NamespacedName: types.NamespacedName{Name: "all-dependency-rules"}}}
+
+// SetupWithManager registers the reconciler with the manager. It watches, in
+// every workspace that binds the APIExport: DependencyRules (spec changes,
+// creation, deletion), the managed ValidatingWebhookConfigurations (to undo
+// changes by others and to prune configurations left behind while the
+// controller was down) and APIBindings (a workspace that binds anew may have
+// been recreated, so cached workspace resolutions are dropped). Events on
+// triggers (e.g. a rotated CA bundle) reconcile as well.
+func SetupWithManager(mgr mcmanager.Manager, r *Reconciler, triggers <-chan event.GenericEvent) error {
+	b := mcbuilder.ControllerManagedBy(mgr).
+		Named(ControllerName).
+		WithOptions(controller.TypedOptions[mcreconcile.Request]{
+			// There is only one work item; see Reconciler.
+			MaxConcurrentReconciles: 1,
+			SkipNameValidation:      mgr.GetControllerOptions().SkipNameValidation,
+		}).
+		Watches(&depv1alpha1.DependencyRule{}, enqueueWorkItem(nil),
+			mcbuilder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&admissionregistrationv1.ValidatingWebhookConfiguration{}, enqueueWorkItem(nil),
+			mcbuilder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+				return o.GetName() == webhookconfig.Name
+			}))).
+		Watches(&apisv1alpha2.APIBinding{}, enqueueWorkItem(r.resolver.InvalidateAll),
+			mcbuilder.WithPredicates(predicate.Funcs{
+				UpdateFunc: func(event.UpdateEvent) bool { return false },
+			}))
+	if triggers != nil {
+		b = b.WatchesRawSource(source.TypedChannel(triggers, handler.TypedFuncs[client.Object, mcreconcile.Request]{
+			GenericFunc: func(_ context.Context, _ event.TypedGenericEvent[client.Object], q workqueue.TypedRateLimitingInterface[mcreconcile.Request]) {
+				q.Add(workItem)
+			},
+		}))
+	}
+	return b.Complete(r)
+}
+
+// enqueueWorkItem maps every event to the work item, after calling onEvent
+// if it is set.
+func enqueueWorkItem(onEvent func()) mchandler.TypedEventHandlerFunc[client.Object, mcreconcile.Request] {
+	return func(multicluster.ClusterName, cluster.Cluster) handler.TypedEventHandler[client.Object, mcreconcile.Request] {
+		return handler.TypedEnqueueRequestsFromMapFunc(func(context.Context, client.Object) []mcreconcile.Request {
+			if onEvent != nil {
+				onEvent()
+			}
+			return []mcreconcile.Request{workItem}
+		})
+	}
+}

@@ -1,0 +1,129 @@
+package controller
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+
+	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/depgraph"
+)
+
+// Condition reasons.
+const (
+	ReasonResolved          = "Resolved"
+	ReasonResolutionFailed  = "ResolutionFailed"
+	ReasonInstalled         = "Installed"
+	ReasonInstallFailed     = "InstallFailed"
+	ReasonTargetsUnresolved = "TargetsUnresolved"
+	ReasonProtecting        = "Protecting"
+	ReasonCycleDetected     = "CycleDetected"
+	ReasonNoCycle           = "NoCycle"
+)
+
+// targetResult is what happened to one protected workspace in a reconcile.
+type targetResult struct {
+	// cluster is the logical cluster the path resolved to; empty if it did
+	// not resolve.
+	cluster logicalcluster.Name
+	// resolveErr is why the path did not resolve.
+	resolveErr error
+	// installErr is why the webhook configuration could not be written.
+	installErr error
+}
+
+// computeStatus returns the status a rule should have given the results for
+// the workspaces it protects and the type cycles it is part of. Conditions
+// keep their last transition time when their status does not change.
+func computeStatus(rule *depv1alpha1.DependencyRule, results map[string]targetResult, cycles []depgraph.Cycle) depv1alpha1.DependencyRuleStatus {
+	status := *rule.Status.DeepCopy()
+	status.ObservedGeneration = rule.Generation
+	status.DependencyCount = int32(len(rule.Spec.Dependencies))
+
+	var paths []string
+	for _, d := range rule.Spec.Dependencies {
+		paths = append(paths, d.APIExportRef.Path)
+	}
+	slices.Sort(paths)
+	paths = slices.Compact(paths)
+
+	var resolved, unresolved, installed, failed []string
+	for _, p := range paths {
+		res := results[p]
+		switch {
+		case res.resolveErr != nil:
+			unresolved = append(unresolved, fmt.Sprintf("%s: %v", p, res.resolveErr))
+		case res.cluster == "":
+			// The path was not processed in this reconcile, which does not
+			// happen for rules it listed; report it rather than claim success.
+			unresolved = append(unresolved, fmt.Sprintf("%s: not resolved yet", p))
+		case res.installErr != nil:
+			resolved = append(resolved, fmt.Sprintf("%s (%s)", p, res.cluster))
+			failed = append(failed, fmt.Sprintf("%s: %v", p, res.installErr))
+		default:
+			resolved = append(resolved, fmt.Sprintf("%s (%s)", p, res.cluster))
+			installed = append(installed, p)
+		}
+	}
+
+	set := func(c metav1.Condition) {
+		c.ObservedGeneration = rule.Generation
+		meta.SetStatusCondition(&status.Conditions, c)
+	}
+
+	resolvedCond := metav1.Condition{Type: depv1alpha1.ConditionTargetsResolved, Status: metav1.ConditionTrue, Reason: ReasonResolved,
+		Message: "Resolved " + strings.Join(resolved, ", ")}
+	if len(unresolved) > 0 {
+		resolvedCond.Status, resolvedCond.Reason = metav1.ConditionFalse, ReasonResolutionFailed
+		resolvedCond.Message = "Failed to resolve " + strings.Join(unresolved, "; ")
+	}
+	set(resolvedCond)
+
+	installedCond := metav1.Condition{Type: depv1alpha1.ConditionWebhooksInstalled, Status: metav1.ConditionTrue, Reason: ReasonInstalled,
+		Message: "Webhook installed in " + strings.Join(installed, ", ")}
+	switch {
+	case len(failed) > 0:
+		installedCond.Status, installedCond.Reason = metav1.ConditionFalse, ReasonInstallFailed
+		installedCond.Message = "Failed to install the webhook in " + strings.Join(failed, "; ")
+		if len(installed) > 0 {
+			installedCond.Message += "; installed in " + strings.Join(installed, ", ")
+		}
+	case len(unresolved) > 0 && len(installed) == 0:
+		installedCond.Status, installedCond.Reason = metav1.ConditionFalse, ReasonTargetsUnresolved
+		installedCond.Message = "No webhook installed: no protected workspace could be resolved"
+	case len(unresolved) > 0:
+		installedCond.Status, installedCond.Reason = metav1.ConditionFalse, ReasonTargetsUnresolved
+		installedCond.Message = "Webhook installed in " + strings.Join(installed, ", ") + ", but not in the workspaces that could not be resolved"
+	}
+	set(installedCond)
+
+	ready := metav1.Condition{Type: depv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonProtecting,
+		Message: "Deletion protection is active in " + strings.Join(installed, ", ")}
+	switch {
+	case resolvedCond.Status != metav1.ConditionTrue:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, resolvedCond.Reason, resolvedCond.Message
+	case installedCond.Status != metav1.ConditionTrue:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, installedCond.Reason, installedCond.Message
+	}
+	set(ready)
+
+	cycle := metav1.Condition{Type: depv1alpha1.ConditionDependencyCycle, Status: metav1.ConditionFalse, Reason: ReasonNoCycle,
+		Message: "The referenced types do not form a cycle with other rules"}
+	if len(cycles) > 0 {
+		names := make([]string, 0, len(cycles))
+		for _, c := range cycles {
+			names = append(names, c.String())
+		}
+		cycle.Status, cycle.Reason = metav1.ConditionTrue, ReasonCycleDetected
+		cycle.Message = fmt.Sprintf("Dependency cycle: %s. Objects on a cycle can protect each other from deletion; delete one of them with the %s=true annotation to break it",
+			strings.Join(names, "; "), depv1alpha1.AnnotationSkipProtection)
+	}
+	set(cycle)
+
+	return status
+}

@@ -1,0 +1,41 @@
+package controller_test
+
+import (
+	"context"
+	"testing"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	clusterclient "github.com/kcp-dev/multicluster-provider/client"
+
+	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
+)
+
+var (
+	// kcpConfig is an admin config for the kcp server, without a workspace.
+	kcpConfig *rest.Config
+	cli       clusterclient.ClusterClient
+)
+
+func TestController(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Controller on kcp")
+}
+
+var _ = BeforeSuite(func(ctx context.Context) {
+	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+
+	env, cfg, err := kcpenv.Start()
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(env.Stop)
+	kcpConfig = cfg
+
+	cli, err = clusterclient.New(cfg, client.Options{Scheme: kcpenv.NewScheme()})
+	Expect(err).NotTo(HaveOccurred())
+})
