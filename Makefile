@@ -46,6 +46,10 @@ manifests: controller-gen apigen ## Generate the CRD and RBAC roles (config/crd,
 		output:rbac:artifacts:config=config/rbac/controller
 	$(CONTROLLER_GEN) rbac:roleName=dependency-controller-workspace-reader paths="./internal/kcp/..." \
 		output:rbac:artifacts:config=config/rbac/workspace-reader
+	$(CONTROLLER_GEN) rbac:roleName=dependency-webhook paths="./internal/webhook/..." \
+		output:rbac:artifacts:config=config/rbac/webhook
+	$(CONTROLLER_GEN) rbac:roleName=dependency-webhook-dependents-reader paths="./internal/dependents/..." \
+		output:rbac:artifacts:config=config/rbac/webhook-shard
 	hack/apigen.sh $(APIGEN) config/crd/bases config/kcp
 
 .PHONY: generate
@@ -86,6 +90,11 @@ test: kcp ## Run unit tests and the envtest suites against a real kcp built from
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 	go test -run='^$$' -fuzz=FuzzParse -fuzztime=$${FUZZTIME:-30s} ./internal/fieldpath/
 	go test -run='^$$' -fuzz=FuzzResolveJSON -fuzztime=$${FUZZTIME:-30s} ./internal/fieldpath/
+	go test -run='^$$' -fuzz=FuzzAdmissionHandler -fuzztime=$${FUZZTIME:-30s} ./internal/webhook/
+
+.PHONY: bench
+bench: ## Run the Go benchmarks of the DELETE hot path (field paths, list decoding, validator).
+	go test -run='^$$' -bench=. -benchmem ./internal/fieldpath/ ./internal/webhook/
 
 ##@ Build
 

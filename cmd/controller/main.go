@@ -6,60 +6,35 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"os"
-
-	"github.com/spf13/pflag"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/opendefensecloud/dependency-controller/internal/cabundle"
+	"github.com/opendefensecloud/dependency-controller/internal/command"
 	"github.com/opendefensecloud/dependency-controller/internal/controller"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 )
 
 func main() {
 	opts := newOptions()
-	zapOpts := zap.Options{}
-
-	fs := pflag.NewFlagSet("controller", pflag.ExitOnError)
-	opts.AddFlags(fs)
-	goFlags := flag.NewFlagSet("controller", flag.ExitOnError)
-	config.RegisterFlags(goFlags)
-	zapOpts.BindFlags(goFlags)
-	fs.AddGoFlagSet(goFlags)
-	_ = fs.Parse(os.Args[1:])
-
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
-
-	if err := opts.Validate(); err != nil {
-		fmt.Fprintf(os.Stderr, "Error: invalid options:\n%v\n", err)
-		os.Exit(2)
-	}
-	if err := run(ctrl.SetupSignalHandler(), opts); err != nil {
-		fmt.Fprintf(os.Stderr, "Error: %v\n", err)
-		os.Exit(1)
-	}
+	command.Main("controller", opts, func(ctx context.Context, cfg *rest.Config) error {
+		return run(ctx, cfg, opts)
+	})
 }
 
-func run(ctx context.Context, opts *options) error {
-	cfg, err := config.GetConfig()
-	if err != nil {
-		return fmt.Errorf("failed to load kubeconfig: %w", err)
-	}
-
+func run(ctx context.Context, cfg *rest.Config, opts *options) error {
 	webhook := webhookOptions(opts)
 	var triggers <-chan event.GenericEvent
 	var caWatcher *cabundle.Watcher
 	if opts.WebhookCABundleFile != "" {
+		var err error
 		if caWatcher, err = cabundle.New(opts.WebhookCABundleFile, opts.CABundleCheckInterval); err != nil {
 			return fmt.Errorf("invalid --webhook-ca-bundle: %w", err)
 		}

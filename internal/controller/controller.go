@@ -33,6 +33,7 @@ import (
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/depgraph"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/scheme"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 )
 
@@ -105,7 +106,7 @@ func NewReconciler(local client.Reader, vwConfig *rest.Config, resolver *kcp.Wor
 		opts:       opts,
 		vwConfig:   rest.CopyConfig(vwConfig),
 		httpClient: httpClient,
-		scheme:     Scheme(),
+		scheme:     scheme.New(),
 		vwClients:  map[string]*kcp.ClusterClients{},
 	}, nil
 }
@@ -391,7 +392,7 @@ func (r *Reconciler) shard(url string) (shard, error) {
 	}
 	cfg := rest.CopyConfig(r.vwConfig)
 	cfg.Host = url
-	c, err := kcp.NewClusterClients(cfg, r.httpClient, r.scheme, RESTMapper())
+	c, err := kcp.NewClusterClients(cfg, r.httpClient, r.scheme, scheme.RESTMapper())
 	if err != nil {
 		return shard{}, err
 	}

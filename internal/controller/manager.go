@@ -17,6 +17,7 @@ import (
 	"github.com/kcp-dev/multicluster-provider/apiexport"
 
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/scheme"
 )
 
 // NewManager returns a multicluster manager that runs the controller. cfg
@@ -34,8 +35,8 @@ func NewManager(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts man
 	}
 	log.FromContext(ctx).Info("Using the APIExport's workspace", "workspace", workspace, "server", base, "apiExport", opts.APIExportName)
 
-	scheme := Scheme()
-	direct, err := client.New(cfg, client.Options{Scheme: scheme, Mapper: RESTMapper()})
+	s := scheme.New()
+	direct, err := client.New(cfg, client.Options{Scheme: s, Mapper: scheme.RESTMapper()})
 	if err != nil {
 		return nil, fmt.Errorf("failed to create client for %s: %w", workspace, err)
 	}
@@ -43,11 +44,11 @@ func NewManager(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts man
 		return nil, err
 	}
 
-	provider, err := apiexport.New(cfg, opts.APIExportName, apiexport.Options{Scheme: scheme})
+	provider, err := apiexport.New(cfg, opts.APIExportName, apiexport.Options{Scheme: s})
 	if err != nil {
 		return nil, fmt.Errorf("failed to create the APIExport provider: %w", err)
 	}
-	mgrOpts.Scheme = scheme
+	mgrOpts.Scheme = s
 	mgr, err := mcmanager.New(cfg, provider, mgrOpts)
 	if err != nil {
 		return nil, fmt.Errorf("failed to create manager: %w", err)
@@ -55,7 +56,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts man
 
 	frontProxy := rest.CopyConfig(cfg)
 	frontProxy.Host = base
-	clients, err := kcp.NewClusterClients(frontProxy, nil, scheme, RESTMapper())
+	clients, err := kcp.NewClusterClients(frontProxy, nil, s, scheme.RESTMapper())
 	if err != nil {
 		return nil, err
 	}

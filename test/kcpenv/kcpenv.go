@@ -25,18 +25,15 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kcp-dev/logicalcluster/v3"
 	"github.com/kcp-dev/multicluster-provider/envtest"
-	apisv1alpha1 "github.com/kcp-dev/sdk/apis/apis/v1alpha1"
 	apisv1alpha2 "github.com/kcp-dev/sdk/apis/apis/v1alpha2"
 	corev1alpha1 "github.com/kcp-dev/sdk/apis/core/v1alpha1"
-	tenancyv1alpha1 "github.com/kcp-dev/sdk/apis/tenancy/v1alpha1"
 
-	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/scheme"
 )
 
 // AssetsEnv names the environment variable with the directory of the kcp
@@ -55,16 +52,10 @@ func RepoRoot() string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
-// NewScheme returns a scheme with the Kubernetes built-in types, the kcp
-// APIs used by tests, and the project's API.
+// NewScheme returns the project's scheme plus the kcp core types tests use.
 func NewScheme() *kruntime.Scheme {
-	s := kruntime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(apisv1alpha1.AddToScheme(s))
-	utilruntime.Must(apisv1alpha2.AddToScheme(s))
+	s := scheme.New()
 	utilruntime.Must(corev1alpha1.AddToScheme(s))
-	utilruntime.Must(tenancyv1alpha1.AddToScheme(s))
-	utilruntime.Must(depv1alpha1.AddToScheme(s))
 	return s
 }
 

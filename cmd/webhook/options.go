@@ -1,0 +1,103 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// options are the command line options of the webhook.
+type options struct {
+	// APIExportName is the name of the APIExport serving DependencyRules in
+	// the workspace of the kubeconfig.
+	APIExportName string
+	// FrontProxyURL is the kcp URL dependents are listed through.
+	FrontProxyURL string
+	// BindAddress and Port are where the HTTPS server listens.
+	BindAddress string
+	// Port is the HTTPS port.
+	Port int
+	// CertDir holds the serving certificate and key, reloaded on change.
+	CertDir string
+	// CertName and KeyName are the file names in CertDir.
+	CertName, KeyName string
+	// Path is the HTTP path of the validating endpoint.
+	Path string
+	// RequestTimeout bounds the listing of dependents per admission request.
+	RequestTimeout time.Duration
+	// MaxBlockers is how many blocking objects a denial names.
+	MaxBlockers int
+	// ResyncPeriod is how often all rules are listed again.
+	ResyncPeriod time.Duration
+	// MetricsBindAddress is where Prometheus metrics are served; 0 disables.
+	MetricsBindAddress string
+	// HealthProbeBindAddress is where /healthz and /readyz are served.
+	HealthProbeBindAddress string
+}
+
+func newOptions() *options {
+	return &options{
+		APIExportName:          "dependencies.opendefense.cloud",
+		Port:                   9443,
+		CertDir:                "/tmp/k8s-webhook-server/serving-certs",
+		CertName:               "tls.crt",
+		KeyName:                "tls.key",
+		Path:                   "/validate",
+		RequestTimeout:         4 * time.Second,
+		MaxBlockers:            10,
+		ResyncPeriod:           5 * time.Minute,
+		MetricsBindAddress:     ":8080",
+		HealthProbeBindAddress: ":8081",
+	}
+}
+
+func (o *options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.APIExportName, "api-export-name", o.APIExportName, "Name of the APIExport (and its APIExportEndpointSlice) that serves DependencyRules, in the workspace the kubeconfig points at.")
+	fs.StringVar(&o.FrontProxyURL, "front-proxy-url", o.FrontProxyURL, "kcp URL through which dependents are listed in consumer workspaces. Default: the kubeconfig's server without its /clusters/... path.")
+	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "Address the HTTPS server listens on; empty for all addresses.")
+	fs.IntVar(&o.Port, "port", o.Port, "Port of the HTTPS server.")
+	fs.StringVar(&o.CertDir, "cert-dir", o.CertDir, "Directory with the serving certificate and key; reloaded when they change.")
+	fs.StringVar(&o.CertName, "tls-cert-file", o.CertName, "File name of the serving certificate in --cert-dir.")
+	fs.StringVar(&o.KeyName, "tls-key-file", o.KeyName, "File name of the serving key in --cert-dir.")
+	fs.StringVar(&o.Path, "path", o.Path, "HTTP path of the validating endpoint.")
+	fs.DurationVar(&o.RequestTimeout, "request-timeout", o.RequestTimeout, "Time allowed for listing dependents per admission request; keep it below the webhook timeout kcp applies (--webhook-timeout-seconds of the controller).")
+	fs.IntVar(&o.MaxBlockers, "max-blockers", o.MaxBlockers, "Number of blocking objects a denial names; the rest are counted.")
+	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "How often all DependencyRules are listed again to repair missed events.")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address of the Prometheus metrics endpoint; 0 disables it.")
+	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "Address of the /healthz and /readyz endpoints.")
+}
+
+func (o *options) Validate() error {
+	var errs []error
+	if o.APIExportName == "" {
+		errs = append(errs, errors.New("--api-export-name must not be empty"))
+	}
+	if o.FrontProxyURL != "" {
+		if u, err := url.Parse(o.FrontProxyURL); err != nil || u.Scheme != "https" || u.Host == "" || strings.Contains(u.Path, "/clusters/") {
+			errs = append(errs, fmt.Errorf("--front-proxy-url %q must be an https:// URL without a /clusters/ path", o.FrontProxyURL))
+		}
+	}
+	if o.Port < 1 || o.Port > 65535 {
+		errs = append(errs, fmt.Errorf("--port must be between 1 and 65535, got %d", o.Port))
+	}
+	if o.CertDir == "" {
+		errs = append(errs, errors.New("--cert-dir must not be empty"))
+	}
+	if !strings.HasPrefix(o.Path, "/") {
+		errs = append(errs, fmt.Errorf("--path must start with /, got %q", o.Path))
+	}
+	if o.RequestTimeout <= 0 || o.RequestTimeout > 30*time.Second {
+		errs = append(errs, fmt.Errorf("--request-timeout must be between 0 and 30s, got %s", o.RequestTimeout))
+	}
+	if o.MaxBlockers < 1 {
+		errs = append(errs, fmt.Errorf("--max-blockers must be at least 1, got %d", o.MaxBlockers))
+	}
+	if o.ResyncPeriod < time.Second {
+		errs = append(errs, fmt.Errorf("--resync-period must be at least 1s, got %s", o.ResyncPeriod))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,58 @@
+// Package command holds what the project's binaries share around their
+// run function: flags (including --kubeconfig and the logging flags),
+// option validation, logging setup, signal handling and exit codes.
+package command
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/spf13/pflag"
+
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+)
+
+// Options are a binary's command line options.
+type Options interface {
+	// AddFlags registers the options as flags, with their current values
+	// as defaults.
+	AddFlags(fs *pflag.FlagSet)
+	// Validate reports every invalid option, naming the flag.
+	Validate() error
+}
+
+// Main parses the command line into opts, sets up logging, loads the
+// kubeconfig (--kubeconfig, $KUBECONFIG, in-cluster or ~/.kube/config) and
+// calls run until SIGINT or SIGTERM. It exits with 2 for invalid options and
+// 1 if run fails, printing the error.
+func Main(name string, opts Options, run func(ctx context.Context, cfg *rest.Config) error) {
+	fs := pflag.NewFlagSet(name, pflag.ExitOnError)
+	opts.AddFlags(fs)
+	goFlags := flag.NewFlagSet(name, flag.ExitOnError)
+	config.RegisterFlags(goFlags)
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(goFlags)
+	fs.AddGoFlagSet(goFlags)
+	_ = fs.Parse(os.Args[1:])
+
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+
+	if err := opts.Validate(); err != nil {
+		fmt.Fprintf(os.Stderr, "Error: invalid options:\n%v\n", err)
+		os.Exit(2)
+	}
+	cfg, err := config.GetConfig()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "Error: failed to load kubeconfig: %v\n", err)
+		os.Exit(1)
+	}
+	if err := run(ctrl.SetupSignalHandler(), cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "Error: %v\n", err)
+		os.Exit(1)
+	}
+}

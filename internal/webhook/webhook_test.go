@@ -1,0 +1,383 @@
+package webhook_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+	clusterclient "github.com/kcp-dev/multicluster-provider/client"
+	"github.com/kcp-dev/multicluster-provider/envtest"
+	"github.com/kcp-dev/sdk/apis/core"
+
+	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/registry"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook"
+	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
+	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
+)
+
+const (
+	timeout  = 60 * time.Second
+	interval = 200 * time.Millisecond
+)
+
+var (
+	kcpConfig *rest.Config
+	cli       clusterclient.ClusterClient
+)
+
+func TestWebhook(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Webhook on kcp")
+}
+
+var _ = BeforeSuite(func() {
+	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	env, cfg, err := kcpenv.Start()
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(env.Stop)
+	kcpConfig = cfg
+	cli, err = clusterclient.New(cfg, client.Options{Scheme: kcpenv.NewScheme()})
+	Expect(err).NotTo(HaveOccurred())
+})
+
+var (
+	vpcGVR     = schema.GroupVersionResource{Group: "network.test.io", Version: "v1", Resource: "vpcs"}
+	routerGVR  = schema.GroupVersionResource{Group: "network.test.io", Version: "v1", Resource: "routers"}
+	subnetGVR  = schema.GroupVersionResource{Group: "network.test.io", Version: "v1", Resource: "subnets"}
+	vmGVR      = schema.GroupVersionResource{Group: "compute.test.io", Version: "v1", Resource: "virtualmachines"}
+	gatewayGVR = schema.GroupVersionResource{Group: "compute.test.io", Version: "v1", Resource: "gateways"}
+)
+
+func kindOf(gvr schema.GroupVersionResource) string {
+	return map[string]string{"vpcs": "VPC", "routers": "Router", "subnets": "Subnet", "virtualmachines": "VirtualMachine", "gateways": "Gateway"}[gvr.Resource]
+}
+
+func newObject(gvr schema.GroupVersionResource, namespace, name string, spec map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+	u.SetAPIVersion(gvr.GroupVersion().String())
+	u.SetKind(kindOf(gvr))
+	u.SetNamespace(namespace)
+	u.SetName(name)
+	return u
+}
+
+func create(ctx context.Context, ws logicalcluster.Path, obj *unstructured.Unstructured) {
+	GinkgoHelper()
+	if ns := obj.GetNamespace(); ns != "" && ns != "default" {
+		err := cli.Cluster(ws).Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		if !apierrors.IsAlreadyExists(err) {
+			Expect(err).NotTo(HaveOccurred())
+		}
+	}
+	Eventually(func() error { return cli.Cluster(ws).Create(ctx, obj.DeepCopy()) }).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+}
+
+func deleteObject(ctx context.Context, c client.Client, gvr schema.GroupVersionResource, namespace, name string, opts ...client.DeleteOption) error {
+	return c.Delete(ctx, newObject(gvr, namespace, name, nil), opts...)
+}
+
+// expectDenied waits until deleting the object is denied with a message
+// containing every part, and returns the message.
+func expectDenied(ctx context.Context, ws logicalcluster.Path, gvr schema.GroupVersionResource, namespace, name string, parts ...string) string {
+	GinkgoHelper()
+	var msg string
+	Eventually(func(g Gomega) {
+		err := deleteObject(ctx, cli.Cluster(ws), gvr, namespace, name, client.DryRunAll)
+		g.Expect(err).To(HaveOccurred(), "delete was allowed")
+		msg = err.Error()
+		for _, p := range parts {
+			g.Expect(msg).To(ContainSubstring(p))
+		}
+	}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+	// A real delete gets the same answer as the dry run.
+	err := deleteObject(ctx, cli.Cluster(ws), gvr, namespace, name)
+	Expect(err).To(HaveOccurred(), "delete was allowed")
+	Expect(apierrors.IsForbidden(err)).To(BeTrue(), "denial is a 403: %v", err)
+	for _, p := range parts {
+		Expect(err.Error()).To(ContainSubstring(p))
+	}
+	return msg
+}
+
+func expectDeletable(ctx context.Context, ws logicalcluster.Path, gvr schema.GroupVersionResource, name string) {
+	GinkgoHelper()
+	Eventually(func() error {
+		return deleteObject(ctx, cli.Cluster(ws), gvr, "default", name)
+	}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+}
+
+// warnings collects the warnings kcp returns.
+type warnings struct {
+	lock sync.Mutex
+	all  []string
+}
+
+func (w *warnings) HandleWarningHeaderWithContext(_ context.Context, _ int, _ string, text string) {
+	w.lock.Lock()
+	defer w.lock.Unlock()
+	w.all = append(w.all, text)
+}
+
+// startWebhook runs the webhook, as cmd/webhook does, against the dep-ctrl
+// workspace and returns its URL and CA.
+func startWebhook(depCtrl logicalcluster.Path) (url string, caBundle []byte, gate *webhook.InitGate) {
+	certDir := GinkgoT().TempDir()
+	ca, err := kcpenv.WriteServingCerts(certDir, "127.0.0.1")
+	Expect(err).NotTo(HaveOccurred())
+	port, err := kcpenv.FreePort()
+	Expect(err).NotTo(HaveOccurred())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cfg := rest.CopyConfig(kcpConfig)
+	cfg.Host += depCtrl.RequestPath()
+	mgr, gate, err := webhook.NewManager(ctx, cfg, webhook.Options{
+		APIExportName:   kcpenv.DepCtrlExportName,
+		Path:            "/validate",
+		RequestTimeout:  4 * time.Second,
+		MaxBlockers:     10,
+		ResyncPeriod:    time.Minute,
+		MetricsRegistry: prometheus.NewRegistry(),
+	}, manager.Options{
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+		WebhookServer:          ctrlwebhook.NewServer(ctrlwebhook.Options{Host: "127.0.0.1", Port: port, CertDir: certDir}),
+	})
+	Expect(err).NotTo(HaveOccurred())
+	done := make(chan struct{})
+	go func() {
+		defer GinkgoRecover()
+		defer close(done)
+		Expect(mgr.Start(ctx)).To(Succeed())
+	}()
+	DeferCleanup(func() {
+		cancel()
+		<-done
+	})
+	return fmt.Sprintf("https://127.0.0.1:%d/validate", port), ca, gate
+}
+
+func installWebhookConfig(ctx context.Context, ws logicalcluster.Path, name, url string, ca []byte, resources ...schema.GroupVersionResource) {
+	GinkgoHelper()
+	cfg := webhookconfig.Build(webhookconfig.Target{Path: ws, Resources: resources}, webhookconfig.Options{
+		URL: url, CABundle: ca, TimeoutSeconds: 10, FailurePolicy: admissionregistrationv1.Fail,
+	})
+	cfg.Name = name
+	Expect(cli.Cluster(ws).Create(ctx, cfg)).To(Succeed())
+}
+
+var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, func() {
+	var (
+		depCtrl, network, compute, consumer, consumer2 logicalcluster.Path
+		rule                                           *depv1alpha1.DependencyRule
+	)
+
+	BeforeAll(func(ctx context.Context) {
+		root := core.RootCluster.Path()
+		_, depCtrl = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("dep-ctrl"))
+		Expect(kcpenv.InstallDependencyAPI(ctx, cli.Cluster(depCtrl))).To(Succeed())
+
+		_, network = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("network"))
+		Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(network), "network.test.io",
+			kcpenv.Resource{Kind: "VPC", Plural: "vpcs"},
+			kcpenv.Resource{Kind: "Router", Plural: "routers", ClusterScoped: true},
+			kcpenv.Resource{Kind: "Subnet", Plural: "subnets"})).To(Succeed())
+
+		_, compute = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("compute"))
+		Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(compute), "compute.test.io",
+			kcpenv.Resource{Kind: "VirtualMachine", Plural: "virtualmachines"},
+			kcpenv.Resource{Kind: "Gateway", Plural: "gateways", ClusterScoped: true})).To(Succeed())
+		_, err := kcpenv.BindAPIExport(ctx, cli.Cluster(compute), cli.Cluster(depCtrl), depCtrl, kcpenv.DepCtrlExportName)
+		Expect(err).NotTo(HaveOccurred())
+
+		for _, ws := range []*logicalcluster.Path{&consumer, &consumer2} {
+			_, *ws = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("consumer"))
+			_, err := kcpenv.BindAPIExport(ctx, cli.Cluster(*ws), cli.Cluster(network), network, "network.test.io")
+			Expect(err).NotTo(HaveOccurred())
+			_, err = kcpenv.BindAPIExport(ctx, cli.Cluster(*ws), cli.Cluster(compute), compute, "compute.test.io")
+			Expect(err).NotTo(HaveOccurred())
+		}
+
+		rule = &depv1alpha1.DependencyRule{
+			ObjectMeta: metav1.ObjectMeta{Name: "compute-references"},
+			Spec: depv1alpha1.DependencyRuleSpec{
+				Dependent: depv1alpha1.DependentResource{APIExportName: "compute.test.io", Group: "compute.test.io", Version: "v1", Kind: "VirtualMachine", Resource: "virtualmachines"},
+				Dependencies: []depv1alpha1.Dependency{
+					{APIExportRef: depv1alpha1.APIExportReference{Path: network.String(), Name: "network.test.io"}, Group: "network.test.io", Version: "v1", Resource: "vpcs", FieldRef: depv1alpha1.FieldReference{Path: ".spec.vpcRef.name"}},
+					{APIExportRef: depv1alpha1.APIExportReference{Path: network.String(), Name: "network.test.io"}, Group: "network.test.io", Version: "v1", Resource: "vpcs", FieldRef: depv1alpha1.FieldReference{Path: ".spec.nics[*].vpc"}},
+					{APIExportRef: depv1alpha1.APIExportReference{Path: network.String(), Name: "network.test.io"}, Group: "network.test.io", Version: "v1", Resource: "routers", FieldRef: depv1alpha1.FieldReference{Path: ".spec.router"}},
+				},
+			},
+		}
+		Expect(cli.Cluster(compute).Create(ctx, rule)).To(Succeed())
+		gatewayRule := &depv1alpha1.DependencyRule{
+			ObjectMeta: metav1.ObjectMeta{Name: "gateway-references"},
+			Spec: depv1alpha1.DependencyRuleSpec{
+				Dependent: depv1alpha1.DependentResource{APIExportName: "compute.test.io", Group: "compute.test.io", Version: "v1", Kind: "Gateway", Resource: "gateways"},
+				Dependencies: []depv1alpha1.Dependency{
+					{APIExportRef: depv1alpha1.APIExportReference{Path: network.String(), Name: "network.test.io"}, Group: "network.test.io", Version: "v1", Resource: "vpcs", FieldRef: depv1alpha1.FieldReference{Path: ".spec.vpc"}},
+				},
+			},
+		}
+		Expect(cli.Cluster(compute).Create(ctx, gatewayRule)).To(Succeed())
+
+		url, ca, gate := startWebhook(depCtrl)
+		Eventually(gate.Initialized).WithTimeout(timeout).Should(BeTrue())
+		installWebhookConfig(ctx, network, webhookconfig.Name, url, ca, vpcGVR, routerGVR)
+	})
+
+	It("denies deleting a VPC that a VM references, naming the VM, and allows it once the VM is gone", func(ctx context.Context) {
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-a", nil))
+		create(ctx, consumer, newObject(vmGVR, "default", "vm-1", map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}}))
+		create(ctx, consumer, newObject(vmGVR, "default", "vm-2", map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}}))
+		create(ctx, consumer, newObject(vmGVR, "default", "unrelated", map[string]any{"vpcRef": map[string]any{"name": "vpc-b"}}))
+
+		msg := expectDenied(ctx, consumer, vpcGVR, "default", "vpc-a", "VirtualMachine/default/vm-1, VirtualMachine/default/vm-2")
+		Expect(msg).NotTo(ContainSubstring("unrelated"))
+
+		Expect(deleteObject(ctx, cli.Cluster(consumer), vmGVR, "default", "vm-1")).To(Succeed())
+		expectDenied(ctx, consumer, vpcGVR, "default", "vpc-a", "still referenced by VirtualMachine/default/vm-2;")
+		Expect(deleteObject(ctx, cli.Cluster(consumer), vmGVR, "default", "vm-2")).To(Succeed())
+		expectDeletable(ctx, consumer, vpcGVR, "vpc-a")
+	})
+
+	It("leaves another consumer unaffected", func(ctx context.Context) {
+		create(ctx, consumer, newObject(vpcGVR, "default", "shared-name", nil))
+		create(ctx, consumer, newObject(vmGVR, "default", "vm-shared", map[string]any{"vpcRef": map[string]any{"name": "shared-name"}}))
+		create(ctx, consumer2, newObject(vpcGVR, "default", "shared-name", nil))
+
+		expectDenied(ctx, consumer, vpcGVR, "default", "shared-name", "VirtualMachine/default/vm-shared")
+		expectDeletable(ctx, consumer2, vpcGVR, "shared-name")
+	})
+
+	It("follows [*] paths into lists", func(ctx context.Context) {
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-nic", nil))
+		create(ctx, consumer, newObject(vmGVR, "default", "vm-nics", map[string]any{
+			"nics": []any{map[string]any{"vpc": "other"}, map[string]any{"vpc": "vpc-nic"}},
+		}))
+		expectDenied(ctx, consumer, vpcGVR, "default", "vpc-nic", "VirtualMachine/default/vm-nics")
+	})
+
+	It("is blocked by a cluster-scoped dependent of a namespaced target", func(ctx context.Context) {
+		create(ctx, consumer, newObject(vpcGVR, "team-a", "vpc-gw", nil))
+		create(ctx, consumer, newObject(gatewayGVR, "", "edge-gateway", map[string]any{"vpc": "vpc-gw"}))
+		expectDenied(ctx, consumer, vpcGVR, "team-a", "vpc-gw", "Gateway/edge-gateway")
+	})
+
+	It("protects a cluster-scoped target from dependents in any namespace", func(ctx context.Context) {
+		create(ctx, consumer, newObject(routerGVR, "", "core-router", nil))
+		create(ctx, consumer, newObject(vmGVR, "ns-1", "vm-r", map[string]any{"router": "core-router"}))
+		expectDenied(ctx, consumer, routerGVR, "", "core-router", "VirtualMachine/ns-1/vm-r")
+	})
+
+	It("does not count dependents that are being deleted", func(ctx context.Context) {
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-t", nil))
+		vm := newObject(vmGVR, "default", "vm-terminating", map[string]any{"vpcRef": map[string]any{"name": "vpc-t"}})
+		vm.SetFinalizers([]string{"test.dependencies.opendefense.cloud/hold"})
+		create(ctx, consumer, vm)
+		expectDenied(ctx, consumer, vpcGVR, "default", "vpc-t", "VirtualMachine/default/vm-terminating")
+
+		Expect(deleteObject(ctx, cli.Cluster(consumer), vmGVR, "default", "vm-terminating")).To(Succeed())
+		expectDeletable(ctx, consumer, vpcGVR, "vpc-t")
+
+		got := &unstructured.Unstructured{}
+		got.SetGroupVersionKind(vmGVR.GroupVersion().WithKind("VirtualMachine"))
+		Expect(cli.Cluster(consumer).Get(ctx, client.ObjectKey{Namespace: "default", Name: "vm-terminating"}, got)).To(Succeed())
+		got.SetFinalizers(nil)
+		Expect(cli.Cluster(consumer).Update(ctx, got)).To(Succeed())
+	})
+
+	It("allows the delete with skip-protection, with a warning naming the user", func(ctx context.Context) {
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-skip", nil))
+		create(ctx, consumer, newObject(vmGVR, "default", "vm-skip", map[string]any{"vpcRef": map[string]any{"name": "vpc-skip"}}))
+		expectDenied(ctx, consumer, vpcGVR, "default", "vpc-skip", "VirtualMachine/default/vm-skip")
+
+		vpc := &unstructured.Unstructured{}
+		vpc.SetGroupVersionKind(vpcGVR.GroupVersion().WithKind("VPC"))
+		Expect(cli.Cluster(consumer).Get(ctx, client.ObjectKey{Namespace: "default", Name: "vpc-skip"}, vpc)).To(Succeed())
+		vpc.SetAnnotations(map[string]string{depv1alpha1.AnnotationSkipProtection: "true"})
+		Expect(cli.Cluster(consumer).Update(ctx, vpc)).To(Succeed())
+
+		collected := &warnings{}
+		cfg := rest.CopyConfig(kcpConfig)
+		cfg.Host += consumer.RequestPath()
+		cfg.WarningHandlerWithContext = collected
+		c, err := client.New(cfg, client.Options{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(deleteObject(ctx, c, vpcGVR, "default", "vpc-skip")).To(Succeed())
+		Expect(collected.all).To(ContainElement(And(ContainSubstring("bypassed by admin"), ContainSubstring(depv1alpha1.AnnotationSkipProtection))))
+	})
+
+	It("follows in-place rule edits and rule deletion", func(ctx context.Context) {
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-edit", nil))
+		create(ctx, consumer, newObject(vmGVR, "default", "vm-edit", map[string]any{"vpcRef": map[string]any{"name": "vpc-edit"}}))
+		expectDenied(ctx, consumer, vpcGVR, "default", "vpc-edit", "VirtualMachine/default/vm-edit")
+
+		By("moving the reference to another field")
+		current := &depv1alpha1.DependencyRule{}
+		Expect(cli.Cluster(compute).Get(ctx, client.ObjectKeyFromObject(rule), current)).To(Succeed())
+		current.Spec.Dependencies[0].FieldRef.Path = ".spec.primaryVPC"
+		current.Spec.Dependencies = current.Spec.Dependencies[:1]
+		Expect(cli.Cluster(compute).Update(ctx, current)).To(Succeed())
+		create(ctx, consumer, newObject(vmGVR, "default", "vm-primary", map[string]any{"primaryVPC": "vpc-edit"}))
+		msg := expectDenied(ctx, consumer, vpcGVR, "default", "vpc-edit", "VirtualMachine/default/vm-primary")
+		Expect(msg).NotTo(ContainSubstring("vm-edit"))
+
+		By("deleting the rules")
+		Expect(cli.Cluster(compute).DeleteAllOf(ctx, &depv1alpha1.DependencyRule{})).To(Succeed())
+		expectDeletable(ctx, consumer, vpcGVR, "vpc-edit")
+	})
+
+	It("denies every delete with a retry message while the registry is not initialized", func(ctx context.Context) {
+		// A second validator whose registry never initializes, behind its own
+		// webhook configuration for subnets.
+		certDir := GinkgoT().TempDir()
+		ca, err := kcpenv.WriteServingCerts(certDir, "127.0.0.1")
+		Expect(err).NotTo(HaveOccurred())
+		port, err := kcpenv.FreePort()
+		Expect(err).NotTo(HaveOccurred())
+		srv := ctrlwebhook.NewServer(ctrlwebhook.Options{Host: "127.0.0.1", Port: port, CertDir: certDir})
+		srv.Register("/validate", webhook.NewAdmissionHandler(webhook.NewDeletionValidator(registry.New(), webhook.NewInitGate(), nil)))
+		srvCtx, cancel := context.WithCancel(context.Background())
+		DeferCleanup(cancel)
+		go func() {
+			defer GinkgoRecover()
+			Expect(srv.Start(srvCtx)).To(Succeed())
+		}()
+		Eventually(func() error { return srv.StartedChecker()(&http.Request{}) }).WithTimeout(timeout).Should(Succeed())
+
+		installWebhookConfig(ctx, network, "not-initialized", fmt.Sprintf("https://127.0.0.1:%d/validate", port), ca, subnetGVR)
+		create(ctx, consumer, newObject(subnetGVR, "default", "subnet-1", nil))
+		Eventually(func(g Gomega) {
+			err := deleteObject(ctx, cli.Cluster(consumer), subnetGVR, "default", "subnet-1")
+			g.Expect(err).To(HaveOccurred())
+			g.Expect(err.Error()).To(And(ContainSubstring("has not loaded all DependencyRules yet"), ContainSubstring("retry")))
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+	})
+})

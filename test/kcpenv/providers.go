@@ -1,0 +1,68 @@
+package kcpenv
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	apisv1alpha1 "github.com/kcp-dev/sdk/apis/apis/v1alpha1"
+	apisv1alpha2 "github.com/kcp-dev/sdk/apis/apis/v1alpha2"
+)
+
+// Resource describes a resource type of a test provider: any spec is
+// accepted (x-kubernetes-preserve-unknown-fields).
+type Resource struct {
+	Kind          string
+	Plural        string
+	ClusterScoped bool
+}
+
+// InstallProviderAPI creates an APIResourceSchema per resource (version v1)
+// and an APIExport named like the group in the workspace of c, and waits
+// until the export is ready to be bound.
+func InstallProviderAPI(ctx context.Context, c client.Client, group string, resources ...Resource) error {
+	export := &apisv1alpha2.APIExport{ObjectMeta: metav1.ObjectMeta{Name: group}}
+	for _, r := range resources {
+		scope := apiextensionsv1.NamespaceScoped
+		if r.ClusterScoped {
+			scope = apiextensionsv1.ClusterScoped
+		}
+		schema := &apisv1alpha1.APIResourceSchema{
+			ObjectMeta: metav1.ObjectMeta{Name: "v1." + r.Plural + "." + group},
+			Spec: apisv1alpha1.APIResourceSchemaSpec{
+				Group: group,
+				Names: apiextensionsv1.CustomResourceDefinitionNames{
+					Kind: r.Kind, ListKind: r.Kind + "List", Plural: r.Plural, Singular: strings.ToLower(r.Kind),
+				},
+				Scope: scope,
+				Versions: []apisv1alpha1.APIResourceVersion{{
+					Name: "v1", Served: true, Storage: true,
+					Schema: runtime.RawExtension{Raw: []byte(`{"type":"object","properties":{"spec":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}`)},
+				}},
+			},
+		}
+		if err := c.Create(ctx, schema); err != nil {
+			return fmt.Errorf("failed to create APIResourceSchema %s: %w", schema.Name, err)
+		}
+		export.Spec.Resources = append(export.Spec.Resources, apisv1alpha2.ResourceSchema{
+			Group: group, Name: r.Plural, Schema: schema.Name,
+			Storage: apisv1alpha2.ResourceSchemaStorage{CRD: &apisv1alpha2.ResourceSchemaStorageCRD{}},
+		})
+	}
+	if err := c.Create(ctx, export); err != nil {
+		return fmt.Errorf("failed to create APIExport %s: %w", group, err)
+	}
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(export), export); err != nil {
+			return false, err
+		}
+		return export.Status.IdentityHash != "", nil
+	})
+}
