@@ -14,15 +14,19 @@ CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 KUSTOMIZE ?= $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)
 GINKGO ?= $(LOCALBIN)/ginkgo-$(GINKGO_VERSION)
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
-# kcp, kcp-front-proxy, cache-server, sharded-test-server and apigen, built by
-# hack/build-kcp.sh from the tools module in hack/tools/kcp.
+# kcp, kcp-front-proxy, cache-server, sharded-test-server, apigen and kubectl,
+# built by hack/build-kcp.sh from the tools module in hack/tools/kcp.
 KCP ?= $(LOCALBIN)/kcp
 APIGEN ?= $(LOCALBIN)/apigen
+KUBECTL ?= $(LOCALBIN)/kubectl
 
 # The envtest suites start kcp from these binaries.
 export TEST_KCP_ASSETS ?= $(LOCALBIN)
 # kcp needs ~25s to become ready on an idle machine; leave room for a busy one.
 export TEST_KCP_START_TIMEOUT ?= 3m
+
+CONTROLLER_IMG ?= dependency-controller:latest
+WEBHOOK_IMG ?= dependency-webhook:latest
 
 GO_TEST_FLAGS ?= -race
 # Envtest suites start kcp and create workspaces; give them room on slow CI.
@@ -86,6 +90,21 @@ test: kcp ## Run unit tests and the envtest suites against a real kcp built from
 	go test $(GO_TEST_FLAGS) -timeout $(GO_TEST_TIMEOUT) ./...
 	cd staging/multicluster-provider-client && go test ./...
 
+# E2E_SHARD_CONFIG selects the kcp topology of the e2e suite: single-shard,
+# multi-shard, or both (default).
+E2E_SHARD_CONFIG ?= single-shard multi-shard
+# Logs and kcp state of the e2e runs.
+export E2E_ARTIFACTS ?= $(CURDIR)/.e2e
+
+.PHONY: test-e2e
+test-e2e: build ginkgo ## Run the e2e suite: both binaries as processes against kcp (E2E_SHARD_CONFIG=single-shard|multi-shard, default both).
+	@set -e; for cfg in $(E2E_SHARD_CONFIG); do \
+		echo "=== e2e on $$cfg kcp (logs in $(E2E_ARTIFACTS)/$$cfg)"; \
+		start=$$(date +%s); \
+		E2E_SHARD_CONFIG=$$cfg $(GINKGO) -v --no-color --tags e2e --timeout 30m ./test/e2e/; \
+		echo "=== e2e on $$cfg kcp passed in $$(( $$(date +%s) - start ))s"; \
+	done
+
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 	go test -run='^$$' -fuzz=FuzzParse -fuzztime=$${FUZZTIME:-30s} ./internal/fieldpath/
@@ -103,13 +122,43 @@ build: kcp ## Build the project's binaries (cmd/*) and the pinned kcp into bin/.
 	go build ./...
 	$(if $(wildcard cmd/*),go build -o $(LOCALBIN)/ ./cmd/...)
 
+##@ Deployment
+
+DEPCTRL_WORKSPACE ?= root:dep-ctrl
+export DEPCTRL_WORKSPACE
+
+.PHONY: deploy
+deploy: kubectl kustomize ## Apply the APIExport and RBAC into DEPCTRL_WORKSPACE (default root:dep-ctrl, created if missing) and root of the kcp in KUBECONFIG.
+	KUBECTL=$(KUBECTL) KUSTOMIZE=$(KUSTOMIZE) hack/deploy.sh deploy
+
+.PHONY: undeploy
+undeploy: kubectl kustomize ## Remove what deploy applied (the workspace is kept).
+	KUBECTL=$(KUBECTL) KUSTOMIZE=$(KUSTOMIZE) hack/deploy.sh undeploy
+
+.PHONY: deploy-shard
+deploy-shard: kubectl kustomize ## Apply config/shards/$(SHARD) to system:admin of a shard through SHARD_KUBECONFIG (direct to the shard, system:masters; context SHARD_CONTEXT).
+	KUBECTL=$(KUBECTL) KUSTOMIZE=$(KUSTOMIZE) hack/deploy.sh deploy-shard "$(SHARD)" "$(SHARD_KUBECONFIG)"
+
+.PHONY: undeploy-shard
+undeploy-shard: kubectl kustomize ## Remove config/shards/$(SHARD) from a shard.
+	KUBECTL=$(KUBECTL) KUSTOMIZE=$(KUSTOMIZE) hack/deploy.sh undeploy-shard "$(SHARD)" "$(SHARD_KUBECONFIG)"
+
+.PHONY: docker-build
+docker-build: ## Build the controller and webhook images (needs a Docker engine).
+	docker build --target controller -t $(CONTROLLER_IMG) .
+	docker build --target webhook -t $(WEBHOOK_IMG) .
+
 ##@ Tools
 
 $(LOCALBIN):
 	mkdir -p $(LOCALBIN)
 
+.PHONY: kubectl
+kubectl: $(LOCALBIN) ## Build kubectl (matching the pinned kcp) into bin/.
+	@hack/build-kcp.sh $(LOCALBIN) kubectl
+
 .PHONY: kcp
-kcp: $(LOCALBIN) ## Build kcp, kcp-front-proxy, cache-server, sharded-test-server and apigen (pinned in hack/tools/kcp) into bin/.
+kcp: $(LOCALBIN) ## Build kcp, kcp-front-proxy, cache-server, sharded-test-server, apigen and kubectl (pinned in hack/tools/kcp) into bin/.
 	@hack/build-kcp.sh $(LOCALBIN)
 
 .PHONY: apigen

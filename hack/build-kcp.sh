@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Usage: build-kcp.sh [output dir] [binary...]
 # Builds the pinned kcp binaries (kcp, kcp-front-proxy, cache-server,
-# sharded-test-server) and apigen from the tools module in hack/tools/kcp into
+# sharded-test-server), apigen and a matching kubectl from the tools module in
+# hack/tools/kcp into
 # the output directory (default: bin). With binary names, only those are built.
 # A binary is rebuilt only when it is missing or was built from other pins: a
 # stamp file next to it records the checksum of the tools module.
@@ -14,7 +15,7 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 tools="$root/hack/tools/kcp"
 
-all=(kcp kcp-front-proxy cache-server sharded-test-server apigen)
+all=(kcp kcp-front-proxy cache-server sharded-test-server apigen kubectl)
 binaries=("$@")
 [[ ${#binaries[@]} -gt 0 ]] || binaries=("${all[@]}")
 
@@ -25,6 +26,7 @@ pins=$(cat "$tools/go.mod" "$tools/go.sum" | sha256sum | cut -d' ' -f1)
 pkg() {
   case "$1" in
     apigen) echo github.com/kcp-dev/sdk/cmd/apigen ;;
+    kubectl) echo k8s.io/kubernetes/cmd/kubectl ;;
     kcp|kcp-front-proxy|cache-server|sharded-test-server) echo "github.com/kcp-dev/kcp/cmd/$1" ;;
     *) echo "unknown kcp tool: $1 (known: ${all[*]})" >&2; exit 1 ;;
   esac

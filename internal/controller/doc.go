@@ -8,8 +8,10 @@ package controller
 // webhook configurations and events in provider workspaces are reached
 // through the APIExport's virtual workspace, which checks apiexports/content
 // with the verb of each request; the permission claims of the APIExport do
-// the rest. Leases and events are for leader election.
+// the rest. Leases and events are for leader election; "access" on "/" lets
+// the controller into the workspace at all.
 //
+// +kubebuilder:rbac:urls=/,verbs=access
 // +kubebuilder:rbac:groups=apis.kcp.io,resources=apiexportendpointslices,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apis.kcp.io,resources=apiexports,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apis.kcp.io,resources=apiexports/content,verbs=get;list;watch;create;update;patch;delete

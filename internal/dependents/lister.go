@@ -7,6 +7,7 @@ package dependents
 // kcp reads this role from each shard's system:admin workspace; it is bound
 // there per shard (config/rbac/webhook-shard).
 //
+// +kubebuilder:rbac:urls=/,verbs=access
 // +kubebuilder:rbac:groups=*,resources=*,verbs=get;list
 
 import (

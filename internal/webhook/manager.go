@@ -55,7 +55,8 @@ type Options struct {
 // and serves the deletion validator at opts.Path on the manager's webhook
 // server (configure TLS in mgrOpts.WebhookServer). cfg must point at the
 // APIExport's workspace. The returned gate opens once all existing rules are
-// registered; /readyz fails until then.
+// registered; until then /readyz fails with the reason and every DELETE of a
+// protected object is denied with a message to retry.
 func NewManager(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Options) (mcmanager.Manager, *InitGate, error) {
 	base, workspace, err := kcp.WorkspaceConfig(cfg)
 	if err != nil {
@@ -73,7 +74,10 @@ func NewManager(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts man
 		return nil, nil, fmt.Errorf("failed to create client for %s: %w", workspace, err)
 	}
 	if _, err := kcp.VirtualWorkspaceURLs(ctx, direct, opts.APIExportName); err != nil {
-		return nil, nil, err
+		// Not fatal: the webhook serves (denying deletes with a retry
+		// message) and keeps trying, so that it recovers once RBAC is
+		// applied or kcp is reachable, instead of crash-looping.
+		log.FromContext(ctx).Error(err, "Cannot read the APIExportEndpointSlice yet; deletes of protected objects are denied until the rules are loaded")
 	}
 
 	reg := registry.New()

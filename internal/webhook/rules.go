@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,8 +31,9 @@ import (
 // InitGate is closed once the registry holds every rule that existed at
 // startup. Until then the webhook is not ready and denies every DELETE.
 type InitGate struct {
-	once sync.Once
-	done chan struct{}
+	once    sync.Once
+	done    chan struct{}
+	lastErr atomic.Pointer[error]
 }
 
 // NewInitGate returns a closed-for-business gate.
@@ -54,12 +56,21 @@ func (g *InitGate) Initialized() bool {
 	}
 }
 
-// ReadyzCheck is a healthz.Checker that fails until the gate is open.
+// ReadyzCheck is a healthz.Checker that fails until the gate is open,
+// saying why.
 func (g *InitGate) ReadyzCheck(_ *http.Request) error {
-	if !g.Initialized() {
-		return fmt.Errorf("the rule registry is not initialized yet")
+	if g.Initialized() {
+		return nil
 	}
-	return nil
+	if err := g.lastErr.Load(); err != nil {
+		return fmt.Errorf("the rule registry is not initialized yet: %w", *err)
+	}
+	return fmt.Errorf("the rule registry is not initialized yet")
+}
+
+// setError records why initialization has not succeeded yet.
+func (g *InitGate) setError(err error) {
+	g.lastErr.Store(&err)
 }
 
 // RuleCacheManager keeps the registry in step with DependencyRules: it is a
@@ -145,6 +156,7 @@ func (p *Populator) Start(ctx context.Context) error {
 	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Steps: 1 << 30, Cap: 30 * time.Second}
 	for !p.gate.Initialized() {
 		if err := p.SyncAll(ctx); err != nil {
+			p.gate.setError(err)
 			logger.Error(err, "Failed to list DependencyRules; the webhook denies deletes until it can", "retryIn", backoff.Duration)
 			select {
 			case <-ctx.Done():

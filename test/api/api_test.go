@@ -27,7 +27,7 @@ import (
 // sampleRule returns the design's example DependencyRule from
 // config/samples, with a generated name.
 func sampleRule() *unstructured.Unstructured {
-	objs, err := kcpenv.ReadYAMLFile(filepath.Join(kcpenv.RepoRoot(), "config", "samples", "dependencies_v1alpha1_dependencyrule.yaml"))
+	objs, err := kcpenv.ReadYAMLFile(filepath.Join(kcpenv.RepoRoot(), "config", "samples", "compute-provider", "dependencyrule.yaml"))
 	Expect(err).NotTo(HaveOccurred())
 	Expect(objs).To(HaveLen(1))
 	rule := objs[0]

@@ -1,6 +1,7 @@
 //go:build tools
 
-// Package tools records the kcp commands built by `make kcp`.
+// Package tools records the kcp commands (and the matching kubectl) built by
+// `make kcp`.
 package tools
 
 import (
@@ -9,4 +10,5 @@ import (
 	_ "github.com/kcp-dev/kcp/cmd/kcp-front-proxy"
 	_ "github.com/kcp-dev/kcp/cmd/sharded-test-server"
 	_ "github.com/kcp-dev/sdk/cmd/apigen"
+	_ "k8s.io/kubernetes/cmd/kubectl"
 )

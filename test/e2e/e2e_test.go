@@ -1,0 +1,284 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"sync"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+	"github.com/kcp-dev/multicluster-provider/envtest"
+	tenancyv1alpha1 "github.com/kcp-dev/sdk/apis/tenancy/v1alpha1"
+
+	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
+)
+
+var (
+	vpcs = schema.GroupVersionResource{Group: "network.test.io", Version: "v1", Resource: "vpcs"}
+	vms  = schema.GroupVersionResource{Group: "compute.test.io", Version: "v1", Resource: "virtualmachines"}
+)
+
+func object(gvr schema.GroupVersionResource, name string, spec map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+	u.SetAPIVersion(gvr.GroupVersion().String())
+	u.SetKind(map[string]string{"vpcs": "VPC", "virtualmachines": "VirtualMachine"}[gvr.Resource])
+	u.SetNamespace("default")
+	u.SetName(name)
+	return u
+}
+
+func vpc(name string) *unstructured.Unstructured { return object(vpcs, name, map[string]any{}) }
+
+func vm(name, vpcName string) *unstructured.Unstructured {
+	return object(vms, name, map[string]any{"vpcRef": map[string]any{"name": vpcName}})
+}
+
+func create(ctx context.Context, ws logicalcluster.Path, objs ...*unstructured.Unstructured) {
+	GinkgoHelper()
+	for _, o := range objs {
+		Eventually(func() error { return client.IgnoreAlreadyExists(cli.Cluster(ws).Create(ctx, o.DeepCopy())) }).
+			WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+	}
+}
+
+func remove(ctx context.Context, ws logicalcluster.Path, gvr schema.GroupVersionResource, name string) error {
+	return cli.Cluster(ws).Delete(ctx, object(gvr, name, nil))
+}
+
+// expectDenied waits until deleting the object is denied with a message
+// containing every part (with a dry run, which must get the same answer).
+func expectDenied(ctx context.Context, ws logicalcluster.Path, gvr schema.GroupVersionResource, name string, parts ...string) string {
+	GinkgoHelper()
+	var msg string
+	Eventually(func(g Gomega) {
+		err := cli.Cluster(ws).Delete(ctx, object(gvr, name, nil), client.DryRunAll)
+		g.Expect(err).To(HaveOccurred(), "the delete was allowed")
+		msg = err.Error()
+		for _, p := range parts {
+			g.Expect(msg).To(ContainSubstring(p))
+		}
+	}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+	return msg
+}
+
+func expectDeletable(ctx context.Context, ws logicalcluster.Path, gvr schema.GroupVersionResource, name string) {
+	GinkgoHelper()
+	Eventually(func() error { return remove(ctx, ws, gvr, name) }).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+}
+
+func sampleRule() *depv1alpha1.DependencyRule {
+	GinkgoHelper()
+	objs := readSample("compute-provider/dependencyrule.yaml")
+	rule := &depv1alpha1.DependencyRule{}
+	Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(objs[0].Object, rule)).To(Succeed())
+	return rule
+}
+
+func getConfig(ctx context.Context) (*admissionregistrationv1.ValidatingWebhookConfiguration, error) {
+	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	return cfg, cli.Cluster(network).Get(ctx, client.ObjectKey{Name: webhookconfig.Name}, cfg)
+}
+
+func expectConfigInstalled(ctx context.Context) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		cfg, err := getConfig(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(cfg.Webhooks).To(HaveLen(1))
+		g.Expect(cfg.Webhooks[0].Rules).To(HaveLen(1))
+		g.Expect(cfg.Webhooks[0].Rules[0].Resources).To(Equal([]string{"vpcs"}))
+		g.Expect(cfg.Webhooks[0].Rules[0].Operations).To(Equal([]admissionregistrationv1.OperationType{admissionregistrationv1.Delete}))
+	}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+}
+
+func expectConfigRemoved(ctx context.Context) {
+	GinkgoHelper()
+	Eventually(func() bool {
+		_, err := getConfig(ctx)
+		return apierrors.IsNotFound(err)
+	}).WithTimeout(timeout).WithPolling(interval).Should(BeTrue(), "the webhook configuration should be removed")
+}
+
+func updateRule(ctx context.Context, mutate func(*depv1alpha1.DependencyRule)) {
+	GinkgoHelper()
+	Eventually(func() error {
+		rule := &depv1alpha1.DependencyRule{}
+		if err := cli.Cluster(compute).Get(ctx, client.ObjectKey{Name: "vm-dependencies"}, rule); err != nil {
+			return err
+		}
+		mutate(rule)
+		return cli.Cluster(compute).Update(ctx, rule)
+	}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+}
+
+type warningCollector struct {
+	lock sync.Mutex
+	all  []string
+}
+
+func (w *warningCollector) HandleWarningHeaderWithContext(_ context.Context, _ int, _ string, text string) {
+	w.lock.Lock()
+	defer w.lock.Unlock()
+	w.all = append(w.all, text)
+}
+
+var _ = Describe("Deletion protection across workspaces", Ordered, func() {
+	It("installs the webhook configuration in the nested network provider workspace when the rule is created", func(ctx context.Context) {
+		Expect(cli.Cluster(compute).Create(ctx, sampleRule())).To(Succeed())
+		expectConfigInstalled(ctx)
+
+		Eventually(func(g Gomega) {
+			rule := &depv1alpha1.DependencyRule{}
+			g.Expect(cli.Cluster(compute).Get(ctx, client.ObjectKey{Name: "vm-dependencies"}, rule)).To(Succeed())
+			ready := meta.FindStatusCondition(rule.Status.Conditions, depv1alpha1.ConditionReady)
+			g.Expect(ready).NotTo(BeNil())
+			g.Expect(ready.Status).To(Equal(metav1.ConditionTrue), ready.Message)
+			g.Expect(ready.Message).To(ContainSubstring(network.String()))
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+	})
+
+	It("denies deleting a VPC while a VM references it, naming the VM", func(ctx context.Context) {
+		create(ctx, consumerA, vpc("vpc-a"), vm("vm-1", "vpc-a"), vm("vm-2", "vpc-a"))
+		msg := expectDenied(ctx, consumerA, vpcs, "vpc-a", "VirtualMachine/default/vm-1", "VirtualMachine/default/vm-2")
+		GinkgoWriter.Printf("kcp answered: %s\n", msg)
+	})
+
+	It("still denies it when one of two referencing VMs is removed", func(ctx context.Context) {
+		Expect(remove(ctx, consumerA, vms, "vm-1")).To(Succeed())
+		msg := expectDenied(ctx, consumerA, vpcs, "vpc-a", "still referenced by VirtualMachine/default/vm-2;")
+		Expect(msg).NotTo(ContainSubstring("vm-1"))
+	})
+
+	It("leaves another consumer's VPC of the same name deletable", func(ctx context.Context) {
+		create(ctx, consumerB, vpc("vpc-a"))
+		expectDeletable(ctx, consumerB, vpcs, "vpc-a")
+		expectDenied(ctx, consumerA, vpcs, "vpc-a", "VirtualMachine/default/vm-2")
+	})
+
+	It("protects VPCs in the consumer on the last shard", func(ctx context.Context) {
+		ws := &tenancyv1alpha1.Workspace{}
+		parent, name := consumerB.Split()
+		Expect(cli.Cluster(parent).Get(ctx, client.ObjectKey{Name: name}, ws)).To(Succeed())
+		shard := envtest.WorkspaceShardOrDie(GinkgoT(), cli, ws)
+		Expect(shard.Name).To(Equal(topo.Shards[len(topo.Shards)-1].Name))
+		if len(topo.Shards) > 1 {
+			Expect(shard.Name).NotTo(Equal("root"), "consumer-b must be on another shard than the providers")
+		}
+
+		create(ctx, consumerB, vpc("vpc-b"), vm("vm-b", "vpc-b"))
+		expectDenied(ctx, consumerB, vpcs, "vpc-b", "VirtualMachine/default/vm-b")
+	})
+
+	It("allows the delete with the skip-protection annotation, and warns", func(ctx context.Context) {
+		create(ctx, consumerA, vpc("vpc-skip"), vm("vm-skip", "vpc-skip"))
+		expectDenied(ctx, consumerA, vpcs, "vpc-skip", "VirtualMachine/default/vm-skip")
+
+		obj := vpc("vpc-skip")
+		Expect(cli.Cluster(consumerA).Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+		obj.SetAnnotations(map[string]string{depv1alpha1.AnnotationSkipProtection: "true"})
+		Expect(cli.Cluster(consumerA).Update(ctx, obj)).To(Succeed())
+
+		warnings := &warningCollector{}
+		cfg, err := topo.AdminConfig()
+		Expect(err).NotTo(HaveOccurred())
+		cfg = rest.CopyConfig(cfg)
+		cfg.Host += consumerA.RequestPath()
+		cfg.WarningHandlerWithContext = warnings
+		c, err := client.New(cfg, client.Options{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(c.Delete(ctx, vpc("vpc-skip"))).To(Succeed())
+		Expect(warnings.all).To(ContainElement(ContainSubstring("bypassed by kcp-admin")))
+	})
+
+	It("removes the configuration when the rule is deleted, and deletes are allowed", func(ctx context.Context) {
+		Expect(cli.Cluster(compute).Delete(ctx, sampleRule())).To(Succeed())
+		expectConfigRemoved(ctx)
+		create(ctx, consumerA, vpc("vpc-free"), vm("vm-free", "vpc-free"))
+		expectDeletable(ctx, consumerA, vpcs, "vpc-free")
+	})
+
+	It("protects again when the rule is recreated", func(ctx context.Context) {
+		Expect(cli.Cluster(compute).Create(ctx, sampleRule())).To(Succeed())
+		expectConfigInstalled(ctx)
+		expectDenied(ctx, consumerA, vpcs, "vpc-a", "VirtualMachine/default/vm-2")
+	})
+
+	It("enforces an in-place edit of fieldRef.path without recreating the rule", func(ctx context.Context) {
+		create(ctx, consumerA, vpc("vpc-backup"), object(vms, "vm-backup", map[string]any{"backupVPC": "vpc-backup"}))
+		expectDeletable(ctx, consumerA, vpcs, "vpc-backup")
+		create(ctx, consumerA, vpc("vpc-backup"))
+
+		updateRule(ctx, func(r *depv1alpha1.DependencyRule) { r.Spec.Dependencies[0].FieldRef.Path = ".spec.backupVPC" })
+		expectDenied(ctx, consumerA, vpcs, "vpc-backup", "VirtualMachine/default/vm-backup")
+		// .spec.vpcRef.name no longer counts; a dry run keeps vpc-a for later specs.
+		Eventually(func() error {
+			return cli.Cluster(consumerA).Delete(ctx, vpc("vpc-a"), client.DryRunAll)
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+
+		updateRule(ctx, func(r *depv1alpha1.DependencyRule) { r.Spec.Dependencies[0].FieldRef.Path = ".spec.vpcRef.name" })
+	})
+
+	It("follows [*] paths into lists", func(ctx context.Context) {
+		updateRule(ctx, func(r *depv1alpha1.DependencyRule) {
+			d := r.Spec.Dependencies[0]
+			d.FieldRef.Path = ".spec.nics[*].vpc"
+			r.Spec.Dependencies = append(r.Spec.Dependencies, d)
+		})
+		create(ctx, consumerA, vpc("vpc-nic"), object(vms, "vm-nics", map[string]any{
+			"nics": []any{map[string]any{"vpc": "other"}, map[string]any{"vpc": "vpc-nic"}},
+		}))
+		expectDenied(ctx, consumerA, vpcs, "vpc-nic", "VirtualMachine/default/vm-nics")
+	})
+
+	It("denies deletes after a webhook restart until its registry is initialized, then decides correctly", func(ctx context.Context) {
+		create(ctx, consumerA, vpc("vpc-unreferenced"))
+		webhookArgs := webhookProc.Args
+
+		By("restarting the webhook so that it cannot load the rules (no endpoint slice for its APIExport name)")
+		webhookProc.Stop()
+		webhookProc.Args = append(append([]string{}, webhookArgs...), "--api-export-name=not-deployed.example.com")
+		Expect(webhookProc.Start()).To(Succeed())
+		Eventually(func(g Gomega) {
+			err := cli.Cluster(consumerA).Delete(ctx, vpc("vpc-unreferenced"), client.DryRunAll)
+			g.Expect(err).To(HaveOccurred())
+			g.Expect(err.Error()).To(And(ContainSubstring("has not loaded all DependencyRules yet"), ContainSubstring("retry")))
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		Expect(webhookProc.Ready()).To(MatchError(ContainSubstring("/readyz: 500")), "/readyz must fail before initialization")
+
+		By("restarting it with its normal arguments")
+		webhookProc.Stop()
+		webhookProc.Args = webhookArgs
+		Expect(webhookProc.Start()).To(Succeed())
+		Eventually(webhookProc.Ready).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		expectDenied(ctx, consumerA, vpcs, "vpc-a", "VirtualMachine/default/vm-2")
+		expectDeletable(ctx, consumerA, vpcs, "vpc-unreferenced")
+	})
+
+	It("removes the stale configuration on restart when the rule was deleted while the controller was stopped", func(ctx context.Context) {
+		controllerProc.Stop()
+		Expect(cli.Cluster(compute).Delete(ctx, sampleRule())).To(Succeed())
+		Consistently(func() error {
+			_, err := getConfig(ctx)
+			return err
+		}).WithTimeout(3*interval*4).Should(Succeed(), "nothing else removes the configuration")
+
+		Expect(controllerProc.Start()).To(Succeed())
+		Eventually(controllerProc.Ready).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		expectConfigRemoved(ctx)
+		expectDeletable(ctx, consumerA, vpcs, "vpc-a")
+	})
+})

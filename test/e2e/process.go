@@ -1,0 +1,115 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Process is one of the project's binaries running as a separate process,
+// with its output in a log file.
+type Process struct {
+	Name    string
+	Binary  string
+	Args    []string
+	LogPath string
+	// HealthAddr is its health-probe address (host:port).
+	HealthAddr string
+
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Start starts the process; its output is appended to LogPath.
+func (p *Process) Start() error {
+	if _, err := os.Stat(p.Binary); err != nil {
+		return fmt.Errorf("%s not found (run `make build`): %w", p.Binary, err)
+	}
+	log, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(log, "\n===== %s %s %s\n", time.Now().Format(time.RFC3339), p.Binary, strings.Join(p.Args, " "))
+	p.cmd = exec.Command(p.Binary, p.Args...)
+	p.cmd.Stdout, p.cmd.Stderr = log, log
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		_ = log.Close()
+		return fmt.Errorf("failed to start %s: %w", p.Name, err)
+	}
+	p.done = make(chan struct{})
+	go func() {
+		_ = p.cmd.Wait()
+		_ = log.Close()
+		close(p.done)
+	}()
+	return nil
+}
+
+// Running reports whether the process has been started and not exited.
+func (p *Process) Running() bool {
+	if p.done == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Stop sends SIGTERM and waits for the process to exit.
+func (p *Process) Stop() {
+	if !p.Running() {
+		return
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// Ready returns nil if the process answers 200 on /readyz.
+func (p *Process) Ready() error {
+	if !p.Running() {
+		return fmt.Errorf("%s is not running; log:\n%s", p.Name, p.LogTail(30))
+	}
+	resp, err := http.Get("http://" + p.HealthAddr + "/readyz")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s /readyz: %s", p.Name, resp.Status)
+	}
+	return nil
+}
+
+// LogTail returns the last n lines of the log.
+func (p *Process) LogTail(n int) string {
+	data, err := os.ReadFile(p.LogPath)
+	if err != nil {
+		return err.Error()
+	}
+	lines := bytes.Split(bytes.TrimRight(data, "\n"), []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return string(bytes.Join(lines, []byte("\n")))
+}
+
+func binaryPath(binDir, name string) string {
+	return filepath.Join(binDir, name)
+}

@@ -1,0 +1,246 @@
+//go:build e2e
+
+// Package e2e runs the built controller and webhook as separate processes,
+// each with its own non-admin identity, against a kcp started from the built
+// binaries with one shard (E2E_SHARD_CONFIG=single-shard) or two shards, a
+// cache server and a front-proxy (multi-shard). Everything kcp-side is
+// installed with `make deploy` and `make deploy-shard`, so the shipped
+// manifests and RBAC are what is tested.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+	clusterclient "github.com/kcp-dev/multicluster-provider/client"
+	"github.com/kcp-dev/multicluster-provider/envtest"
+	apisv1alpha2 "github.com/kcp-dev/sdk/apis/apis/v1alpha2"
+
+	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
+)
+
+const (
+	timeout  = 90 * time.Second
+	interval = 250 * time.Millisecond
+)
+
+var (
+	shardConfig string
+	repo        = kcpenv.RepoRoot()
+	binDir      = filepath.Join(repo, "bin")
+	artifacts   string
+	topo        *Topology
+	cli         clusterclient.ClusterClient
+
+	depCtrl   = logicalcluster.NewPath("root:dep-ctrl")
+	network   = logicalcluster.NewPath("root:org:network-provider")
+	compute   = logicalcluster.NewPath("root:compute-provider")
+	consumerA = logicalcluster.NewPath("root:consumer-a")
+	consumerB = logicalcluster.NewPath("root:consumer-b")
+
+	controllerProc, webhookProc *Process
+)
+
+func TestE2E(t *testing.T) {
+	shardConfig = os.Getenv("E2E_SHARD_CONFIG")
+	if shardConfig == "" {
+		shardConfig = "single-shard"
+	}
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "e2e on "+shardConfig+" kcp")
+}
+
+var _ = BeforeSuite(func(ctx context.Context) {
+	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+
+	shards := map[string]int{"single-shard": 1, "multi-shard": 2}[shardConfig]
+	Expect(shards).NotTo(BeZero(), "E2E_SHARD_CONFIG must be single-shard or multi-shard, not %q", shardConfig)
+
+	artifacts = os.Getenv("E2E_ARTIFACTS")
+	if artifacts == "" {
+		artifacts = GinkgoT().TempDir()
+	}
+	artifacts = filepath.Join(artifacts, shardConfig)
+	Expect(os.RemoveAll(artifacts)).To(Succeed())
+	Expect(os.MkdirAll(artifacts, 0o755)).To(Succeed())
+	GinkgoWriter.Printf("Artifacts (kcp state and logs, process logs) in %s\n", artifacts)
+
+	By(fmt.Sprintf("starting kcp with %d shard(s)", shards))
+	start := time.Now()
+	var err error
+	topo, err = StartTopology(ctx, binDir, filepath.Join(artifacts, "kcp"), shards)
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(topo.Stop)
+	GinkgoWriter.Printf("kcp ready after %s\n", time.Since(start).Round(time.Second))
+
+	adminCfg, err := topo.AdminConfig()
+	Expect(err).NotTo(HaveOccurred())
+	cli, err = clusterclient.New(adminCfg, client.Options{Scheme: kcpenv.NewScheme()})
+	Expect(err).NotTo(HaveOccurred())
+
+	By("deploying with make deploy and make deploy-shard")
+	makeTarget("deploy", "KUBECONFIG="+topo.AdminKubeconfig, "DEPCTRL_WORKSPACE="+depCtrl.String())
+	for _, s := range topo.Shards {
+		makeTarget("deploy-shard", "SHARD="+s.Name, "SHARD_KUBECONFIG="+s.Kubeconfig, "SHARD_CONTEXT=system:admin")
+	}
+
+	By("creating the provider and consumer workspaces")
+	lastShard := topo.Shards[len(topo.Shards)-1].Name
+	org, _ := network.Parent()
+	for _, w := range []struct {
+		path  logicalcluster.Path
+		shard string
+	}{{org, "root"}, {network, lastShard}, {compute, "root"}, {consumerA, "root"}, {consumerB, lastShard}} {
+		parent, name := w.path.Split()
+		envtest.NewWorkspaceFixture(GinkgoT(), cli, parent, envtest.WithName("%s", name), envtest.WithShard(w.shard))
+	}
+
+	By("applying the samples: provider APIs and their bindings to the dependency API")
+	applySample(ctx, network, "network-provider/apiresourceschema-vpcs.yaml")
+	applySample(ctx, network, "network-provider/apiexport.yaml")
+	applySample(ctx, network, "network-provider/apibinding-dependencies.yaml")
+	applySample(ctx, compute, "compute-provider/apiresourceschema-virtualmachines.yaml")
+	applySample(ctx, compute, "compute-provider/apiexport.yaml")
+	applySample(ctx, compute, "compute-provider/apibinding-dependencies.yaml")
+	for _, c := range []logicalcluster.Path{consumerA, consumerB} {
+		applySample(ctx, c, "consumer/apibindings.yaml")
+	}
+	for _, ws := range []logicalcluster.Path{network, compute, consumerA, consumerB} {
+		waitBound(ctx, ws)
+	}
+
+	By("starting the webhook and the controller with their own identities")
+	certDir := filepath.Join(artifacts, "webhook-certs")
+	ca, err := kcpenv.WriteServingCerts(certDir, "127.0.0.1")
+	Expect(err).NotTo(HaveOccurred())
+	caFile := filepath.Join(artifacts, "webhook-ca.crt")
+	Expect(os.WriteFile(caFile, ca, 0o600)).To(Succeed())
+	webhookPort, err := kcpenv.FreePort()
+	Expect(err).NotTo(HaveOccurred())
+
+	webhookKubeconfig := filepath.Join(artifacts, "webhook.kubeconfig")
+	Expect(topo.WriteUserKubeconfig("dependency-webhook", depCtrl.String(), webhookKubeconfig)).To(Succeed())
+	controllerKubeconfig := filepath.Join(artifacts, "controller.kubeconfig")
+	Expect(topo.WriteUserKubeconfig("dependency-controller", depCtrl.String(), controllerKubeconfig)).To(Succeed())
+
+	webhookProc = &Process{
+		Name: "webhook", Binary: binaryPath(binDir, "webhook"), LogPath: filepath.Join(artifacts, "webhook.log"),
+		HealthAddr: freeAddr(),
+		Args: []string{
+			"--kubeconfig=" + webhookKubeconfig,
+			"--bind-address=127.0.0.1", fmt.Sprintf("--port=%d", webhookPort), "--cert-dir=" + certDir,
+			"--metrics-bind-address=0", "--resync-period=1m",
+		},
+	}
+	webhookProc.Args = append(webhookProc.Args, "--health-probe-bind-address="+webhookProc.HealthAddr)
+	controllerProc = &Process{
+		Name: "controller", Binary: binaryPath(binDir, "controller"), LogPath: filepath.Join(artifacts, "controller.log"),
+		HealthAddr: freeAddr(),
+		Args: []string{
+			"--kubeconfig=" + controllerKubeconfig,
+			fmt.Sprintf("--webhook-url=https://127.0.0.1:%d/validate", webhookPort),
+			"--webhook-ca-bundle=" + caFile,
+			"--metrics-bind-address=0",
+		},
+	}
+	controllerProc.Args = append(controllerProc.Args, "--health-probe-bind-address="+controllerProc.HealthAddr)
+	for _, p := range []*Process{webhookProc, controllerProc} {
+		Expect(p.Start()).To(Succeed())
+		DeferCleanup(p.Stop)
+		Eventually(p.Ready).WithTimeout(timeout).WithPolling(interval).Should(Succeed(), "%s log:\n%s", p.Name, p.LogTail(40))
+	}
+})
+
+var _ = ReportAfterEach(func(report SpecReport) {
+	if report.Failed() {
+		for _, p := range []*Process{controllerProc, webhookProc} {
+			if p != nil {
+				AddReportEntry(p.Name+" log", p.LogTail(60))
+			}
+		}
+	}
+})
+
+// makeTarget runs a make target of the repository with extra variables.
+func makeTarget(target string, vars ...string) {
+	GinkgoHelper()
+	cmd := exec.Command("make", append([]string{"-C", repo, target}, vars...)...)
+	out, err := cmd.CombinedOutput()
+	GinkgoWriter.Printf("make %s:\n%s\n", target, out)
+	Expect(err).NotTo(HaveOccurred(), "make %s failed:\n%s", target, out)
+}
+
+// applySample applies a file from config/samples into ws, with workspace
+// paths in references adjusted to this suite's workspaces.
+func applySample(ctx context.Context, ws logicalcluster.Path, file string) {
+	GinkgoHelper()
+	objs := readSample(file)
+	Eventually(func() error { return kcpenv.Apply(ctx, cli.Cluster(ws), objs...) }).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+}
+
+// readSample reads a file from config/samples, with workspace paths adjusted.
+func readSample(file string) []*unstructured.Unstructured {
+	GinkgoHelper()
+	objs, err := kcpenv.ReadYAMLFile(filepath.Join(repo, "config", "samples", file))
+	Expect(err).NotTo(HaveOccurred())
+	for _, o := range objs {
+		adjustPaths(o.Object)
+	}
+	return objs
+}
+
+// adjustPaths rewrites the sample's workspace paths (root:network-provider,
+// root:compute-provider) to the suite's.
+func adjustPaths(v any) {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, val := range x {
+			if s, ok := val.(string); ok && k == "path" {
+				switch s {
+				case "root:network-provider":
+					x[k] = network.String()
+				case "root:compute-provider":
+					x[k] = compute.String()
+				}
+				continue
+			}
+			adjustPaths(val)
+		}
+	case []any:
+		for _, e := range x {
+			adjustPaths(e)
+		}
+	}
+}
+
+func waitBound(ctx context.Context, ws logicalcluster.Path) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		list := &apisv1alpha2.APIBindingList{}
+		g.Expect(cli.Cluster(ws).List(ctx, list)).To(Succeed())
+		g.Expect(list.Items).NotTo(BeEmpty())
+		for _, b := range list.Items {
+			g.Expect(b.Status.Phase).To(Equal(apisv1alpha2.APIBindingPhaseBound), "APIBinding %s in %s", b.Name, ws)
+		}
+	}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+}
+
+func freeAddr() string {
+	port, err := kcpenv.FreePort()
+	Expect(err).NotTo(HaveOccurred())
+	return fmt.Sprintf("127.0.0.1:%d", port)
+}

@@ -1,0 +1,248 @@
+// Package manifests_test builds every kustomization under config/ and checks
+// the objects each one produces: what make deploy and make deploy-shard
+// apply, the samples, and the per-shard overlays.
+package manifests_test
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	apisv1alpha2 "github.com/kcp-dev/sdk/apis/apis/v1alpha2"
+
+	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
+)
+
+var configDir = filepath.Join(kcpenv.RepoRoot(), "config")
+
+func build(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	resMap, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(configDir, dir))
+	if err != nil {
+		t.Fatalf("kustomize build config/%s: %v", dir, err)
+	}
+	raw, err := resMap.AsYaml()
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := kcpenv.DecodeYAML(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) == 0 {
+		t.Fatalf("config/%s builds no objects", dir)
+	}
+	return objs
+}
+
+func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	return nil
+}
+
+func names(objs []*unstructured.Unstructured) []string {
+	var out []string
+	for _, o := range objs {
+		out = append(out, o.GetKind()+"/"+o.GetName())
+	}
+	sort.Strings(out)
+	return out
+}
+
+func convert[T any](t *testing.T, o *unstructured.Unstructured) *T {
+	t.Helper()
+	out := new(T)
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, out); err != nil {
+		t.Fatalf("%s/%s: %v", o.GetKind(), o.GetName(), err)
+	}
+	return out
+}
+
+// allows reports whether the role grants verb on group/resource (or on a
+// non-resource URL when group is "url").
+func allows(role *rbacv1.ClusterRole, group, resource, verb string) bool {
+	match := func(list []string, s string) bool { return slices.Contains(list, s) || slices.Contains(list, "*") }
+	for _, r := range role.Rules {
+		if group == "url" {
+			if match(r.NonResourceURLs, resource) && match(r.Verbs, verb) {
+				return true
+			}
+			continue
+		}
+		if match(r.APIGroups, group) && match(r.Resources, resource) && match(r.Verbs, verb) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkRBAC checks that every binding refers to a role in the same build and
+// binds the expected user, and returns the roles by name.
+func checkRBAC(t *testing.T, objs []*unstructured.Unstructured, users map[string]string) map[string]*rbacv1.ClusterRole {
+	t.Helper()
+	roles := map[string]*rbacv1.ClusterRole{}
+	for _, o := range objs {
+		if o.GetKind() == "ClusterRole" {
+			roles[o.GetName()] = convert[rbacv1.ClusterRole](t, o)
+		}
+	}
+	for _, o := range objs {
+		if o.GetKind() != "ClusterRoleBinding" {
+			continue
+		}
+		b := convert[rbacv1.ClusterRoleBinding](t, o)
+		if _, ok := roles[b.RoleRef.Name]; !ok || b.RoleRef.Kind != "ClusterRole" {
+			t.Errorf("ClusterRoleBinding %s refers to %s %s, which the build does not contain", b.Name, b.RoleRef.Kind, b.RoleRef.Name)
+		}
+		want, ok := users[b.Name]
+		if !ok {
+			t.Errorf("unexpected ClusterRoleBinding %s", b.Name)
+			continue
+		}
+		if len(b.Subjects) != 1 || b.Subjects[0].Kind != rbacv1.UserKind || b.Subjects[0].Name != want {
+			t.Errorf("ClusterRoleBinding %s binds %+v, want User %s", b.Name, b.Subjects, want)
+		}
+	}
+	for name := range users {
+		if find(objs, "ClusterRoleBinding", name) == nil {
+			t.Errorf("ClusterRoleBinding %s missing", name)
+		}
+	}
+	return roles
+}
+
+func TestDepCtrlWorkspace(t *testing.T) {
+	objs := build(t, "deploy/dep-ctrl")
+
+	export := find(objs, "APIExport", "dependencies.opendefense.cloud")
+	if export == nil {
+		t.Fatalf("no APIExport in %v", names(objs))
+	}
+	spec := convert[apisv1alpha2.APIExport](t, export).Spec
+	if len(spec.Resources) != 1 || spec.Resources[0].Name != "dependencyrules" || find(objs, "APIResourceSchema", spec.Resources[0].Schema) == nil {
+		t.Errorf("APIExport resources %+v do not match an APIResourceSchema of the build %v", spec.Resources, names(objs))
+	}
+	claims := map[string][]string{}
+	for _, c := range spec.PermissionClaims {
+		claims[c.Group+"/"+c.Resource] = c.Verbs
+	}
+	for _, v := range []string{"get", "list", "watch", "create", "update", "patch", "delete"} {
+		if !slices.Contains(claims["admissionregistration.k8s.io/validatingwebhookconfigurations"], v) {
+			t.Errorf("the validatingwebhookconfigurations claim lacks %q: %v", v, claims)
+		}
+	}
+	if !slices.Contains(claims["/events"], "create") {
+		t.Errorf("no claim to create events: %v", claims)
+	}
+
+	roles := checkRBAC(t, objs, map[string]string{"dependency-controller": "dependency-controller", "dependency-webhook": "dependency-webhook"})
+	controller, webhook := roles["dependency-controller"], roles["dependency-webhook"]
+	for _, check := range []struct {
+		role                  *rbacv1.ClusterRole
+		group, resource, verb string
+	}{
+		{controller, "url", "/", "access"},
+		{controller, "apis.kcp.io", "apiexportendpointslices", "get"},
+		{controller, "apis.kcp.io", "apiexports/content", "list"},
+		{controller, "apis.kcp.io", "apiexports/content", "update"},
+		{controller, "coordination.k8s.io", "leases", "update"},
+		{webhook, "url", "/", "access"},
+		{webhook, "apis.kcp.io", "apiexportendpointslices", "get"},
+		{webhook, "apis.kcp.io", "apiexports/content", "watch"},
+	} {
+		if check.role == nil || !allows(check.role, check.group, check.resource, check.verb) {
+			t.Errorf("role %v does not allow %s on %s %s", check.role, check.verb, check.group, check.resource)
+		}
+	}
+	if allows(webhook, "apis.kcp.io", "apiexports/content", "update") {
+		t.Errorf("the webhook only reads through the virtual workspace")
+	}
+}
+
+func TestRootWorkspace(t *testing.T) {
+	objs := build(t, "deploy/root")
+	roles := checkRBAC(t, objs, map[string]string{"dependency-controller-workspace-reader": "dependency-controller"})
+	reader := roles["dependency-controller-workspace-reader"]
+	if !allows(reader, "url", "/", "access") || !allows(reader, "tenancy.kcp.io", "workspaces", "get") {
+		t.Errorf("the workspace reader cannot enter workspaces and read Workspaces: %+v", reader)
+	}
+	if allows(reader, "tenancy.kcp.io", "workspaces", "create") {
+		t.Errorf("the workspace reader may create workspaces")
+	}
+}
+
+func TestShardOverlays(t *testing.T) {
+	entries, err := os.ReadDir(filepath.Join(configDir, "shards"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlays := 0
+	for _, e := range entries {
+		if !e.IsDir() || e.Name() == "base" {
+			continue
+		}
+		overlays++
+		t.Run(e.Name(), func(t *testing.T) {
+			objs := build(t, filepath.Join("shards", e.Name()))
+			roles := checkRBAC(t, objs, map[string]string{
+				"dependency-webhook-dependents-reader":   "dependency-webhook",
+				"dependency-controller-workspace-reader": "dependency-controller",
+			})
+			reader := roles["dependency-webhook-dependents-reader"]
+			if !allows(reader, "url", "/", "access") || !allows(reader, "example.io", "anything", "list") {
+				t.Errorf("the webhook cannot list dependents of any type: %+v", reader)
+			}
+			if allows(reader, "example.io", "anything", "delete") || allows(reader, "example.io", "anything", "watch") {
+				t.Errorf("the webhook's shard role grants more than get and list: %+v", reader)
+			}
+			for _, o := range objs {
+				if got := o.GetLabels()["dependencies.opendefense.cloud/shard"]; got != e.Name() {
+					t.Errorf("%s/%s is labelled for shard %q, want %q", o.GetKind(), o.GetName(), got, e.Name())
+				}
+			}
+		})
+	}
+	if overlays < 2 {
+		t.Errorf("expected overlays for at least two shards, found %d", overlays)
+	}
+}
+
+func TestEveryKustomizationBuilds(t *testing.T) {
+	var dirs []string
+	err := filepath.WalkDir(configDir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.Name() == "kustomization.yaml" {
+			rel, _ := filepath.Rel(configDir, filepath.Dir(path))
+			dirs = append(dirs, rel)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dirs) < 10 {
+		t.Fatalf("found only %d kustomizations: %v", len(dirs), dirs)
+	}
+	for _, dir := range dirs {
+		t.Run(dir, func(t *testing.T) {
+			objs := build(t, dir)
+			if strings.HasPrefix(dir, "samples/compute-provider") && find(objs, "DependencyRule", "vm-dependencies") == nil {
+				t.Errorf("the compute provider sample has no DependencyRule: %v", names(objs))
+			}
+		})
+	}
+}
