@@ -41,6 +41,18 @@ all: build
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*##"; printf "Usage:\n  make \033[36m<target>\033[0m\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
 
+##@ Run locally
+
+.PHONY: run-local
+run-local: build kubectl kustomize ## Start a local kcp (state in .kcp/), deploy, create a demo topology, run controller and webhook; Ctrl-C stops everything.
+	@go build -o $(LOCALBIN)/localdev ./hack/localdev
+	@$(LOCALBIN)/localdev run
+
+.PHONY: demo
+demo: build kubectl kustomize ## Scripted walkthrough on a fresh local kcp; fails on any unexpected answer, cleans up after itself.
+	@go build -o $(LOCALBIN)/localdev ./hack/localdev
+	@$(LOCALBIN)/localdev demo
+
 ##@ Development
 
 .PHONY: manifests

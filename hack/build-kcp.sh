@@ -44,6 +44,18 @@ for p in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
   ldflags+=" -X ${p}.buildDate=1970-01-01T00:00:00Z"
 done
 
+# wait_timeout <pid> <seconds> returns 0 when the process has exited, 1 if
+# it is still running after the given time.
+wait_timeout() {
+  local i
+  for ((i = 0; i < $2; i++)); do
+    kill -0 "$1" 2>/dev/null || return 0
+    sleep 1
+  done
+  kill -0 "$1" 2>/dev/null && return 1
+  return 0
+}
+
 cd "$tools"
 for b in "${binaries[@]}"; do
   target=$(pkg "$b")
@@ -54,7 +66,14 @@ for b in "${binaries[@]}"; do
   echo "Building ${b} from kcp ${kcp_version} pins (the first kcp build takes several minutes)..."
   start=$SECONDS
   rm -f "$stamp"
-  CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" -o "$out/$b" "$target"
+  # The first build compiles kcp and its Kubernetes fork (minutes); show that
+  # it is alive.
+  CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" -o "$out/$b" "$target" &
+  pid=$!
+  while ! wait_timeout "$pid" 30; do
+    echo "  still building ${b} ($((SECONDS - start))s elapsed)..."
+  done
+  wait "$pid"
   echo "$pins" > "$stamp"
   echo "Built ${out}/${b} in $((SECONDS - start))s"
 done

@@ -52,7 +52,7 @@ var (
 	consumerA = logicalcluster.NewPath("root:consumer-a")
 	consumerB = logicalcluster.NewPath("root:consumer-b")
 
-	controllerProc, webhookProc *Process
+	controllerProc, webhookProc *kcpenv.Process
 )
 
 func TestE2E(t *testing.T) {
@@ -137,8 +137,8 @@ var _ = BeforeSuite(func(ctx context.Context) {
 	controllerKubeconfig := filepath.Join(artifacts, "controller.kubeconfig")
 	Expect(topo.WriteUserKubeconfig("dependency-controller", depCtrl.String(), controllerKubeconfig)).To(Succeed())
 
-	webhookProc = &Process{
-		Name: "webhook", Binary: binaryPath(binDir, "webhook"), LogPath: filepath.Join(artifacts, "webhook.log"),
+	webhookProc = &kcpenv.Process{
+		Name: "webhook", Binary: filepath.Join(binDir, "webhook"), LogPath: filepath.Join(artifacts, "webhook.log"),
 		HealthAddr: freeAddr(),
 		Args: []string{
 			"--kubeconfig=" + webhookKubeconfig,
@@ -147,8 +147,8 @@ var _ = BeforeSuite(func(ctx context.Context) {
 		},
 	}
 	webhookProc.Args = append(webhookProc.Args, "--health-probe-bind-address="+webhookProc.HealthAddr)
-	controllerProc = &Process{
-		Name: "controller", Binary: binaryPath(binDir, "controller"), LogPath: filepath.Join(artifacts, "controller.log"),
+	controllerProc = &kcpenv.Process{
+		Name: "controller", Binary: filepath.Join(binDir, "controller"), LogPath: filepath.Join(artifacts, "controller.log"),
 		HealthAddr: freeAddr(),
 		Args: []string{
 			"--kubeconfig=" + controllerKubeconfig,
@@ -158,7 +158,7 @@ var _ = BeforeSuite(func(ctx context.Context) {
 		},
 	}
 	controllerProc.Args = append(controllerProc.Args, "--health-probe-bind-address="+controllerProc.HealthAddr)
-	for _, p := range []*Process{webhookProc, controllerProc} {
+	for _, p := range []*kcpenv.Process{webhookProc, controllerProc} {
 		Expect(p.Start()).To(Succeed())
 		DeferCleanup(p.Stop)
 		Eventually(p.Ready).WithTimeout(timeout).WithPolling(interval).Should(Succeed(), "%s log:\n%s", p.Name, p.LogTail(40))
@@ -167,7 +167,7 @@ var _ = BeforeSuite(func(ctx context.Context) {
 
 var _ = ReportAfterEach(func(report SpecReport) {
 	if report.Failed() {
-		for _, p := range []*Process{controllerProc, webhookProc} {
+		for _, p := range []*kcpenv.Process{controllerProc, webhookProc} {
 			if p != nil {
 				AddReportEntry(p.Name+" log", p.LogTail(60))
 			}

@@ -1,6 +1,4 @@
-//go:build e2e
-
-package e2e
+package kcpenv
 
 import (
 	"bytes"
@@ -8,14 +6,13 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 )
 
-// Process is one of the project's binaries running as a separate process,
-// with its output in a log file.
+// Process is a binary (kcp, or one of the project's) running as a separate
+// process in its own process group, with its output in a log file.
 type Process struct {
 	Name    string
 	Binary  string
@@ -31,7 +28,7 @@ type Process struct {
 // Start starts the process; its output is appended to LogPath.
 func (p *Process) Start() error {
 	if _, err := os.Stat(p.Binary); err != nil {
-		return fmt.Errorf("%s not found (run `make build`): %w", p.Binary, err)
+		return fmt.Errorf("%s not found (run `make build kcp`): %w", p.Binary, err)
 	}
 	log, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -81,7 +78,12 @@ func (p *Process) Stop() {
 	}
 }
 
-// Ready returns nil if the process answers 200 on /readyz.
+// Done is closed when the process exits.
+func (p *Process) Done() <-chan struct{} {
+	return p.done
+}
+
+// Ready returns nil if the process answers 200 on http://HealthAddr/readyz.
 func (p *Process) Ready() error {
 	if !p.Running() {
 		return fmt.Errorf("%s is not running; log:\n%s", p.Name, p.LogTail(30))
@@ -108,8 +110,4 @@ func (p *Process) LogTail(n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return string(bytes.Join(lines, []byte("\n")))
-}
-
-func binaryPath(binDir, name string) string {
-	return filepath.Join(binDir, name)
 }
