@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -16,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
@@ -83,49 +80,26 @@ type Reconciler struct {
 	recorder EventRecorderFunc
 	opts     Options
 
-	vwConfig   *rest.Config
-	httpClient *http.Client
-	scheme     *runtime.Scheme
-
-	lock      sync.Mutex
-	vwClients map[string]*kcp.ClusterClients
+	vw *kcp.VirtualWorkspaceClients
 }
 
 // NewReconciler returns a Reconciler. local reads the workspace of the
 // APIExport; vwConfig carries the credentials for its virtual workspace
 // (any host); resolver resolves workspace paths.
 func NewReconciler(local client.Reader, vwConfig *rest.Config, resolver *kcp.WorkspaceResolver, recorder EventRecorderFunc, opts Options) (*Reconciler, error) {
-	httpClient, err := rest.HTTPClientFor(vwConfig)
+	vw, err := kcp.NewVirtualWorkspaceClients(vwConfig, scheme.New(), scheme.RESTMapper())
 	if err != nil {
-		return nil, fmt.Errorf("failed to create HTTP client for the virtual workspace: %w", err)
+		return nil, err
 	}
-	return &Reconciler{
-		local:      local,
-		resolver:   resolver,
-		recorder:   recorder,
-		opts:       opts,
-		vwConfig:   rest.CopyConfig(vwConfig),
-		httpClient: httpClient,
-		scheme:     scheme.New(),
-		vwClients:  map[string]*kcp.ClusterClients{},
-	}, nil
-}
-
-// shard is the virtual workspace of the APIExport on one shard.
-type shard struct {
-	url     string
-	clients *kcp.ClusterClients
-}
-
-func (s shard) cluster(name logicalcluster.Name) (client.Client, error) {
-	return s.clients.Cluster(name.Path())
+	return &Reconciler{local: local, resolver: resolver, recorder: recorder, opts: opts, vw: vw}, nil
 }
 
 // observed is the state of all shards at the start of a reconcile.
 type observed struct {
 	rules []depv1alpha1.DependencyRule
-	// shards by logical cluster, for every workspace that binds the export
-	shardOf map[logicalcluster.Name]shard
+	// the virtual workspace of the shard of every workspace that binds the
+	// export, by logical cluster
+	shardOf map[logicalcluster.Name]*kcp.ClusterClients
 	// managed webhook configurations by logical cluster
 	configs map[logicalcluster.Name]*admissionregistrationv1.ValidatingWebhookConfiguration
 }
@@ -180,15 +154,15 @@ func (r *Reconciler) observe(ctx context.Context) (*observed, error) {
 		return nil, err
 	}
 	state := &observed{
-		shardOf: map[logicalcluster.Name]shard{},
+		shardOf: map[logicalcluster.Name]*kcp.ClusterClients{},
 		configs: map[logicalcluster.Name]*admissionregistrationv1.ValidatingWebhookConfiguration{},
 	}
 	for _, url := range urls {
-		s, err := r.shard(url)
+		s, err := r.vw.For(url)
 		if err != nil {
 			return nil, err
 		}
-		all, err := s.clients.Cluster(logicalcluster.NewPath(kcp.Wildcard))
+		all, err := s.Cluster(logicalcluster.NewPath(kcp.Wildcard))
 		if err != nil {
 			return nil, err
 		}
@@ -248,7 +222,7 @@ func (r *Reconciler) reconcileTarget(ctx context.Context, state *observed, t web
 	}
 	logger = logger.WithValues("cluster", cluster)
 
-	c, err := s.cluster(cluster)
+	c, err := s.Cluster(cluster.Path())
 	if err != nil {
 		return targetResult{cluster: cluster, installErr: err}
 	}
@@ -309,7 +283,7 @@ func (r *Reconciler) prune(ctx context.Context, state *observed, results map[str
 		if !ok {
 			continue // listed, so bound; only possible if the binding went away in between
 		}
-		c, err := s.cluster(cluster)
+		c, err := s.Cluster(cluster.Path())
 		if err == nil {
 			err = c.Delete(ctx, cfg, client.Preconditions{UID: &cfg.UID})
 		}
@@ -337,7 +311,7 @@ func (r *Reconciler) updateStatus(ctx context.Context, state *observed, rule *de
 	if !ok {
 		return fmt.Errorf("no shard known for the workspace of rule %s", webhookconfig.RuleKey(rule))
 	}
-	c, err := s.cluster(cluster)
+	c, err := s.Cluster(cluster.Path())
 	if err != nil {
 		return err
 	}
@@ -381,23 +355,6 @@ func (r *Reconciler) recordTransitions(ctx context.Context, rule *depv1alpha1.De
 		}
 		recorder.Eventf(rule, nil, eventType, reason, "Reconcile", "%s", c.Message)
 	}
-}
-
-// shard returns the clients for the virtual workspace at url.
-func (r *Reconciler) shard(url string) (shard, error) {
-	r.lock.Lock()
-	defer r.lock.Unlock()
-	if c, ok := r.vwClients[url]; ok {
-		return shard{url: url, clients: c}, nil
-	}
-	cfg := rest.CopyConfig(r.vwConfig)
-	cfg.Host = url
-	c, err := kcp.NewClusterClients(cfg, r.httpClient, r.scheme, scheme.RESTMapper())
-	if err != nil {
-		return shard{}, err
-	}
-	r.vwClients[url] = c
-	return shard{url: url, clients: c}, nil
 }
 
 // ClusterName converts a logical cluster name to a multicluster-runtime

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -47,12 +48,16 @@ var webhookOpts = webhookconfig.Options{
 // startController runs the controller, as cmd/controller does, against the
 // dep-ctrl workspace until the returned function is called.
 func startController(depCtrl logicalcluster.Path, opts webhookconfig.Options, triggers <-chan event.GenericEvent) (stop func()) {
+	return startControllerWith(depCtrl, func() webhookconfig.Options { return opts }, triggers)
+}
+
+func startControllerWith(depCtrl logicalcluster.Path, opts func() webhookconfig.Options, triggers <-chan event.GenericEvent) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cfg := rest.CopyConfig(kcpConfig)
 	cfg.Host += depCtrl.RequestPath()
 	mgr, err := controller.NewManager(ctx, cfg, controller.Options{
 		APIExportName: kcpenv.DepCtrlExportName,
-		Webhook:       func() webhookconfig.Options { return opts },
+		Webhook:       opts,
 		ResyncPeriod:  time.Hour,
 	}, manager.Options{
 		Metrics:                metricsserver.Options{BindAddress: "0"},
@@ -299,20 +304,38 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 		expectProtects(ctx, network, "network.test.io/v1/vpcs [DELETE]")
 		expectProtects(ctx, nested, "storage.test.io/v1/volumes [DELETE]")
 
-		stop()
-		rotated := webhookOpts
-		rotated.URL = "https://webhook.example:8443/validate"
-		rotated.CABundle = []byte("rotated")
-		triggers := make(chan event.GenericEvent, 1)
-		stop = startController(depCtrl, rotated, triggers)
-		for _, ws := range []logicalcluster.Path{network, nested} {
-			Eventually(func(g Gomega) {
-				cfg, err := getConfig(ctx, ws)
-				g.Expect(err).NotTo(HaveOccurred())
-				g.Expect(cfg.Webhooks[0].ClientConfig.URL).To(Equal(ptr.To(rotated.URL)))
-				g.Expect(cfg.Webhooks[0].ClientConfig.CABundle).To(Equal(rotated.CABundle))
-			}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		expectWebhook := func(url string, ca []byte) {
+			GinkgoHelper()
+			for _, ws := range []logicalcluster.Path{network, nested} {
+				Eventually(func(g Gomega) {
+					cfg, err := getConfig(ctx, ws)
+					g.Expect(err).NotTo(HaveOccurred())
+					g.Expect(cfg.Webhooks[0].ClientConfig.URL).To(Equal(ptr.To(url)))
+					g.Expect(cfg.Webhooks[0].ClientConfig.CABundle).To(Equal(ca))
+				}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+			}
 		}
+
+		By("restarting with another URL and CA bundle")
+		stop()
+		var lock sync.Mutex
+		current := webhookOpts
+		current.URL = "https://webhook.example:8443/validate"
+		current.CABundle = []byte("rotated")
+		triggers := make(chan event.GenericEvent, 1)
+		stop = startControllerWith(depCtrl, func() webhookconfig.Options {
+			lock.Lock()
+			defer lock.Unlock()
+			return current
+		}, triggers)
+		expectWebhook("https://webhook.example:8443/validate", []byte("rotated"))
+
+		By("rotating the CA bundle while running: a trigger rolls it out without a restart")
+		lock.Lock()
+		current.CABundle = []byte("rotated again")
+		lock.Unlock()
+		triggers <- event.GenericEvent{Object: &metav1.PartialObjectMetadata{}}
+		expectWebhook("https://webhook.example:8443/validate", []byte("rotated again"))
 		Expect(cli.Cluster(compute).Delete(ctx, &depv1alpha1.DependencyRule{ObjectMeta: metav1.ObjectMeta{Name: "vm-to-vpc-2"}})).To(Succeed())
 		expectNoConfig(ctx, network)
 		expectNoConfig(ctx, nested)
@@ -388,5 +411,22 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 		expectNoConfig(ctx, compute)
 		Expect(cli.Cluster(compute).Delete(ctx, vmToVPC)).To(Succeed())
 		expectNoConfig(ctx, network)
+	})
+})
+
+var _ = Describe("Controller startup", func() {
+	It("fails with a clear error when the kubeconfig does not point at a workspace", func(ctx context.Context) {
+		_, err := controller.NewManager(ctx, rest.CopyConfig(kcpConfig), controller.Options{APIExportName: kcpenv.DepCtrlExportName}, manager.Options{}, nil)
+		Expect(err).To(MatchError(ContainSubstring("does not point at a kcp workspace: it must end with /clusters/<workspace path>")))
+	})
+
+	It("fails with a clear error when the workspace has no APIExportEndpointSlice for the export", func(ctx context.Context) {
+		empty := workspace(ctx, core.RootCluster.Path(), "not-dep-ctrl", nil)
+		cfg := rest.CopyConfig(kcpConfig)
+		cfg.Host += empty.RequestPath()
+		_, err := controller.NewManager(ctx, cfg, controller.Options{APIExportName: kcpenv.DepCtrlExportName}, manager.Options{}, nil)
+		Expect(err).To(MatchError(And(
+			ContainSubstring(`APIExportEndpointSlice "dependencies.opendefense.cloud" not found`),
+			ContainSubstring("is the kubeconfig pointing at the workspace of the APIExport"))))
 	})
 })

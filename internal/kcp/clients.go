@@ -3,6 +3,7 @@ package kcp
 import (
 	"fmt"
 	"net/http"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -61,4 +62,43 @@ func (c *ClusterClients) Cluster(cluster logicalcluster.Path) (client.Client, er
 		return nil, fmt.Errorf("failed to create client for %s: %w", cfg.Host, err)
 	}
 	return cl, nil
+}
+
+// VirtualWorkspaceClients hands out ClusterClients for the URLs of an
+// APIExport's virtual workspace (one per shard), creating each once. All
+// share one HTTP client built from the given config, whose host is ignored.
+type VirtualWorkspaceClients struct {
+	cfg        *rest.Config
+	httpClient *http.Client
+	scheme     *runtime.Scheme
+	mapper     meta.RESTMapper
+
+	lock  sync.Mutex
+	byURL map[string]*ClusterClients
+}
+
+// NewVirtualWorkspaceClients returns clients with the credentials of cfg.
+func NewVirtualWorkspaceClients(cfg *rest.Config, scheme *runtime.Scheme, mapper meta.RESTMapper) (*VirtualWorkspaceClients, error) {
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("failed to create HTTP client for the virtual workspace: %w", err)
+	}
+	return &VirtualWorkspaceClients{cfg: rest.CopyConfig(cfg), httpClient: httpClient, scheme: scheme, mapper: mapper, byURL: map[string]*ClusterClients{}}, nil
+}
+
+// For returns the clients for the virtual workspace at url.
+func (v *VirtualWorkspaceClients) For(url string) (*ClusterClients, error) {
+	v.lock.Lock()
+	defer v.lock.Unlock()
+	if c, ok := v.byURL[url]; ok {
+		return c, nil
+	}
+	cfg := rest.CopyConfig(v.cfg)
+	cfg.Host = url
+	c, err := NewClusterClients(cfg, v.httpClient, v.scheme, v.mapper)
+	if err != nil {
+		return nil, err
+	}
+	v.byURL[url] = c
+	return c, nil
 }

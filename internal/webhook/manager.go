@@ -106,7 +106,11 @@ func NewManager(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts man
 		Complete(NewRuleCacheManager(mgr, reg)); err != nil {
 		return nil, nil, fmt.Errorf("failed to set up the rule registry controller: %w", err)
 	}
-	if err := mgr.GetLocalManager().Add(NewPopulator(direct, opts.APIExportName, cfg, reg, gate, opts.ResyncPeriod)); err != nil {
+	vw, err := kcp.NewVirtualWorkspaceClients(cfg, s, scheme.RESTMapper())
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := mgr.GetLocalManager().Add(NewPopulator(direct, opts.APIExportName, vw, reg, gate, opts.ResyncPeriod)); err != nil {
 		return nil, nil, err
 	}
 

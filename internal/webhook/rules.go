@@ -11,7 +11,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -25,7 +24,6 @@ import (
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
-	"github.com/opendefensecloud/dependency-controller/internal/scheme"
 )
 
 // InitGate is closed once the registry holds every rule that existed at
@@ -136,18 +134,16 @@ func (h bindingHandler) deleteCluster(binding client.Object) {
 type Populator struct {
 	local      client.Reader
 	exportName string
-	vwConfig   *rest.Config
+	vw         *kcp.VirtualWorkspaceClients
 	registry   *registry.Registry
 	gate       *InitGate
 	resync     time.Duration
-
-	clients map[string]*kcp.ClusterClients
 }
 
 // NewPopulator returns a Populator. local reads the APIExport's workspace;
-// vwConfig carries the credentials for the virtual workspace.
-func NewPopulator(local client.Reader, exportName string, vwConfig *rest.Config, reg *registry.Registry, gate *InitGate, resync time.Duration) *Populator {
-	return &Populator{local: local, exportName: exportName, vwConfig: rest.CopyConfig(vwConfig), registry: reg, gate: gate, resync: resync, clients: map[string]*kcp.ClusterClients{}}
+// vw reaches its virtual workspace.
+func NewPopulator(local client.Reader, exportName string, vw *kcp.VirtualWorkspaceClients, reg *registry.Registry, gate *InitGate, resync time.Duration) *Populator {
+	return &Populator{local: local, exportName: exportName, vw: vw, registry: reg, gate: gate, resync: resync}
 }
 
 // Start implements manager.Runnable.
@@ -204,15 +200,9 @@ func (p *Populator) SyncAll(ctx context.Context) error {
 }
 
 func (p *Populator) syncShard(ctx context.Context, url string) error {
-	clients, ok := p.clients[url]
-	if !ok {
-		cfg := rest.CopyConfig(p.vwConfig)
-		cfg.Host = url
-		var err error
-		if clients, err = kcp.NewClusterClients(cfg, nil, scheme.New(), scheme.RESTMapper()); err != nil {
-			return err
-		}
-		p.clients[url] = clients
+	clients, err := p.vw.For(url)
+	if err != nil {
+		return err
 	}
 	all, err := clients.Cluster(logicalcluster.NewPath(kcp.Wildcard))
 	if err != nil {

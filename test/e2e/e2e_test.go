@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/kcp-dev/logicalcluster/v3"
 	"github.com/kcp-dev/multicluster-provider/envtest"
+	apisv1alpha2 "github.com/kcp-dev/sdk/apis/apis/v1alpha2"
 	tenancyv1alpha1 "github.com/kcp-dev/sdk/apis/tenancy/v1alpha1"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
@@ -280,5 +282,24 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 		Eventually(controllerProc.Ready).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
 		expectConfigRemoved(ctx)
 		expectDeletable(ctx, consumerA, vpcs, "vpc-a")
+	})
+
+	It("removes what it deployed with make undeploy and make undeploy-shard", func(ctx context.Context) {
+		controllerProc.Stop()
+		webhookProc.Stop()
+		makeTarget("undeploy", "KUBECONFIG="+topo.AdminKubeconfig, "DEPCTRL_WORKSPACE="+depCtrl.String())
+		for _, s := range topo.Shards {
+			makeTarget("undeploy-shard", "SHARD="+s.Name, "SHARD_KUBECONFIG="+s.Kubeconfig, "SHARD_CONTEXT=system:admin")
+		}
+		for _, obj := range []client.Object{
+			&apisv1alpha2.APIExport{ObjectMeta: metav1.ObjectMeta{Name: "dependencies.opendefense.cloud"}},
+			&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "dependency-controller"}},
+			&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "dependency-webhook"}},
+		} {
+			err := cli.Cluster(depCtrl).Get(ctx, client.ObjectKeyFromObject(obj), obj)
+			Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%T %s still exists in %s: %v", obj, obj.GetName(), depCtrl, err)
+		}
+		err := cli.Cluster(logicalcluster.NewPath("root")).Get(ctx, client.ObjectKey{Name: "dependency-controller-workspace-reader"}, &rbacv1.ClusterRole{})
+		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the workspace reader role still exists in root: %v", err)
 	})
 })
