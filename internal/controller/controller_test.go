@@ -18,10 +18,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kcp-dev/logicalcluster/v3"
 	"github.com/kcp-dev/multicluster-provider/envtest"
@@ -52,31 +50,16 @@ func startController(depCtrl logicalcluster.Path, opts webhookconfig.Options, tr
 }
 
 func startControllerWith(depCtrl logicalcluster.Path, opts func() webhookconfig.Options, triggers <-chan event.GenericEvent) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
 	cfg := rest.CopyConfig(kcpConfig)
 	cfg.Host += depCtrl.RequestPath()
-	mgr, err := controller.NewManager(ctx, cfg, controller.Options{
+	mgr, err := controller.NewManager(context.Background(), cfg, controller.Options{
 		APIExportName: kcpenv.DepCtrlExportName,
 		Webhook:       opts,
 		ResyncPeriod:  time.Hour,
-	}, manager.Options{
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		// The suite starts the controller more than once in one process.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	}, triggers)
+	}, kcpenv.TestManagerOptions(), triggers)
 	Expect(err).NotTo(HaveOccurred())
-
-	done := make(chan struct{})
-	go func() {
-		defer GinkgoRecover()
-		defer close(done)
-		Expect(mgr.Start(ctx)).To(Succeed())
-	}()
-	return func() {
-		cancel()
-		<-done
-	}
+	stopManager := kcpenv.RunInBackground(mgr.Start)
+	return func() { Expect(stopManager()).To(Succeed()) }
 }
 
 // workspace creates a workspace under parent; if bind is set it binds the

@@ -4,14 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -20,13 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/kcp-dev/logicalcluster/v3"
@@ -132,57 +125,6 @@ func expectDeletable(ctx context.Context, ws logicalcluster.Path, gvr schema.Gro
 	}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
 }
 
-// warnings collects the warnings kcp returns.
-type warnings struct {
-	lock sync.Mutex
-	all  []string
-}
-
-func (w *warnings) HandleWarningHeaderWithContext(_ context.Context, _ int, _ string, text string) {
-	w.lock.Lock()
-	defer w.lock.Unlock()
-	w.all = append(w.all, text)
-}
-
-// startWebhook runs the webhook, as cmd/webhook does, against the dep-ctrl
-// workspace and returns its URL and CA.
-func startWebhook(depCtrl logicalcluster.Path) (url string, caBundle []byte, gate *webhook.InitGate) {
-	certDir := GinkgoT().TempDir()
-	ca, err := kcpenv.WriteServingCerts(certDir, "127.0.0.1")
-	Expect(err).NotTo(HaveOccurred())
-	port, err := kcpenv.FreePort()
-	Expect(err).NotTo(HaveOccurred())
-
-	ctx, cancel := context.WithCancel(context.Background())
-	cfg := rest.CopyConfig(kcpConfig)
-	cfg.Host += depCtrl.RequestPath()
-	mgr, gate, err := webhook.NewManager(ctx, cfg, webhook.Options{
-		APIExportName:   kcpenv.DepCtrlExportName,
-		Path:            "/validate",
-		RequestTimeout:  4 * time.Second,
-		MaxBlockers:     10,
-		ResyncPeriod:    time.Minute,
-		MetricsRegistry: prometheus.NewRegistry(),
-	}, manager.Options{
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-		WebhookServer:          ctrlwebhook.NewServer(ctrlwebhook.Options{Host: "127.0.0.1", Port: port, CertDir: certDir}),
-	})
-	Expect(err).NotTo(HaveOccurred())
-	done := make(chan struct{})
-	go func() {
-		defer GinkgoRecover()
-		defer close(done)
-		Expect(mgr.Start(ctx)).To(Succeed())
-	}()
-	DeferCleanup(func() {
-		cancel()
-		<-done
-	})
-	return fmt.Sprintf("https://127.0.0.1:%d/validate", port), ca, gate
-}
-
 func installWebhookConfig(ctx context.Context, ws logicalcluster.Path, name, url string, ca []byte, resources ...schema.GroupVersionResource) {
 	GinkgoHelper()
 	cfg := webhookconfig.Build(webhookconfig.Target{Path: ws, Resources: resources}, webhookconfig.Options{
@@ -247,9 +189,12 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 		}
 		Expect(cli.Cluster(compute).Create(ctx, gatewayRule)).To(Succeed())
 
-		url, ca, gate := startWebhook(depCtrl)
-		Eventually(gate.Initialized).WithTimeout(timeout).Should(BeTrue())
-		installWebhookConfig(ctx, network, webhookconfig.Name, url, ca, vpcGVR, routerGVR)
+		depCtrlConfig := rest.CopyConfig(kcpConfig)
+		depCtrlConfig.Host += depCtrl.RequestPath()
+		wh, err := kcpenv.StartWebhook(ctx, depCtrlConfig, GinkgoT().TempDir())
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(wh.Stop)
+		installWebhookConfig(ctx, network, webhookconfig.Name, wh.URL, wh.CABundle, vpcGVR, routerGVR)
 	})
 
 	It("denies deleting a VPC that a VM references, naming the VM, and allows it once the VM is gone", func(ctx context.Context) {
@@ -324,14 +269,14 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 		vpc.SetAnnotations(map[string]string{depv1alpha1.AnnotationSkipProtection: "true"})
 		Expect(cli.Cluster(consumer).Update(ctx, vpc)).To(Succeed())
 
-		collected := &warnings{}
+		collected := &kcpenv.WarningCollector{}
 		cfg := rest.CopyConfig(kcpConfig)
 		cfg.Host += consumer.RequestPath()
 		cfg.WarningHandlerWithContext = collected
 		c, err := client.New(cfg, client.Options{})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(deleteObject(ctx, c, vpcGVR, "default", "vpc-skip")).To(Succeed())
-		Expect(collected.all).To(ContainElement(And(ContainSubstring("bypassed by admin"), ContainSubstring(depv1alpha1.AnnotationSkipProtection))))
+		Expect(collected.Warnings()).To(ContainElement(And(ContainSubstring("bypassed by admin"), ContainSubstring(depv1alpha1.AnnotationSkipProtection))))
 	})
 
 	It("follows in-place rule edits and rule deletion", func(ctx context.Context) {

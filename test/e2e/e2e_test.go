@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"sync"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -27,6 +26,7 @@ import (
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
+	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
 )
 
 var (
@@ -127,17 +127,6 @@ func updateRule(ctx context.Context, mutate func(*depv1alpha1.DependencyRule)) {
 	}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
 }
 
-type warningCollector struct {
-	lock sync.Mutex
-	all  []string
-}
-
-func (w *warningCollector) HandleWarningHeaderWithContext(_ context.Context, _ int, _ string, text string) {
-	w.lock.Lock()
-	defer w.lock.Unlock()
-	w.all = append(w.all, text)
-}
-
 var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 	It("installs the webhook configuration in the nested network provider workspace when the rule is created", func(ctx context.Context) {
 		Expect(cli.Cluster(compute).Create(ctx, sampleRule())).To(Succeed())
@@ -194,7 +183,7 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 		obj.SetAnnotations(map[string]string{depv1alpha1.AnnotationSkipProtection: "true"})
 		Expect(cli.Cluster(consumerA).Update(ctx, obj)).To(Succeed())
 
-		warnings := &warningCollector{}
+		warnings := &kcpenv.WarningCollector{}
 		cfg, err := topo.AdminConfig()
 		Expect(err).NotTo(HaveOccurred())
 		cfg = rest.CopyConfig(cfg)
@@ -203,7 +192,7 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 		c, err := client.New(cfg, client.Options{})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(c.Delete(ctx, vpc("vpc-skip"))).To(Succeed())
-		Expect(warnings.all).To(ContainElement(ContainSubstring("bypassed by kcp-admin")))
+		Expect(warnings.Warnings()).To(ContainElement(ContainSubstring("bypassed by kcp-admin")))
 	})
 
 	It("removes the configuration when the rule is deleted, and deletes are allowed", func(ctx context.Context) {

@@ -18,8 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -28,14 +26,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/kcp-dev/logicalcluster/v3"
 	clusterclient "github.com/kcp-dev/multicluster-provider/client"
@@ -43,7 +36,6 @@ import (
 	"github.com/kcp-dev/sdk/apis/core"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
-	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
 )
@@ -98,9 +90,13 @@ func TestMeasure(t *testing.T) {
 		},
 	}))
 
-	url, ca := startWebhook(t, depCtrl, cfg)
+	depCtrlConfig := rest.CopyConfig(cfg)
+	depCtrlConfig.Host += depCtrl.RequestPath()
+	server, err := kcpenv.StartWebhook(ctx, depCtrlConfig, t.TempDir())
+	must(t, err)
+	t.Cleanup(func() { _ = server.Stop() })
 	wh := webhookconfig.Build(webhookconfig.Target{Path: network, Resources: []schema.GroupVersionResource{vpcs}},
-		webhookconfig.Options{URL: url, CABundle: ca, TimeoutSeconds: 10, FailurePolicy: admissionregistrationv1.Fail})
+		webhookconfig.Options{URL: server.URL, CABundle: server.CABundle, TimeoutSeconds: 10, FailurePolicy: admissionregistrationv1.Fail})
 	must(t, cli.Cluster(network).Create(ctx, wh))
 
 	consumerCfg := rest.CopyConfig(cfg)
@@ -224,40 +220,4 @@ func createDependents(t *testing.T, dyn dynamic.Interface, ns string, n int) {
 		t.Fatal(err)
 	default:
 	}
-}
-
-func startWebhook(t *testing.T, depCtrl logicalcluster.Path, kcpConfig *rest.Config) (string, []byte) {
-	t.Helper()
-	certDir := t.TempDir()
-	ca, err := kcpenv.WriteServingCerts(certDir, "127.0.0.1")
-	must(t, err)
-	port, err := kcpenv.FreePort()
-	must(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	cfg := rest.CopyConfig(kcpConfig)
-	cfg.Host += depCtrl.RequestPath()
-	mgr, gate, err := webhook.NewManager(ctx, cfg, webhook.Options{
-		APIExportName: kcpenv.DepCtrlExportName, Path: "/validate", RequestTimeout: 8 * time.Second,
-		MaxBlockers: 10, ResyncPeriod: time.Hour, MetricsRegistry: prometheus.NewRegistry(),
-	}, manager.Options{
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-		WebhookServer:          ctrlwebhook.NewServer(ctrlwebhook.Options{Host: "127.0.0.1", Port: port, CertDir: certDir}),
-	})
-	must(t, err)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = mgr.Start(ctx)
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	deadline := time.Now().Add(time.Minute)
-	for !gate.Initialized() {
-		if time.Now().After(deadline) {
-			t.Fatal("webhook registry not initialized")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return fmt.Sprintf("https://127.0.0.1:%d/validate", port), ca
 }

@@ -1,0 +1,114 @@
+package kcpenv
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/opendefensecloud/dependency-controller/internal/webhook"
+)
+
+// RunInBackground calls start with a context that the returned function
+// cancels; the returned function then waits for start to return and returns
+// its error.
+func RunInBackground(start func(context.Context) error) (stop func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- start(ctx) }()
+	return func() error {
+		cancel()
+		return <-done
+	}
+}
+
+// TestManagerOptions are manager options for running the project's managers
+// in a test process: no metrics or probe listeners, and controller names may
+// repeat because suites start managers more than once.
+func TestManagerOptions() manager.Options {
+	return manager.Options{
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	}
+}
+
+// Webhook is a webhook server started by StartWebhook.
+type Webhook struct {
+	// URL is the validating endpoint, https://127.0.0.1:<port>/validate.
+	URL string
+	// CABundle is the PEM CA of the serving certificate.
+	CABundle []byte
+	// Gate opens when the rule registry is initialized.
+	Gate *webhook.InitGate
+	// Stop stops the webhook and returns the manager's error.
+	Stop func() error
+}
+
+// StartWebhook runs the webhook as cmd/webhook does, with the credentials
+// and workspace of depCtrl (a config whose host ends with the dep-ctrl
+// workspace), serving TLS on 127.0.0.1 with a certificate from a new CA in
+// certDir, and waits until its registry is initialized.
+func StartWebhook(ctx context.Context, depCtrl *rest.Config, certDir string) (*Webhook, error) {
+	ca, err := WriteServingCerts(certDir, "127.0.0.1")
+	if err != nil {
+		return nil, err
+	}
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	opts := TestManagerOptions()
+	opts.WebhookServer = ctrlwebhook.NewServer(ctrlwebhook.Options{Host: "127.0.0.1", Port: port, CertDir: certDir})
+	mgr, gate, err := webhook.NewManager(ctx, depCtrl, webhook.Options{
+		APIExportName:   DepCtrlExportName,
+		Path:            "/validate",
+		RequestTimeout:  8 * time.Second,
+		MaxBlockers:     10,
+		ResyncPeriod:    time.Minute,
+		MetricsRegistry: prometheus.NewRegistry(),
+	}, opts)
+	if err != nil {
+		return nil, err
+	}
+	w := &Webhook{URL: fmt.Sprintf("https://127.0.0.1:%d/validate", port), CABundle: ca, Gate: gate, Stop: RunInBackground(mgr.Start)}
+	deadline := time.Now().Add(time.Minute)
+	for !gate.Initialized() {
+		if time.Now().After(deadline) {
+			_ = w.Stop()
+			return nil, fmt.Errorf("the webhook's rule registry was not initialized within a minute")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return w, nil
+}
+
+// WarningCollector records the warnings an API server returns; set it as
+// rest.Config.WarningHandlerWithContext.
+type WarningCollector struct {
+	lock     sync.Mutex
+	warnings []string
+}
+
+// HandleWarningHeaderWithContext implements rest.WarningHandlerWithContext.
+func (w *WarningCollector) HandleWarningHeaderWithContext(_ context.Context, _ int, _ string, text string) {
+	w.lock.Lock()
+	defer w.lock.Unlock()
+	w.warnings = append(w.warnings, text)
+}
+
+// Warnings returns the warnings received so far.
+func (w *WarningCollector) Warnings() []string {
+	w.lock.Lock()
+	defer w.lock.Unlock()
+	return append([]string(nil), w.warnings...)
+}
