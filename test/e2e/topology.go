@@ -13,15 +13,15 @@ import (
 	"fmt"
 	"math/big"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
 )
 
 // FrontProxyURL is where kcp's sharded-test-server serves its front-proxy; the
@@ -47,8 +47,7 @@ type Topology struct {
 	// Shards are the shards, root first.
 	Shards []Shard
 
-	cmd  *exec.Cmd
-	done chan error
+	proc *kcpenv.Process
 }
 
 // StartTopology starts kcp with the given number of shards and waits until
@@ -71,26 +70,23 @@ func StartTopology(ctx context.Context, binDir, dir string, shards int) (*Topolo
 	if err := os.WriteFile(filepath.Join(dir, "test", "e2e", "framework", "auth-tokens.csv"), []byte("unused-token,unused,0,\"none\"\n"), 0o600); err != nil {
 		return nil, err
 	}
-	logFile, err := os.Create(filepath.Join(dir, "sharded-test-server.log"))
-	if err != nil {
+	proc := &kcpenv.Process{
+		Name:   "sharded-test-server",
+		Binary: filepath.Join(binDir, "sharded-test-server"),
+		Args: []string{
+			"--number-of-shards=" + strconv.Itoa(shards),
+			"--work-dir-path=" + dir,
+			"--log-dir-path=" + filepath.Join(dir, "logs"),
+			"--quiet",
+		},
+		LogPath: filepath.Join(dir, "sharded-test-server.log"),
+		Dir:     dir,
+		Env:     []string{"PATH=" + binDir + ":" + os.Getenv("PATH"), "NO_GORUN=1"},
+	}
+	if err := proc.Start(); err != nil {
 		return nil, err
 	}
-
-	cmd := exec.Command(filepath.Join(binDir, "sharded-test-server"),
-		"--number-of-shards="+strconv.Itoa(shards),
-		"--work-dir-path="+dir,
-		"--log-dir-path="+filepath.Join(dir, "logs"),
-		"--quiet",
-	)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "PATH="+binDir+":"+os.Getenv("PATH"), "NO_GORUN=1")
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("failed to start sharded-test-server: %w", err)
-	}
-	t := &Topology{Dir: dir, AdminKubeconfig: filepath.Join(dir, ".kcp", "admin.kubeconfig"), cmd: cmd, done: make(chan error, 1)}
-	go func() { t.done <- cmd.Wait(); _ = logFile.Close() }()
+	t := &Topology{Dir: dir, AdminKubeconfig: filepath.Join(dir, ".kcp", "admin.kubeconfig"), proc: proc}
 	for i := range shards {
 		name := "root"
 		if i > 0 {
@@ -106,8 +102,8 @@ func StartTopology(ctx context.Context, binDir, dir string, shards int) (*Topolo
 			return t, nil
 		}
 		select {
-		case err := <-t.done:
-			return nil, fmt.Errorf("sharded-test-server exited before kcp was ready (see %s): %w", logFile.Name(), err)
+		case <-proc.Done():
+			return nil, fmt.Errorf("sharded-test-server exited before kcp was ready; see %s", proc.LogPath)
 		case <-ctx.Done():
 			t.Stop()
 			return nil, ctx.Err()
@@ -115,23 +111,14 @@ func StartTopology(ctx context.Context, binDir, dir string, shards int) (*Topolo
 		}
 		if time.Now().After(deadline) {
 			t.Stop()
-			return nil, fmt.Errorf("kcp not ready after 5 minutes; see %s", logFile.Name())
+			return nil, fmt.Errorf("kcp not ready after 5 minutes; see %s", proc.LogPath)
 		}
 	}
 }
 
 // Stop stops every process of the topology.
 func (t *Topology) Stop() {
-	if t.cmd == nil || t.cmd.Process == nil {
-		return
-	}
-	_ = syscall.Kill(-t.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-t.done:
-	case <-time.After(30 * time.Second):
-		_ = syscall.Kill(-t.cmd.Process.Pid, syscall.SIGKILL)
-		<-t.done
-	}
+	t.proc.Stop()
 }
 
 // AdminConfig returns an admin REST config for the front-proxy, without a

@@ -20,6 +20,10 @@ type Process struct {
 	LogPath string
 	// HealthAddr is its health-probe address (host:port).
 	HealthAddr string
+	// Dir is the working directory; empty means the current one.
+	Dir string
+	// Env is added to the environment of the current process.
+	Env []string
 
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -36,6 +40,10 @@ func (p *Process) Start() error {
 	}
 	fmt.Fprintf(log, "\n===== %s %s %s\n", time.Now().Format(time.RFC3339), p.Binary, strings.Join(p.Args, " "))
 	p.cmd = exec.Command(p.Binary, p.Args...)
+	p.cmd.Dir = p.Dir
+	if len(p.Env) > 0 {
+		p.cmd.Env = append(os.Environ(), p.Env...)
+	}
 	p.cmd.Stdout, p.cmd.Stderr = log, log
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {
