@@ -44,12 +44,12 @@ help: ## Show this help.
 ##@ Run locally
 
 .PHONY: run-local
-run-local: build kubectl kustomize ## Start a local kcp (state in .kcp/), deploy, create a demo topology, run controller and webhook; Ctrl-C stops everything.
+run-local: build kcp kustomize ## Start a local kcp (state in .kcp/), deploy, create a demo topology, run controller and webhook; Ctrl-C stops everything.
 	@go build -o $(LOCALBIN)/localdev ./hack/localdev
 	@$(LOCALBIN)/localdev run
 
 .PHONY: demo
-demo: build kubectl kustomize ## Scripted walkthrough on a fresh local kcp; fails on any unexpected answer, cleans up after itself.
+demo: build kcp kustomize ## Scripted walkthrough on a fresh local kcp; fails on any unexpected answer, cleans up after itself.
 	@go build -o $(LOCALBIN)/localdev ./hack/localdev
 	@$(LOCALBIN)/localdev demo
 
@@ -86,7 +86,8 @@ lint: golangci-lint ## Run golangci-lint.
 	$(GOLANGCI_LINT) run ./...
 
 .PHONY: verify
-verify: generate manifests ## Fail if generated files are stale, code is not gofmt'ed, go.mod is untidy, or vet/lint complain.
+verify: generate manifests ## Fail if generated files are stale, build output is tracked, code is not gofmt'ed, go.mod is untidy, or vet/lint complain.
+	@hack/verify-tracked-files.sh
 	@hack/verify-clean.sh 'generated files (run "make generate manifests")' api config
 	@test -z "$$(gofmt -s -l $$(git ls-files '*.go'))" || { echo "gofmt -s needed on:"; gofmt -s -l $$(git ls-files '*.go'); exit 1; }
 	go mod tidy
@@ -109,7 +110,7 @@ E2E_SHARD_CONFIG ?= single-shard multi-shard
 export E2E_ARTIFACTS ?= $(CURDIR)/.e2e
 
 .PHONY: test-e2e
-test-e2e: build ginkgo ## Run the e2e suite: both binaries as processes against kcp (E2E_SHARD_CONFIG=single-shard|multi-shard, default both).
+test-e2e: build kcp ginkgo ## Run the e2e suite: both binaries as processes against kcp (E2E_SHARD_CONFIG=single-shard|multi-shard, default both).
 	@set -e; for cfg in $(E2E_SHARD_CONFIG); do \
 		echo "=== e2e on $$cfg kcp (logs in $(E2E_ARTIFACTS)/$$cfg)"; \
 		start=$$(date +%s); \
@@ -134,9 +135,8 @@ bench: ## Run the Go benchmarks of the DELETE hot path (field paths, list decodi
 ##@ Build
 
 .PHONY: build
-build: kcp ## Build the project's binaries (cmd/*) and the pinned kcp into bin/.
-	go build ./...
-	$(if $(wildcard cmd/*),go build -o $(LOCALBIN)/ ./cmd/...)
+build: $(LOCALBIN) ## Build the project's binaries (bin/controller, bin/webhook); kcp is built by `make kcp`.
+	go build -o $(LOCALBIN)/ ./cmd/...
 
 ##@ Deployment
 
