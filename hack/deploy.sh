@@ -1,14 +1,10 @@
 #!/usr/bin/env bash
 # Applies (or removes) the project's kcp-side objects. Used by the Makefile:
 #
-#   deploy.sh deploy                           into DEPCTRL_WORKSPACE and root
+#   deploy.sh deploy      into DEPCTRL_WORKSPACE
 #   deploy.sh undeploy
-#   deploy.sh deploy-shard <shard> <kubeconfig> into system:admin of one shard
-#   deploy.sh undeploy-shard <shard> <kubeconfig>
 #
-# KUBECONFIG must point at kcp (any workspace; the front-proxy for deploy, the
-# shard itself with a system:masters identity for deploy-shard; SHARD_CONTEXT
-# selects that identity's context if it is not the current one).
+# KUBECONFIG must point at kcp through the front-proxy (any workspace).
 # DEPCTRL_WORKSPACE is the workspace path of the dep-ctrl workspace (default
 # root:dep-ctrl); missing workspaces on the way are created.
 set -euo pipefail
@@ -73,39 +69,19 @@ case "$cmd" in
     ensure_workspace "$DEPCTRL_WORKSPACE"
     echo "Applying config/deploy/dep-ctrl (DependencyRule APIResourceSchema and APIExport, controller and webhook RBAC) to $DEPCTRL_WORKSPACE:"
     build config/deploy/dep-ctrl | k "$DEPCTRL_WORKSPACE" apply -f -
-    echo "Applying config/deploy/root (workspace path resolution RBAC) to root:"
-    build config/deploy/root | k root apply -f -
-    k "$DEPCTRL_WORKSPACE" wait --for=jsonpath='{.metadata.name}'=dependencies.opendefense.cloud --timeout=60s \
+    # kcp creates the APIExportEndpointSlice of the export shortly after it.
+    k "$DEPCTRL_WORKSPACE" wait --for=create --timeout=60s \
       apiexportendpointslices.apis.kcp.io/dependencies.opendefense.cloud >/dev/null
     echo "Deployed to $base: the APIExport dependencies.opendefense.cloud is in $DEPCTRL_WORKSPACE."
-    echo "Next: apply the per-shard RBAC to every shard (make deploy-shard), and point the controller and webhook at $base/clusters/$DEPCTRL_WORKSPACE."
+    echo "Next: run the controller and the webhook with kubeconfigs pointing at $base/clusters/$DEPCTRL_WORKSPACE (docs/operations.md)."
     ;;
   undeploy)
     base=$(server_base)
-    echo "Removing config/deploy/root from root:"
-    build config/deploy/root | k root delete --ignore-not-found -f -
     echo "Removing config/deploy/dep-ctrl from $DEPCTRL_WORKSPACE:"
     build config/deploy/dep-ctrl | k "$DEPCTRL_WORKSPACE" delete --ignore-not-found -f -
     echo "The workspace $DEPCTRL_WORKSPACE itself is kept."
     ;;
-  deploy-shard|undeploy-shard)
-    shard=${2:-} kubeconfig=${3:-}
-    [[ -n "$shard" && -n "$kubeconfig" ]] || die "usage: $0 $cmd <shard> <shard kubeconfig>"
-    [[ -d "$root_dir/config/shards/$shard" ]] || die "no overlay config/shards/$shard; see config/shards/README.md to add a shard"
-    export KUBECONFIG=$kubeconfig
-    if [[ -n "${SHARD_CONTEXT:-}" ]]; then
-      context_args=(--context "$SHARD_CONTEXT")
-    fi
-    base=$(server_base)
-    if [[ "$cmd" == deploy-shard ]]; then
-      echo "Applying config/shards/$shard to system:admin of the shard at $base:"
-      build "config/shards/$shard" | k system:admin apply -f -
-    else
-      echo "Removing config/shards/$shard from system:admin of the shard at $base:"
-      build "config/shards/$shard" | k system:admin delete --ignore-not-found -f -
-    fi
-    ;;
   *)
-    die "usage: $0 deploy|undeploy|deploy-shard <shard> <kubeconfig>|undeploy-shard <shard> <kubeconfig>"
+    die "usage: $0 deploy|undeploy"
     ;;
 esac

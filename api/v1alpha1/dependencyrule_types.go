@@ -17,7 +17,8 @@ const (
 // Condition types reported in DependencyRuleStatus.Conditions.
 const (
 	// ConditionReady summarizes the other conditions: True when every
-	// protected workspace was resolved and has its webhook installed.
+	// protected workspace was resolved and has its webhook installed, and
+	// the webhook reports no problem with the dependent type.
 	ConditionReady = "Ready"
 	// ConditionTargetsResolved is True when every apiExportRef.path of the
 	// rule was resolved to a logical cluster.
@@ -30,6 +31,13 @@ const (
 	// does not affect Ready: objects on such a cycle can protect each other
 	// from deletion, and the skip-protection annotation breaks the cycle.
 	ConditionDependencyCycle = "DependencyCycle"
+	// ConditionDependentsIndexed is written by the webhook: True when it
+	// indexes the dependents of the rule through the dependent's APIExport
+	// on every shard, False (naming what to fix) when it cannot: the
+	// APIExport is not in the rule's workspace or does not serve the
+	// dependent type, or its provider has not granted the webhook read
+	// access to it.
+	ConditionDependentsIndexed = "DependentsIndexed"
 )
 
 // DependencyRuleSpec declares that objects of the dependent type reference
@@ -168,7 +176,7 @@ type DependencyRuleStatus struct {
 	DependencyCount int32 `json:"dependencyCount,omitempty"`
 
 	// Conditions describe the state of the rule: Ready, TargetsResolved,
-	// WebhooksInstalled and DependencyCycle.
+	// WebhooksInstalled, DependencyCycle and DependentsIndexed.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -19,6 +19,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/cabundle"
 	"github.com/opendefensecloud/dependency-controller/internal/command"
 	"github.com/opendefensecloud/dependency-controller/internal/controller"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 )
 
@@ -47,18 +48,26 @@ func run(ctx context.Context, cfg *rest.Config, opts *options) error {
 		}
 	}
 
-	mgr, err := controller.NewManager(ctx, cfg, controller.Options{
-		APIExportName: opts.APIExportName,
-		Webhook:       webhook,
-		ResyncPeriod:  opts.ResyncPeriod,
-	}, manager.Options{
+	mgr, vw, err := kcp.NewManager(ctx, cfg, opts.APIExportName, manager.Options{
 		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsBindAddress},
 		HealthProbeBindAddress:  opts.HealthProbeBindAddress,
 		LeaderElection:          opts.LeaderElect,
-		LeaderElectionID:        "dependency-controller",
+		LeaderElectionID:        controller.ControllerName,
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
-	}, triggers)
+	})
 	if err != nil {
+		return err
+	}
+	// Fail early, saying what to fix, if the kubeconfig does not point at
+	// the workspace of the APIExport.
+	if _, err := vw.URLs(ctx); err != nil {
+		return err
+	}
+	if err := controller.SetupWithManager(mgr, vw, controller.Options{
+		APIExportName: opts.APIExportName,
+		Webhook:       webhook,
+		ResyncPeriod:  opts.ResyncPeriod,
+	}, triggers); err != nil {
 		return err
 	}
 	if caWatcher != nil {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -16,8 +17,10 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/opendefensecloud/dependency-controller/internal/cabundle"
 	"github.com/opendefensecloud/dependency-controller/internal/command"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
+	"github.com/opendefensecloud/dependency-controller/internal/webhookserver"
 )
 
 func main() {
@@ -29,18 +32,31 @@ func main() {
 
 func run(ctx context.Context, cfg *rest.Config, opts *options) error {
 	for _, f := range []string{opts.CertName, opts.KeyName} {
-		if _, err := os.Stat(opts.CertDir + "/" + f); err != nil {
+		if _, err := os.Stat(filepath.Join(opts.CertDir, f)); err != nil {
 			return fmt.Errorf("serving certificate: %w", err)
 		}
 	}
-
-	mgr, _, err := webhook.NewManager(ctx, cfg, webhook.Options{
-		APIExportName:  opts.APIExportName,
-		FrontProxyURL:  opts.FrontProxyURL,
-		Path:           opts.Path,
-		RequestTimeout: opts.RequestTimeout,
-		MaxBlockers:    opts.MaxBlockers,
-		ResyncPeriod:   opts.ResyncPeriod,
+	// HTTP/2 is off: its stream multiplexing has been the vector of several
+	// denial-of-service vulnerabilities (CVE-2023-44487).
+	tlsOpts := []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
+	var clientCA *cabundle.Watcher
+	if opts.ClientCAFile != "" {
+		var err error
+		if clientCA, err = cabundle.New(opts.ClientCAFile, opts.ClientCACheckInterval); err != nil {
+			return fmt.Errorf("invalid --client-ca-file: %w", err)
+		}
+		tlsOpts = append(tlsOpts, webhook.ClientAuth(clientCA.Bundle, opts.AllowedClientNames))
+	} else {
+		ctrl.Log.Info("No --client-ca-file: any caller that reaches the webhook's port is served; isolate it (docs/operations.md#security)")
+	}
+	wh, err := webhookserver.New(ctx, cfg, webhookserver.Options{
+		APIExportName:     opts.APIExportName,
+		FrontProxyURL:     opts.FrontProxyURL,
+		Path:              opts.Path,
+		RequestTimeout:    opts.RequestTimeout,
+		MaxBlockers:       opts.MaxBlockers,
+		ResyncPeriod:      opts.ResyncPeriod,
+		IndexPollInterval: opts.IndexPollInterval,
 	}, manager.Options{
 		Metrics:                metricsserver.Options{BindAddress: opts.MetricsBindAddress},
 		HealthProbeBindAddress: opts.HealthProbeBindAddress,
@@ -50,17 +66,19 @@ func run(ctx context.Context, cfg *rest.Config, opts *options) error {
 			CertDir:  opts.CertDir,
 			CertName: opts.CertName,
 			KeyName:  opts.KeyName,
-			// HTTP/2 is off: its stream multiplexing has been the vector of
-			// several denial-of-service vulnerabilities (CVE-2023-44487).
-			TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }},
+			TLSOpts:  tlsOpts,
 		}),
 	})
 	if err != nil {
 		return err
 	}
-
+	if clientCA != nil {
+		if err := wh.Manager.GetLocalManager().Add(clientCA); err != nil {
+			return err
+		}
+	}
 	ctrl.Log.WithName("setup").Info("Starting webhook", "port", opts.Port, "path", opts.Path)
-	if err := mgr.Start(ctx); err != nil && !errors.Is(err, context.Canceled) {
+	if err := wh.Manager.Start(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("manager stopped: %w", err)
 	}
 	return nil

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 )
 
 // options are the command line options of the webhook.
@@ -15,7 +17,8 @@ type options struct {
 	// APIExportName is the name of the APIExport serving DependencyRules in
 	// the workspace of the kubeconfig.
 	APIExportName string
-	// FrontProxyURL is the kcp URL dependents are listed through.
+	// FrontProxyURL is the kcp URL through which the APIExportEndpointSlices
+	// of the dependents' APIExports are read.
 	FrontProxyURL string
 	// BindAddress and Port are where the HTTPS server listens.
 	BindAddress string
@@ -25,14 +28,26 @@ type options struct {
 	CertDir string
 	// CertName and KeyName are the file names in CertDir.
 	CertName, KeyName string
+	// ClientCAFile is a PEM bundle of the CAs whose client certificates the
+	// webhook accepts; empty accepts any caller.
+	ClientCAFile string
+	// AllowedClientNames restricts the accepted client certificates to
+	// these common or DNS names.
+	AllowedClientNames []string
+	// ClientCACheckInterval is how often the client CA bundle is re-read.
+	ClientCACheckInterval time.Duration
 	// Path is the HTTP path of the validating endpoint.
 	Path string
-	// RequestTimeout bounds the listing of dependents per admission request.
+	// RequestTimeout bounds the live reads of dependents per admission
+	// request.
 	RequestTimeout time.Duration
 	// MaxBlockers is how many blocking objects a denial names.
 	MaxBlockers int
 	// ResyncPeriod is how often all rules are listed again.
 	ResyncPeriod time.Duration
+	// IndexPollInterval is how often the dependents' APIExports are read
+	// again: shards added or removed, access granted or revoked.
+	IndexPollInterval time.Duration
 	// MetricsBindAddress is where Prometheus metrics are served; 0 disables.
 	MetricsBindAddress string
 	// HealthProbeBindAddress is where /healthz and /readyz are served.
@@ -48,8 +63,10 @@ func newOptions() *options {
 		KeyName:                "tls.key",
 		Path:                   "/validate",
 		RequestTimeout:         4 * time.Second,
-		MaxBlockers:            10,
+		MaxBlockers:            webhook.DefaultMaxBlockers,
 		ResyncPeriod:           5 * time.Minute,
+		IndexPollInterval:      10 * time.Second,
+		ClientCACheckInterval:  10 * time.Second,
 		MetricsBindAddress:     ":8080",
 		HealthProbeBindAddress: ":8081",
 	}
@@ -57,16 +74,20 @@ func newOptions() *options {
 
 func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.APIExportName, "api-export-name", o.APIExportName, "Name of the APIExport (and its APIExportEndpointSlice) that serves DependencyRules, in the workspace the kubeconfig points at.")
-	fs.StringVar(&o.FrontProxyURL, "front-proxy-url", o.FrontProxyURL, "kcp URL through which dependents are listed in consumer workspaces. Default: the kubeconfig's server without its /clusters/... path.")
+	fs.StringVar(&o.FrontProxyURL, "front-proxy-url", o.FrontProxyURL, "kcp URL through which the APIExportEndpointSlices of the dependents' APIExports are read. Default: the kubeconfig's server without its /clusters/... path.")
 	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "Address the HTTPS server listens on; empty for all addresses.")
 	fs.IntVar(&o.Port, "port", o.Port, "Port of the HTTPS server.")
 	fs.StringVar(&o.CertDir, "cert-dir", o.CertDir, "Directory with the serving certificate and key; reloaded when they change.")
 	fs.StringVar(&o.CertName, "tls-cert-file", o.CertName, "File name of the serving certificate in --cert-dir.")
 	fs.StringVar(&o.KeyName, "tls-key-file", o.KeyName, "File name of the serving key in --cert-dir.")
-	fs.StringVar(&o.Path, "path", o.Path, "HTTP path of the validating endpoint.")
-	fs.DurationVar(&o.RequestTimeout, "request-timeout", o.RequestTimeout, "Time allowed for listing dependents per admission request; keep it below the webhook timeout kcp applies (--webhook-timeout-seconds of the controller).")
+	fs.StringVar(&o.ClientCAFile, "client-ca-file", o.ClientCAFile, "PEM file with the CAs whose client certificates the webhook accepts (kcp's admission client certificate); re-read when it changes. Empty: any caller that reaches the port is served (isolate the port with a network policy then).")
+	fs.StringSliceVar(&o.AllowedClientNames, "allowed-client-names", o.AllowedClientNames, "Common or DNS names of the client certificates accepted with --client-ca-file; empty accepts any certificate the CAs signed.")
+	fs.DurationVar(&o.ClientCACheckInterval, "client-ca-check-interval", o.ClientCACheckInterval, "How often --client-ca-file is checked for changes.")
+	fs.StringVar(&o.Path, "path", o.Path, "HTTP path of the validating endpoint; kcp calls <path>/<logical cluster of the provider workspace>, as the controller configures it.")
+	fs.DurationVar(&o.RequestTimeout, "request-timeout", o.RequestTimeout, "Time allowed for reading dependents live per admission request; keep it below the webhook timeout kcp applies (--webhook-timeout-seconds of the controller).")
 	fs.IntVar(&o.MaxBlockers, "max-blockers", o.MaxBlockers, "Number of blocking objects a denial names; the rest are counted.")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "How often all DependencyRules are listed again to repair missed events.")
+	fs.DurationVar(&o.IndexPollInterval, "index-poll-interval", o.IndexPollInterval, "How often the APIExports of dependent types are read again: shards added or removed, access granted or revoked.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address of the Prometheus metrics endpoint; 0 disables it.")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "Address of the /healthz and /readyz endpoints.")
 }
@@ -87,6 +108,12 @@ func (o *options) Validate() error {
 	if o.CertDir == "" {
 		errs = append(errs, errors.New("--cert-dir must not be empty"))
 	}
+	if len(o.AllowedClientNames) > 0 && o.ClientCAFile == "" {
+		errs = append(errs, errors.New("--allowed-client-names needs --client-ca-file"))
+	}
+	if o.ClientCACheckInterval < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("--client-ca-check-interval must be at least 100ms, got %s", o.ClientCACheckInterval))
+	}
 	if !strings.HasPrefix(o.Path, "/") {
 		errs = append(errs, fmt.Errorf("--path must start with /, got %q", o.Path))
 	}
@@ -98,6 +125,9 @@ func (o *options) Validate() error {
 	}
 	if o.ResyncPeriod < time.Second {
 		errs = append(errs, fmt.Errorf("--resync-period must be at least 1s, got %s", o.ResyncPeriod))
+	}
+	if o.IndexPollInterval < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("--index-poll-interval must be at least 100ms, got %s", o.IndexPollInterval))
 	}
 	return errors.Join(errs...)
 }

@@ -7,7 +7,7 @@
 //	                walkthrough that fails on any unexpected answer, and clean up
 //
 // kcp runs as one process with embedded etcd on 127.0.0.1. The project is
-// deployed with `make deploy` and `make deploy-shard`, like users do. The
+// deployed with `make deploy`, like users do. The
 // controller and the webhook run as local processes with their own
 // non-admin identities (static tokens in the state directory).
 package main
@@ -107,11 +107,8 @@ func (e *env) up(ctx context.Context, withObjects bool) error {
 		return err
 	}
 
-	step("Deploying with make deploy and make deploy-shard (the same manifests users apply)")
+	step("Deploying with make deploy (the same manifests users apply)")
 	if err := e.make(ctx, "deploy", "KUBECONFIG="+e.adminKubeconfig, "DEPCTRL_WORKSPACE="+depCtrl.String()); err != nil {
-		return err
-	}
-	if err := e.make(ctx, "deploy-shard", "SHARD=root", "SHARD_KUBECONFIG="+e.adminKubeconfig, "SHARD_CONTEXT=system:admin"); err != nil {
 		return err
 	}
 

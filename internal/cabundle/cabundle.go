@@ -1,6 +1,7 @@
 // Package cabundle keeps the contents of a PEM CA bundle file current, so that
-// a rotated bundle (for example a re-mounted Secret) reaches the webhook
-// configurations without a restart.
+// a rotated bundle (for example a re-mounted Secret) takes effect without a
+// restart: in the webhook configurations the controller writes, and in the
+// client CAs the webhook accepts.
 package cabundle
 
 import (
@@ -13,7 +14,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 )
@@ -81,28 +85,28 @@ func (w *Watcher) Changes() <-chan event.GenericEvent {
 // is unreadable or invalid keeps the previous bundle and is logged.
 func (w *Watcher) Start(ctx context.Context) error {
 	logger := log.FromContext(ctx).WithName("ca-bundle").WithValues("path", w.path)
-	ticker := time.NewTicker(w.interval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-ticker.C:
-		}
-		bundle, err := Read(w.path)
-		if err != nil {
-			logger.Error(err, "Keeping the previous CA bundle")
-			continue
-		}
-		if bytes.Equal(bundle, w.Bundle()) {
-			continue
-		}
-		w.current.Store(&bundle)
-		logger.Info("CA bundle changed; rolling it out")
-		select {
-		case w.changes <- event.GenericEvent{Object: &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: w.path}}}:
-		default: // a change is already pending
-		}
+	_ = wait.PollUntilContextCancel(ctx, w.interval, false, func(context.Context) (bool, error) {
+		w.reload(logger)
+		return false, nil
+	})
+	return nil
+}
+
+// reload re-reads the bundle and announces a change.
+func (w *Watcher) reload(logger logr.Logger) {
+	bundle, err := Read(w.path)
+	if err != nil {
+		logger.Error(err, "Keeping the previous CA bundle")
+		return
+	}
+	if bytes.Equal(bundle, w.Bundle()) {
+		return
+	}
+	w.current.Store(&bundle)
+	logger.Info("CA bundle changed; rolling it out")
+	select {
+	case w.changes <- event.GenericEvent{Object: &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: w.path}}}:
+	default: // a change is already pending
 	}
 }
 

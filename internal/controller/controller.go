@@ -4,33 +4,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
 	"github.com/kcp-dev/logicalcluster/v3"
-	apisv1alpha2 "github.com/kcp-dev/sdk/apis/apis/v1alpha2"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/depgraph"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
-	"github.com/opendefensecloud/dependency-controller/internal/scheme"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 )
 
@@ -68,55 +61,63 @@ type EventRecorderFunc func(ctx context.Context, cluster logicalcluster.Name) (e
 //
 // It has a single work item: every event (on rules, on webhook
 // configurations, on APIBindings) and the periodic resync reconcile the
-// complete state. Each reconcile lists all rules and all configurations it
-// manages through the APIExport's virtual workspace of every shard, so the
-// desired state is computed from what is in kcp, never from memory: rules
-// deleted while the controller was down, or configurations edited by
-// someone else, are corrected on the next reconcile. No finalizer is needed
-// on rules for the same reason.
+// complete state. Each reconcile observes all rules and all configurations it
+// manages, so the desired state is computed from what is in kcp, never from
+// memory: rules deleted while the controller was down, or configurations
+// edited by someone else, are corrected on the next reconcile. No finalizer
+// is needed on rules for the same reason.
 type Reconciler struct {
-	local    client.Reader
-	resolver *kcp.WorkspaceResolver
+	observer Observer
 	recorder EventRecorderFunc
 	opts     Options
-
-	vw *kcp.VirtualWorkspaceClients
 }
 
-// NewReconciler returns a Reconciler. local reads the workspace of the
-// APIExport; vwConfig carries the credentials for its virtual workspace
-// (any host); resolver resolves workspace paths.
-func NewReconciler(local client.Reader, vwConfig *rest.Config, resolver *kcp.WorkspaceResolver, recorder EventRecorderFunc, opts Options) (*Reconciler, error) {
-	vw, err := kcp.NewVirtualWorkspaceClients(vwConfig, scheme.New(), scheme.RESTMapper())
-	if err != nil {
-		return nil, err
-	}
-	return &Reconciler{local: local, resolver: resolver, recorder: recorder, opts: opts, vw: vw}, nil
+// NewReconciler returns a Reconciler that reads the state with observer and
+// records events with recorder.
+func NewReconciler(observer Observer, recorder EventRecorderFunc, opts Options) *Reconciler {
+	return &Reconciler{observer: observer, recorder: recorder, opts: opts}
 }
 
-// observed is the state of all shards at the start of a reconcile.
-type observed struct {
-	rules []depv1alpha1.DependencyRule
-	// the virtual workspace of the shard of every workspace that binds the
-	// export, by logical cluster
-	shardOf map[logicalcluster.Name]*kcp.ClusterClients
-	// managed webhook configurations by logical cluster
-	configs map[logicalcluster.Name]*admissionregistrationv1.ValidatingWebhookConfiguration
-}
-
-// Reconcile implements reconcile.TypedReconciler. The request is ignored:
-// see Reconciler.
+// Reconcile implements mcreconcile.Reconciler. The request is ignored: see
+// Reconciler.
 func (r *Reconciler) Reconcile(ctx context.Context, _ mcreconcile.Request) (reconcile.Result, error) {
-	logger := log.FromContext(ctx)
 	start := time.Now()
-
-	state, err := r.observe(ctx)
+	state, err := r.observer.Observe(ctx)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	if err := r.reconcile(ctx, state); err != nil {
+		if isOnlyConflicts(err) {
+			// The webhook wrote a rule's status meanwhile; compute it again
+			// from the new version soon, without reporting an error.
+			log.FromContext(ctx).V(1).Info("A rule changed while its status was written; reconciling again", "reason", err)
+			return reconcile.Result{RequeueAfter: time.Second}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	log.FromContext(ctx).V(1).Info("Reconciled", "rules", len(state.Rules), "duration", time.Since(start))
+	return reconcile.Result{RequeueAfter: r.opts.ResyncPeriod}, nil
+}
 
+// isOnlyConflicts reports whether err consists of optimistic locking
+// conflicts only.
+func isOnlyConflicts(err error) bool {
+	var agg kerrors.Aggregate
+	if !errors.As(err, &agg) {
+		return apierrors.IsConflict(err)
+	}
+	for _, e := range agg.Errors() {
+		if !apierrors.IsConflict(e) {
+			return false
+		}
+	}
+	return true
+}
+
+// reconcile brings kcp to the desired state computed from state.
+func (r *Reconciler) reconcile(ctx context.Context, state *State) error {
 	webhookOpts := r.opts.Webhook()
-	targets := webhookconfig.Targets(state.rules)
+	targets := webhookconfig.Targets(state.Rules)
 	results := make(map[string]targetResult, len(targets))
 	var errs []error
 	for _, t := range targets {
@@ -130,104 +131,31 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ mcreconcile.Request) (reco
 		errs = append(errs, err)
 	}
 
-	cycles := depgraph.Build(state.rules, webhookconfig.RuleKey).CyclesByRule()
-	for i := range state.rules {
-		rule := &state.rules[i]
-		if err := r.updateStatus(ctx, state, rule, results, cycles[webhookconfig.RuleKey(rule)]); err != nil {
+	cycles := depgraph.Build(state.Rules).CyclesByRule()
+	for i := range state.Rules {
+		rule := &state.Rules[i]
+		if err := r.updateStatus(ctx, state, rule, results, cycles[kcp.KeyOf(rule)]); err != nil {
 			errs = append(errs, err)
 		}
 	}
-
-	logger.V(1).Info("Reconciled", "rules", len(state.rules), "workspaces", len(targets), "duration", time.Since(start), "errors", len(errs))
-	if len(errs) > 0 {
-		return reconcile.Result{}, kerrors.NewAggregate(errs)
-	}
-	return reconcile.Result{RequeueAfter: r.opts.ResyncPeriod}, nil
+	return kerrors.NewAggregate(errs)
 }
 
-// observe lists the rules, the workspaces that bind the export, and the
-// managed webhook configurations on every shard. It fails if any shard
-// cannot be listed: pruning on an incomplete view could remove protection.
-func (r *Reconciler) observe(ctx context.Context) (*observed, error) {
-	urls, err := kcp.VirtualWorkspaceURLs(ctx, r.local, r.opts.APIExportName)
-	if err != nil {
-		return nil, err
-	}
-	state := &observed{
-		shardOf: map[logicalcluster.Name]*kcp.ClusterClients{},
-		configs: map[logicalcluster.Name]*admissionregistrationv1.ValidatingWebhookConfiguration{},
-	}
-	for _, url := range urls {
-		s, err := r.vw.For(url)
-		if err != nil {
-			return nil, err
-		}
-		all, err := s.Cluster(logicalcluster.NewPath(kcp.Wildcard))
-		if err != nil {
-			return nil, err
-		}
-
-		bindings := &apisv1alpha2.APIBindingList{}
-		if err := all.List(ctx, bindings); err != nil {
-			return nil, fmt.Errorf("failed to list APIBindings through %s: %w", url, err)
-		}
-		for i := range bindings.Items {
-			state.shardOf[logicalcluster.From(&bindings.Items[i])] = s
-		}
-
-		rules := &depv1alpha1.DependencyRuleList{}
-		if err := all.List(ctx, rules); err != nil {
-			return nil, fmt.Errorf("failed to list DependencyRules through %s: %w", url, err)
-		}
-		state.rules = append(state.rules, rules.Items...)
-
-		configs := &admissionregistrationv1.ValidatingWebhookConfigurationList{}
-		if err := all.List(ctx, configs, client.MatchingLabels{webhookconfig.ManagedByLabel: webhookconfig.ManagedByValue}); err != nil {
-			return nil, fmt.Errorf("failed to list ValidatingWebhookConfigurations through %s: %w", url, err)
-		}
-		for i := range configs.Items {
-			if c := &configs.Items[i]; c.Name == webhookconfig.Name {
-				state.configs[logicalcluster.From(c)] = c
-			}
-		}
-	}
-	slices.SortFunc(state.rules, func(a, b depv1alpha1.DependencyRule) int {
-		return strings.Compare(webhookconfig.RuleKey(&a), webhookconfig.RuleKey(&b))
-	})
-	return state, nil
-}
-
-// reconcileTarget resolves a protected workspace and creates or updates its
+// reconcileTarget finds a protected workspace and creates or updates its
 // webhook configuration.
-func (r *Reconciler) reconcileTarget(ctx context.Context, state *observed, t webhookconfig.Target, opts webhookconfig.Options) targetResult {
-	logger := log.FromContext(ctx).WithValues("workspace", t.Path)
+func (r *Reconciler) reconcileTarget(ctx context.Context, state *State, t webhookconfig.Target, opts webhookconfig.Options) targetResult {
+	cluster, ok := state.Workspaces[t.Path.String()]
+	if !ok {
+		return targetResult{resolveErr: fmt.Errorf(
+			"no workspace at %s binds the APIExport %s: the workspace does not exist, or it has not bound the export (bind it and accept its permission claims)",
+			t.Path, r.opts.APIExportName)}
+	}
+	logger := log.FromContext(ctx).WithValues("workspace", t.Path, "cluster", cluster)
+	c := state.Clients[cluster]
 
-	cluster, err := r.resolver.Resolve(ctx, t.Path)
-	if err != nil {
-		return targetResult{resolveErr: err}
-	}
-	s, bound := state.shardOf[cluster]
-	if !bound {
-		// The cached resolution may be stale (the workspace was recreated):
-		// resolve again before giving up.
-		r.resolver.Invalidate(t.Path)
-		if cluster, err = r.resolver.Resolve(ctx, t.Path); err != nil {
-			return targetResult{resolveErr: err}
-		}
-		if s, bound = state.shardOf[cluster]; !bound {
-			return targetResult{cluster: cluster, installErr: fmt.Errorf(
-				"the workspace (logical cluster %s) does not bind the APIExport %s; bind it and accept its permission claim on validatingwebhookconfigurations",
-				cluster, r.opts.APIExportName)}
-		}
-	}
-	logger = logger.WithValues("cluster", cluster)
-
-	c, err := s.Cluster(cluster.Path())
-	if err != nil {
-		return targetResult{cluster: cluster, installErr: err}
-	}
-	desired := webhookconfig.Build(t, opts)
-	existing := state.configs[cluster]
+	desired := webhookconfig.Build(t, cluster, opts)
+	existing := state.Configs[cluster]
+	var err error
 	switch {
 	case existing == nil:
 		err = c.Create(ctx, desired)
@@ -244,10 +172,7 @@ func (r *Reconciler) reconcileTarget(ctx context.Context, state *observed, t web
 		}
 	}
 	if err != nil {
-		if apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
-			// Either the claim is not accepted, or the cluster is gone and
-			// the path now resolves elsewhere.
-			r.resolver.Invalidate(t.Path)
+		if apierrors.IsForbidden(err) {
 			err = fmt.Errorf("%w (has the workspace's APIBinding to %s accepted the permission claim on validatingwebhookconfigurations?)", err, r.opts.APIExportName)
 		}
 		return targetResult{cluster: cluster, installErr: fmt.Errorf("failed to write ValidatingWebhookConfiguration %s: %w", webhookconfig.Name, err)}
@@ -258,14 +183,14 @@ func (r *Reconciler) reconcileTarget(ctx context.Context, state *observed, t web
 // prune deletes managed webhook configurations in workspaces where nothing is
 // protected any more. A configuration installed for a path that failed to
 // resolve in this reconcile is kept: it may still be the right one.
-func (r *Reconciler) prune(ctx context.Context, state *observed, results map[string]targetResult) error {
+func (r *Reconciler) prune(ctx context.Context, state *State, results map[string]targetResult) error {
 	keep := map[logicalcluster.Name]bool{}
 	for path, res := range results {
 		if res.cluster != "" {
 			keep[res.cluster] = true
 		}
 		if res.resolveErr != nil {
-			for cluster, cfg := range state.configs {
+			for cluster, cfg := range state.Configs {
 				if cfg.Annotations[webhookconfig.WorkspacePathAnnotation] == path {
 					keep[cluster] = true
 				}
@@ -274,52 +199,47 @@ func (r *Reconciler) prune(ctx context.Context, state *observed, results map[str
 	}
 
 	var errs []error
-	for cluster, cfg := range state.configs {
+	for cluster, cfg := range state.Configs {
 		if keep[cluster] {
 			continue
 		}
-		logger := log.FromContext(ctx).WithValues("cluster", cluster, "workspace", cfg.Annotations[webhookconfig.WorkspacePathAnnotation])
-		s, ok := state.shardOf[cluster]
+		c, ok := state.Clients[cluster]
 		if !ok {
-			continue // listed, so bound; only possible if the binding went away in between
+			continue // listed through a binding, so bound; only possible if the binding went away in between
 		}
-		c, err := s.Cluster(cluster.Path())
-		if err == nil {
-			err = c.Delete(ctx, cfg, client.Preconditions{UID: &cfg.UID})
-		}
-		if err != nil && !apierrors.IsNotFound(err) {
+		if err := c.Delete(ctx, cfg, client.Preconditions{UID: &cfg.UID}); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("failed to delete the webhook configuration in logical cluster %s: %w", cluster, err))
 			continue
 		}
-		logger.Info("Removed webhook configuration: nothing in the workspace is protected any more")
+		log.FromContext(ctx).Info("Removed webhook configuration: nothing in the workspace is protected any more",
+			"cluster", cluster, "workspace", cfg.Annotations[webhookconfig.WorkspacePathAnnotation])
 	}
 	return kerrors.NewAggregate(errs)
 }
 
-// updateStatus writes the rule's status if it changed, and records events
+// updateStatus writes the rule's status if it changed, then records events
 // for conditions that turned bad.
-func (r *Reconciler) updateStatus(ctx context.Context, state *observed, rule *depv1alpha1.DependencyRule, results map[string]targetResult, cycles []depgraph.Cycle) error {
-	cluster := logicalcluster.From(rule)
+func (r *Reconciler) updateStatus(ctx context.Context, state *State, rule *depv1alpha1.DependencyRule, results map[string]targetResult, cycles []depgraph.Cycle) error {
+	key := kcp.KeyOf(rule)
 	status := computeStatus(rule, results, cycles)
 	if equality.Semantic.DeepEqual(rule.Status, status) {
 		return nil
 	}
-
-	r.recordTransitions(ctx, rule, status)
-
-	s, ok := state.shardOf[cluster]
+	c, ok := state.Clients[key.Cluster]
 	if !ok {
-		return fmt.Errorf("no shard known for the workspace of rule %s", webhookconfig.RuleKey(rule))
-	}
-	c, err := s.Cluster(cluster.Path())
-	if err != nil {
-		return err
+		return fmt.Errorf("no client for the workspace of rule %s", key)
 	}
 	updated := rule.DeepCopy()
 	updated.Status = status
-	if err := c.Status().Patch(ctx, updated, client.MergeFrom(rule)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("failed to update the status of DependencyRule %s: %w", webhookconfig.RuleKey(rule), err)
+	// Optimistic locking: the webhook writes the DependentsIndexed
+	// condition, which a patch from an older read would drop.
+	if err := c.Status().Patch(ctx, updated, client.MergeFromWithOptions(rule, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil // deleted meanwhile
+		}
+		return fmt.Errorf("failed to update the status of DependencyRule %s: %w", key, err)
 	}
+	r.recordTransitions(ctx, rule, status)
 	return nil
 }
 
@@ -349,16 +269,10 @@ func (r *Reconciler) recordTransitions(ctx context.Context, rule *depv1alpha1.De
 		if recorder == nil {
 			var err error
 			if recorder, err = r.recorder(ctx, logicalcluster.From(rule)); err != nil {
-				log.FromContext(ctx).V(1).Info("No event recorder for the workspace of the rule", "rule", webhookconfig.RuleKey(rule), "error", err)
+				log.FromContext(ctx).V(1).Info("No event recorder for the workspace of the rule", "rule", kcp.KeyOf(rule), "error", err)
 				return
 			}
 		}
 		recorder.Eventf(rule, nil, eventType, reason, "Reconcile", "%s", c.Message)
 	}
-}
-
-// ClusterName converts a logical cluster name to a multicluster-runtime
-// cluster name.
-func ClusterName(name logicalcluster.Name) multicluster.ClusterName {
-	return multicluster.ClusterName(name.String())
 }

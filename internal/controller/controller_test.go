@@ -27,6 +27,7 @@ import (
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/controller"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
 )
@@ -50,14 +51,16 @@ func startController(depCtrl logicalcluster.Path, opts webhookconfig.Options, tr
 }
 
 func startControllerWith(depCtrl logicalcluster.Path, opts func() webhookconfig.Options, triggers <-chan event.GenericEvent) (stop func()) {
+	ctx := context.Background()
 	cfg := rest.CopyConfig(kcpConfig)
 	cfg.Host += depCtrl.RequestPath()
-	mgr, err := controller.NewManager(context.Background(), cfg, controller.Options{
+	mgr, vw, err := kcp.NewManager(ctx, cfg, kcpenv.DepCtrlExportName, kcpenv.TestManagerOptions())
+	Expect(err).NotTo(HaveOccurred())
+	Expect(controller.SetupWithManager(mgr, vw, controller.Options{
 		APIExportName: kcpenv.DepCtrlExportName,
 		Webhook:       opts,
 		ResyncPeriod:  time.Hour,
-	}, kcpenv.TestManagerOptions(), triggers)
-	Expect(err).NotTo(HaveOccurred())
+	}, triggers)).To(Succeed())
 	stopManager := kcpenv.RunInBackground(mgr.Start)
 	return func() { Expect(stopManager()).To(Succeed()) }
 }
@@ -186,7 +189,7 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 		Expect(cfg.Labels).To(HaveKeyWithValue(webhookconfig.ManagedByLabel, webhookconfig.ManagedByValue))
 		Expect(cfg.Webhooks).To(HaveLen(1))
 		wh := cfg.Webhooks[0]
-		Expect(wh.ClientConfig.URL).To(Equal(ptr.To(webhookOpts.URL)))
+		Expect(*wh.ClientConfig.URL).To(HavePrefix(webhookOpts.URL+"/"), "the URL names the provider workspace")
 		Expect(wh.ClientConfig.CABundle).To(Equal(webhookOpts.CABundle))
 		Expect(wh.TimeoutSeconds).To(Equal(ptr.To[int32](4)))
 		Expect(wh.FailurePolicy).To(Equal(ptr.To(admissionregistrationv1.Fail)))
@@ -293,7 +296,7 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 				Eventually(func(g Gomega) {
 					cfg, err := getConfig(ctx, ws)
 					g.Expect(err).NotTo(HaveOccurred())
-					g.Expect(cfg.Webhooks[0].ClientConfig.URL).To(Equal(ptr.To(url)))
+					g.Expect(*cfg.Webhooks[0].ClientConfig.URL).To(HavePrefix(url + "/"))
 					g.Expect(cfg.Webhooks[0].ClientConfig.CABundle).To(Equal(ca))
 				}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
 			}
@@ -332,7 +335,7 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 		Expect(cli.Cluster(compute).Create(ctx, rule)).To(Succeed())
 
 		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionTargetsResolved, metav1.ConditionFalse,
-			missing.String(), `workspace "does-not-exist" does not exist in root`)
+			"no workspace at "+missing.String()+" binds the APIExport "+kcpenv.DepCtrlExportName)
 		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionReady, metav1.ConditionFalse, missing.String())
 		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionWebhooksInstalled, metav1.ConditionFalse, "installed in "+network.String())
 		expectProtects(ctx, network, "network.test.io/v1/vpcs [DELETE]")
@@ -353,13 +356,13 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 		expectNoConfig(ctx, network)
 	})
 
-	It("reports a workspace that does not bind the APIExport in WebhooksInstalled", func(ctx context.Context) {
+	It("reports a workspace that does not bind the APIExport, naming it, and protects it once it binds", func(ctx context.Context) {
 		unbound := workspace(ctx, core.RootCluster.Path(), "unbound", nil)
 		rule := newRule("unbound", "virtualmachines", dependency{unbound, "network.test.io", "vpcs", ".spec.vpcRef.name"})
 		Expect(cli.Cluster(compute).Create(ctx, rule)).To(Succeed())
-		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionWebhooksInstalled, metav1.ConditionFalse,
-			unbound.String(), "does not bind the APIExport "+kcpenv.DepCtrlExportName)
-		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionTargetsResolved, metav1.ConditionTrue)
+		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionTargetsResolved, metav1.ConditionFalse,
+			"no workspace at "+unbound.String()+" binds the APIExport "+kcpenv.DepCtrlExportName)
+		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionWebhooksInstalled, metav1.ConditionFalse)
 
 		By("binding the export, after which the webhook is installed")
 		_, err := kcpenv.BindAPIExport(ctx, cli.Cluster(unbound), cli.Cluster(depCtrl), depCtrl, kcpenv.DepCtrlExportName)
@@ -399,7 +402,7 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 
 var _ = Describe("Controller startup", func() {
 	It("fails with a clear error when the kubeconfig does not point at a workspace", func(ctx context.Context) {
-		_, err := controller.NewManager(ctx, rest.CopyConfig(kcpConfig), controller.Options{APIExportName: kcpenv.DepCtrlExportName}, manager.Options{}, nil)
+		_, _, err := kcp.NewManager(ctx, rest.CopyConfig(kcpConfig), kcpenv.DepCtrlExportName, manager.Options{})
 		Expect(err).To(MatchError(ContainSubstring("does not point at a kcp workspace: it must end with /clusters/<workspace path>")))
 	})
 
@@ -407,7 +410,9 @@ var _ = Describe("Controller startup", func() {
 		empty := workspace(ctx, core.RootCluster.Path(), "not-dep-ctrl", nil)
 		cfg := rest.CopyConfig(kcpConfig)
 		cfg.Host += empty.RequestPath()
-		_, err := controller.NewManager(ctx, cfg, controller.Options{APIExportName: kcpenv.DepCtrlExportName}, manager.Options{}, nil)
+		_, vw, err := kcp.NewManager(ctx, cfg, kcpenv.DepCtrlExportName, manager.Options{})
+		Expect(err).NotTo(HaveOccurred())
+		_, err = vw.URLs(ctx)
 		Expect(err).To(MatchError(And(
 			ContainSubstring(`APIExportEndpointSlice "dependencies.opendefense.cloud" not found`),
 			ContainSubstring("is the kubeconfig pointing at the workspace of the APIExport"))))

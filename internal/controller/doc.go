@@ -1,6 +1,7 @@
-// Package controller reconciles DependencyRules: it resolves the workspaces of
-// the protected APIExports and installs the validating webhook configuration
-// in each of them. See Reconciler.
+// Package controller reconciles DependencyRules: it finds the workspaces of
+// the protected APIExports and keeps the validating webhook configuration in
+// each of them, and reports the outcome in every rule's status. See
+// Reconciler.
 package controller
 
 // Permissions of the controller in the dep-ctrl workspace, which hosts the

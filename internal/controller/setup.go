@@ -2,9 +2,11 @@ package controller
 
 import (
 	"context"
+	"fmt"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
@@ -21,23 +23,35 @@ import (
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
+	"github.com/kcp-dev/logicalcluster/v3"
 	apisv1alpha2 "github.com/kcp-dev/sdk/apis/apis/v1alpha2"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 )
 
 // workItem is the controller's only request; see Reconciler.
 var workItem = mcreconcile.Request{Request: reconcile.Request{NamespacedName: types.NamespacedName{Name: "all-dependency-rules"}}}
 
-// SetupWithManager registers the reconciler with the manager. It watches, in
-// every workspace that binds the APIExport: DependencyRules (spec changes,
-// creation, deletion), the managed ValidatingWebhookConfigurations (to undo
-// changes by others and to prune configurations left behind while the
-// controller was down) and APIBindings (a workspace that binds anew may have
-// been recreated, so cached workspace resolutions are dropped). Events on
+// SetupWithManager adds the controller to the manager. It observes the state
+// through vw and records events through the manager's workspaces, and it
+// reconciles on events in every workspace that binds the APIExport:
+// DependencyRules (spec changes, creation, deletion), the managed
+// ValidatingWebhookConfigurations (to undo changes by others and to prune
+// configurations left behind while the controller was down) and APIBindings
+// (a workspace that binds the export may be protected now). Events on
 // triggers (e.g. a rotated CA bundle) reconcile as well.
-func SetupWithManager(mgr mcmanager.Manager, r *Reconciler, triggers <-chan event.GenericEvent) error {
+func SetupWithManager(mgr mcmanager.Manager, vw *kcp.VirtualWorkspace, opts Options, triggers <-chan event.GenericEvent) error {
+	recorder := func(ctx context.Context, cluster logicalcluster.Name) (events.EventRecorder, error) {
+		cl, err := mgr.GetCluster(ctx, multicluster.ClusterName(cluster.String()))
+		if err != nil {
+			return nil, err
+		}
+		return cl.GetEventRecorder(ControllerName), nil
+	}
+	r := NewReconciler(NewObserver(vw), recorder, opts)
+
 	b := mcbuilder.ControllerManagedBy(mgr).
 		Named(ControllerName).
 		WithOptions(controller.TypedOptions[mcreconcile.Request]{
@@ -45,13 +59,13 @@ func SetupWithManager(mgr mcmanager.Manager, r *Reconciler, triggers <-chan even
 			MaxConcurrentReconciles: 1,
 			SkipNameValidation:      mgr.GetControllerOptions().SkipNameValidation,
 		}).
-		Watches(&depv1alpha1.DependencyRule{}, enqueueWorkItem(nil),
+		Watches(&depv1alpha1.DependencyRule{}, enqueueWorkItem,
 			mcbuilder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&admissionregistrationv1.ValidatingWebhookConfiguration{}, enqueueWorkItem(nil),
+		Watches(&admissionregistrationv1.ValidatingWebhookConfiguration{}, enqueueWorkItem,
 			mcbuilder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 				return o.GetName() == webhookconfig.Name
 			}))).
-		Watches(&apisv1alpha2.APIBinding{}, enqueueWorkItem(r.resolver.InvalidateAll),
+		Watches(&apisv1alpha2.APIBinding{}, enqueueWorkItem,
 			mcbuilder.WithPredicates(predicate.Funcs{
 				UpdateFunc: func(event.UpdateEvent) bool { return false },
 			}))
@@ -62,18 +76,15 @@ func SetupWithManager(mgr mcmanager.Manager, r *Reconciler, triggers <-chan even
 			},
 		}))
 	}
-	return b.Complete(r)
+	if err := b.Complete(r); err != nil {
+		return fmt.Errorf("failed to set up the controller: %w", err)
+	}
+	return nil
 }
 
-// enqueueWorkItem maps every event to the work item, after calling onEvent
-// if it is set.
-func enqueueWorkItem(onEvent func()) mchandler.TypedEventHandlerFunc[client.Object, mcreconcile.Request] {
-	return func(multicluster.ClusterName, cluster.Cluster) handler.TypedEventHandler[client.Object, mcreconcile.Request] {
-		return handler.TypedEnqueueRequestsFromMapFunc(func(context.Context, client.Object) []mcreconcile.Request {
-			if onEvent != nil {
-				onEvent()
-			}
-			return []mcreconcile.Request{workItem}
-		})
-	}
+// enqueueWorkItem maps every event to the work item.
+var enqueueWorkItem mchandler.TypedEventHandlerFunc[client.Object, mcreconcile.Request] = func(multicluster.ClusterName, cluster.Cluster) handler.TypedEventHandler[client.Object, mcreconcile.Request] {
+	return handler.TypedEnqueueRequestsFromMapFunc(func(context.Context, client.Object) []mcreconcile.Request {
+		return []mcreconcile.Request{workItem}
+	})
 }

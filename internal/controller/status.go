@@ -110,6 +110,14 @@ func computeStatus(rule *depv1alpha1.DependencyRule, results map[string]targetRe
 	case installedCond.Status != metav1.ConditionTrue:
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, installedCond.Reason, installedCond.Message
 	}
+	// The webhook reports whether it can read the rule's dependents; a
+	// problem there (no access granted, nothing served) means the rule does
+	// not protect anything. While the webhook has not reported, or is still
+	// listing, misses are checked live, so protection is active.
+	if indexed := meta.FindStatusCondition(status.Conditions, depv1alpha1.ConditionDependentsIndexed); indexed != nil &&
+		indexed.Status == metav1.ConditionFalse && ready.Status == metav1.ConditionTrue {
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, indexed.Reason, indexed.Message
+	}
 	set(ready)
 
 	cycle := metav1.Condition{Type: depv1alpha1.ConditionDependencyCycle, Status: metav1.ConditionFalse, Reason: ReasonNoCycle,

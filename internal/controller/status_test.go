@@ -93,6 +93,31 @@ func TestComputeStatus(t *testing.T) {
 			},
 		},
 		{
+			name: "the webhook's report that it cannot read the dependents makes the rule not Ready",
+			rule: func() *depv1alpha1.DependencyRule {
+				r := ruleWithPaths(1, "root:net")
+				r.Status.Conditions = []metav1.Condition{{Type: depv1alpha1.ConditionDependentsIndexed, Status: metav1.ConditionFalse, Reason: "AccessDenied", Message: "grant the webhook's user get"}}
+				return r
+			}(),
+			results: map[string]targetResult{"root:net": ok("net")},
+			want: map[string]wantCondition{
+				depv1alpha1.ConditionWebhooksInstalled: {metav1.ConditionTrue, ReasonInstalled, nil},
+				depv1alpha1.ConditionReady:             {metav1.ConditionFalse, "AccessDenied", []string{"grant the webhook's user get"}},
+			},
+		},
+		{
+			name: "the webhook still listing the dependents keeps the rule Ready",
+			rule: func() *depv1alpha1.DependencyRule {
+				r := ruleWithPaths(1, "root:net")
+				r.Status.Conditions = []metav1.Condition{{Type: depv1alpha1.ConditionDependentsIndexed, Status: metav1.ConditionUnknown, Reason: "Syncing", Message: "Listing"}}
+				return r
+			}(),
+			results: map[string]targetResult{"root:net": ok("net")},
+			want: map[string]wantCondition{
+				depv1alpha1.ConditionReady: {metav1.ConditionTrue, ReasonProtecting, nil},
+			},
+		},
+		{
 			name:    "cycle warns without affecting Ready",
 			rule:    ruleWithPaths(1, "root:net"),
 			results: map[string]targetResult{"root:net": ok("net")},

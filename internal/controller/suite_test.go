@@ -8,7 +8,6 @@ import (
 	. "github.com/onsi/gomega"
 
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -31,11 +30,8 @@ func TestController(t *testing.T) {
 var _ = BeforeSuite(func(ctx context.Context) {
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 
-	env, cfg, err := kcpenv.Start()
+	env, err := kcpenv.Start()
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(env.Stop)
-	kcpConfig = cfg
-
-	cli, err = clusterclient.New(cfg, client.Options{Scheme: kcpenv.NewScheme()})
-	Expect(err).NotTo(HaveOccurred())
+	kcpConfig, cli = env.Config, env.Client
 })

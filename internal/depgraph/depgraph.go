@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 )
 
 // Cycle is a closed path through the type graph. Its first type is repeated
@@ -55,18 +56,17 @@ type edge struct {
 type Graph struct {
 	// adjacency lists, sorted
 	next map[schema.GroupResource][]schema.GroupResource
-	// edges each rule contributes, by rule key
-	ruleEdges map[string][]edge
+	// edges each rule contributes
+	ruleEdges map[kcp.ObjectKey][]edge
 }
 
-// Build builds the type graph of the rules. key returns the key under which
-// a rule's cycles are reported.
-func Build(rules []depv1alpha1.DependencyRule, key func(*depv1alpha1.DependencyRule) string) *Graph {
-	g := &Graph{next: map[schema.GroupResource][]schema.GroupResource{}, ruleEdges: map[string][]edge{}}
+// Build builds the type graph of the rules.
+func Build(rules []depv1alpha1.DependencyRule) *Graph {
+	g := &Graph{next: map[schema.GroupResource][]schema.GroupResource{}, ruleEdges: map[kcp.ObjectKey][]edge{}}
 	for i := range rules {
 		rule := &rules[i]
 		from := schema.GroupResource{Group: rule.Spec.Dependent.Group, Resource: rule.Spec.Dependent.Resource}
-		k := key(rule)
+		k := kcp.KeyOf(rule)
 		for _, dep := range rule.Spec.Dependencies {
 			to := schema.GroupResource{Group: dep.Group, Resource: dep.Resource}
 			g.next[from] = append(g.next[from], to)
@@ -86,9 +86,9 @@ func Build(rules []depv1alpha1.DependencyRule, key func(*depv1alpha1.DependencyR
 // CyclesByRule returns, for every rule with an edge on a cycle, the cycles
 // through its edges, each starting at the rule's dependent type. Rules
 // without cycles are absent.
-func (g *Graph) CyclesByRule() map[string][]Cycle {
+func (g *Graph) CyclesByRule() map[kcp.ObjectKey][]Cycle {
 	component := g.components()
-	result := map[string][]Cycle{}
+	result := map[kcp.ObjectKey][]Cycle{}
 	for key, edges := range g.ruleEdges {
 		var cycles []Cycle
 		seen := map[string]bool{}

@@ -33,8 +33,6 @@ func split(gr string) (resource, group string) {
 	return gr, ""
 }
 
-func byName(r *depv1alpha1.DependencyRule) string { return r.Name }
-
 func TestCyclesByRule(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -117,11 +115,11 @@ func TestCyclesByRule(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := map[string][]string{}
-			for key, cycles := range Build(tt.rules, byName).CyclesByRule() {
+			for key, cycles := range Build(tt.rules).CyclesByRule() {
 				for _, c := range cycles {
-					got[key] = append(got[key], c.String())
+					got[key.Name] = append(got[key.Name], c.String())
 				}
-				sort.Strings(got[key])
+				sort.Strings(got[key.Name])
 			}
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("CyclesByRule() =\n  %v\nwant\n  %v", got, tt.want)

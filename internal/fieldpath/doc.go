@@ -40,9 +40,12 @@ in document order:
   - a field name selects the field of an object; anything else (a missing
     field, a list, a scalar, null) yields nothing;
   - "[*]" selects every element of a list; on anything else it yields nothing;
-  - a value found at the end of the path is yielded only if it is a string:
-    numbers, booleans, null, objects and lists are ignored. In particular a
-    list of strings is only entered via "[*]".
+  - a value found at the end of the path is yielded if it is a string, or a
+    number in its canonical decimal form (see NumberString: 42 for 42, 42.0
+    and 4.2e1; 1.5 for 1.50), so that a name held in a field declared
+    int-or-string as a number (42) matches the object named "42";
+    booleans, null, objects and lists are ignored. In particular a list of
+    strings is only entered via "[*]".
 
 Path.Resolve works on decoded unstructured objects (map[string]any, as
 produced by encoding/json and used by unstructured.Unstructured).

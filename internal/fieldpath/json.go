@@ -16,7 +16,8 @@ var errStop = errors.New("stop iteration")
 // errControlChar reports a raw control character in a JSON string.
 var errControlChar = errors.New("control character in string")
 
-// EachJSON calls fn for every string value found at the path in the JSON
+// EachJSON calls fn for every string value (and number, in its canonical
+// form, see NumberString) found at the path in the JSON
 // object data, in document order, until fn returns false. It finds the same
 // values as Resolve would on the decoded object, but scans data in place
 // instead of decoding it.
@@ -27,7 +28,10 @@ var errControlChar = errors.New("control character in string")
 // error is returned.
 func (p Path) EachJSON(data []byte, fn func(value string) bool) error {
 	var scratch [64]byte
-	return p.walkJSON(data, func(raw []byte) (bool, error) {
+	return p.walkJSON(data, func(raw []byte, number bool) (bool, error) {
+		if number {
+			return fn(NumberString(string(raw))), nil
+		}
 		value, err := decodeString(raw, scratch[:])
 		if err != nil {
 			return false, err
@@ -58,7 +62,11 @@ func (p Path) ResolveJSON(data []byte) ([]string, error) {
 // it returns.
 func (p Path) ContainsJSON(data []byte, want string) (bool, error) {
 	found := false
-	err := p.walkJSON(data, func(raw []byte) (bool, error) {
+	err := p.walkJSON(data, func(raw []byte, number bool) (bool, error) {
+		if number {
+			found = NumberString(string(raw)) == want
+			return !found, nil
+		}
 		var scratch [64]byte
 		value, err := decodeString(raw, scratch[:])
 		if err != nil {
@@ -81,7 +89,7 @@ func (p Path) ContainsJSON(data []byte, want string) (bool, error) {
 // (unless visit stops early) so that truncated documents and trailing data are
 // detected. This is cheaper than checking the document's structure upfront,
 // which would scan it twice.
-func (p Path) walkJSON(data []byte, visit func(raw []byte) (bool, error)) error {
+func (p Path) walkJSON(data []byte, visit func(raw []byte, number bool) (bool, error)) error {
 	start := skipWhitespace(data, 0)
 	if start == len(data) {
 		return errors.New("invalid JSON object: empty document")
@@ -142,15 +150,20 @@ func skipWhitespace(data []byte, i int) int {
 	return i
 }
 
-// walkValue calls visit for every string value found at the canonical path
-// suffix rest in the JSON value v of type typ. String values are passed
-// without quotes and still escaped. It returns false if visit asked to stop.
-func walkValue(v []byte, typ jsonparser.ValueType, rest string, visit func(raw []byte) (bool, error)) (bool, error) {
+// walkValue calls visit for every string or number value found at the
+// canonical path suffix rest in the JSON value v of type typ. String values
+// are passed without quotes and still escaped, numbers as their literal. It
+// returns false if visit asked to stop.
+func walkValue(v []byte, typ jsonparser.ValueType, rest string, visit func(raw []byte, number bool) (bool, error)) (bool, error) {
 	if rest == "" {
-		if typ != jsonparser.String {
+		switch typ {
+		case jsonparser.String:
+			return visit(v, false)
+		case jsonparser.Number:
+			return visit(v, true)
+		default:
 			return true, nil
 		}
-		return visit(v)
 	}
 
 	name, rest := nextStep(rest)

@@ -232,3 +232,14 @@ func TestJSONLenientInSkippedValues(t *testing.T) {
 		}
 	}
 }
+
+func TestNumberString(t *testing.T) {
+	for literal, want := range map[string]string{
+		"42": "42", "-7": "-7", "42.0": "42", "4.2e1": "42", "-1.5e3": "-1500", "0.10": "0.1", "1.5": "1.5",
+		"9223372036854775807": "9223372036854775807", "1e400": "1e400", "not a number": "not a number",
+	} {
+		if got := NumberString(literal); got != want {
+			t.Errorf("NumberString(%q) = %q, want %q", literal, got, want)
+		}
+	}
+}

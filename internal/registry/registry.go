@@ -2,42 +2,65 @@
 // needs on the DELETE path: for each protected resource, which dependent
 // types reference it and at which field paths.
 //
-// The registry is fed from two sources: a controller that sees every change
-// of a rule, and full listings of all rules (at startup and periodically).
-// Either source may deliver an older view than the registry already has, so
-// every write carries the resourceVersion it reflects, and the registry keeps
-// the newest: an object's resourceVersion for Apply, and for Delete the
-// resourceVersion at which the rule was known to be gone (a list's
-// resourceVersion, or the last one seen). Deleted rules leave a tombstone so
-// that an older listing cannot bring them back; Sync drops tombstones a
-// newer listing confirms.
+// The registry is fed from two sources (see sync.go): a reconciler that sees
+// every change of a rule through the manager's cache, and complete listings
+// of all rules of a shard (at startup and periodically). Either may deliver an
+// older view than the registry already has, so
 //
-// Reads (FindByTargetGVR) are lock-free: writers publish an immutable
-// snapshot with a reverse index from protected resource to entries.
+//   - of two views of one rule, the one with the newer resourceVersion wins;
+//     resourceVersions are only ever compared between DependencyRules (of one
+//     shard), never with those of other resources;
+//   - a rule known to be deleted leaves a tombstone keyed by its UID, so that
+//     an older listing cannot bring it back, while a rule recreated under the
+//     same name (a new UID) is registered at once.
+//
+// Rules protect objects of the provider they name: the registry finds
+// entries by Target, the workspace of the protected APIExport (whose path a
+// rule names, resolved through the kcp.io/path annotation of the workspace's
+// binding to the APIExport) and the resource.
+//
+// Reads (Find) take no lock: writers publish an immutable snapshot
+// with a reverse index from protected resource to entries.
 package registry
 
 import (
 	"cmp"
+	"maps"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 
 	"github.com/kcp-dev/logicalcluster/v3"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
+	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 )
+
+// tombstoneTTL is how long the UID of a deleted rule is remembered. A
+// listing is applied seconds after it is taken, so a listing older than this
+// cannot arrive.
+const tombstoneTTL = 10 * time.Minute
 
 // Rule is the metadata of one DependencyRule.
 type Rule struct {
-	// Key is "<logical cluster>/<name>".
-	Key string
-	// Dependent is the resource holding references.
-	Dependent schema.GroupVersionResource
+	// Key identifies the rule: its logical cluster and name.
+	Key kcp.ObjectKey
+	// UID is the rule object's UID; a rule recreated under the same name has
+	// a new one.
+	UID types.UID
+	// ResourceVersion is the version of the rule object this metadata was
+	// read from.
+	ResourceVersion string
+	// Dependent is the resource holding references, as served by the
+	// APIExport in the rule's workspace that the rule names.
+	Dependent index.Source
 	// DependentKind is the kind of the dependent, used in messages.
 	DependentKind string
 	// References are the protected resources and where the dependent
@@ -50,6 +73,9 @@ type Rule struct {
 
 // Reference is one dependency of a rule.
 type Reference struct {
+	// Workspace is the path of the workspace of the APIExport that serves
+	// the protected resource (apiExportRef.path).
+	Workspace logicalcluster.Path
 	// Target is the protected resource; versions do not matter, since a
 	// resource is the same object in every version.
 	Target schema.GroupResource
@@ -57,29 +83,43 @@ type Reference struct {
 	Path fieldpath.Path
 }
 
-// Entry is what FindByTargetGVR returns: a dependent type that references
-// the target, with every path at which one rule says it does.
+// Target is a protected resource as one provider serves it: the logical
+// cluster of the workspace whose APIExport serves it, and the resource. kcp
+// calls the webhook configured in that workspace for deletes of the objects
+// that the workspace's exports serve, and only for those, so a rule protects
+// the objects of the provider it names and no other provider's objects of a
+// resource with the same name.
+type Target struct {
+	// Cluster is the logical cluster of the provider's workspace.
+	Cluster logicalcluster.Name
+	// Resource is the protected resource.
+	Resource schema.GroupResource
+}
+
+// Entry is what Find returns: a dependent type that references the target,
+// with every path at which one rule says it does.
 type Entry struct {
-	// RuleKey identifies the rule, for logs.
-	RuleKey string
+	// Rule identifies the rule, for logs and audit annotations.
+	Rule kcp.ObjectKey
 	// Dependent is the resource holding references.
-	Dependent schema.GroupVersionResource
+	Dependent index.Source
 	// DependentKind is the kind of the dependent.
 	DependentKind string
 	// Paths are the field paths that hold the target's name, sorted.
 	Paths []fieldpath.Path
 }
 
-// Key returns the registry key of a rule.
-func Key(cluster logicalcluster.Name, name string) string {
-	return cluster.String() + "/" + name
-}
-
 // FromDependencyRule extracts the metadata of a rule.
 func FromDependencyRule(rule *depv1alpha1.DependencyRule) *Rule {
+	key := kcp.KeyOf(rule)
 	r := &Rule{
-		Key:           Key(logicalcluster.From(rule), rule.Name),
-		Dependent:     schema.GroupVersionResource{Group: rule.Spec.Dependent.Group, Version: rule.Spec.Dependent.Version, Resource: rule.Spec.Dependent.Resource},
+		Key:             key,
+		UID:             rule.UID,
+		ResourceVersion: rule.ResourceVersion,
+		Dependent: index.Source{
+			Export:   kcp.ObjectKey{Cluster: key.Cluster, Name: rule.Spec.Dependent.APIExportName},
+			Resource: schema.GroupVersionResource{Group: rule.Spec.Dependent.Group, Version: rule.Spec.Dependent.Version, Resource: rule.Spec.Dependent.Resource},
+		},
 		DependentKind: rule.Spec.Dependent.Kind,
 	}
 	for _, d := range rule.Spec.Dependencies {
@@ -88,137 +128,223 @@ func FromDependencyRule(rule *depv1alpha1.DependencyRule) *Rule {
 			r.Invalid = append(r.Invalid, d.FieldRef.Path)
 			continue
 		}
-		r.References = append(r.References, Reference{Target: schema.GroupResource{Group: d.Group, Resource: d.Resource}, Path: p})
+		r.References = append(r.References, Reference{
+			Workspace: logicalcluster.NewPath(d.APIExportRef.Path),
+			Target:    schema.GroupResource{Group: d.Group, Resource: d.Resource},
+			Path:      p,
+		})
 	}
 	return r
 }
 
+// Listing is a complete listing of the rules of some logical clusters (those
+// of one shard).
+type Listing struct {
+	// Rules are all rules of the listed clusters.
+	Rules []*Rule
+	// ResourceVersion is the resourceVersion of the list.
+	ResourceVersion string
+	// Covers reports whether the listing covers a logical cluster: a rule of
+	// a covered cluster that is not listed is gone.
+	Covers func(logicalcluster.Name) bool
+}
+
 // record is the registry's state for one key.
 type record struct {
-	rule *Rule // nil for a tombstone
-	rv   uint64
+	rule *Rule
+	// seenByCache is set when the rule came through the manager's cache, so
+	// that the cache no longer having it proves that it was deleted.
+	seenByCache bool
 }
 
 // snapshot is an immutable view for readers.
 type snapshot struct {
-	byTarget map[schema.GroupResource][]Entry
+	byTarget map[Target][]Entry
 	rules    int
 }
 
 // Registry is a thread-safe store of rule metadata. The zero value is not
 // usable; call New.
 type Registry struct {
-	lock    sync.Mutex
-	records map[string]record
-	current atomic.Pointer[snapshot]
+	lock       sync.Mutex
+	records    map[kcp.ObjectKey]record
+	tombstones map[types.UID]time.Time // deleted rules, until when they are remembered
+	// workspaces maps the path of every workspace that binds the APIExport
+	// to its logical cluster (the kcp.io/path annotation of its binding).
+	workspaces map[string]logicalcluster.Name
+	sources    func(map[index.Source][]fieldpath.Path)
+	now        func() time.Time
+	current    atomic.Pointer[snapshot]
 }
 
 // New returns an empty registry.
 func New() *Registry {
-	r := &Registry{records: map[string]record{}}
-	r.current.Store(&snapshot{byTarget: map[schema.GroupResource][]Entry{}})
+	r := &Registry{
+		records:    map[kcp.ObjectKey]record{},
+		tombstones: map[types.UID]time.Time{},
+		workspaces: map[string]logicalcluster.Name{},
+		now:        time.Now,
+	}
+	r.current.Store(&snapshot{byTarget: map[Target][]Entry{}})
 	return r
 }
 
-// ParseResourceVersion parses a resourceVersion; kcp's are decimal numbers.
-// Anything else parses as 0, which loses against every known version.
-func ParseResourceVersion(rv string) uint64 {
-	n, err := strconv.ParseUint(rv, 10, 64)
-	if err != nil {
-		return 0
-	}
-	return n
-}
-
-// Apply registers or replaces a rule as of resourceVersion rv. It is ignored
-// if the registry already reflects rv or newer for this key, and reports
-// whether it changed anything.
-func (r *Registry) Apply(rule *Rule, rv uint64) bool {
+// OnSourcesChange calls fn with the dependent sources of all rules, and the
+// paths to read of each, now and whenever the registry changes. Call it
+// before anything is registered.
+func (r *Registry) OnSourcesChange(fn func(map[index.Source][]fieldpath.Path)) {
 	r.lock.Lock()
 	defer r.lock.Unlock()
-	if old, ok := r.records[rule.Key]; ok && old.rv >= rv && rv != 0 {
+	r.sources = fn
+	r.publish()
+}
+
+// SetWorkspace records that the workspace at path (logical cluster
+// cluster) binds the APIExport.
+func (r *Registry) SetWorkspace(path string, cluster logicalcluster.Name) {
+	r.lock.Lock()
+	defer r.lock.Unlock()
+	if path == "" || r.workspaces[path] == cluster {
+		return
+	}
+	r.workspaces[path] = cluster
+	r.publish()
+}
+
+// SetWorkspaces replaces what SetWorkspace recorded with a complete map.
+func (r *Registry) SetWorkspaces(workspaces map[string]logicalcluster.Name) {
+	r.lock.Lock()
+	defer r.lock.Unlock()
+	if maps.Equal(workspaces, r.workspaces) {
+		return
+	}
+	r.workspaces = maps.Clone(workspaces)
+	r.publish()
+}
+
+// newer reports whether resourceVersion a is newer than b. Both must be
+// versions of DependencyRules (objects or lists) of one shard. A version
+// that is not well-formed counts as newer, so that it is never ignored.
+func newer(a, b string) bool {
+	c, err := resourceversion.CompareResourceVersion(a, b)
+	return err != nil || c > 0
+}
+
+// Apply registers or replaces a rule that the manager's cache holds. It is
+// ignored if the registry holds the same or a newer version, or if the rule
+// is known to be deleted, and reports whether it changed anything.
+func (r *Registry) Apply(rule *Rule) bool {
+	r.lock.Lock()
+	defer r.lock.Unlock()
+	if !r.apply(rule, true) {
 		return false
 	}
-	r.records[rule.Key] = record{rule: rule, rv: rv}
 	r.publish()
 	return true
 }
 
-// Delete removes the rule with the given key as of resourceVersion rv: it is
-// kept if the registry holds a newer version of it. A tombstone remembers
-// rv. It reports whether it changed anything.
-func (r *Registry) Delete(key string, rv uint64) bool {
+func (r *Registry) apply(rule *Rule, viaCache bool) bool {
+	if _, deleted := r.tombstones[rule.UID]; deleted && rule.UID != "" {
+		return false
+	}
+	old, ok := r.records[rule.Key]
+	if ok && !newer(rule.ResourceVersion, old.rule.ResourceVersion) {
+		if viaCache && old.rule.UID == rule.UID && !old.seenByCache {
+			old.seenByCache = true
+			r.records[rule.Key] = old
+		}
+		return false
+	}
+	if ok && old.rule.UID != rule.UID {
+		// A newer object of the same name: the old one is deleted.
+		r.bury(old.rule.UID)
+	}
+	r.records[rule.Key] = record{rule: rule, seenByCache: viaCache}
+	return true
+}
+
+// Forget removes the rule with the given key, which the manager's cache no
+// longer holds. If the registry's version of it came through the cache, it is
+// deleted for sure and its UID is remembered; otherwise the cache may not
+// have seen it yet, and it will be registered again when it does.
+func (r *Registry) Forget(key kcp.ObjectKey) bool {
 	r.lock.Lock()
 	defer r.lock.Unlock()
 	old, ok := r.records[key]
-	if ok && old.rv > rv {
+	if !ok {
 		return false
 	}
-	r.records[key] = record{rv: rv}
-	if !ok || old.rule == nil {
-		return false
+	if old.seenByCache {
+		r.bury(old.rule.UID)
 	}
+	delete(r.records, key)
 	r.publish()
 	return true
 }
 
-// DeleteCluster deletes, as of resourceVersion rv, every rule of a logical
-// cluster; used when the cluster stops binding the APIExport.
-func (r *Registry) DeleteCluster(cluster logicalcluster.Name, rv uint64) {
+// ForgetCluster removes every rule of a logical cluster that stopped binding
+// the APIExport. No tombstones are left: should the cluster still bind it
+// after all, its rules are registered again as the cache sees them.
+func (r *Registry) ForgetCluster(cluster logicalcluster.Name) {
 	r.lock.Lock()
 	defer r.lock.Unlock()
-	prefix := cluster.String() + "/"
 	changed := false
-	for key, rec := range r.records {
-		if !strings.HasPrefix(key, prefix) || rec.rv > rv {
-			continue
+	for key := range r.records {
+		if key.Cluster == cluster {
+			delete(r.records, key)
+			changed = true
 		}
-		changed = changed || rec.rule != nil
-		r.records[key] = record{rv: rv}
+	}
+	for path, c := range r.workspaces {
+		if c == cluster {
+			delete(r.workspaces, path)
+			changed = true
+		}
 	}
 	if changed {
 		r.publish()
 	}
 }
 
-// LastSeen returns the resourceVersion the registry reflects for key, or 0.
-func (r *Registry) LastSeen(key string) uint64 {
+// Sync applies a complete listing: every listed rule is applied, and every
+// rule of a covered cluster that the listing does not contain, and that the
+// registry knows in a version no newer than the listing, is deleted (and its
+// UID remembered).
+func (r *Registry) Sync(l Listing) {
 	r.lock.Lock()
 	defer r.lock.Unlock()
-	return r.records[key].rv
-}
-
-// Sync applies a complete listing of the rules in some logical clusters (one
-// shard's rules), taken at resourceVersion listRV: every listed rule is
-// applied, and every registered rule of those clusters that the listing does
-// not contain is deleted as of listRV. inScope reports whether a key belongs
-// to the listed clusters.
-func (r *Registry) Sync(rules []*Rule, rvs []uint64, listRV uint64, inScope func(key string) bool) {
-	r.lock.Lock()
-	defer r.lock.Unlock()
-	listed := make(map[string]bool, len(rules))
-	for i, rule := range rules {
+	listed := make(map[kcp.ObjectKey]bool, len(l.Rules))
+	for _, rule := range l.Rules {
 		listed[rule.Key] = true
-		if old, ok := r.records[rule.Key]; ok && old.rv >= rvs[i] && rvs[i] != 0 {
-			continue
-		}
-		r.records[rule.Key] = record{rule: rule, rv: rvs[i]}
+		r.apply(rule, false)
 	}
 	for key, rec := range r.records {
-		if listed[key] || !inScope(key) || rec.rv > listRV {
+		if listed[key] || !l.Covers(key.Cluster) || newer(rec.rule.ResourceVersion, l.ResourceVersion) {
 			continue
 		}
-		// Gone as of the listing: forget it, tombstone included, since the
-		// listing is newer than anything the registry knows about it.
+		r.bury(rec.rule.UID)
 		delete(r.records, key)
+	}
+	now := r.now()
+	for uid, until := range r.tombstones {
+		if now.After(until) {
+			delete(r.tombstones, uid)
+		}
 	}
 	r.publish()
 }
 
-// FindByTargetGVR returns the entries for rules that protect the resource
-// gvr, in any version. The result is shared and must not be modified.
-func (r *Registry) FindByTargetGVR(gvr schema.GroupVersionResource) []Entry {
-	return r.current.Load().byTarget[gvr.GroupResource()]
+// bury remembers that the rule with this UID is deleted. Callers hold the lock.
+func (r *Registry) bury(uid types.UID) {
+	if uid != "" {
+		r.tombstones[uid] = r.now().Add(tombstoneTTL)
+	}
+}
+
+// Find returns the entries for rules that protect the target. The result is
+// shared and must not be modified.
+func (r *Registry) Find(target Target) []Entry {
+	return r.current.Load().byTarget[target]
 }
 
 // Len returns the number of registered rules.
@@ -226,31 +352,48 @@ func (r *Registry) Len() int {
 	return r.current.Load().rules
 }
 
-// publish rebuilds the read snapshot. Callers hold the lock.
+// publish rebuilds the read snapshot and tells the index which sources to
+// watch. Callers hold the lock.
 func (r *Registry) publish() {
-	s := &snapshot{byTarget: map[schema.GroupResource][]Entry{}}
+	s := &snapshot{byTarget: map[Target][]Entry{}}
+	sources := map[index.Source][]fieldpath.Path{}
 	for _, rec := range r.records {
-		if rec.rule == nil {
-			continue
-		}
 		s.rules++
-		byTarget := map[schema.GroupResource]*Entry{}
-		for _, ref := range rec.rule.References {
-			e, ok := byTarget[ref.Target]
+		rule := rec.rule
+		byTarget := map[Target]*Entry{}
+		for _, ref := range rule.References {
+			sources[rule.Dependent] = append(sources[rule.Dependent], ref.Path)
+			cluster, ok := r.workspaces[ref.Workspace.String()]
 			if !ok {
-				e = &Entry{RuleKey: rec.rule.Key, Dependent: rec.rule.Dependent, DependentKind: rec.rule.DependentKind}
-				byTarget[ref.Target] = e
+				continue // not bound (yet): kcp calls no webhook for it
+			}
+			target := Target{Cluster: cluster, Resource: ref.Target}
+			e, ok := byTarget[target]
+			if !ok {
+				e = &Entry{Rule: rule.Key, Dependent: rule.Dependent, DependentKind: rule.DependentKind}
+				byTarget[target] = e
 			}
 			e.Paths = append(e.Paths, ref.Path)
 		}
 		for target, e := range byTarget {
-			slices.SortFunc(e.Paths, func(a, b fieldpath.Path) int { return cmp.Compare(a.String(), b.String()) })
-			e.Paths = slices.Compact(e.Paths)
+			e.Paths = sortPaths(e.Paths)
 			s.byTarget[target] = append(s.byTarget[target], *e)
 		}
 	}
 	for _, entries := range s.byTarget {
-		slices.SortFunc(entries, func(a, b Entry) int { return cmp.Compare(a.RuleKey, b.RuleKey) })
+		slices.SortFunc(entries, func(a, b Entry) int { return a.Rule.Compare(b.Rule) })
 	}
 	r.current.Store(s)
+	if r.sources != nil {
+		for src, paths := range sources {
+			sources[src] = sortPaths(paths)
+		}
+		r.sources(sources)
+	}
+}
+
+// sortPaths sorts paths and drops duplicates.
+func sortPaths(paths []fieldpath.Path) []fieldpath.Path {
+	slices.SortFunc(paths, func(a, b fieldpath.Path) int { return cmp.Compare(a.String(), b.String()) })
+	return slices.Compact(paths)
 }

@@ -6,14 +6,18 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kcp-dev/logicalcluster/v3"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
+	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 )
 
 var (
@@ -22,14 +26,46 @@ var (
 	vms     = schema.GroupVersionResource{Group: "compute.io", Version: "v1", Resource: "virtualmachines"}
 )
 
-func rule(key string, dependent schema.GroupVersionResource, refs ...string) *Rule {
-	r := &Rule{Key: key, Dependent: dependent, DependentKind: "Thing"}
+func key(s string) kcp.ObjectKey {
+	cluster, name, _ := strings.Cut(s, "/")
+	return kcp.ObjectKey{Cluster: logicalcluster.Name(cluster), Name: name}
+}
+
+// netWorkspace is the workspace of the provider of the protected resources,
+// unless a reference names another.
+const netWorkspace = "root:net"
+
+// source is the dependent source of a rule of cluster.
+func source(cluster string, dependent schema.GroupVersionResource) index.Source {
+	return index.Source{Export: kcp.ObjectKey{Cluster: logicalcluster.Name(cluster), Name: dependent.Group}, Resource: dependent}
+}
+
+// rule returns the metadata of rule "cluster/name" (object UID uid, version
+// rv) whose dependent references "[workspace|]resource.group@path" for each
+// of refs.
+func rule(k, uid string, rv int, dependent schema.GroupVersionResource, refs ...string) *Rule {
+	r := &Rule{Key: key(k), UID: types.UID(uid), ResourceVersion: fmt.Sprint(rv), Dependent: source(string(key(k).Cluster), dependent), DependentKind: "Thing"}
 	for _, ref := range refs {
+		workspace, ref, ok := strings.Cut(ref, "|")
+		if !ok {
+			workspace, ref = netWorkspace, workspace
+		}
 		target, path, _ := strings.Cut(ref, "@")
-		gr := schema.ParseGroupResource(target)
-		r.References = append(r.References, Reference{Target: gr, Path: fieldpath.MustParse(path)})
+		r.References = append(r.References, Reference{Workspace: logicalcluster.NewPath(workspace), Target: schema.ParseGroupResource(target), Path: fieldpath.MustParse(path)})
 	}
 	return r
+}
+
+// newRegistry returns a registry in which root:net is bound as c-net.
+func newRegistry() *Registry {
+	r := New()
+	r.SetWorkspace(netWorkspace, "c-net")
+	return r
+}
+
+// find returns the entries protecting gvr served from root:net.
+func find(r *Registry, gvr schema.GroupVersionResource) []Entry {
+	return r.Find(Target{Cluster: "c-net", Resource: gvr.GroupResource()})
 }
 
 // paths renders FindByTargetGVR as "key dependent path,path".
@@ -40,27 +76,41 @@ func paths(entries []Entry) []string {
 		for _, p := range e.Paths {
 			ps = append(ps, p.String())
 		}
-		out = append(out, fmt.Sprintf("%s %s %s", e.RuleKey, e.Dependent.Resource, strings.Join(ps, ",")))
+		out = append(out, fmt.Sprintf("%s %s %s", e.Rule, e.Dependent.Resource.Resource, strings.Join(ps, ",")))
 	}
 	return out
 }
 
+func keys(r *Registry, gvr schema.GroupVersionResource) []string {
+	var out []string
+	for _, e := range find(r, gvr) {
+		out = append(out, e.Rule.String())
+	}
+	return out
+}
+
+// everywhere is a listing scope covering every cluster.
+func everywhere(logicalcluster.Name) bool { return true }
+
 func TestFromDependencyRule(t *testing.T) {
 	dr := &depv1alpha1.DependencyRule{ObjectMeta: metav1.ObjectMeta{
-		Name: "vm-deps", Annotations: map[string]string{logicalcluster.AnnotationKey: "c1"},
+		Name: "vm-deps", UID: "u1", ResourceVersion: "42", Annotations: map[string]string{logicalcluster.AnnotationKey: "c1"},
 	}}
-	dr.Spec.Dependent = depv1alpha1.DependentResource{Group: "compute.io", Version: "v1", Kind: "VirtualMachine", Resource: "virtualmachines"}
+	dr.Spec.Dependent = depv1alpha1.DependentResource{APIExportName: "compute.io", Group: "compute.io", Version: "v1", Kind: "VirtualMachine", Resource: "virtualmachines"}
+	ref := func(path string) depv1alpha1.APIExportReference {
+		return depv1alpha1.APIExportReference{Path: path, Name: "network.io"}
+	}
 	dr.Spec.Dependencies = []depv1alpha1.Dependency{
-		{Group: "network.io", Version: "v1", Resource: "vpcs", FieldRef: depv1alpha1.FieldReference{Path: "spec.vpcRef.name"}},
-		{Group: "network.io", Version: "v2", Resource: "subnets", FieldRef: depv1alpha1.FieldReference{Path: ".spec.nics[*].subnet"}},
-		{Group: "network.io", Version: "v1", Resource: "routers", FieldRef: depv1alpha1.FieldReference{Path: "spec..bad"}},
+		{APIExportRef: ref("root:net"), Group: "network.io", Version: "v1", Resource: "vpcs", FieldRef: depv1alpha1.FieldReference{Path: "spec.vpcRef.name"}},
+		{APIExportRef: ref("root:org:net"), Group: "network.io", Version: "v2", Resource: "subnets", FieldRef: depv1alpha1.FieldReference{Path: ".spec.nics[*].subnet"}},
+		{APIExportRef: ref("root:net"), Group: "network.io", Version: "v1", Resource: "routers", FieldRef: depv1alpha1.FieldReference{Path: "spec..bad"}},
 	}
 	got := FromDependencyRule(dr)
 	want := &Rule{
-		Key: "c1/vm-deps", Dependent: vms, DependentKind: "VirtualMachine",
+		Key: key("c1/vm-deps"), UID: "u1", ResourceVersion: "42", Dependent: source("c1", vms), DependentKind: "VirtualMachine",
 		References: []Reference{
-			{Target: vpcs.GroupResource(), Path: fieldpath.MustParse(".spec.vpcRef.name")},
-			{Target: subnets.GroupResource(), Path: fieldpath.MustParse(".spec.nics[*].subnet")},
+			{Workspace: logicalcluster.NewPath("root:net"), Target: vpcs.GroupResource(), Path: fieldpath.MustParse(".spec.vpcRef.name")},
+			{Workspace: logicalcluster.NewPath("root:org:net"), Target: subnets.GroupResource(), Path: fieldpath.MustParse(".spec.nics[*].subnet")},
 		},
 		Invalid: []string{"spec..bad"},
 	}
@@ -70,140 +120,231 @@ func TestFromDependencyRule(t *testing.T) {
 }
 
 func TestFindByTargetGVR(t *testing.T) {
-	r := New()
-	r.Apply(rule("c1/vm", vms, "vpcs.network.io@.spec.vpc", "vpcs.network.io@.spec.nics[*].vpc", "subnets.network.io@.spec.subnet"), 1)
-	r.Apply(rule("c2/db", schema.GroupVersionResource{Group: "data.io", Version: "v1", Resource: "dbs"}, "vpcs.network.io@.spec.vpc"), 2)
+	r := newRegistry()
+	r.Apply(rule("c1/vm", "u1", 1, vms, "vpcs.network.io@.spec.vpc", "vpcs.network.io@.spec.nics[*].vpc", "subnets.network.io@.spec.subnet"))
+	r.Apply(rule("c2/db", "u2", 2, schema.GroupVersionResource{Group: "data.io", Version: "v1", Resource: "dbs"}, "vpcs.network.io@.spec.vpc"))
+	r.Apply(rule("c3/other-provider", "u3", 2, vms, "root:other|vpcs.network.io@.spec.vpc"))
 
-	if got, want := paths(r.FindByTargetGVR(vpcs)), []string{
+	if got, want := paths(find(r, vpcs)), []string{
 		"c1/vm virtualmachines .spec.nics[*].vpc,.spec.vpc",
 		"c2/db dbs .spec.vpc",
 	}; !reflect.DeepEqual(got, want) {
 		t.Errorf("vpcs: %v, want %v", got, want)
 	}
 	// Any version of the target matches.
-	if got := r.FindByTargetGVR(schema.GroupVersionResource{Group: "network.io", Version: "v2", Resource: "subnets"}); len(got) != 1 {
+	if got := find(r, schema.GroupVersionResource{Group: "network.io", Version: "v2", Resource: "subnets"}); len(got) != 1 {
 		t.Errorf("subnets in another version: %v", paths(got))
 	}
-	if got := r.FindByTargetGVR(vms); got != nil {
+	if got := find(r, vms); got != nil {
 		t.Errorf("unprotected resource: %v", paths(got))
 	}
-	if r.Len() != 2 {
+	if r.Len() != 3 {
 		t.Errorf("Len() = %d", r.Len())
 	}
 
 	// In-place edit: the rule now references subnets only.
-	r.Apply(rule("c1/vm", vms, "subnets.network.io@.spec.subnet"), 3)
-	if got := paths(r.FindByTargetGVR(vpcs)); !reflect.DeepEqual(got, []string{"c2/db dbs .spec.vpc"}) {
+	r.Apply(rule("c1/vm", "u1", 3, vms, "subnets.network.io@.spec.subnet"))
+	if got := paths(find(r, vpcs)); !reflect.DeepEqual(got, []string{"c2/db dbs .spec.vpc"}) {
 		t.Errorf("after edit: %v", got)
 	}
-	r.Delete("c2/db", 4)
-	if got := r.FindByTargetGVR(vpcs); got != nil {
-		t.Errorf("after delete: %v", paths(got))
+	r.Forget(key("c2/db"))
+	if got := find(r, vpcs); got != nil {
+		t.Errorf("after Forget: %v", paths(got))
 	}
 }
 
 func TestVersionOrdering(t *testing.T) {
-	r := New()
-	r.Apply(rule("c1/vm", vms, "vpcs.network.io@.spec.vpc"), 10)
+	r := newRegistry()
+	r.Apply(rule("c1/vm", "u1", 10, vms, "vpcs.network.io@.spec.vpc"))
 
-	// An older view does not replace a newer one.
-	if r.Apply(rule("c1/vm", vms, "subnets.network.io@.spec.subnet"), 9) {
+	// An older view of the same object does not replace a newer one.
+	if r.Apply(rule("c1/vm", "u1", 9, vms, "subnets.network.io@.spec.subnet")) {
 		t.Error("Apply() of an older version succeeded")
 	}
-	if len(r.FindByTargetGVR(vpcs)) != 1 {
+	if len(find(r, vpcs)) != 1 {
 		t.Error("older version replaced the newer one")
 	}
-
-	// Deleted as of the last version seen; an old listing cannot resurrect it.
-	if !r.Delete("c1/vm", r.LastSeen("c1/vm")) {
-		t.Error("Delete() changed nothing")
-	}
-	r.Sync([]*Rule{rule("c1/vm", vms, "vpcs.network.io@.spec.vpc")}, []uint64{10}, 10, func(string) bool { return true })
-	if got := r.FindByTargetGVR(vpcs); got != nil {
-		t.Errorf("an old listing resurrected a deleted rule: %v", paths(got))
+	// Versions compare as numbers, not as strings.
+	r.Apply(rule("c1/big", "u2", 99, vms, "vpcs.network.io@.spec.a"))
+	if !r.Apply(rule("c1/big", "u2", 100, vms, "vpcs.network.io@.spec.b")) {
+		t.Error("Apply() of version 100 after 99 was ignored")
 	}
 
-	// Recreated with a newer version.
-	r.Apply(rule("c1/vm", vms, "vpcs.network.io@.spec.vpc"), 12)
-	if len(r.FindByTargetGVR(vpcs)) != 1 {
-		t.Error("recreated rule not registered")
+	// Deleted (the cache saw it): an old listing cannot resurrect it.
+	if !r.Forget(key("c1/vm")) {
+		t.Error("Forget() changed nothing")
+	}
+	r.Sync(Listing{Rules: []*Rule{rule("c1/vm", "u1", 10, vms, "vpcs.network.io@.spec.vpc")}, ResourceVersion: "10", Covers: everywhere})
+	if got := keys(r, vpcs); !reflect.DeepEqual(got, []string{"c1/big"}) {
+		t.Errorf("an old listing resurrected a deleted rule: %v", got)
+	}
+}
+
+// A rule deleted and recreated under the same name is a new object (a new
+// UID) and is registered at once, whatever the order in which the deletion
+// and the new object arrive.
+func TestRecreatedRuleIsRegistered(t *testing.T) {
+	r := newRegistry()
+	r.Apply(rule("c1/vm", "old", 10, vms, "vpcs.network.io@.spec.vpc"))
+	r.Forget(key("c1/vm"))
+	if !r.Apply(rule("c1/vm", "new", 12, vms, "vpcs.network.io@.spec.vpc")) {
+		t.Fatal("the recreated rule was not registered")
+	}
+
+	// A listing that still shows the old object, taken before the
+	// deletion, changes nothing.
+	r.Sync(Listing{Rules: []*Rule{rule("c1/vm", "old", 10, vms, "subnets.network.io@.spec.subnet")}, ResourceVersion: "11", Covers: everywhere})
+	if got := keys(r, vpcs); !reflect.DeepEqual(got, []string{"c1/vm"}) {
+		t.Errorf("after an old listing: %v", got)
+	}
+
+	// The new object arrives through a listing before the cache has seen
+	// it, and the cache reports the name as gone (it has only seen the
+	// deletion of the old object): the new object is forgotten without a
+	// tombstone and registered again as soon as the cache sees it.
+	r2 := newRegistry()
+	r2.Apply(rule("c1/vm", "old", 10, vms, "vpcs.network.io@.spec.vpc"))
+	r2.Sync(Listing{Rules: []*Rule{rule("c1/vm", "new", 12, vms, "vpcs.network.io@.spec.vpc")}, ResourceVersion: "12", Covers: everywhere})
+	r2.Forget(key("c1/vm"))
+	if !r2.Apply(rule("c1/vm", "new", 12, vms, "vpcs.network.io@.spec.vpc")) {
+		t.Error("the new object was buried by the deletion of the old one")
 	}
 }
 
 func TestSync(t *testing.T) {
-	r := New()
-	onShard1 := func(key string) bool { return strings.HasPrefix(key, "s1-") }
-	r.Apply(rule("s1-a/keep", vms, "vpcs.network.io@.spec.vpc"), 5)
-	r.Apply(rule("s1-a/gone", vms, "vpcs.network.io@.spec.other"), 6)
-	r.Apply(rule("s1-b/new", vms, "vpcs.network.io@.spec.new"), 30) // registered after the listing
-	r.Apply(rule("s2-a/other-shard", vms, "vpcs.network.io@.spec.x"), 1)
+	r := newRegistry()
+	onShard1 := func(c logicalcluster.Name) bool { return strings.HasPrefix(string(c), "s1-") }
+	r.Apply(rule("s1-a/keep", "u1", 5, vms, "vpcs.network.io@.spec.vpc"))
+	r.Apply(rule("s1-a/gone", "u2", 6, vms, "vpcs.network.io@.spec.other"))
+	r.Apply(rule("s1-b/new", "u3", 30, vms, "vpcs.network.io@.spec.new")) // registered after the listing
+	r.Apply(rule("s2-a/other-shard", "u4", 1, vms, "vpcs.network.io@.spec.x"))
 
-	r.Sync([]*Rule{
-		rule("s1-a/keep", vms, "vpcs.network.io@.spec.vpc", "subnets.network.io@.spec.subnet"),
-		rule("s1-c/listed", vms, "vpcs.network.io@.spec.listed"),
-	}, []uint64{7, 8}, 20, onShard1)
+	r.Sync(Listing{Rules: []*Rule{
+		rule("s1-a/keep", "u1", 7, vms, "vpcs.network.io@.spec.vpc", "subnets.network.io@.spec.subnet"),
+		rule("s1-c/listed", "u5", 8, vms, "vpcs.network.io@.spec.listed"),
+	}, ResourceVersion: "20", Covers: onShard1})
 
-	var keys []string
-	for _, e := range r.FindByTargetGVR(vpcs) {
-		keys = append(keys, e.RuleKey)
+	if got, want := keys(r, vpcs), []string{"s1-a/keep", "s1-b/new", "s1-c/listed", "s2-a/other-shard"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("after Sync: %v, want %v", got, want)
 	}
-	want := []string{"s1-a/keep", "s1-b/new", "s1-c/listed", "s2-a/other-shard"}
-	if !reflect.DeepEqual(keys, want) {
-		t.Errorf("after Sync: %v, want %v", keys, want)
-	}
-	if len(r.FindByTargetGVR(subnets)) != 1 {
+	if len(find(r, subnets)) != 1 {
 		t.Error("Sync did not apply the newer listed version")
 	}
-	if r.LastSeen("s1-a/gone") != 0 {
-		t.Error("Sync kept a record of a rule the listing shows to be gone")
+	// The rule the listing proved gone cannot come back in its old version.
+	if r.Apply(rule("s1-a/gone", "u2", 6, vms, "vpcs.network.io@.spec.other")) {
+		t.Error("a rule the listing proved gone was registered again")
+	}
+}
+
+// A workspace that stops binding the APIExport loses its rules, whatever the
+// resourceVersions of its binding and of rules elsewhere; if it binds again,
+// its rules are registered again.
+func TestForgetCluster(t *testing.T) {
+	r := newRegistry()
+	r.Apply(rule("c1/a", "u1", 5, vms, "vpcs.network.io@.spec.vpc"))
+	r.Apply(rule("c1/b", "u2", 9000, vms, "vpcs.network.io@.spec.vpc2"))
+	r.Apply(rule("c10/a", "u3", 5, vms, "vpcs.network.io@.spec.vpc"))
+	r.ForgetCluster("c1")
+	if got, want := keys(r, vpcs), []string{"c10/a"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("after ForgetCluster: %v, want %v (other clusters stay)", got, want)
+	}
+
+	r.Apply(rule("c1/a", "u1", 5, vms, "vpcs.network.io@.spec.vpc"))
+	if got, want := keys(r, vpcs), []string{"c1/a", "c10/a"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("after binding again: %v, want %v", got, want)
+	}
+}
+
+func TestTombstonesExpire(t *testing.T) {
+	r := newRegistry()
+	now := time.Unix(0, 0)
+	r.now = func() time.Time { return now }
+	r.Apply(rule("c1/vm", "u1", 1, vms, "vpcs.network.io@.spec.vpc"))
+	r.Forget(key("c1/vm"))
+	now = now.Add(tombstoneTTL + time.Second)
+	r.Sync(Listing{ResourceVersion: "2", Covers: everywhere})
+	if len(r.tombstones) != 0 {
+		t.Errorf("tombstones kept past their time: %v", r.tombstones)
 	}
 }
 
 func TestConcurrentAccess(t *testing.T) {
-	r := New()
+	r := newRegistry()
 	var wg sync.WaitGroup
 	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := range 500 {
-				key := fmt.Sprintf("c%d/r%d", w, i%10)
-				r.Apply(rule(key, vms, "vpcs.network.io@.spec.vpc"), uint64(i+1))
+				k := fmt.Sprintf("c%d/r%d", w, i%10)
+				r.Apply(rule(k, fmt.Sprintf("u%d-%d", w, i), i+1, vms, "vpcs.network.io@.spec.vpc"))
 				if i%3 == 0 {
-					r.Delete(key, uint64(i+1))
+					r.Forget(key(k))
 				}
 			}
-		}()
+		})
 	}
 	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for range 2000 {
-				for _, e := range r.FindByTargetGVR(vpcs) {
-					if e.Dependent != vms || len(e.Paths) != 1 {
+				for _, e := range find(r, vpcs) {
+					if e.Dependent.Resource != vms || len(e.Paths) != 1 {
 						t.Errorf("inconsistent entry %+v", e)
 						return
 					}
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 }
 
-func TestDeleteCluster(t *testing.T) {
-	r := New()
-	r.Apply(rule("c1/a", vms, "vpcs.network.io@.spec.vpc"), 5)
-	r.Apply(rule("c1/b", vms, "vpcs.network.io@.spec.vpc2"), 9)
-	r.Apply(rule("c10/a", vms, "vpcs.network.io@.spec.vpc"), 5)
-	r.DeleteCluster("c1", 7)
+// A rule protects the resource of the provider whose workspace it names, not
+// another provider's resource of the same name.
+func TestRulesBindToTheProviderWorkspace(t *testing.T) {
+	r := newRegistry()
+	r.Apply(rule("c1/vm", "u1", 1, vms, "vpcs.network.io@.spec.vpc"))
+	r.Apply(rule("c1/vm-other", "u2", 2, vms, "root:other|vpcs.network.io@.spec.otherVPC"))
 
-	var keys []string
-	for _, e := range r.FindByTargetGVR(vpcs) {
-		keys = append(keys, e.RuleKey)
+	if got := paths(r.Find(Target{Cluster: "c-net", Resource: vpcs.GroupResource()})); !reflect.DeepEqual(got, []string{"c1/vm virtualmachines .spec.vpc"}) {
+		t.Errorf("vpcs of root:net: %v", got)
 	}
-	if want := []string{"c1/b", "c10/a"}; !reflect.DeepEqual(keys, want) {
-		t.Errorf("after DeleteCluster: %v, want %v (newer rules and other clusters stay)", keys, want)
+	// root:other does not bind the APIExport yet: nothing there is protected.
+	if got := r.Find(Target{Cluster: "c-other", Resource: vpcs.GroupResource()}); got != nil {
+		t.Errorf("vpcs of an unbound workspace: %v", paths(got))
+	}
+	r.SetWorkspace("root:other", "c-other")
+	if got := paths(r.Find(Target{Cluster: "c-other", Resource: vpcs.GroupResource()})); !reflect.DeepEqual(got, []string{"c1/vm-other virtualmachines .spec.otherVPC"}) {
+		t.Errorf("vpcs of root:other once bound: %v", got)
+	}
+	// The workspace stops binding the export.
+	r.ForgetCluster("c-other")
+	if got := r.Find(Target{Cluster: "c-other", Resource: vpcs.GroupResource()}); got != nil {
+		t.Errorf("vpcs of root:other after it stopped binding: %v", paths(got))
+	}
+	// A listing of all bindings replaces the workspaces.
+	r.SetWorkspaces(map[string]logicalcluster.Name{"root:net": "c-net2"})
+	if got := r.Find(Target{Cluster: "c-net2", Resource: vpcs.GroupResource()}); len(got) != 1 {
+		t.Errorf("after the workspace was recreated as c-net2: %v", paths(got))
+	}
+}
+
+// The index is told which sources to watch, with the paths of every rule
+// that names each, and is told again when rules change.
+func TestSources(t *testing.T) {
+	r := newRegistry()
+	var got map[index.Source][]fieldpath.Path
+	r.OnSourcesChange(func(s map[index.Source][]fieldpath.Path) { got = s })
+	r.Apply(rule("c1/a", "u1", 1, vms, "vpcs.network.io@.spec.vpc", "subnets.network.io@.spec.subnet"))
+	r.Apply(rule("c1/b", "u2", 1, vms, "vpcs.network.io@.spec.vpc", "root:unbound|vpcs.network.io@.spec.x"))
+	r.Apply(rule("c2/a", "u3", 1, vms, "vpcs.network.io@.spec.vpc"))
+	want := map[index.Source][]fieldpath.Path{
+		source("c1", vms): {fieldpath.MustParse(".spec.subnet"), fieldpath.MustParse(".spec.vpc"), fieldpath.MustParse(".spec.x")},
+		source("c2", vms): {fieldpath.MustParse(".spec.vpc")},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("sources = %v, want %v", got, want)
+	}
+	r.Forget(key("c2/a"))
+	if _, ok := got[source("c2", vms)]; ok || len(got) != 1 {
+		t.Errorf("after Forget: %v", got)
 	}
 }

@@ -3,22 +3,21 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/buger/jsonparser"
 
-	"github.com/opendefensecloud/dependency-controller/internal/dependents"
+	"github.com/kcp-dev/logicalcluster/v3"
 
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
+	"github.com/opendefensecloud/dependency-controller/internal/index"
 )
 
 // listJSON renders a list of n VirtualMachines in namespace default, shaped
-// like kcp's responses (~700 bytes per object); the one at index hit
-// references vpc-a, the others other VPCs.
+// like kcp's responses (~700 bytes per object); the one at index hit (if
+// any) references vpc-a, the others other VPCs.
 func listJSON(n, hit int) []byte {
 	var b bytes.Buffer
 	b.WriteString(`{"apiVersion":"compute.io/v1","kind":"VirtualMachineList","metadata":{"resourceVersion":"4242"},"items":[`)
@@ -41,77 +40,58 @@ func listJSON(n, hit int) []byte {
 	return b.Bytes()
 }
 
+// benchDependents serves a fixed list for live reads and a fixed result for
+// index lookups.
+type benchDependents struct {
+	list []byte
+	hits []index.Dependent
+}
+
+func (b *benchDependents) State(index.Source) index.State {
+	return index.State{Phase: index.PhaseSynced, Namespaced: true}
+}
+
+func (b *benchDependents) Hits(index.Source, []fieldpath.Path, logicalcluster.Name, string, string) []index.Dependent {
+	return b.hits
+}
+
+func (b *benchDependents) Confirm(_ context.Context, _ index.Source, _ logicalcluster.Name, _ string, visit func([]byte) error) error {
+	var err error
+	_, perr := jsonparser.ArrayEach(b.list, func(item []byte, _ jsonparser.ValueType, _ int, _ error) {
+		if err == nil {
+			err = visit(item)
+		}
+	}, "items")
+	return errors.Join(perr, err)
+}
+
+// BenchmarkValidator measures a decision with n dependents in the namespace:
+// denied from the index (one dependent in the index references the object),
+// and allowed after reading the n dependents live (none references it).
 func BenchmarkValidator(b *testing.B) {
 	rules := staticRules{vpcs.GroupResource(): {entry("p/vm", vms, "VirtualMachine", ".spec.vpcRef.name", ".spec.nics[*].vpc")}}
+	req := deleteRequest(vpcs, "consumer", "default", "vpc-a", nil)
+	ctx := WithProvider(context.Background(), provider)
 	for _, n := range []int{10, 1000, 10000} {
-		body := listJSON(n, n/2)
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write(body)
-		}))
-		v := NewDeletionValidator(rules, openGate(true), dependents.NewHTTPLister(srv.URL, srv.Client()))
-		req := deleteRequest(vpcs, "consumer", "default", "vpc-a", nil)
-
-		b.Run(fmt.Sprintf("dependents=%d", n), func(b *testing.B) {
+		denied := NewDeletionValidator(rules, loaded(true), &benchDependents{hits: []index.Dependent{{Cluster: "consumer", Namespace: "default", Name: "vm-00001", UID: "u1"}}})
+		b.Run(fmt.Sprintf("denied-from-index/dependents=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
-			b.SetBytes(int64(len(body)))
 			for b.Loop() {
-				if resp := v.Handle(context.Background(), req); resp.Allowed {
+				if resp := denied.Handle(ctx, req); resp.Allowed {
 					b.Fatal("allowed")
 				}
 			}
 		})
-		srv.Close()
+		body := listJSON(n, -1)
+		allowed := NewDeletionValidator(rules, loaded(true), &benchDependents{list: body})
+		b.Run(fmt.Sprintf("allowed-after-live-read/dependents=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				if resp := allowed.Handle(ctx, req); !resp.Allowed {
+					b.Fatal("denied", resp.Result)
+				}
+			}
+		})
 	}
-}
-
-// BenchmarkListDecoding compares the streaming decoder the lister uses with
-// reading the whole response and splitting it with jsonparser, for a list
-// of 10,000 objects (~7 MB). Streaming bounds memory by one object;
-// buffering needs the whole response in memory.
-func BenchmarkListDecoding(b *testing.B) {
-	body := listJSON(10000, 5000)
-	path := pathOf(b, ".spec.vpcRef.name")
-	b.Run("stream", func(b *testing.B) {
-		b.ReportAllocs()
-		b.SetBytes(int64(len(body)))
-		for b.Loop() {
-			hits := 0
-			err := dependents.StreamItems(bytes.NewReader(body), func(item []byte) error {
-				if ok, _ := path.ContainsJSON(item, "vpc-a"); ok {
-					hits++
-				}
-				return nil
-			})
-			if err != nil || hits != 1 {
-				b.Fatal(err, hits)
-			}
-		}
-	})
-	b.Run("buffer", func(b *testing.B) {
-		b.ReportAllocs()
-		b.SetBytes(int64(len(body)))
-		for b.Loop() {
-			all, err := io.ReadAll(bytes.NewReader(body))
-			if err != nil {
-				b.Fatal(err)
-			}
-			hits := 0
-			_, err = jsonparser.ArrayEach(all, func(item []byte, _ jsonparser.ValueType, _ int, _ error) {
-				if ok, _ := path.ContainsJSON(item, "vpc-a"); ok {
-					hits++
-				}
-			}, "items")
-			if err != nil || hits != 1 {
-				b.Fatal(err, hits)
-			}
-		}
-	})
-}
-
-func pathOf(b *testing.B, s string) interface {
-	ContainsJSON([]byte, string) (bool, error)
-} {
-	b.Helper()
-	return entry("x", schema.GroupVersionResource{}, "X", s).Paths[0]
 }

@@ -25,7 +25,11 @@ const validReview = `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview
 "oldObject":{"metadata":{"name":"vpc-a","namespace":"default","annotations":{"kcp.io/cluster":"c1"}}}}}`
 
 func post(h http.Handler, contentType, body string) *httptest.ResponseRecorder {
-	req := httptest.NewRequest(http.MethodPost, "/validate", strings.NewReader(body))
+	return postTo(h, "/validate/provider", contentType, body)
+}
+
+func postTo(h http.Handler, path, contentType, body string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
@@ -36,7 +40,7 @@ func post(h http.Handler, contentType, body string) *httptest.ResponseRecorder {
 
 func TestAdmissionHandlerRejectsMalformedReviews(t *testing.T) {
 	called := false
-	h := NewAdmissionHandler(handlerFunc(func(context.Context, admission.Request) admission.Response {
+	h := NewAdmissionHandler("/validate", handlerFunc(func(context.Context, admission.Request) admission.Response {
 		called = true
 		return admission.Allowed("")
 	}))
@@ -70,9 +74,18 @@ func TestAdmissionHandlerRejectsMalformedReviews(t *testing.T) {
 		})
 	}
 
+	for _, path := range []string{"/validate", "/validate/", "/validate/provider/extra", "/validate/Not-A-Cluster", "/other/provider"} {
+		t.Run("path "+path, func(t *testing.T) {
+			called = false
+			if rec := postTo(h, path, "application/json", validReview); rec.Code != http.StatusNotFound || called {
+				t.Errorf("status = %d (handler called: %v), want 404: %s", rec.Code, called, rec.Body)
+			}
+		})
+	}
+
 	t.Run("GET", func(t *testing.T) {
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/validate", nil))
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/validate/provider", nil))
 		if rec.Code != http.StatusMethodNotAllowed {
 			t.Errorf("status = %d", rec.Code)
 		}
@@ -80,9 +93,12 @@ func TestAdmissionHandlerRejectsMalformedReviews(t *testing.T) {
 }
 
 func TestAdmissionHandlerAnswersWellFormedReviews(t *testing.T) {
-	h := NewAdmissionHandler(handlerFunc(func(_ context.Context, req admission.Request) admission.Response {
+	h := NewAdmissionHandler("/validate", handlerFunc(func(ctx context.Context, req admission.Request) admission.Response {
 		if req.Name != "vpc-a" || req.Operation != admissionv1.Delete {
 			t.Errorf("unexpected request %+v", req)
+		}
+		if p, ok := ProviderFrom(ctx); !ok || p != provider {
+			t.Errorf("provider workspace = %q, %v; want %q from the URL", p, ok, provider)
 		}
 		return admission.Denied("still referenced")
 	}))
@@ -100,7 +116,7 @@ func TestAdmissionHandlerAnswersWellFormedReviews(t *testing.T) {
 }
 
 func TestAdmissionHandlerRecoversPanics(t *testing.T) {
-	h := NewAdmissionHandler(handlerFunc(func(context.Context, admission.Request) admission.Response {
+	h := NewAdmissionHandler("/validate", handlerFunc(func(context.Context, admission.Request) admission.Response {
 		panic("boom")
 	}))
 	rec := post(h, "application/json", validReview)
@@ -124,13 +140,13 @@ func FuzzAdmissionHandler(f *testing.F) {
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`null`))
 
-	lister := &fakeLister{}
-	lister.add("c1", vms, object("default", "vm-1", map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}}))
-	v := NewDeletionValidator(staticRules{vpcs.GroupResource(): {entry("p/vm", vms, "VirtualMachine", ".spec.vpcRef.name")}}, openGate(true), lister)
-	h := NewAdmissionHandler(v)
+	deps := &fakeDependents{}
+	deps.add("c1", vms, object("default", "vm-1", map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}}))
+	v := NewDeletionValidator(staticRules{vpcs.GroupResource(): {entry("p/vm", vms, "VirtualMachine", ".spec.vpcRef.name")}}, loaded(true), deps)
+	h := NewAdmissionHandler("/validate", v)
 
 	f.Fuzz(func(t *testing.T, body []byte) {
-		lister.calls = nil
+		deps.calls = nil
 		rec := post(h, "application/json", string(body))
 		switch {
 		case rec.Code >= 400 && rec.Code < 500:

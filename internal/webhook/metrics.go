@@ -6,14 +6,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Outcomes of an admission decision, the values of the outcome label.
-const (
-	OutcomeAllowed  = "allowed"
-	OutcomeDenied   = "denied"
-	OutcomeBypassed = "bypassed"
-	OutcomeError    = "error"
-)
-
 // Metrics are the webhook's Prometheus metrics. A nil *Metrics records
 // nothing.
 type Metrics struct {
@@ -21,16 +13,19 @@ type Metrics struct {
 	latency   *prometheus.HistogramVec
 	scanned   prometheus.Histogram
 	rules     prometheus.GaugeFunc
+	indexed   prometheus.GaugeFunc
+	retries   *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg. rules reports
-// the number of registered DependencyRules.
-func NewMetrics(reg prometheus.Registerer, rules func() int) (*Metrics, error) {
+// the number of registered DependencyRules, indexed the number of
+// dependents in the index.
+func NewMetrics(reg prometheus.Registerer, rules, indexed func() int) (*Metrics, error) {
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dependency_webhook_decisions_total",
-			Help: "Admission decisions on DELETE requests, by outcome: allowed, denied (still referenced), bypassed (skip-protection annotation) or error (request malformed, webhook not initialized, or dependents could not be listed).",
-		}, []string{"outcome"}),
+			Help: "Admission decisions on DELETE requests, by outcome: allowed, denied (still referenced), bypassed (skip-protection annotation) or error (request malformed, rules not loaded, or dependents could not be read); and by how they were reached: index (from the index alone) or live (dependents read live), empty when no dependent was looked at.",
+		}, []string{"outcome", "via"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "dependency_webhook_decision_duration_seconds",
 			Help:    "Time to decide on a DELETE request, including listing dependents, by outcome.",
@@ -38,15 +33,23 @@ func NewMetrics(reg prometheus.Registerer, rules func() int) (*Metrics, error) {
 		}, []string{"outcome"}),
 		scanned: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "dependency_webhook_dependents_scanned",
-			Help:    "Number of dependent objects examined per DELETE request.",
+			Help:    "Number of dependent objects read live per DELETE request that the index could not decide.",
 			Buckets: []float64{0, 1, 10, 100, 1000, 10000, 100000},
 		}),
 		rules: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "dependency_webhook_rules",
 			Help: "Number of DependencyRules in the webhook's registry.",
 		}, func() float64 { return float64(rules()) }),
+		indexed: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "dependency_webhook_indexed_dependents",
+			Help: "Number of dependent objects in the webhook's index.",
+		}, func() float64 { return float64(indexed()) }),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dependency_webhook_read_retries_total",
+			Help: "Live reads of dependents retried within a request, by cause: too-many-requests, unavailable (e.g. storage is (re)initializing), timeout, etcd-leader-changed, gateway, retry-after, connection.",
+		}, []string{"cause"}),
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.scanned, m.rules} {
+	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.scanned, m.rules, m.indexed, m.retries} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -54,11 +57,20 @@ func NewMetrics(reg prometheus.Registerer, rules func() int) (*Metrics, error) {
 	return m, nil
 }
 
-func (m *Metrics) observe(outcome string, d time.Duration, scanned int) {
+// retried counts a retried read.
+func (m *Metrics) retried(cause string) {
+	if m != nil {
+		m.retries.WithLabelValues(cause).Inc()
+	}
+}
+
+func (m *Metrics) observe(d decision, took time.Duration) {
 	if m == nil {
 		return
 	}
-	m.decisions.WithLabelValues(outcome).Inc()
-	m.latency.WithLabelValues(outcome).Observe(d.Seconds())
-	m.scanned.Observe(float64(scanned))
+	m.decisions.WithLabelValues(d.outcome, d.via).Inc()
+	m.latency.WithLabelValues(d.outcome).Observe(took.Seconds())
+	if d.via == viaLive {
+		m.scanned.Observe(float64(d.scanned))
+	}
 }

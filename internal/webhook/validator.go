@@ -7,77 +7,111 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/buger/jsonparser"
+	"github.com/go-logr/logr"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/kcp-dev/logicalcluster/v3"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
-	"github.com/opendefensecloud/dependency-controller/internal/dependents"
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
+	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
 )
 
 // Audit annotation keys. kcp prefixes them with the webhook's name.
 const (
-	AuditDecision          = "decision"
-	AuditBlockers          = "blockers"
-	AuditSkipProtectionBy  = "skip-protection-user"
-	AuditFailedRule        = "failed-rule"
-	decisionDenied         = "denied"
-	decisionBypassed       = "bypassed"
-	decisionError          = "error"
-	defaultMaxBlockersName = 10
+	AuditDecision         = "decision"
+	AuditBlockers         = "blockers"
+	AuditSkipProtectionBy = "skip-protection-user"
+	AuditFailedRule       = "failed-rule"
 )
+
+// Decisions on a DELETE request: the values of the decision audit annotation
+// and of the outcome label of the metrics.
+const (
+	// DecisionAllowed: nothing references the object (or it is not
+	// protected).
+	DecisionAllowed = "allowed"
+	// DecisionDenied: objects still reference it.
+	DecisionDenied = "denied"
+	// DecisionBypassed: the skip-protection annotation allowed it.
+	DecisionBypassed = "bypassed"
+	// DecisionError: the request was malformed, the webhook was not ready,
+	// or the dependents could not be read; the delete is refused.
+	DecisionError = "error"
+)
+
+// DefaultMaxBlockers is how many blockers a denial names unless
+// WithMaxBlockers says otherwise.
+const DefaultMaxBlockers = 10
 
 // RuleFinder finds the rules protecting a resource; *registry.Registry
 // implements it.
 type RuleFinder interface {
-	FindByTargetGVR(gvr schema.GroupVersionResource) []registry.Entry
+	Find(target registry.Target) []registry.Entry
 }
 
-// Gate tells whether the rule registry is complete.
-type Gate interface {
-	// Initialized reports whether every existing rule has been registered.
-	Initialized() bool
+// Readiness tells whether the rule registry is complete;
+// *registry.Readiness implements it.
+type Readiness interface {
+	// Loaded reports whether every existing rule has been registered.
+	Loaded() bool
+}
+
+// Dependents finds the dependents that reference an object; *index.Index
+// implements it.
+type Dependents interface {
+	// State returns what is known about a source.
+	State(src index.Source) index.State
+	// Hits returns the indexed dependents of src in cluster (in namespace,
+	// or everywhere if it is empty) that hold name at one of paths.
+	Hits(src index.Source, paths []fieldpath.Path, cluster logicalcluster.Name, namespace, name string) []index.Dependent
+	// Confirm reads the dependents of src in cluster (in namespace, or
+	// everywhere if it is empty) live and calls visit with each.
+	Confirm(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace string, visit func(item []byte) error) error
 }
 
 // DeletionValidator is an admission.Handler that denies the deletion of an
 // object while objects in the same workspace still reference it, as
-// declared by DependencyRules. It decides from the rule registry and live
-// lists of the dependents in the consumer workspace; nothing about
-// dependents is cached.
+// declared by DependencyRules.
+//
+// It decides from the rule registry and the index of dependents: a
+// dependent in the index that references the object denies the delete at
+// once; when the index holds none, the dependents are read live before the
+// delete is allowed, since the index may not have seen a dependent created a
+// moment ago.
 type DeletionValidator struct {
 	rules       RuleFinder
-	gate        Gate
-	lister      dependents.Lister
+	readiness   Readiness
+	dependents  Dependents
 	maxBlockers int
 	timeout     time.Duration
 	metrics     *Metrics
-	scopes      sync.Map // schema.GroupVersionResource → true if cluster-scoped
 	now         func() time.Time
 }
 
 // Option configures a DeletionValidator.
 type Option func(*DeletionValidator)
 
-// WithMaxBlockers sets how many blockers a denial names (default 10); the
-// rest are counted.
+// WithMaxBlockers sets how many blockers a denial names (default
+// DefaultMaxBlockers); the rest are counted.
 func WithMaxBlockers(n int) Option {
 	return func(v *DeletionValidator) { v.maxBlockers = n }
 }
 
-// WithTimeout bounds the time spent listing dependents per request (default
+// WithTimeout bounds the time spent reading dependents per request (default
 // none). It should be below the webhook timeout kcp applies, so that a slow
-// list is answered with a clear denial rather than kcp's timeout error.
+// read is answered with a clear denial rather than kcp's timeout error.
 func WithTimeout(d time.Duration) Option {
 	return func(v *DeletionValidator) { v.timeout = d }
 }
@@ -88,9 +122,9 @@ func WithMetrics(m *Metrics) Option {
 }
 
 // NewDeletionValidator returns a validator that finds rules in rules, waits
-// for gate, and lists dependents with lister.
-func NewDeletionValidator(rules RuleFinder, gate Gate, lister dependents.Lister, opts ...Option) *DeletionValidator {
-	v := &DeletionValidator{rules: rules, gate: gate, lister: lister, maxBlockers: defaultMaxBlockersName, now: time.Now}
+// until readiness reports them loaded, and finds dependents in dependents.
+func NewDeletionValidator(rules RuleFinder, readiness Readiness, dependents Dependents, opts ...Option) *DeletionValidator {
+	v := &DeletionValidator{rules: rules, readiness: readiness, dependents: dependents, maxBlockers: DefaultMaxBlockers, now: time.Now}
 	for _, o := range opts {
 		o(v)
 	}
@@ -102,39 +136,54 @@ type objectMeta struct {
 	Metadata struct {
 		Name        string            `json:"name"`
 		Namespace   string            `json:"namespace"`
-		UID         string            `json:"uid"`
+		UID         types.UID         `json:"uid"`
 		Annotations map[string]string `json:"annotations"`
 	} `json:"metadata"`
+}
+
+// How a decision was reached: from the index alone, or by reading the
+// dependents live.
+const (
+	viaIndex = "index"
+	viaLive  = "live"
+)
+
+// decision is the outcome of one request, for the metrics.
+type decision struct {
+	outcome string
+	via     string
+	scanned int
 }
 
 // Handle implements admission.Handler.
 func (v *DeletionValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
 	start := v.now()
-	resp, outcome, scanned := v.handle(ctx, req)
-	v.metrics.observe(outcome, v.now().Sub(start), scanned)
+	resp, d := v.handle(ctx, req)
+	v.metrics.observe(d, v.now().Sub(start))
 	return resp
 }
 
-func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (admission.Response, string, int) {
+func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (admission.Response, decision) {
 	logger := log.FromContext(ctx, "resource", req.Resource, "name", req.Name, "namespace", req.Namespace)
+	failed := decision{outcome: DecisionError}
 
 	// 1. Only deletions are judged.
 	if req.Operation != admissionv1.Delete {
-		return admission.Allowed(""), OutcomeAllowed, 0
+		return admission.Allowed(""), decision{outcome: DecisionAllowed}
 	}
 
 	// 2. Without every rule registered, a delete could slip through.
-	if !v.gate.Initialized() {
-		return unavailable("the dependency webhook is starting and has not loaded all DependencyRules yet; retry the delete in a few seconds"), OutcomeError, 0
+	if !v.readiness.Loaded() {
+		return unavailable("the dependency webhook is starting and has not loaded all DependencyRules yet; retry the delete in a few seconds"), failed
 	}
 
 	// 3. The object being deleted.
 	if len(req.OldObject.Raw) == 0 {
-		return admission.Errored(http.StatusBadRequest, errors.New("the admission request has no oldObject")), OutcomeError, 0
+		return admission.Errored(http.StatusBadRequest, errors.New("the admission request has no oldObject")), failed
 	}
 	obj := &objectMeta{}
 	if err := json.Unmarshal(req.OldObject.Raw, obj); err != nil {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("failed to decode oldObject: %w", err)), OutcomeError, 0
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("failed to decode oldObject: %w", err)), failed
 	}
 	name, namespace := obj.Metadata.Name, obj.Metadata.Namespace
 	if name == "" {
@@ -148,161 +197,197 @@ func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (
 		resp := admission.Allowed("").WithWarnings(fmt.Sprintf(
 			"deletion protection of %s %q was bypassed by %s with the %s annotation; objects that still reference it may break",
 			req.Resource.Resource, name, user, depv1alpha1.AnnotationSkipProtection))
-		resp.AuditAnnotations = map[string]string{AuditDecision: decisionBypassed, AuditSkipProtectionBy: user}
-		return resp, OutcomeBypassed, 0
+		resp.AuditAnnotations = map[string]string{AuditDecision: DecisionBypassed, AuditSkipProtectionBy: user}
+		return resp, decision{outcome: DecisionBypassed}
 	}
 
-	// 5. The consumer workspace the object lives in.
+	// 5. The consumer workspace the object lives in, and the provider
+	// workspace whose webhook configuration kcp called.
 	cluster := logicalcluster.Name(obj.Metadata.Annotations[logicalcluster.AnnotationKey])
 	if cluster.Empty() {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("oldObject has no %s annotation; is the webhook called by kcp?", logicalcluster.AnnotationKey)), OutcomeError, 0
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("oldObject has no %s annotation; is the webhook called by kcp?", logicalcluster.AnnotationKey)), failed
 	}
-	logger = logger.WithValues("cluster", cluster)
+	if !cluster.IsValid() {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("oldObject's %s annotation %q is not a logical cluster name", logicalcluster.AnnotationKey, cluster)), failed
+	}
+	provider, ok := ProviderFrom(ctx)
+	if !ok {
+		return admission.Errored(http.StatusBadRequest, errors.New("the request URL names no provider workspace; the webhook configuration is not the one the dependency-controller installs")), failed
+	}
+	logger = logger.WithValues("cluster", cluster, "provider", provider)
 
-	// 6. The rules protecting this resource.
-	target := schema.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource}
-	entries := v.rules.FindByTargetGVR(target)
+	// 6. The rules protecting this resource of this provider.
+	target := schema.GroupResource{Group: req.Resource.Group, Resource: req.Resource.Resource}
+	entries := v.rules.Find(registry.Target{Cluster: provider, Resource: target})
 	if len(entries) == 0 {
-		return admission.Allowed(""), OutcomeAllowed, 0
+		return admission.Allowed(""), decision{outcome: DecisionAllowed, via: viaIndex}
 	}
 
+	self := selfRef{target: target, namespace: namespace, name: name, uid: obj.Metadata.UID}
+	groups := v.groupByDependent(entries, namespace)
+
+	// 7. Dependents in the index that reference the object deny at once.
+	var blockers []Blocker
+	for _, g := range groups {
+		for _, d := range v.dependents.Hits(g.src, g.paths, cluster, g.namespace, name) {
+			if !d.Terminating && !self.is(g.src.Resource.GroupResource(), d.Namespace, d.Name, d.UID) {
+				blockers = append(blockers, Blocker{Kind: g.kind, Namespace: d.Namespace, Name: d.Name})
+			}
+		}
+	}
+	if len(blockers) > 0 {
+		return v.deny(logger, target, namespace, name, blockers), decision{outcome: DecisionDenied, via: viaIndex}
+	}
+
+	// 8. None in the index: read the dependents live before allowing.
 	if v.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, v.timeout)
 		defer cancel()
 	}
-
-	// 7./8. List each dependent type once and collect the blockers.
-	self := selfRef{target: target.GroupResource(), namespace: namespace, name: name, uid: obj.Metadata.UID}
-	var blockers []Blocker
 	scanned := 0
-	for _, group := range groupByDependent(entries) {
-		n, err := v.scan(ctx, cluster, namespace, group, self, name, &blockers)
+	for _, g := range groups {
+		n, err := v.confirm(ctx, cluster, g, self, name, &blockers)
 		scanned += n
+		if errors.Is(err, index.ErrVersionNotServed) {
+			resp := admission.Denied(fmt.Sprintf("cannot check whether %s %q is still referenced: %v", target, name, err))
+			resp.AuditAnnotations = map[string]string{AuditDecision: DecisionError, AuditFailedRule: g.rules[0].String()}
+			return resp, decision{outcome: DecisionError, via: viaLive, scanned: scanned}
+		}
 		if err != nil {
-			logger.Error(err, "Failed to list dependents", "dependent", group.dependent, "rules", group.rules)
-			resp := unavailable(fmt.Sprintf("could not check whether %s %q is still referenced (listing %s failed: %v); retry the delete",
-				target.Resource, name, group.dependent.GroupResource(), err))
-			resp.AuditAnnotations = map[string]string{AuditDecision: decisionError, AuditFailedRule: group.rules[0]}
-			return resp, OutcomeError, scanned
+			logger.Error(err, "Failed to read dependents", "dependent", g.src, "rules", g.rules)
+			resp := unavailable(fmt.Sprintf("could not check whether %s %q is still referenced (reading %s failed: %v); retry the delete",
+				target.Resource, name, g.src.Resource.GroupResource(), err))
+			resp.AuditAnnotations = map[string]string{AuditDecision: DecisionError, AuditFailedRule: g.rules[0].String()}
+			return resp, decision{outcome: DecisionError, via: viaLive, scanned: scanned}
 		}
 	}
-
-	// 9./10.
 	if len(blockers) == 0 {
-		return admission.Allowed(""), OutcomeAllowed, scanned
+		return admission.Allowed(""), decision{outcome: DecisionAllowed, via: viaLive, scanned: scanned}
 	}
-	msg := deniedMessage(target.GroupResource(), namespace, name, blockers, v.maxBlockers)
+	return v.deny(logger, target, namespace, name, blockers), decision{outcome: DecisionDenied, via: viaLive, scanned: scanned}
+}
+
+// deny answers that the object is still referenced by blockers.
+func (v *DeletionValidator) deny(logger logr.Logger, target schema.GroupResource, namespace, name string, blockers []Blocker) admission.Response {
+	msg := deniedMessage(target, namespace, name, blockers, v.maxBlockers)
 	logger.V(1).Info("Denied deletion", "blockers", len(blockers))
 	resp := admission.Denied(msg)
-	resp.AuditAnnotations = map[string]string{AuditDecision: decisionDenied, AuditBlockers: strconv.Itoa(len(blockers))}
-	return resp, OutcomeDenied, scanned
+	resp.AuditAnnotations = map[string]string{AuditDecision: DecisionDenied, AuditBlockers: strconv.Itoa(len(blockers))}
+	return resp
 }
 
 // selfRef identifies the object being deleted, which never blocks itself.
 type selfRef struct {
 	target          schema.GroupResource
 	namespace, name string
-	uid             string
+	uid             types.UID
 }
 
-// dependentGroup is one dependent type with every path at which any rule
-// says it references the target.
+// is reports whether a dependent of resource gr is the object itself.
+func (s selfRef) is(gr schema.GroupResource, namespace, name string, uid types.UID) bool {
+	return gr == s.target && (uid == s.uid && uid != "" || name == s.name && namespace == s.namespace)
+}
+
+// dependentGroup is one dependent source with every path at which any rule
+// says it references the target, and the scope in which its dependents can
+// reference the object.
 type dependentGroup struct {
-	dependent schema.GroupVersionResource
-	kind      string
-	paths     []fieldpath.Path
-	rules     []string
+	src   index.Source
+	kind  string
+	paths []fieldpath.Path
+	rules []kcp.ObjectKey
+	// namespace is the namespace to read, or empty for the whole workspace:
+	// a namespaced target is referenced from its own namespace, and by
+	// cluster-scoped dependents; a cluster-scoped target from anywhere.
+	namespace string
 }
 
-func groupByDependent(entries []registry.Entry) []*dependentGroup {
+// groupByDependent groups the entries by dependent source, leaving out
+// sources whose rules have no effect (their provider has not granted access,
+// or the rule names what the provider does not export).
+func (v *DeletionValidator) groupByDependent(entries []registry.Entry, namespace string) []*dependentGroup {
 	var groups []*dependentGroup
-	index := map[schema.GroupVersionResource]*dependentGroup{}
+	bySource := map[index.Source]*dependentGroup{}
 	for _, e := range entries {
-		g, ok := index[e.Dependent]
+		g, ok := bySource[e.Dependent]
 		if !ok {
-			g = &dependentGroup{dependent: e.Dependent, kind: e.DependentKind}
-			index[e.Dependent] = g
+			state := v.dependents.State(e.Dependent)
+			if !state.Phase.Effective() {
+				continue
+			}
+			g = &dependentGroup{src: e.Dependent, kind: e.DependentKind}
+			if state.Kind != "" {
+				g.kind = state.Kind
+			}
+			if state.Namespaced {
+				g.namespace = namespace
+			}
+			bySource[e.Dependent] = g
 			groups = append(groups, g)
 		}
-		g.rules = append(g.rules, e.RuleKey)
-	paths:
-		for _, p := range e.Paths {
-			for _, have := range g.paths {
-				if have == p {
-					continue paths
-				}
-			}
-			g.paths = append(g.paths, p)
-		}
+		g.rules = append(g.rules, e.Rule)
+		g.paths = append(g.paths, e.Paths...)
+	}
+	for _, g := range groups {
+		g.paths = compactPaths(g.paths)
 	}
 	return groups
 }
 
-// scan lists the dependents of one type that could reference the target and
-// appends those that do to blockers. A namespaced target is referenced from
-// its own namespace; a cluster-scoped target from anywhere in the
-// workspace. A cluster-scoped dependent type is always listed across the
-// workspace.
-func (v *DeletionValidator) scan(ctx context.Context, cluster logicalcluster.Name, namespace string, g *dependentGroup, self selfRef, name string, blockers *[]Blocker) (int, error) {
+// compactPaths drops duplicate paths, keeping the first of each.
+func compactPaths(paths []fieldpath.Path) []fieldpath.Path {
+	out := paths[:0]
+	seen := map[fieldpath.Path]bool{}
+	for _, p := range paths {
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// confirm reads the dependents of one source live and appends those that
+// reference the object to blockers, retrying reads that fail for a reason
+// that clears quickly (see index.Retry) within the request's budget. It
+// returns how many dependents it examined.
+func (v *DeletionValidator) confirm(ctx context.Context, cluster logicalcluster.Name, g *dependentGroup, self selfRef, name string, blockers *[]Blocker) (int, error) {
+	var found []Blocker
 	scanned := 0
-	visit := func(item []byte) error {
-		scanned++
-		matched := false
-		for _, p := range g.paths {
-			ok, err := p.ContainsJSON(item, name)
-			if err != nil {
-				return fmt.Errorf("failed to read %s in a %s: %w", p, g.kind, err)
+	err := index.Retry(ctx, func() error {
+		found, scanned = found[:0], 0
+		return v.dependents.Confirm(ctx, g.src, cluster, g.namespace, func(item []byte) error {
+			scanned++
+			matched := false
+			for _, p := range g.paths {
+				ok, err := p.ContainsJSON(item, name)
+				if err != nil {
+					return fmt.Errorf("failed to read %s in a %s: %w", p, g.kind, err)
+				}
+				if ok {
+					matched = true
+					break
+				}
 			}
-			if ok {
-				matched = true
-				break
+			if !matched {
+				return nil
 			}
-		}
-		if !matched {
+			b, terminating, uid := readBlocker(item, g.kind)
+			if terminating || self.is(g.src.Resource.GroupResource(), b.Namespace, b.Name, uid) {
+				return nil // being deleted already (waiting for it could deadlock namespace deletion), or the object itself
+			}
+			found = append(found, b)
 			return nil
-		}
-		b, terminating, uid := readBlocker(item, g.kind)
-		if terminating {
-			return nil // being deleted already; waiting for it could deadlock namespace deletion
-		}
-		if g.dependent.GroupResource() == self.target && (uid == self.uid && uid != "" || b.Name == self.name && b.Namespace == self.namespace) {
-			return nil // an object referencing itself
-		}
-		*blockers = append(*blockers, b)
-		return nil
-	}
-
-	clusterScoped, known := v.scopes.Load(g.dependent)
-	if namespace == "" || known && clusterScoped.(bool) {
-		err := v.lister.List(ctx, cluster, g.dependent, "", visit)
-		if errors.Is(err, dependents.ErrNotServed) {
-			return scanned, nil // the dependent type is not bound in this workspace
-		}
-		return scanned, err
-	}
-
-	err := v.lister.List(ctx, cluster, g.dependent, namespace, visit)
-	if !errors.Is(err, dependents.ErrNotServed) {
-		if err == nil && !known {
-			v.scopes.Store(g.dependent, false)
-		}
-		return scanned, err
-	}
-	// Not served in a namespace: either cluster-scoped, or not bound here.
-	err = v.lister.List(ctx, cluster, g.dependent, "", visit)
-	if errors.Is(err, dependents.ErrNotServed) {
-		return scanned, nil
-	}
-	if err == nil {
-		v.scopes.Store(g.dependent, true)
-	}
+		})
+	}, v.metrics.retried)
+	*blockers = append(*blockers, found...)
 	return scanned, err
 }
 
 // readBlocker reads name, namespace, deletionTimestamp and uid of a
 // dependent from its raw JSON.
-func readBlocker(item []byte, kind string) (b Blocker, terminating bool, uid string) {
+func readBlocker(item []byte, kind string) (b Blocker, terminating bool, uid types.UID) {
 	b.Kind = kind
 	paths := [][]string{{"metadata", "name"}, {"metadata", "namespace"}, {"metadata", "deletionTimestamp"}, {"metadata", "uid"}}
 	jsonparser.EachKey(item, func(i int, value []byte, typ jsonparser.ValueType, _ error) {
@@ -314,7 +399,8 @@ func readBlocker(item []byte, kind string) (b Blocker, terminating bool, uid str
 		case 2:
 			terminating = typ != jsonparser.Null
 		case 3:
-			uid, _ = jsonparser.ParseString(value)
+			s, _ := jsonparser.ParseString(value)
+			uid = types.UID(s)
 		}
 	}, paths...)
 	return b, terminating, uid

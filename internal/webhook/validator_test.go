@@ -6,22 +6,26 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/kcp-dev/logicalcluster/v3"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
-	"github.com/opendefensecloud/dependency-controller/internal/dependents"
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
+	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
 )
 
@@ -32,37 +36,86 @@ var (
 	dbs     = schema.GroupVersionResource{Group: "data.io", Version: "v1", Resource: "databases"}
 )
 
-// fakeLister serves objects from memory like kcp would: namespaced types by
-// namespace (and across namespaces), cluster-scoped types only without a
-// namespace, and unknown types as not served.
-type fakeLister struct {
-	// objects by cluster and resource
-	objects       map[string][]map[string]any
-	clusterScoped map[schema.GroupVersionResource]bool
-	err           error
-	calls         []string
+// fakeDependents emulates the index: indexed objects are found by Hits and
+// by Confirm, objects in live only by Confirm (the index has not seen them
+// yet). Objects are stored by cluster and resource; namespaced resources are
+// listed in a namespace, cluster-scoped ones (states[...].Namespaced false)
+// across the cluster.
+type fakeDependents struct {
+	indexed map[string][]map[string]any
+	live    map[string][]map[string]any
+	states  map[schema.GroupVersionResource]index.State
+	err     error
+	// failures live reads fail with failWith before they succeed, after
+	// visiting what they have.
+	failures int
+	failWith error
+	// calls records the live reads, "cluster resource ns=namespace".
+	calls []string
 }
 
-func (f *fakeLister) add(cluster logicalcluster.Name, gvr schema.GroupVersionResource, objs ...map[string]any) {
-	if f.objects == nil {
-		f.objects = map[string][]map[string]any{}
+func (f *fakeDependents) add(cluster logicalcluster.Name, gvr schema.GroupVersionResource, objs ...map[string]any) {
+	if f.indexed == nil {
+		f.indexed = map[string][]map[string]any{}
 	}
-	key := cluster.String() + "|" + gvr.String()
-	f.objects[key] = append(f.objects[key], objs...)
+	f.indexed[cluster.String()+"|"+gvr.String()] = append(f.indexed[cluster.String()+"|"+gvr.String()], objs...)
 }
 
-func (f *fakeLister) List(_ context.Context, cluster logicalcluster.Name, gvr schema.GroupVersionResource, namespace string, visit func([]byte) error) error {
-	f.calls = append(f.calls, fmt.Sprintf("%s %s ns=%s", cluster, gvr.Resource, namespace))
+// addLive adds dependents in the consumer workspace that only a live read
+// finds: the index has not seen them yet.
+func (f *fakeDependents) addLive(gvr schema.GroupVersionResource, objs ...map[string]any) {
+	if f.live == nil {
+		f.live = map[string][]map[string]any{}
+	}
+	f.live[consumer.String()+"|"+gvr.String()] = append(f.live[consumer.String()+"|"+gvr.String()], objs...)
+}
+
+func (f *fakeDependents) State(src index.Source) index.State {
+	if s, ok := f.states[src.Resource]; ok {
+		return s
+	}
+	return index.State{Phase: index.PhaseSynced, Namespaced: true}
+}
+
+func namespaceOf(o map[string]any) string {
+	ns, _ := o["metadata"].(map[string]any)["namespace"].(string)
+	return ns
+}
+
+func (f *fakeDependents) Hits(src index.Source, paths []fieldpath.Path, cluster logicalcluster.Name, namespace, name string) []index.Dependent {
+	var out []index.Dependent
+	for _, o := range f.indexed[cluster.String()+"|"+src.Resource.String()] {
+		ns := namespaceOf(o)
+		if namespace != "" && ns != "" && ns != namespace {
+			continue
+		}
+		for _, p := range paths {
+			if slices.Contains(p.Resolve(o), name) {
+				meta := o["metadata"].(map[string]any)
+				_, terminating := meta["deletionTimestamp"]
+				out = append(out, index.Dependent{Cluster: cluster, Namespace: ns, Name: meta["name"].(string), UID: types.UID(meta["uid"].(string)), Terminating: terminating})
+				break
+			}
+		}
+	}
+	return out
+}
+
+func (f *fakeDependents) Confirm(_ context.Context, src index.Source, cluster logicalcluster.Name, namespace string, visit func([]byte) error) error {
+	f.calls = append(f.calls, fmt.Sprintf("%s %s ns=%s", cluster, src.Resource.Resource, namespace))
 	if f.err != nil {
 		return f.err
 	}
-	objs, ok := f.objects[cluster.String()+"|"+gvr.String()]
-	if !ok || namespace != "" && f.clusterScoped[gvr] {
-		return fmt.Errorf("%w: %s", dependents.ErrNotServed, gvr)
+	if state := f.State(src); state.Phase == index.PhaseVersionNotServed {
+		return fmt.Errorf("%w: %s", index.ErrVersionNotServed, state.Message)
 	}
-	for _, o := range objs {
-		meta, _ := o["metadata"].(map[string]any)
-		if namespace != "" && meta["namespace"] != namespace {
+	key := cluster.String() + "|" + src.Resource.String()
+	fail := f.failures > 0
+	if fail {
+		f.failures--
+	}
+	for _, o := range append(slices.Clone(f.indexed[key]), f.live[key]...) {
+		if namespace != "" && namespaceOf(o) != namespace {
 			continue
 		}
 		raw, err := json.Marshal(o)
@@ -73,12 +126,15 @@ func (f *fakeLister) List(_ context.Context, cluster logicalcluster.Name, gvr sc
 			return err
 		}
 	}
+	if fail {
+		return f.failWith
+	}
 	return nil
 }
 
-type openGate bool
+type loaded bool
 
-func (g openGate) Initialized() bool { return bool(g) }
+func (l loaded) Loaded() bool { return bool(l) }
 
 func object(namespace, name string, spec map[string]any) map[string]any {
 	meta := map[string]any{"name": name, "uid": "uid-" + namespace + "-" + name}
@@ -116,29 +172,45 @@ func deleteRequest(gvr schema.GroupVersionResource, cluster logicalcluster.Name,
 	}}
 }
 
+// provider is the provider workspace whose webhook configuration the tests'
+// requests come through.
+const (
+	provider = logicalcluster.Name("provider")
+	consumer = logicalcluster.Name("consumer")
+)
+
 func entry(key string, dependent schema.GroupVersionResource, kind string, paths ...string) registry.Entry {
-	e := registry.Entry{RuleKey: key, Dependent: dependent, DependentKind: kind}
+	cluster, name, _ := strings.Cut(key, "/")
+	e := registry.Entry{
+		Rule:          kcp.ObjectKey{Cluster: logicalcluster.Name(cluster), Name: name},
+		Dependent:     index.Source{Export: kcp.ObjectKey{Cluster: logicalcluster.Name(cluster), Name: dependent.Group}, Resource: dependent},
+		DependentKind: kind,
+	}
 	for _, p := range paths {
 		e.Paths = append(e.Paths, fieldpath.MustParse(p))
 	}
 	return e
 }
 
+// staticRules are the rules of the provider workspace, by resource.
 type staticRules map[schema.GroupResource][]registry.Entry
 
-func (s staticRules) FindByTargetGVR(gvr schema.GroupVersionResource) []registry.Entry {
-	return s[gvr.GroupResource()]
+func (s staticRules) Find(t registry.Target) []registry.Entry {
+	if t.Cluster != provider {
+		return nil
+	}
+	return s[t.Resource]
 }
 
 func TestDeletionValidator(t *testing.T) {
-	const consumer, other = logicalcluster.Name("consumer"), logicalcluster.Name("other")
+	const other = logicalcluster.Name("other")
 	vmRule := staticRules{vpcs.GroupResource(): {entry("p/vm", vms, "VirtualMachine", ".spec.vpcRef.name", ".spec.nics[*].vpc")}}
 
 	tests := []struct {
 		name        string
 		rules       staticRules
-		gate        bool
-		setup       func(*fakeLister)
+		loaded      bool
+		setup       func(*fakeDependents)
 		req         admission.Request
 		wantAllowed bool
 		wantCode    int32
@@ -147,9 +219,12 @@ func TestDeletionValidator(t *testing.T) {
 		wantWarning string
 		wantAudit   map[string]string
 		wantCalls   []string
+		// provider is the provider workspace of the request, if not
+		// "provider".
+		provider logicalcluster.Name
 	}{
 		{
-			name: "not a delete", rules: vmRule, gate: true,
+			name: "not a delete", rules: vmRule, loaded: true,
 			req: func() admission.Request {
 				r := deleteRequest(vpcs, consumer, "default", "vpc-a", nil)
 				r.Operation = admissionv1.Update
@@ -158,13 +233,13 @@ func TestDeletionValidator(t *testing.T) {
 			wantAllowed: true,
 		},
 		{
-			name: "not initialized", rules: vmRule, gate: false,
+			name: "not initialized", rules: vmRule, loaded: false,
 			req:      deleteRequest(vpcs, consumer, "default", "vpc-a", nil),
 			wantCode: http.StatusServiceUnavailable, wantMessage: []string{"has not loaded all DependencyRules yet", "retry"},
 		},
 		{
-			name: "referenced by one dependent", rules: vmRule, gate: true,
-			setup: func(f *fakeLister) {
+			name: "referenced by one dependent", rules: vmRule, loaded: true,
+			setup: func(f *fakeDependents) {
 				f.add(consumer, vms, object("default", "vm-1", map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}}))
 				f.add(consumer, vms, object("default", "vm-2", map[string]any{"vpcRef": map[string]any{"name": "vpc-b"}}))
 			},
@@ -173,11 +248,50 @@ func TestDeletionValidator(t *testing.T) {
 			wantMessage: []string{`vpcs.network.io "vpc-a" in namespace "default" is still referenced by VirtualMachine/default/vm-1;`},
 			wantNot:     []string{"vm-2"},
 			wantAudit:   map[string]string{AuditDecision: "denied", AuditBlockers: "1"},
+			wantCalls:   []string{}, // a hit in the index needs no live read
+		},
+		{
+			name: "a dependent the index has not seen yet is found by the live read", rules: vmRule, loaded: true,
+			setup: func(f *fakeDependents) {
+				f.addLive(vms, object("default", "vm-new", map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}}))
+			},
+			req:         deleteRequest(vpcs, consumer, "default", "vpc-a", nil),
+			wantCode:    http.StatusForbidden,
+			wantMessage: []string{"still referenced by VirtualMachine/default/vm-new;"},
 			wantCalls:   []string{"consumer virtualmachines ns=default"},
 		},
 		{
-			name: "dry-run gets the same answer", rules: vmRule, gate: true,
-			setup: func(f *fakeLister) {
+			name: "another provider's resource of the same name is not protected", rules: vmRule, loaded: true, provider: "other-provider",
+			setup: func(f *fakeDependents) {
+				f.add(consumer, vms, object("default", "vm-1", map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}}))
+			},
+			req:         deleteRequest(vpcs, consumer, "default", "vpc-a", nil),
+			wantAllowed: true,
+			wantCalls:   []string{},
+		},
+		{
+			name: "rules whose provider has not granted access to its dependents have no effect", rules: vmRule, loaded: true,
+			setup: func(f *fakeDependents) {
+				f.states = map[schema.GroupVersionResource]index.State{vms: {Phase: index.PhaseAccessDenied}}
+				f.add(consumer, vms, object("default", "vm-1", map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}}))
+			},
+			req:         deleteRequest(vpcs, consumer, "default", "vpc-a", nil),
+			wantAllowed: true,
+			wantCalls:   []string{},
+		},
+		{
+			name: "a dependent version the export does not serve refuses the delete, saying why", rules: vmRule, loaded: true,
+			setup: func(f *fakeDependents) {
+				f.states = map[schema.GroupVersionResource]index.State{vms: {Phase: index.PhaseVersionNotServed, Namespaced: true, Message: "serves v2, not v1"}}
+			},
+			req:         deleteRequest(vpcs, consumer, "default", "vpc-a", nil),
+			wantCode:    http.StatusForbidden,
+			wantMessage: []string{`cannot check whether vpcs.network.io "vpc-a" is still referenced`, "serves v2, not v1"},
+			wantAudit:   map[string]string{AuditDecision: "error", AuditFailedRule: "p/vm"},
+		},
+		{
+			name: "dry-run gets the same answer", rules: vmRule, loaded: true,
+			setup: func(f *fakeDependents) {
 				f.add(consumer, vms, object("default", "vm-1", map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}}))
 			},
 			req: func() admission.Request {
@@ -188,16 +302,16 @@ func TestDeletionValidator(t *testing.T) {
 			wantCode: http.StatusForbidden, wantMessage: []string{"VirtualMachine/default/vm-1"},
 		},
 		{
-			name: "referenced through a [*] path", rules: vmRule, gate: true,
-			setup: func(f *fakeLister) {
+			name: "referenced through a [*] path", rules: vmRule, loaded: true,
+			setup: func(f *fakeDependents) {
 				f.add(consumer, vms, object("default", "vm-3", map[string]any{"nics": []any{map[string]any{"vpc": "vpc-x"}, map[string]any{"vpc": "vpc-a"}}}))
 			},
 			req:      deleteRequest(vpcs, consumer, "default", "vpc-a", nil),
 			wantCode: http.StatusForbidden, wantMessage: []string{"VirtualMachine/default/vm-3"},
 		},
 		{
-			name: "dependents in other namespaces and workspaces do not block", rules: vmRule, gate: true,
-			setup: func(f *fakeLister) {
+			name: "dependents in other namespaces and workspaces do not block", rules: vmRule, loaded: true,
+			setup: func(f *fakeDependents) {
 				f.add(consumer, vms, object("other-ns", "vm-1", map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}}))
 				f.add(other, vms, object("default", "vm-1", map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}}))
 			},
@@ -205,16 +319,16 @@ func TestDeletionValidator(t *testing.T) {
 			wantAllowed: true,
 		},
 		{
-			name: "terminating dependent does not block", rules: vmRule, gate: true,
-			setup: func(f *fakeLister) {
+			name: "terminating dependent does not block", rules: vmRule, loaded: true,
+			setup: func(f *fakeDependents) {
 				f.add(consumer, vms, terminating(object("default", "vm-1", map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}})))
 			},
 			req:         deleteRequest(vpcs, consumer, "default", "vpc-a", nil),
 			wantAllowed: true,
 		},
 		{
-			name: "skip-protection allows with a warning and an audit annotation", rules: vmRule, gate: true,
-			setup: func(f *fakeLister) {
+			name: "skip-protection allows with a warning and an audit annotation", rules: vmRule, loaded: true,
+			setup: func(f *fakeDependents) {
 				f.add(consumer, vms, object("default", "vm-1", map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}}))
 			},
 			req:         deleteRequest(vpcs, consumer, "default", "vpc-a", map[string]string{depv1alpha1.AnnotationSkipProtection: "true"}),
@@ -223,66 +337,77 @@ func TestDeletionValidator(t *testing.T) {
 			wantAudit:   map[string]string{AuditDecision: "bypassed", AuditSkipProtectionBy: "alice"},
 		},
 		{
-			name: "skip-protection with another value does not bypass", rules: vmRule, gate: true,
-			setup: func(f *fakeLister) {
+			name: "skip-protection with another value does not bypass", rules: vmRule, loaded: true,
+			setup: func(f *fakeDependents) {
 				f.add(consumer, vms, object("default", "vm-1", map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}}))
 			},
 			req:      deleteRequest(vpcs, consumer, "default", "vpc-a", map[string]string{depv1alpha1.AnnotationSkipProtection: "yes"}),
 			wantCode: http.StatusForbidden,
 		},
 		{
-			name: "unprotected resource", rules: vmRule, gate: true,
+			name: "unprotected resource", rules: vmRule, loaded: true,
 			req:         deleteRequest(routers, consumer, "default", "r", nil),
 			wantAllowed: true,
 		},
 		{
-			name: "cluster-scoped target: dependents anywhere in the workspace", gate: true,
+			name: "cluster-scoped target: dependents anywhere in the workspace", loaded: true,
 			rules: staticRules{routers.GroupResource(): {entry("p/vm", vms, "VirtualMachine", ".spec.router")}},
-			setup: func(f *fakeLister) {
+			setup: func(f *fakeDependents) {
 				f.add(consumer, vms, object("ns-1", "vm-1", map[string]any{"router": "edge"}), object("ns-2", "vm-2", map[string]any{"router": "edge"}))
 			},
 			req:         deleteRequest(routers, consumer, "", "edge", nil),
 			wantCode:    http.StatusForbidden,
 			wantMessage: []string{`routers.network.io "edge" is still referenced by VirtualMachine/ns-1/vm-1, VirtualMachine/ns-2/vm-2;`},
+			wantCalls:   []string{},
+		},
+		{
+			name: "cluster-scoped target: the live read covers the whole workspace", loaded: true,
+			rules: staticRules{routers.GroupResource(): {entry("p/vm", vms, "VirtualMachine", ".spec.router")}},
+			setup: func(f *fakeDependents) {
+				f.addLive(vms, object("ns-2", "vm-2", map[string]any{"router": "edge"}))
+			},
+			req:         deleteRequest(routers, consumer, "", "edge", nil),
+			wantCode:    http.StatusForbidden,
+			wantMessage: []string{"VirtualMachine/ns-2/vm-2;"},
 			wantCalls:   []string{"consumer virtualmachines ns="},
 		},
 		{
-			name: "cluster-scoped dependent of a namespaced target is listed cluster-wide", gate: true,
+			name: "cluster-scoped dependent of a namespaced target is listed cluster-wide", loaded: true,
 			rules: staticRules{vpcs.GroupResource(): {entry("p/router", routers, "Router", ".spec.vpc")}},
-			setup: func(f *fakeLister) {
-				f.clusterScoped = map[schema.GroupVersionResource]bool{routers: true}
-				f.add(consumer, routers, object("", "edge", map[string]any{"vpc": "vpc-a"}))
+			setup: func(f *fakeDependents) {
+				f.states = map[schema.GroupVersionResource]index.State{routers: {Phase: index.PhaseSynced, Namespaced: false}}
+				f.addLive(routers, object("", "edge", map[string]any{"vpc": "vpc-a"}))
 			},
 			req:         deleteRequest(vpcs, consumer, "default", "vpc-a", nil),
 			wantCode:    http.StatusForbidden,
 			wantMessage: []string{"Router/edge;"},
-			wantCalls:   []string{"consumer routers ns=default", "consumer routers ns="},
+			wantCalls:   []string{"consumer routers ns="},
 		},
 		{
-			name: "dependent type not bound in the workspace", rules: vmRule, gate: true,
+			name: "dependent type not bound in the workspace", rules: vmRule, loaded: true,
 			req:         deleteRequest(vpcs, consumer, "default", "vpc-a", nil),
 			wantAllowed: true,
-			wantCalls:   []string{"consumer virtualmachines ns=default", "consumer virtualmachines ns="},
+			wantCalls:   []string{"consumer virtualmachines ns=default"},
 		},
 		{
-			name: "an object referencing itself does not block its deletion", gate: true,
+			name: "an object referencing itself does not block its deletion", loaded: true,
 			rules: staticRules{vpcs.GroupResource(): {entry("p/vpc", vpcs, "VPC", ".spec.peer")}},
-			setup: func(f *fakeLister) {
+			setup: func(f *fakeDependents) {
 				f.add(consumer, vpcs, object("default", "vpc-a", map[string]any{"peer": "vpc-a"}))
 			},
 			req:         deleteRequest(vpcs, consumer, "default", "vpc-a", nil),
 			wantAllowed: true,
 		},
 		{
-			name: "each dependent type is listed once for several rules and paths", gate: true,
+			name: "each dependent type is listed once for several rules and paths", loaded: true,
 			rules: staticRules{vpcs.GroupResource(): {
-				entry("p1/vm", vms, "VirtualMachine", ".spec.vpcRef.name"),
-				entry("p2/vm", vms, "VirtualMachine", ".spec.backupVPC", ".spec.vpcRef.name"),
-				entry("p3/db", dbs, "Database", ".spec.vpc"),
+				entry("p/vm", vms, "VirtualMachine", ".spec.vpcRef.name"),
+				entry("p/vm-backup", vms, "VirtualMachine", ".spec.backupVPC", ".spec.vpcRef.name"),
+				entry("p/db", dbs, "Database", ".spec.vpc"),
 			}},
-			setup: func(f *fakeLister) {
-				f.add(consumer, vms, object("default", "vm-1", map[string]any{"backupVPC": "vpc-a"}))
-				f.add(consumer, dbs, object("default", "db-1", map[string]any{"vpc": "vpc-a"}))
+			setup: func(f *fakeDependents) {
+				f.addLive(vms, object("default", "vm-1", map[string]any{"backupVPC": "vpc-a"}))
+				f.addLive(dbs, object("default", "db-1", map[string]any{"vpc": "vpc-a"}))
 			},
 			req:         deleteRequest(vpcs, consumer, "default", "vpc-a", nil),
 			wantCode:    http.StatusForbidden,
@@ -290,8 +415,8 @@ func TestDeletionValidator(t *testing.T) {
 			wantCalls:   []string{"consumer virtualmachines ns=default", "consumer databases ns=default"},
 		},
 		{
-			name: "many blockers are capped", rules: vmRule, gate: true,
-			setup: func(f *fakeLister) {
+			name: "many blockers are capped", rules: vmRule, loaded: true,
+			setup: func(f *fakeDependents) {
 				for i := range 13 {
 					f.add(consumer, vms, object("default", fmt.Sprintf("vm-%02d", 12-i), map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}}))
 				}
@@ -303,20 +428,53 @@ func TestDeletionValidator(t *testing.T) {
 			wantAudit:   map[string]string{AuditDecision: "denied", AuditBlockers: "13"},
 		},
 		{
-			name: "listing fails: fail closed with a retryable message", rules: vmRule, gate: true,
-			setup:       func(f *fakeLister) { f.err = errors.New("connection refused") },
+			name: "a read that fails while kcp's storage initializes is retried within the request", rules: vmRule, loaded: true,
+			setup: func(f *fakeDependents) {
+				f.failures, f.failWith = 2, apierrors.NewServiceUnavailable("storage is (re)initializing")
+				f.addLive(vms, object("default", "vm-1", map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}}))
+			},
+			req:         deleteRequest(vpcs, consumer, "default", "vpc-a", nil),
+			wantCode:    http.StatusForbidden,
+			wantMessage: []string{"still referenced by VirtualMachine/default/vm-1;"}, // once, not once per attempt
+			wantNot:     []string{"vm-1, ", "initializing"},
+			wantCalls:   []string{"consumer virtualmachines ns=default", "consumer virtualmachines ns=default", "consumer virtualmachines ns=default"},
+		},
+		{
+			name: "a read that is forbidden is not retried", rules: vmRule, loaded: true,
+			setup: func(f *fakeDependents) {
+				f.err = apierrors.NewForbidden(vms.GroupResource(), "", errors.New("access denied"))
+			},
+			req:         deleteRequest(vpcs, consumer, "default", "vpc-a", nil),
+			wantCode:    http.StatusServiceUnavailable,
+			wantMessage: []string{"access denied"},
+			wantCalls:   []string{"consumer virtualmachines ns=default"},
+		},
+		{
+			name: "listing fails: fail closed with a retryable message", rules: vmRule, loaded: true,
+			setup:       func(f *fakeDependents) { f.err = errors.New("connection refused") },
 			req:         deleteRequest(vpcs, consumer, "default", "vpc-a", nil),
 			wantCode:    http.StatusServiceUnavailable,
 			wantMessage: []string{"could not check whether vpcs \"vpc-a\" is still referenced", "connection refused", "retry"},
 			wantAudit:   map[string]string{AuditDecision: "error", AuditFailedRule: "p/vm"},
 		},
 		{
-			name: "no kcp.io/cluster annotation", rules: vmRule, gate: true,
+			name: "no kcp.io/cluster annotation", rules: vmRule, loaded: true,
 			req:      deleteRequest(vpcs, "", "default", "vpc-a", nil),
 			wantCode: http.StatusBadRequest, wantMessage: []string{logicalcluster.AnnotationKey},
 		},
 		{
-			name: "no oldObject", rules: vmRule, gate: true,
+			name: "a kcp.io/cluster annotation that is not a logical cluster name is refused before anything is read", rules: vmRule, loaded: true,
+			req:      deleteRequest(vpcs, "root:victim/api/v1/namespaces/default/secrets?", "default", "vpc-a", nil),
+			wantCode: http.StatusBadRequest, wantMessage: []string{"is not a logical cluster name"},
+			wantCalls: []string{},
+		},
+		{
+			name: "a request without a provider workspace is refused", rules: vmRule, loaded: true, provider: "-",
+			req:      deleteRequest(vpcs, consumer, "default", "vpc-a", nil),
+			wantCode: http.StatusBadRequest, wantMessage: []string{"names no provider workspace"},
+		},
+		{
+			name: "no oldObject", rules: vmRule, loaded: true,
 			req: func() admission.Request {
 				r := deleteRequest(vpcs, consumer, "default", "vpc-a", nil)
 				r.OldObject.Raw = nil
@@ -325,7 +483,7 @@ func TestDeletionValidator(t *testing.T) {
 			wantCode: http.StatusBadRequest, wantMessage: []string{"no oldObject"},
 		},
 		{
-			name: "malformed oldObject", rules: vmRule, gate: true,
+			name: "malformed oldObject", rules: vmRule, loaded: true,
 			req: func() admission.Request {
 				r := deleteRequest(vpcs, consumer, "default", "vpc-a", nil)
 				r.OldObject.Raw = []byte(`{"metadata": [`)
@@ -336,12 +494,20 @@ func TestDeletionValidator(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			lister := &fakeLister{}
+			deps := &fakeDependents{}
 			if tt.setup != nil {
-				tt.setup(lister)
+				tt.setup(deps)
 			}
-			v := NewDeletionValidator(tt.rules, openGate(tt.gate), lister)
-			resp := v.Handle(context.Background(), tt.req)
+			v := NewDeletionValidator(tt.rules, loaded(tt.loaded), deps)
+			ctx := WithProvider(context.Background(), provider)
+			switch tt.provider {
+			case "":
+			case "-":
+				ctx = context.Background()
+			default:
+				ctx = WithProvider(context.Background(), tt.provider)
+			}
+			resp := v.Handle(ctx, tt.req)
 
 			if resp.Allowed != tt.wantAllowed {
 				t.Fatalf("allowed = %v, want %v (result %+v)", resp.Allowed, tt.wantAllowed, resp.Result)
@@ -371,27 +537,31 @@ func TestDeletionValidator(t *testing.T) {
 					t.Errorf("audit annotation %s = %q, want %q", k, got, want)
 				}
 			}
-			if tt.wantCalls != nil && strings.Join(lister.calls, "; ") != strings.Join(tt.wantCalls, "; ") {
-				t.Errorf("lists = %v, want %v", lister.calls, tt.wantCalls)
+			if tt.wantCalls != nil && strings.Join(deps.calls, "; ") != strings.Join(tt.wantCalls, "; ") {
+				t.Errorf("live reads = %v, want %v", deps.calls, tt.wantCalls)
 			}
 		})
 	}
 }
 
-func TestDeletionValidatorRemembersScope(t *testing.T) {
-	rules := staticRules{vpcs.GroupResource(): {entry("p/router", routers, "Router", ".spec.vpc")}}
-	lister := &fakeLister{clusterScoped: map[schema.GroupVersionResource]bool{routers: true}}
-	lister.add("consumer", routers, object("", "edge", map[string]any{"vpc": "vpc-b"}))
-	v := NewDeletionValidator(rules, openGate(true), lister)
-
-	for range 2 {
-		if resp := v.Handle(context.Background(), deleteRequest(vpcs, "consumer", "default", "vpc-a", nil)); !resp.Allowed {
-			t.Fatalf("denied: %+v", resp.Result)
-		}
+// The scope of a dependent type is that of the APIExport that serves it,
+// whatever another export serves under the same name.
+func TestScopeIsThatOfTheDependentsExport(t *testing.T) {
+	rules := staticRules{vpcs.GroupResource(): {
+		entry("p1/router", routers, "Router", ".spec.vpc"),
+		entry("p2/router", routers.GroupResource().WithVersion("v2"), "Router", ".spec.vpc"),
+	}}
+	deps := &fakeDependents{states: map[schema.GroupVersionResource]index.State{
+		routers: {Phase: index.PhaseSynced, Namespaced: false},
+		routers.GroupResource().WithVersion("v2"): {Phase: index.PhaseSynced, Namespaced: true},
+	}}
+	v := NewDeletionValidator(rules, loaded(true), deps)
+	if resp := v.Handle(WithProvider(context.Background(), provider), deleteRequest(vpcs, "consumer", "default", "vpc-a", nil)); !resp.Allowed {
+		t.Fatalf("denied: %+v", resp.Result)
 	}
-	want := []string{"consumer routers ns=default", "consumer routers ns=", "consumer routers ns="}
-	if strings.Join(lister.calls, "; ") != strings.Join(want, "; ") {
-		t.Errorf("lists = %v, want %v: the second request should list cluster-wide directly", lister.calls, want)
+	want := []string{"consumer routers ns=", "consumer routers ns=default"}
+	if strings.Join(deps.calls, "; ") != strings.Join(want, "; ") {
+		t.Errorf("live reads = %v, want %v", deps.calls, want)
 	}
 }
 

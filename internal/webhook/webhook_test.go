@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -26,6 +28,7 @@ import (
 	clusterclient "github.com/kcp-dev/multicluster-provider/client"
 	"github.com/kcp-dev/multicluster-provider/envtest"
 	"github.com/kcp-dev/sdk/apis/core"
+	tenancyv1alpha1 "github.com/kcp-dev/sdk/apis/tenancy/v1alpha1"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
@@ -40,6 +43,7 @@ const (
 )
 
 var (
+	kcpEnv    *kcpenv.Env
 	kcpConfig *rest.Config
 	cli       clusterclient.ClusterClient
 )
@@ -51,12 +55,10 @@ func TestWebhook(t *testing.T) {
 
 var _ = BeforeSuite(func() {
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-	env, cfg, err := kcpenv.Start()
+	env, err := kcpenv.Start()
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(env.Stop)
-	kcpConfig = cfg
-	cli, err = clusterclient.New(cfg, client.Options{Scheme: kcpenv.NewScheme()})
-	Expect(err).NotTo(HaveOccurred())
+	kcpEnv, kcpConfig, cli = env, env.Config, env.Client
 })
 
 var (
@@ -125,9 +127,11 @@ func expectDeletable(ctx context.Context, ws logicalcluster.Path, gvr schema.Gro
 	}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
 }
 
-func installWebhookConfig(ctx context.Context, ws logicalcluster.Path, name, url string, ca []byte, resources ...schema.GroupVersionResource) {
+// installWebhookConfig installs a webhook configuration in the workspace ws
+// (logical cluster cluster), as the controller would.
+func installWebhookConfig(ctx context.Context, ws logicalcluster.Path, cluster logicalcluster.Name, name, url string, ca []byte, resources ...schema.GroupVersionResource) {
 	GinkgoHelper()
-	cfg := webhookconfig.Build(webhookconfig.Target{Path: ws, Resources: resources}, webhookconfig.Options{
+	cfg := webhookconfig.Build(webhookconfig.Target{Path: ws, Resources: resources}, cluster, webhookconfig.Options{
 		URL: url, CABundle: ca, TimeoutSeconds: 10, FailurePolicy: admissionregistrationv1.Fail,
 	})
 	cfg.Name = name
@@ -136,34 +140,57 @@ func installWebhookConfig(ctx context.Context, ws logicalcluster.Path, name, url
 
 var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, func() {
 	var (
-		depCtrl, network, compute, consumer, consumer2 logicalcluster.Path
-		rule                                           *depv1alpha1.DependencyRule
+		depCtrl, network, compute, storage, consumer, consumer2 logicalcluster.Path
+		networkCluster                                          logicalcluster.Name
+		rule                                                    *depv1alpha1.DependencyRule
+		wh                                                      *kcpenv.Webhook
 	)
 
 	BeforeAll(func(ctx context.Context) {
 		root := core.RootCluster.Path()
 		_, depCtrl = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("dep-ctrl"))
 		Expect(kcpenv.InstallDependencyAPI(ctx, cli.Cluster(depCtrl))).To(Succeed())
+		By("granting the webhook's user what config/rbac/webhook grants in the dep-ctrl workspace")
+		rbac, err := kcpenv.LoadManifests("config/rbac/webhook")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(kcpenv.Apply(ctx, cli.Cluster(depCtrl), rbac...)).To(Succeed())
 
-		_, network = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("network"))
+		var networkWS *tenancyv1alpha1.Workspace
+		networkWS, network = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("network"))
+		networkCluster = logicalcluster.Name(networkWS.Spec.Cluster)
 		Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(network), "network.test.io",
 			kcpenv.Resource{Kind: "VPC", Plural: "vpcs"},
 			kcpenv.Resource{Kind: "Router", Plural: "routers", ClusterScoped: true},
 			kcpenv.Resource{Kind: "Subnet", Plural: "subnets"})).To(Succeed())
+		_, err = kcpenv.BindAPIExport(ctx, cli.Cluster(network), cli.Cluster(depCtrl), depCtrl, kcpenv.DepCtrlExportName)
+		Expect(err).NotTo(HaveOccurred())
 
 		_, compute = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("compute"))
 		Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(compute), "compute.test.io",
 			kcpenv.Resource{Kind: "VirtualMachine", Plural: "virtualmachines"},
 			kcpenv.Resource{Kind: "Gateway", Plural: "gateways", ClusterScoped: true})).To(Succeed())
-		_, err := kcpenv.BindAPIExport(ctx, cli.Cluster(compute), cli.Cluster(depCtrl), depCtrl, kcpenv.DepCtrlExportName)
+		_, err = kcpenv.BindAPIExport(ctx, cli.Cluster(compute), cli.Cluster(depCtrl), depCtrl, kcpenv.DepCtrlExportName)
+		Expect(err).NotTo(HaveOccurred())
+		By("granting the webhook read access to the compute export, as config/samples/compute-provider/webhook-access.yaml does")
+		grant, err := kcpenv.ReadYAMLFile(filepath.Join(kcpenv.RepoRoot(), "config/samples/compute-provider/webhook-access.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(kcpenv.Apply(ctx, cli.Cluster(compute), grant...)).To(Succeed())
+
+		// A provider that writes a rule without granting the webhook access.
+		_, storage = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("storage"))
+		Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(storage), "storage.test.io", kcpenv.Resource{Kind: "Volume", Plural: "volumes"})).To(Succeed())
+		_, err = kcpenv.BindAPIExport(ctx, cli.Cluster(storage), cli.Cluster(depCtrl), depCtrl, kcpenv.DepCtrlExportName)
 		Expect(err).NotTo(HaveOccurred())
 
 		for _, ws := range []*logicalcluster.Path{&consumer, &consumer2} {
 			_, *ws = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("consumer"))
-			_, err := kcpenv.BindAPIExport(ctx, cli.Cluster(*ws), cli.Cluster(network), network, "network.test.io")
-			Expect(err).NotTo(HaveOccurred())
-			_, err = kcpenv.BindAPIExport(ctx, cli.Cluster(*ws), cli.Cluster(compute), compute, "compute.test.io")
-			Expect(err).NotTo(HaveOccurred())
+			for _, export := range []struct {
+				path logicalcluster.Path
+				name string
+			}{{network, "network.test.io"}, {compute, "compute.test.io"}, {storage, "storage.test.io"}} {
+				_, err := kcpenv.BindAPIExport(ctx, cli.Cluster(*ws), cli.Cluster(export.path), export.path, export.name)
+				Expect(err).NotTo(HaveOccurred())
+			}
 		}
 
 		rule = &depv1alpha1.DependencyRule{
@@ -189,12 +216,14 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 		}
 		Expect(cli.Cluster(compute).Create(ctx, gatewayRule)).To(Succeed())
 
-		depCtrlConfig := rest.CopyConfig(kcpConfig)
-		depCtrlConfig.Host += depCtrl.RequestPath()
-		wh, err := kcpenv.StartWebhook(ctx, depCtrlConfig, GinkgoT().TempDir())
+		By("starting the webhook with its own identity")
+		user, err := kcpEnv.AddUser("dependency-webhook")
+		Expect(err).NotTo(HaveOccurred())
+		user.Host += depCtrl.RequestPath()
+		wh, err = kcpenv.StartWebhook(ctx, user, GinkgoT().TempDir())
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(wh.Stop)
-		installWebhookConfig(ctx, network, webhookconfig.Name, wh.URL, wh.CABundle, vpcGVR, routerGVR)
+		installWebhookConfig(ctx, network, networkCluster, webhookconfig.Name, wh.URL, wh.CABundle, vpcGVR, routerGVR)
 	})
 
 	It("denies deleting a VPC that a VM references, naming the VM, and allows it once the VM is gone", func(ctx context.Context) {
@@ -279,6 +308,66 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 		Expect(collected.Warnings()).To(ContainElement(And(ContainSubstring("bypassed by admin"), ContainSubstring(depv1alpha1.AnnotationSkipProtection))))
 	})
 
+	It("denies from the index, without reading the dependents live, once it has indexed them", func(ctx context.Context) {
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-indexed", nil))
+		create(ctx, consumer, newObject(vmGVR, "default", "vm-indexed", map[string]any{"vpcRef": map[string]any{"name": "vpc-indexed"}}))
+		before, err := wh.Decisions("denied", "index")
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func(g Gomega) {
+			msg := expectDenied(ctx, consumer, vpcGVR, "default", "vpc-indexed", "VirtualMachine/default/vm-indexed")
+			g.Expect(msg).NotTo(BeEmpty())
+			after, err := wh.Decisions("denied", "index")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(after).To(BeNumerically(">", before), "no denial came from the index")
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+	})
+
+	It("always blocks the DELETE of an object whose dependent was created just before", func(ctx context.Context) {
+		// No waiting between the dependent's CREATE and the DELETE: the
+		// index may not have seen the dependent yet, and the live read
+		// must find it.
+		for i := range 30 {
+			vpc, vm := fmt.Sprintf("vpc-race-%d", i), fmt.Sprintf("vm-race-%d", i)
+			Expect(cli.Cluster(consumer).Create(ctx, newObject(vpcGVR, "default", vpc, nil))).To(Succeed())
+			Expect(cli.Cluster(consumer).Create(ctx, newObject(vmGVR, "default", vm, map[string]any{"vpcRef": map[string]any{"name": vpc}}))).To(Succeed())
+			err := deleteObject(ctx, cli.Cluster(consumer), vpcGVR, "default", vpc)
+			Expect(apierrors.IsForbidden(err)).To(BeTrue(), "deleting %s right after %s was created: %v", vpc, vm, err)
+			Expect(err.Error()).To(ContainSubstring("VirtualMachine/default/" + vm))
+		}
+	})
+
+	It("reports a rule whose provider has not granted the webhook access to its dependents, and gives it no effect", func(ctx context.Context) {
+		volumeRule := &depv1alpha1.DependencyRule{
+			ObjectMeta: metav1.ObjectMeta{Name: "volume-references"},
+			Spec: depv1alpha1.DependencyRuleSpec{
+				Dependent: depv1alpha1.DependentResource{APIExportName: "storage.test.io", Group: "storage.test.io", Version: "v1", Kind: "Volume", Resource: "volumes"},
+				Dependencies: []depv1alpha1.Dependency{
+					{APIExportRef: depv1alpha1.APIExportReference{Path: network.String(), Name: "network.test.io"}, Group: "network.test.io", Version: "v1", Resource: "vpcs", FieldRef: depv1alpha1.FieldReference{Path: ".spec.vpc"}},
+				},
+			},
+		}
+		Expect(cli.Cluster(storage).Create(ctx, volumeRule)).To(Succeed())
+		Eventually(func(g Gomega) {
+			got := &depv1alpha1.DependencyRule{}
+			g.Expect(cli.Cluster(storage).Get(ctx, client.ObjectKeyFromObject(volumeRule), got)).To(Succeed())
+			c := meta.FindStatusCondition(got.Status.Conditions, depv1alpha1.ConditionDependentsIndexed)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(c.Reason).To(Equal("AccessDenied"))
+			g.Expect(c.Message).To(And(ContainSubstring(`"dependency-webhook"`), ContainSubstring("apiexports/content"), ContainSubstring("storage.test.io")))
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-volume", nil))
+		volume := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"vpc": "vpc-volume"}}}
+		volume.SetAPIVersion("storage.test.io/v1")
+		volume.SetKind("Volume")
+		volume.SetNamespace("default")
+		volume.SetName("volume-1")
+		create(ctx, consumer, volume)
+		expectDeletable(ctx, consumer, vpcGVR, "vpc-volume")
+		Expect(cli.Cluster(storage).Delete(ctx, volumeRule)).To(Succeed())
+	})
+
 	It("follows in-place rule edits and rule deletion", func(ctx context.Context) {
 		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-edit", nil))
 		create(ctx, consumer, newObject(vmGVR, "default", "vm-edit", map[string]any{"vpcRef": map[string]any{"name": "vpc-edit"}}))
@@ -308,7 +397,7 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 		port, err := kcpenv.FreePort()
 		Expect(err).NotTo(HaveOccurred())
 		srv := ctrlwebhook.NewServer(ctrlwebhook.Options{Host: "127.0.0.1", Port: port, CertDir: certDir})
-		srv.Register("/validate", webhook.NewAdmissionHandler(webhook.NewDeletionValidator(registry.New(), webhook.NewInitGate(), nil)))
+		srv.Register("/validate/", webhook.NewAdmissionHandler("/validate", webhook.NewDeletionValidator(registry.New(), registry.NewReadiness(), nil)))
 		srvCtx, cancel := context.WithCancel(context.Background())
 		DeferCleanup(cancel)
 		go func() {
@@ -317,7 +406,7 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 		}()
 		Eventually(func() error { return srv.StartedChecker()(&http.Request{}) }).WithTimeout(timeout).Should(Succeed())
 
-		installWebhookConfig(ctx, network, "not-initialized", fmt.Sprintf("https://127.0.0.1:%d/validate", port), ca, subnetGVR)
+		installWebhookConfig(ctx, network, networkCluster, "not-initialized", fmt.Sprintf("https://127.0.0.1:%d/validate", port), ca, subnetGVR)
 		create(ctx, consumer, newObject(subnetGVR, "default", "subnet-1", nil))
 		Eventually(func(g Gomega) {
 			err := deleteObject(ctx, cli.Cluster(consumer), subnetGVR, "default", "subnet-1")

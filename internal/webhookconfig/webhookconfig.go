@@ -10,6 +10,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -42,7 +43,9 @@ const (
 
 // Options are the webhook client settings shared by all configurations.
 type Options struct {
-	// URL is the HTTPS URL of the webhook's validating endpoint.
+	// URL is the HTTPS URL of the webhook's validating endpoint. Every
+	// configuration calls it with the logical cluster of its workspace
+	// appended (see WebhookURL).
 	URL string
 	// CABundle is the PEM encoded CA bundle that verifies the webhook's
 	// serving certificate. Empty means the system roots of kcp.
@@ -59,14 +62,6 @@ type Target struct {
 	Path logicalcluster.Path
 	// Resources are the protected resources, sorted and without duplicates.
 	Resources []schema.GroupVersionResource
-	// Rules are the keys (cluster/name) of the rules that protect resources
-	// in this workspace, sorted.
-	Rules []string
-}
-
-// RuleKey returns the key of a rule: its logical cluster and name.
-func RuleKey(rule *depv1alpha1.DependencyRule) string {
-	return logicalcluster.From(rule).String() + "/" + rule.Name
 }
 
 // Targets groups the dependencies of all rules by the workspace path of the
@@ -82,7 +77,6 @@ func Targets(rules []depv1alpha1.DependencyRule) []Target {
 				byPath[dep.APIExportRef.Path] = t
 			}
 			t.Resources = append(t.Resources, schema.GroupVersionResource{Group: dep.Group, Version: dep.Version, Resource: dep.Resource})
-			t.Rules = append(t.Rules, RuleKey(rule))
 		}
 	}
 
@@ -90,8 +84,6 @@ func Targets(rules []depv1alpha1.DependencyRule) []Target {
 	for _, t := range byPath {
 		slices.SortFunc(t.Resources, compareGVR)
 		t.Resources = slices.Compact(t.Resources)
-		slices.Sort(t.Rules)
-		t.Rules = slices.Compact(t.Rules)
 		targets = append(targets, *t)
 	}
 	slices.SortFunc(targets, func(a, b Target) int { return cmp.Compare(a.Path.String(), b.Path.String()) })
@@ -102,10 +94,18 @@ func compareGVR(a, b schema.GroupVersionResource) int {
 	return cmp.Or(cmp.Compare(a.Group, b.Group), cmp.Compare(a.Resource, b.Resource), cmp.Compare(a.Version, b.Version))
 }
 
-// Build returns the desired configuration for a target workspace: one
-// webhook with a DELETE rule per protected group and resource, listing every
-// version that rules name.
-func Build(target Target, opts Options) *admissionregistrationv1.ValidatingWebhookConfiguration {
+// WebhookURL returns the URL with which the configuration in the workspace
+// of logical cluster cluster calls the webhook: kcp calls a workspace's
+// configuration only for objects that the workspace's APIExports serve, so
+// the webhook learns from the URL whose objects a request is about.
+func WebhookURL(base string, cluster logicalcluster.Name) string {
+	return strings.TrimSuffix(base, "/") + "/" + cluster.String()
+}
+
+// Build returns the desired configuration for a target workspace (logical
+// cluster cluster): one webhook with a DELETE rule per protected group and
+// resource, listing every version that rules name.
+func Build(target Target, cluster logicalcluster.Name, opts Options) *admissionregistrationv1.ValidatingWebhookConfiguration {
 	var rules []admissionregistrationv1.RuleWithOperations
 	for _, gvr := range target.Resources {
 		if n := len(rules); n > 0 {
@@ -143,7 +143,7 @@ func Build(target Target, opts Options) *admissionregistrationv1.ValidatingWebho
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
 			Name: WebhookName,
 			ClientConfig: admissionregistrationv1.WebhookClientConfig{
-				URL:      ptr.To(opts.URL),
+				URL:      ptr.To(WebhookURL(opts.URL, cluster)),
 				CABundle: caBundle,
 			},
 			Rules:                   rules,
@@ -156,11 +156,6 @@ func Build(target Target, opts Options) *admissionregistrationv1.ValidatingWebho
 			ObjectSelector:          &metav1.LabelSelector{},
 		}},
 	}
-}
-
-// IsManaged reports whether the configuration is owned by this controller.
-func IsManaged(obj metav1.Object) bool {
-	return obj.GetLabels()[ManagedByLabel] == ManagedByValue
 }
 
 // NeedsUpdate reports whether existing differs from desired in anything this

@@ -47,7 +47,7 @@ func TestTargets(t *testing.T) {
 			rules: []depv1alpha1.DependencyRule{
 				rule("c1", "vm", dep{"root:net", "net.io", "v1", "vpcs", ".spec.vpcRef.name"}),
 			},
-			want: []Target{{Path: logicalcluster.NewPath("root:net"), Resources: []schema.GroupVersionResource{gvr("net.io", "v1", "vpcs")}, Rules: []string{"c1/vm"}}},
+			want: []Target{{Path: logicalcluster.NewPath("root:net"), Resources: []schema.GroupVersionResource{gvr("net.io", "v1", "vpcs")}}},
 		},
 		{
 			name: "two rules on one provider merge into one target without duplicates",
@@ -56,8 +56,8 @@ func TestTargets(t *testing.T) {
 				rule("c2", "db", dep{"root:net", "net.io", "v1", "subnets", ".spec.subnet"}, dep{"root:org:team:storage", "storage.io", "v1beta1", "volumes", ".spec.volume"}),
 			},
 			want: []Target{
-				{Path: logicalcluster.NewPath("root:net"), Resources: []schema.GroupVersionResource{gvr("net.io", "v1", "subnets"), gvr("net.io", "v1", "vpcs")}, Rules: []string{"c1/vm", "c2/db"}},
-				{Path: logicalcluster.NewPath("root:org:team:storage"), Resources: []schema.GroupVersionResource{gvr("storage.io", "v1beta1", "volumes")}, Rules: []string{"c2/db"}},
+				{Path: logicalcluster.NewPath("root:net"), Resources: []schema.GroupVersionResource{gvr("net.io", "v1", "subnets"), gvr("net.io", "v1", "vpcs")}},
+				{Path: logicalcluster.NewPath("root:org:team:storage"), Resources: []schema.GroupVersionResource{gvr("storage.io", "v1beta1", "volumes")}},
 			},
 		},
 		{
@@ -66,7 +66,7 @@ func TestTargets(t *testing.T) {
 				rule("c2", "vm", dep{"root:net", "net.io", "v2", "vpcs", ".a"}),
 				rule("c1", "vm", dep{"root:net", "net.io", "v1", "vpcs", ".a"}),
 			},
-			want: []Target{{Path: logicalcluster.NewPath("root:net"), Resources: []schema.GroupVersionResource{gvr("net.io", "v1", "vpcs"), gvr("net.io", "v2", "vpcs")}, Rules: []string{"c1/vm", "c2/vm"}}},
+			want: []Target{{Path: logicalcluster.NewPath("root:net"), Resources: []schema.GroupVersionResource{gvr("net.io", "v1", "vpcs"), gvr("net.io", "v2", "vpcs")}}},
 		},
 	}
 	for _, tt := range tests {
@@ -86,9 +86,9 @@ func TestBuild(t *testing.T) {
 			gvr("net.io", "v1", "subnets"), gvr("net.io", "v1", "vpcs"), gvr("net.io", "v2", "vpcs"), gvr("other.io", "v1", "vpcs"),
 		},
 	}
-	got := Build(target, opts)
+	got := Build(target, "c-net", opts)
 
-	if got.Name != Name || !IsManaged(got) || got.Annotations[WorkspacePathAnnotation] != "root:org:net" {
+	if got.Name != Name || got.Labels[ManagedByLabel] != ManagedByValue || got.Annotations[WorkspacePathAnnotation] != "root:org:net" {
 		t.Errorf("unexpected metadata: %+v", got.ObjectMeta)
 	}
 	if len(got.Webhooks) != 1 {
@@ -97,7 +97,7 @@ func TestBuild(t *testing.T) {
 	wh := got.Webhooks[0]
 	want := admissionregistrationv1.ValidatingWebhook{
 		Name:                    WebhookName,
-		ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To(opts.URL), CABundle: []byte("PEM")},
+		ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://webhook.example:9443/validate/c-net"), CABundle: []byte("PEM")},
 		FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
 		MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
 		SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
@@ -135,7 +135,7 @@ func deleteRule(group, resource string, versions ...string) admissionregistratio
 func TestNeedsUpdateAndMerge(t *testing.T) {
 	opts := Options{URL: "https://a/validate", TimeoutSeconds: 5, FailurePolicy: admissionregistrationv1.Fail}
 	target := Target{Path: logicalcluster.NewPath("root:net"), Resources: []schema.GroupVersionResource{gvr("net.io", "v1", "vpcs")}}
-	desired := Build(target, opts)
+	desired := Build(target, "c-net", opts)
 
 	existing := desired.DeepCopy()
 	existing.ResourceVersion = "42"
@@ -161,7 +161,7 @@ func TestNeedsUpdateAndMerge(t *testing.T) {
 			o, tg := opts, target
 			tg.Resources = append([]schema.GroupVersionResource(nil), target.Resources...)
 			tt.change(&o, &tg)
-			changed := Build(tg, o)
+			changed := Build(tg, "c-net", o)
 			if !NeedsUpdate(existing, changed) {
 				t.Fatalf("NeedsUpdate() = false")
 			}

@@ -2,7 +2,6 @@ package client
 
 import (
 	"fmt"
-	"net/http"
 	"strings"
 	"sync"
 
@@ -23,7 +22,6 @@ type ClusterClient interface {
 
 type clusterClient struct {
 	baseConfig *rest.Config
-	httpClient *http.Client
 	options    ctrlclient.Options
 
 	lock    sync.RWMutex
@@ -32,10 +30,12 @@ type clusterClient struct {
 
 var _ ClusterClient = &clusterClient{}
 
-// New returns a ClusterClient for the kcp server that cfg points to. A
-// /clusters/<path> suffix on cfg.Host is ignored. Unless options.HTTPClient is
-// set, all workspace clients share one HTTP client built from cfg. A RESTMapper
-// in options is ignored, since every workspace has its own set of APIs.
+// New returns a ClusterClient for the kcp server that cfg points to (a shard,
+// the front-proxy, or a virtual workspace). A /clusters/<path> suffix on
+// cfg.Host is ignored. Unless options.HTTPClient is set, all workspace clients
+// share one HTTP client built from cfg. Without options.Mapper, every
+// workspace client discovers the APIs of its workspace, since every workspace
+// has its own set; with one, all clients share it and never discover.
 func New(cfg *rest.Config, options ctrlclient.Options) (ClusterClient, error) {
 	if cfg == nil {
 		return nil, fmt.Errorf("rest config must not be nil")
@@ -43,19 +43,16 @@ func New(cfg *rest.Config, options ctrlclient.Options) (ClusterClient, error) {
 	base := rest.CopyConfig(cfg)
 	base.Host = stripClusterPath(base.Host)
 
-	httpClient := options.HTTPClient
-	if httpClient == nil {
-		var err error
-		if httpClient, err = rest.HTTPClientFor(base); err != nil {
+	if options.HTTPClient == nil {
+		httpClient, err := rest.HTTPClientFor(base)
+		if err != nil {
 			return nil, fmt.Errorf("failed to create HTTP client: %w", err)
 		}
+		options.HTTPClient = httpClient
 	}
-	options.HTTPClient = httpClient
-	options.Mapper = nil
 
 	return &clusterClient{
 		baseConfig: base,
-		httpClient: httpClient,
 		options:    options,
 		clients:    map[logicalcluster.Path]ctrlclient.Client{},
 	}, nil

@@ -11,7 +11,6 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -40,12 +39,10 @@ func TestAPI(t *testing.T) {
 var _ = BeforeSuite(func(ctx context.Context) {
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 
-	env, cfg, err := kcpenv.Start()
+	env, err := kcpenv.Start()
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(env.Stop)
-
-	cli, err = clusterclient.New(cfg, client.Options{Scheme: kcpenv.NewScheme()})
-	Expect(err).NotTo(HaveOccurred())
+	cli = env.Client
 
 	_, depCtrlPath = envtest.NewWorkspaceFixture(GinkgoT(), cli, core.RootCluster.Path(), envtest.WithNamePrefix("dep-ctrl"))
 	By("installing the generated APIResourceSchema and APIExport into " + depCtrlPath.String())

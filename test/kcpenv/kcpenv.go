@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kcp-dev/logicalcluster/v3"
+	clusterclient "github.com/kcp-dev/multicluster-provider/client"
 	"github.com/kcp-dev/multicluster-provider/envtest"
 	apisv1alpha2 "github.com/kcp-dev/sdk/apis/apis/v1alpha2"
 	corev1alpha1 "github.com/kcp-dev/sdk/apis/core/v1alpha1"
@@ -59,25 +60,54 @@ func NewScheme() *kruntime.Scheme {
 	return s
 }
 
-// Start starts a single-shard kcp and returns the environment and an admin
-// REST config for it (pointing at the server, without a /clusters/ path).
-// Stop the environment with env.Stop().
-func Start() (*envtest.Environment, *rest.Config, error) {
+// Env is a single-shard kcp started by Start.
+type Env struct {
+	// Config is an admin config for the server, without a workspace.
+	Config *rest.Config
+	// Client is an admin client for every workspace.
+	Client clusterclient.ClusterClient
+
+	env *envtest.Environment
+}
+
+// Start starts a single-shard kcp and returns it with an admin client.
+func Start() (*Env, error) {
 	assets := os.Getenv(AssetsEnv)
 	if assets == "" {
 		assets = filepath.Join(RepoRoot(), "bin")
 	}
 	kcpBinary := filepath.Join(assets, "kcp")
 	if _, err := os.Stat(kcpBinary); err != nil {
-		return nil, nil, fmt.Errorf("kcp binary not found at %s (run `make kcp` to build it, or set %s): %w", kcpBinary, AssetsEnv, err)
+		return nil, fmt.Errorf("kcp binary not found at %s (run `make kcp` to build it, or set %s): %w", kcpBinary, AssetsEnv, err)
 	}
 
 	env := &envtest.Environment{BinaryAssetsDirectory: assets}
 	cfg, err := env.Start()
 	if err != nil {
-		return nil, nil, fmt.Errorf("failed to start kcp from %s: %w", kcpBinary, err)
+		return nil, fmt.Errorf("failed to start kcp from %s: %w", kcpBinary, err)
 	}
-	return env, cfg, nil
+	cli, err := clusterclient.New(cfg, client.Options{Scheme: NewScheme()})
+	if err != nil {
+		_ = env.Stop()
+		return nil, err
+	}
+	return &Env{Config: cfg, Client: cli, env: env}, nil
+}
+
+// Stop stops kcp.
+func (e *Env) Stop() error {
+	return e.env.Stop()
+}
+
+// AddUser returns a config (without a workspace) for a new user that
+// authenticates with a client certificate, member of groups besides
+// system:authenticated.
+func (e *Env) AddUser(name string, groups ...string) (*rest.Config, error) {
+	u, err := e.env.Kcp.AddUser(envtest.User{Name: name, Groups: groups}, e.Config)
+	if err != nil {
+		return nil, fmt.Errorf("failed to add user %s: %w", name, err)
+	}
+	return u.Config(), nil
 }
 
 // LoadManifests reads every YAML document of the *.yaml files in dir

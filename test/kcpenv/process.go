@@ -86,6 +86,11 @@ func (p *Process) Stop() {
 	}
 }
 
+// Pid returns the process ID of a started process.
+func (p *Process) Pid() int {
+	return p.cmd.Process.Pid
+}
+
 // Done is closed when the process exits.
 func (p *Process) Done() <-chan struct{} {
 	return p.done

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -15,7 +16,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	"github.com/opendefensecloud/dependency-controller/internal/webhook"
+	"github.com/opendefensecloud/dependency-controller/internal/webhookserver"
 )
 
 // RunInBackground calls start with a context that the returned function
@@ -44,20 +45,21 @@ func TestManagerOptions() manager.Options {
 
 // Webhook is a webhook server started by StartWebhook.
 type Webhook struct {
-	// URL is the validating endpoint, https://127.0.0.1:<port>/validate.
+	// URL is the validating endpoint, https://127.0.0.1:<port>/validate;
+	// kcp calls it with the provider workspace appended.
 	URL string
 	// CABundle is the PEM CA of the serving certificate.
 	CABundle []byte
-	// Gate opens when the rule registry is initialized.
-	Gate *webhook.InitGate
+	// Metrics holds the webhook's own metrics.
+	Metrics *prometheus.Registry
 	// Stop stops the webhook and returns the manager's error.
 	Stop func() error
 }
 
-// StartWebhook runs the webhook as cmd/webhook does, with the credentials
-// and workspace of depCtrl (a config whose host ends with the dep-ctrl
-// workspace), serving TLS on 127.0.0.1 with a certificate from a new CA in
-// certDir, and waits until its registry is initialized.
+// StartWebhook runs the webhook as cmd/webhook assembles it, with the
+// credentials and workspace of depCtrl (a config whose host ends with the
+// dep-ctrl workspace), serving TLS on 127.0.0.1 with a certificate from a new
+// CA in certDir, and waits until it is ready.
 func StartWebhook(ctx context.Context, depCtrl *rest.Config, certDir string) (*Webhook, error) {
 	ca, err := WriteServingCerts(certDir, "127.0.0.1")
 	if err != nil {
@@ -69,25 +71,26 @@ func StartWebhook(ctx context.Context, depCtrl *rest.Config, certDir string) (*W
 	}
 	opts := TestManagerOptions()
 	opts.WebhookServer = ctrlwebhook.NewServer(ctrlwebhook.Options{Host: "127.0.0.1", Port: port, CertDir: certDir})
-	mgr, gate, err := webhook.NewManager(ctx, depCtrl, webhook.Options{
-		APIExportName:   DepCtrlExportName,
-		Path:            "/validate",
-		RequestTimeout:  8 * time.Second,
-		MaxBlockers:     10,
-		ResyncPeriod:    time.Minute,
-		MetricsRegistry: prometheus.NewRegistry(),
+	metrics := prometheus.NewRegistry()
+	wh, err := webhookserver.New(ctx, depCtrl, webhookserver.Options{
+		APIExportName:     DepCtrlExportName,
+		Path:              "/validate",
+		RequestTimeout:    8 * time.Second,
+		MaxBlockers:       10,
+		ResyncPeriod:      time.Minute,
+		IndexPollInterval: time.Second,
+		MetricsRegistry:   metrics,
 	}, opts)
 	if err != nil {
 		return nil, err
 	}
-	w := &Webhook{URL: fmt.Sprintf("https://127.0.0.1:%d/validate", port), CABundle: ca, Gate: gate, Stop: RunInBackground(mgr.Start)}
-	deadline := time.Now().Add(time.Minute)
-	for !gate.Initialized() {
-		if time.Now().After(deadline) {
-			_ = w.Stop()
-			return nil, fmt.Errorf("the webhook's rule registry was not initialized within a minute")
-		}
-		time.Sleep(100 * time.Millisecond)
+	w := &Webhook{URL: fmt.Sprintf("https://127.0.0.1:%d/validate", port), CABundle: ca, Metrics: metrics, Stop: RunInBackground(wh.Manager.Start)}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return wh.Ready(nil) == nil, nil
+	})
+	if err != nil {
+		_ = w.Stop()
+		return nil, fmt.Errorf("the webhook was not ready within a minute: %w", wh.Ready(nil))
 	}
 	return w, nil
 }
@@ -111,4 +114,29 @@ func (w *WarningCollector) Warnings() []string {
 	w.lock.Lock()
 	defer w.lock.Unlock()
 	return append([]string(nil), w.warnings...)
+}
+
+// Decisions returns how many DELETE decisions the webhook made with the
+// outcome (allowed, denied, ...) and reached via the index or a live read
+// ("index", "live").
+func (w *Webhook) Decisions(outcome, via string) (float64, error) {
+	families, err := w.Metrics.Gather()
+	if err != nil {
+		return 0, err
+	}
+	for _, f := range families {
+		if f.GetName() != "dependency_webhook_decisions_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["outcome"] == outcome && labels["via"] == via {
+				return m.GetCounter().GetValue(), nil
+			}
+		}
+	}
+	return 0, nil
 }

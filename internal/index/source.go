@@ -1,0 +1,358 @@
+package index
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+	apisv1alpha1 "github.com/kcp-dev/sdk/apis/apis/v1alpha1"
+
+	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+)
+
+// Source identifies one dependent type as its provider serves it: the
+// APIExport (in the workspace of the rules that name it) and the resource.
+// The index reads the dependents of a source only through that APIExport's
+// virtual workspace, with the access its provider granted.
+type Source struct {
+	// Export is the logical cluster and name of the APIExport.
+	Export kcp.ObjectKey
+	// Resource is the dependent resource, in the version the rules name.
+	Resource schema.GroupVersionResource
+}
+
+// String renders the source for messages, e.g.
+// "virtualmachines.compute.example.io/v1 of APIExport 2x7c/compute.example.io".
+func (s Source) String() string {
+	return fmt.Sprintf("%s.%s/%s of APIExport %s", s.Resource.Resource, s.Resource.Group, s.Resource.Version, s.Export)
+}
+
+// Phase is where the index stands with a source.
+type Phase string
+
+// Phases of a source. Syncing and Synced sources take part in decisions;
+// the others are problems of the rules that name the source, reported in
+// their status.
+const (
+	// PhaseSyncing: the dependents are being listed for the first time on
+	// some shard; decisions confirm every miss with a live read.
+	PhaseSyncing Phase = "Syncing"
+	// PhaseSynced: the dependents of every shard are indexed.
+	PhaseSynced Phase = "Synced"
+	// PhaseExportNotFound: the rules' workspace has no such APIExport. Rules
+	// naming it have no effect.
+	PhaseExportNotFound Phase = "ExportNotFound"
+	// PhaseAccessDenied: the provider has not granted the webhook read
+	// access to the APIExport. Rules naming it have no effect.
+	PhaseAccessDenied Phase = "AccessDenied"
+	// PhaseResourceNotExported: the APIExport does not serve the resource
+	// in any version. Rules naming it have no effect.
+	PhaseResourceNotExported Phase = "ResourceNotExported"
+	// PhaseVersionNotServed: the APIExport serves the resource, but not in
+	// the version the rules name. Deletes that such a rule protects are
+	// refused in workspaces that bind the export, since they cannot be
+	// checked.
+	PhaseVersionNotServed Phase = "VersionNotServed"
+)
+
+// Effective reports whether rules naming a source in this phase take part
+// in decisions.
+func (p Phase) Effective() bool {
+	return p == PhaseSyncing || p == PhaseSynced || p == PhaseVersionNotServed
+}
+
+// State is what the index knows about a source.
+type State struct {
+	// Phase is where the index stands with the source.
+	Phase Phase
+	// Message explains the phase, naming what to fix if anything.
+	Message string
+	// Namespaced tells whether the resource is namespaced; valid once the
+	// APIExport has been read.
+	Namespaced bool
+	// Kind is the kind of the resource, as its provider serves it.
+	Kind string
+	// Shards is the number of shards the APIExport is served on.
+	Shards int
+}
+
+// sourceWatch keeps the store of one source current: it follows the
+// APIExportEndpointSlice of the export (shards added and removed), checks
+// what the export serves, and runs a reflector per shard.
+type sourceWatch struct {
+	src      Source
+	paths    []fieldpath.Path
+	ix       *Index
+	store    *store
+	cancel   context.CancelFunc
+	done     chan struct{}
+	notify   func()
+	identity string
+
+	lock  sync.Mutex
+	state State
+	// urls are the virtual workspace URLs of the export, one per shard.
+	urls   []string
+	shards map[string]*shardWatch
+}
+
+// shardWatch is the reflector of one shard.
+type shardWatch struct {
+	url    string
+	reader *reader
+	cancel context.CancelFunc
+
+	lock    sync.Mutex
+	synced  bool
+	lastErr error
+}
+
+func (w *shardWatch) setSynced() {
+	w.lock.Lock()
+	defer w.lock.Unlock()
+	w.synced, w.lastErr = true, nil
+}
+
+func (w *shardWatch) setError(err error) {
+	w.lock.Lock()
+	defer w.lock.Unlock()
+	w.lastErr = err
+}
+
+func (w *shardWatch) status() (bool, error) {
+	w.lock.Lock()
+	defer w.lock.Unlock()
+	return w.synced, w.lastErr
+}
+
+// run follows the source until ctx is done.
+func (sw *sourceWatch) run(ctx context.Context) {
+	defer close(sw.done)
+	logger := log.FromContext(ctx).WithValues("source", sw.src.String())
+	ticker := time.NewTicker(sw.ix.opts.PollInterval)
+	defer ticker.Stop()
+	for {
+		sw.refresh(ctx, logger.V(1))
+		select {
+		case <-ctx.Done():
+			sw.lock.Lock()
+			for _, w := range sw.shards {
+				w.cancel()
+			}
+			sw.lock.Unlock()
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+// refresh reads the endpoint slice and what the export serves, starts and
+// stops shard reflectors, and recomputes the state.
+func (sw *sourceWatch) refresh(ctx context.Context, logger interface{ Info(string, ...any) }) {
+	state, urls := sw.inspect(ctx)
+	sw.lock.Lock()
+	if state.Phase == PhaseSyncing || state.Phase == PhaseVersionNotServed {
+		sw.ensureShards(ctx, urls, state.Phase == PhaseSyncing)
+		if state.Phase == PhaseSyncing {
+			state = sw.shardState(state)
+		}
+	} else if state.Phase != "" {
+		sw.ensureShards(ctx, nil, false)
+	}
+	changed := false
+	if state.Phase != "" {
+		sw.urls = urls
+		if state != sw.state {
+			changed = true
+			sw.state = state
+		}
+	}
+	sw.lock.Unlock()
+	if changed {
+		logger.Info("Source state changed", "phase", state.Phase, "message", state.Message)
+		sw.notify()
+	}
+}
+
+// inspect reads the endpoint slice and the discovery of the export. An empty
+// phase means that the state could not be determined this time (a transient
+// error) and stays as it was.
+func (sw *sourceWatch) inspect(ctx context.Context) (State, []string) {
+	export := sw.src.Export
+	who := "the webhook's user"
+	if sw.identity != "" {
+		who = fmt.Sprintf("the webhook's user %q", sw.identity)
+	}
+	grant := fmt.Sprintf("grant %s get, list and watch on apiexports/content and apiexportendpointslices named %q in that workspace (see config/samples/compute-provider/webhook-access.yaml)",
+		who, export.Name)
+	slice := &apisv1alpha1.APIExportEndpointSlice{}
+	err := sw.ix.frontProxy.getJSON(ctx, []string{export.Cluster.Path().RequestPath(), "apis", apisv1alpha1.SchemeGroupVersion.Group, apisv1alpha1.SchemeGroupVersion.Version, "apiexportendpointslices", export.Name}, slice)
+	switch {
+	case apierrors.IsNotFound(err):
+		return State{Phase: PhaseExportNotFound, Message: fmt.Sprintf("the workspace of the rule (logical cluster %s) has no APIExport %q (no APIExportEndpointSlice of that name); the rule has no effect", export.Cluster, export.Name)}, nil
+	case apierrors.IsForbidden(err):
+		return State{Phase: PhaseAccessDenied, Message: fmt.Sprintf("the webhook may not read the APIExportEndpointSlice %q in logical cluster %s: %s; until then the rule has no effect", export.Name, export.Cluster, grant)}, nil
+	case err != nil:
+		return State{}, nil
+	}
+	var urls []string
+	for _, e := range slice.Status.APIExportEndpoints {
+		urls = append(urls, e.URL)
+	}
+	slices.Sort(urls)
+	urls = slices.Compact(urls)
+	if len(urls) == 0 {
+		// No workspace binds the export yet: nothing to index.
+		return State{Phase: PhaseSynced, Message: fmt.Sprintf("No workspace binds the APIExport %q yet", export.Name)}, nil
+	}
+
+	r, err := sw.ix.reader(urls[0])
+	if err != nil {
+		return State{}, nil
+	}
+	gvr := sw.src.Resource
+	group := &metav1.APIGroup{}
+	err = r.getJSON(ctx, []string{logicalcluster.Wildcard.RequestPath(), "apis", gvr.Group}, group)
+	switch {
+	case apierrors.IsForbidden(err):
+		return State{Phase: PhaseAccessDenied, Message: fmt.Sprintf("the webhook may not read the virtual workspace of the APIExport %q in logical cluster %s: %s; until then the rule has no effect", export.Name, export.Cluster, grant)}, nil
+	case apierrors.IsNotFound(err):
+		return State{Phase: PhaseResourceNotExported, Message: fmt.Sprintf("the APIExport %q does not export any resource of the group %s; the rule has no effect", export.Name, gvr.Group)}, nil
+	case err != nil:
+		return State{}, nil
+	}
+	var found *metav1.APIResource
+	var servedIn []string
+	for _, v := range group.Versions {
+		resources := &metav1.APIResourceList{}
+		if err := r.getJSON(ctx, []string{logicalcluster.Wildcard.RequestPath(), "apis", gvr.Group, v.Version}, resources); err != nil {
+			return State{}, nil
+		}
+		for i := range resources.APIResources {
+			if res := &resources.APIResources[i]; res.Name == gvr.Resource {
+				servedIn = append(servedIn, v.Version)
+				if v.Version == gvr.Version {
+					found = res
+				}
+			}
+		}
+	}
+	switch {
+	case found != nil:
+		return State{Phase: PhaseSyncing, Namespaced: found.Namespaced, Kind: found.Kind, Shards: len(urls)}, urls
+	case len(servedIn) > 0:
+		return State{Phase: PhaseVersionNotServed, Shards: len(urls), Message: fmt.Sprintf(
+			"the APIExport %q serves %s.%s in %s, not in %s; deletes that the rule protects are refused in workspaces that bind the export until the rule names a served version",
+			export.Name, gvr.Resource, gvr.Group, strings.Join(servedIn, ", "), gvr.Version)}, urls
+	default:
+		return State{Phase: PhaseResourceNotExported, Message: fmt.Sprintf("the APIExport %q does not export %s.%s; the rule has no effect", export.Name, gvr.Resource, gvr.Group)}, nil
+	}
+}
+
+// ensureShards runs a reflector for each URL (if watch is set) and stops
+// those of other shards. Callers hold the lock.
+func (sw *sourceWatch) ensureShards(ctx context.Context, urls []string, watch bool) {
+	want := map[string]bool{}
+	for _, u := range urls {
+		want[u] = true
+	}
+	for u, w := range sw.shards {
+		if !want[u] || !watch {
+			w.cancel()
+			delete(sw.shards, u)
+			sw.store.lock.Lock()
+			sw.store.dropShard(u)
+			sw.store.lock.Unlock()
+		}
+	}
+	if !watch {
+		return
+	}
+	for _, u := range urls {
+		if _, ok := sw.shards[u]; ok {
+			continue
+		}
+		r, err := sw.ix.reader(u)
+		if err != nil {
+			continue
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		w := &shardWatch{url: u, reader: r, cancel: cancel}
+		sw.shards[u] = w
+		lw := &listWatch{reader: r, gvr: sw.src.Resource, paths: sw.paths, onError: func(err error) {
+			w.setError(err)
+			if apierrors.IsForbidden(err) {
+				sw.notify()
+			}
+		}}
+		store := &shardStore{store: sw.store, shard: u, synced: func() {
+			w.setSynced()
+			sw.refreshState()
+		}}
+		reflector := cache.NewReflectorWithOptions(lw, &object{}, store, cache.ReflectorOptions{
+			Name:            "dependents " + sw.src.String() + " on " + u,
+			TypeDescription: sw.src.Resource.String(),
+		})
+		go reflector.RunWithContext(wctx)
+	}
+}
+
+// refreshState recomputes the state from the shard reflectors.
+func (sw *sourceWatch) refreshState() {
+	sw.lock.Lock()
+	changed := false
+	if sw.state.Phase == PhaseSyncing || sw.state.Phase == PhaseSynced {
+		next := sw.shardState(sw.state)
+		changed = next != sw.state
+		sw.state = next
+	}
+	sw.lock.Unlock()
+	if changed {
+		sw.notify()
+	}
+}
+
+// shardState derives Syncing, Synced or AccessDenied from the shard
+// reflectors. Callers hold the lock.
+func (sw *sourceWatch) shardState(base State) State {
+	state := base
+	state.Phase, state.Message = PhaseSynced, fmt.Sprintf("Indexing %s from the APIExport %q on %d shard(s)", sw.src.Resource.GroupResource(), sw.src.Export.Name, len(sw.shards))
+	for _, w := range sw.shards {
+		synced, err := w.status()
+		if apierrors.IsForbidden(err) {
+			return State{Phase: PhaseAccessDenied, Message: fmt.Sprintf("the webhook may not list %s through the virtual workspace of the APIExport %q in logical cluster %s (grant its user get, list and watch on apiexports/content named %q there): %v; until then the rule has no effect",
+				sw.src.Resource.GroupResource(), sw.src.Export.Name, sw.src.Export.Cluster, sw.src.Export.Name, err)}
+		}
+		if !synced {
+			state.Phase = PhaseSyncing
+			state.Message = fmt.Sprintf("Listing %s from the APIExport %q", sw.src.Resource.GroupResource(), sw.src.Export.Name)
+			if err != nil {
+				state.Message += fmt.Sprintf(" (last error on %s: %v)", w.url, err)
+			}
+		}
+	}
+	return state
+}
+
+// getJSON GETs a single object (not streamed) into into.
+func (r *reader) getJSON(ctx context.Context, path []string, into any) error {
+	body, err := r.get(ctx, path, nil)
+	if err != nil {
+		return err
+	}
+	defer drain(body)
+	return json.NewDecoder(io.LimitReader(body, 4<<20)).Decode(into)
+}

@@ -1,0 +1,152 @@
+// Package webhookserver assembles the webhook binary: a multicluster manager
+// over the dependencies APIExport, the rule registry and what keeps it
+// current, the index of dependents and what reports its state on rules, and
+// the admission handler with its health checks. cmd/webhook runs what New
+// returns; the tests run the same.
+package webhookserver
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+
+	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/registry"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook"
+)
+
+// Options configure the webhook.
+type Options struct {
+	// APIExportName is the APIExport serving DependencyRules, in the
+	// workspace of the kubeconfig.
+	APIExportName string
+	// FrontProxyURL is where the APIExportEndpointSlices of the dependents'
+	// APIExports are read, as <url>/clusters/<logical cluster>/...; empty
+	// means the kubeconfig's server without its /clusters/ path.
+	FrontProxyURL string
+	// Path is the HTTP path of the validating endpoint; kcp calls
+	// <Path>/<logical cluster of the provider workspace>.
+	Path string
+	// RequestTimeout bounds the live reads of dependents per request.
+	RequestTimeout time.Duration
+	// MaxBlockers is how many blockers a denial names.
+	MaxBlockers int
+	// ResyncPeriod is how often all rules are listed again.
+	ResyncPeriod time.Duration
+	// IndexPollInterval is how often the APIExports of the dependents are
+	// read again (shards, grants).
+	IndexPollInterval time.Duration
+	// MetricsRegistry receives the webhook's metrics; nil means
+	// controller-runtime's registry, which the manager serves.
+	MetricsRegistry prometheus.Registerer
+}
+
+// Webhook is the assembled webhook.
+type Webhook struct {
+	// Manager runs everything; start it.
+	Manager mcmanager.Manager
+	// Ready is the readiness check: the rules are loaded and the
+	// dependents of every rule have been listed once.
+	Ready func(*http.Request) error
+}
+
+// New assembles the webhook with the credentials of cfg, which must point
+// at the workspace of the APIExport. mgrOpts configure the manager; its
+// webhook server serves the admission handler.
+func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Options) (*Webhook, error) {
+	base, _, err := kcp.WorkspaceConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	frontProxy := opts.FrontProxyURL
+	if frontProxy == "" {
+		frontProxy = base
+	}
+	logger := log.FromContext(ctx)
+
+	reg := registry.New()
+	readiness := registry.NewReadiness()
+	mgr, vw, err := kcp.NewManager(ctx, cfg, opts.APIExportName, mgrOpts, registry.BindingHandler{Registry: reg})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := vw.URLs(ctx); err != nil {
+		// Not fatal: the webhook serves (denying deletes with a retry
+		// message) and keeps trying, so that it recovers once RBAC is
+		// applied or kcp is reachable, instead of crash-looping.
+		logger.Error(err, "Cannot read the APIExportEndpointSlice yet; deletes of protected objects are denied until the rules are loaded")
+	}
+
+	ix, err := index.New(cfg, frontProxy, index.Options{PollInterval: opts.IndexPollInterval, Identity: identity(ctx, cfg)})
+	if err != nil {
+		return nil, err
+	}
+	reg.OnSourcesChange(ix.Ensure)
+	if err := mgr.GetLocalManager().Add(ix); err != nil {
+		return nil, err
+	}
+	if err := registry.SetupWithManager(mgr, vw, reg, readiness, opts.ResyncPeriod); err != nil {
+		return nil, err
+	}
+	if err := mgr.GetLocalManager().Add(registry.NewStatusReporter(mgr, reg, ix, time.Minute)); err != nil {
+		return nil, err
+	}
+	ready := func(req *http.Request) error {
+		if err := readiness.ReadyzCheck(req); err != nil {
+			return err
+		}
+		if err := ix.Synced(); err != nil {
+			return fmt.Errorf("the index of dependents is not synced yet: %w", err)
+		}
+		return nil
+	}
+	if err := mgr.AddReadyzCheck("rules-and-index", ready); err != nil {
+		return nil, err
+	}
+
+	metricsRegistry := opts.MetricsRegistry
+	if metricsRegistry == nil {
+		metricsRegistry = ctrlmetrics.Registry
+	}
+	metrics, err := webhook.NewMetrics(metricsRegistry, reg.Len, ix.Len)
+	if err != nil {
+		return nil, fmt.Errorf("failed to register metrics: %w", err)
+	}
+	validator := webhook.NewDeletionValidator(reg, readiness, ix,
+		webhook.WithTimeout(opts.RequestTimeout), webhook.WithMaxBlockers(opts.MaxBlockers), webhook.WithMetrics(metrics))
+	if err := webhook.Serve(mgr, opts.Path, validator); err != nil {
+		return nil, err
+	}
+	logger.Info("Webhook assembled", "path", opts.Path, "frontProxy", frontProxy)
+	return &Webhook{Manager: mgr, Ready: ready}, nil
+}
+
+// identity returns the user name the credentials of cfg authenticate as,
+// for messages that tell providers whom to grant access, or "" if it cannot
+// be learned; kcp answers a SelfSubjectReview in any workspace.
+func identity(ctx context.Context, cfg *rest.Config) string {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return ""
+	}
+	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil || review.Status.UserInfo.Username == "" {
+		log.FromContext(ctx).V(1).Info("Could not learn the webhook's user name", "error", err)
+		return ""
+	}
+	return review.Status.UserInfo.Username
+}
