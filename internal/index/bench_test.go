@@ -60,20 +60,40 @@ func BenchmarkHits(b *testing.B) {
 }
 
 // BenchmarkIndexMemory reports the heap the store keeps per indexed
-// dependent (Go heap only; the process's RSS is measured by make measure).
+// dependent (Go heap only; the process's RSS is measured by make measure),
+// for dependents that share their referenced names (50 VPCs) and for
+// dependents that each reference a name of their own.
 func BenchmarkIndexMemory(b *testing.B) {
 	paths := []fieldpath.Path{fieldpath.MustParse(".spec.vpcRef.name"), fieldpath.MustParse(".spec.nics[*].vpc")}
 	const n = 100000
-	for b.Loop() {
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		_, shard, _ := newTestIndex(paths...)
-		fill(b, shard, paths, n)
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "heap-bytes/dependent")
-		runtime.KeepAlive(shard)
+	for _, tc := range []struct {
+		name string
+		vpc  func(i int) string
+	}{
+		{"shared-references", func(i int) string { return fmt.Sprintf("vpc-%d", i%50) }},
+		{"unique-references", func(i int) string { return fmt.Sprintf("vpc-%06d", i) }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			for b.Loop() {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				_, shard, _ := newTestIndex(paths...)
+				for i := range n {
+					o, err := decodeObject([]byte(vmJSON(i, tc.vpc(i))), paths)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := shard.Add(o); err != nil {
+						b.Fatal(err)
+					}
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "heap-bytes/dependent")
+				runtime.KeepAlive(shard)
+			}
+		})
 	}
 }
 

@@ -2,10 +2,12 @@ package index
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"unique"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -160,10 +162,17 @@ func TestStoreKeepsOnlyWhatDecisionsNeed(t *testing.T) {
 	if err := shard.Add(o); err != nil {
 		t.Fatal(err)
 	}
-	e := shard.store.objects["shard-1"][objKey{cluster: "c1", namespace: "default", name: "vm-1"}]
-	want := entry{cluster: "c1", namespace: "default", name: "vm-1", uid: uid{other: "uid-vm-1"}, refs: []ref{{path: 0, value: "vpc-a"}}}
-	if e == nil || fmt.Sprint(*e) != fmt.Sprint(want) {
-		t.Errorf("stored %+v, want %+v", e, want)
+	e := shard.store.objects["shard-1"][objKey{scope: unique.Make(scope{cluster: "c1", namespace: "default"}), name: "vm-1"}]
+	if e == nil {
+		t.Fatal("vm-1 is not stored")
+	}
+	want := entry{scope: unique.Make(scope{cluster: "c1", namespace: "default"}), name: "vm-1", uid: uid{other: unique.Make("uid-vm-1")},
+		refs: []ref{{path: 0, value: "vpc-a"}}}
+	if !reflect.DeepEqual(*e, want) {
+		t.Errorf("stored %+v, want %+v", *e, want)
+	}
+	if got, want := e.dependent(), (Dependent{Cluster: "c1", Namespace: "default", Name: "vm-1", UID: "uid-vm-1"}); got != want {
+		t.Errorf("dependent() = %+v, want %+v", got, want)
 	}
 }
 
@@ -173,7 +182,7 @@ func TestUIDs(t *testing.T) {
 			t.Errorf("newUID(%q).String() = %q", s, got)
 		}
 	}
-	if u := newUID("5f1c1a2e-0000-4000-8000-000000000001"); u.other != "" {
+	if u := newUID("5f1c1a2e-0000-4000-8000-000000000001"); u.other != (unique.Handle[string]{}) {
 		t.Errorf("a UUID is not kept as its bytes: %+v", u)
 	}
 }

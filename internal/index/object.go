@@ -21,6 +21,10 @@ import (
 // is ever decoded.
 type object struct {
 	metav1.ObjectMeta
+	// Cluster is the logical cluster of the object (its kcp.io/cluster
+	// annotation); kept apart from ObjectMeta so that no annotations map is
+	// allocated per object.
+	Cluster logicalcluster.Name
 	// Values holds, for each path of the source, the strings found there.
 	Values [][]string
 }
@@ -30,7 +34,7 @@ func (o *object) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKi
 
 // DeepCopyObject implements runtime.Object.
 func (o *object) DeepCopyObject() runtime.Object {
-	c := &object{ObjectMeta: *o.DeepCopy()}
+	c := &object{ObjectMeta: *o.DeepCopy(), Cluster: o.Cluster}
 	for _, v := range o.Values {
 		c.Values = append(c.Values, append([]string(nil), v...))
 	}
@@ -99,7 +103,7 @@ func decodeObject(raw []byte, paths []fieldpath.Path) (*object, error) {
 			// The time itself does not matter, only that there is one.
 			o.DeletionTimestamp = &metav1.Time{}
 		case 5:
-			o.Annotations = map[string]string{logicalcluster.AnnotationKey: s}
+			o.Cluster = logicalcluster.Name(s)
 		}
 	}, metadataPaths...)
 	if err != nil {

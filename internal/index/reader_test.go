@@ -111,9 +111,10 @@ func TestDecodeObject(t *testing.T) {
 	want := &object{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: "vm-1", Namespace: "default", UID: "u-1", ResourceVersion: "42",
-			DeletionTimestamp: &metav1.Time{}, Annotations: map[string]string{"kcp.io/cluster": "c1"},
+			DeletionTimestamp: &metav1.Time{},
 		},
-		Values: [][]string{{"vpc-a"}, {"vpc-b", "vpc-c"}},
+		Cluster: "c1",
+		Values:  [][]string{{"vpc-a"}, {"vpc-b", "vpc-c"}},
 	}
 	if !reflect.DeepEqual(o, want) {
 		t.Errorf("decodeObject() =\n  %+v\nwant only the metadata the index needs and the values at the paths:\n  %+v", o, want)
@@ -143,7 +144,7 @@ func TestEventDecoder(t *testing.T) {
 	d.dec = jsonDecoder(d.body)
 
 	typ, obj, err := d.Decode()
-	if err != nil || typ != watch.Added || obj.(*object).Values[0][0] != "v" || obj.(*object).Annotations["kcp.io/cluster"] != "c1" {
+	if err != nil || typ != watch.Added || obj.(*object).Values[0][0] != "v" || obj.(*object).Cluster != "c1" {
 		t.Errorf("first event: %v %+v %v", typ, obj, err)
 	}
 	typ, obj, err = d.Decode()

@@ -2,6 +2,7 @@ package index
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"unique"
 
@@ -28,14 +29,24 @@ type Dependent struct {
 	Terminating bool
 }
 
-// entry is what the store keeps of one dependent, as compact as it can be:
-// the strings of clusters, namespaces and referenced names are interned
-// (many dependents share them), and a UUID is kept as its 16 bytes.
+// scope is where a dependent lives: its logical cluster and namespace
+// (empty for a cluster-scoped dependent). The dependents of one namespace
+// share one interned scope.
+type scope struct {
+	cluster   logicalcluster.Name
+	namespace string
+}
+
+// entry is what the store keeps of one dependent, as compact as it can be
+// (80 bytes, plus 24 per reference and the name): the scope is an interned
+// handle, since the dependents of a namespace share it, a referenced name is
+// stored once per cluster however many dependents reference it (see share),
+// and a UID that is a UUID is kept as its 16 bytes.
 type entry struct {
-	cluster     logicalcluster.Name
-	namespace   string
-	name        string
-	uid         uid
+	scope unique.Handle[scope]
+	name  string
+	uid   uid
+	// terminating is set once the dependent has a deletionTimestamp.
 	terminating bool
 	// refs are the strings found at the source's paths, with the index of
 	// the path; kept to unlink the entry from the reverse index.
@@ -44,48 +55,53 @@ type entry struct {
 
 // ref is one string found at the path with the given index.
 type ref struct {
-	path  int
+	path  uint16
 	value string
 }
 
-// uid holds a UID: the 16 bytes of a UUID, or the string of anything else.
+// uid holds a UID: the 16 bytes of a UUID (what kcp assigns), or a handle
+// of any other string.
 type uid struct {
 	uuid  [16]byte
-	other string
+	other unique.Handle[string]
 }
 
 func newUID(s types.UID) uid {
 	if u, err := uuid.Parse(string(s)); err == nil && u.String() == string(s) {
 		return uid{uuid: u}
 	}
-	return uid{other: string(s)}
+	if s == "" {
+		return uid{}
+	}
+	return uid{other: unique.Make(string(s))}
 }
 
 func (u uid) String() types.UID {
-	if u.other != "" || u.uuid == ([16]byte{}) {
-		return types.UID(u.other)
+	if u.other != (unique.Handle[string]{}) {
+		return types.UID(u.other.Value())
+	}
+	if u.uuid == ([16]byte{}) {
+		return ""
 	}
 	return types.UID(uuid.UUID(u.uuid).String())
 }
 
 // objKey identifies an object within a source.
 type objKey struct {
-	cluster   logicalcluster.Name
-	namespace string
-	name      string
+	scope unique.Handle[scope]
+	name  string
 }
 
-// refKey is one reference: a string found at the path with the given index
-// in an object of a cluster.
+// refKey is a string that objects of a cluster hold at some path; which
+// paths is in each holder's refs.
 type refKey struct {
-	cluster logicalcluster.Name
-	path    int
+	cluster unique.Handle[logicalcluster.Name]
 	value   string
 }
 
 // store holds the dependents of one source on every shard, with a reverse
 // index from the strings found at the source's paths to the dependents that
-// hold them. It is safe for concurrent use; lookups take a read lock and cost
+// hold them (each dependent once per string, at however many paths). It is safe for concurrent use; lookups take a read lock and cost
 // as much as the number of dependents they return.
 type store struct {
 	lock    sync.RWMutex
@@ -99,17 +115,15 @@ func newStore() *store {
 	return &store{objects: map[string]map[objKey]*entry{}, refs: map[refKey][]*entry{}, shardOf: map[logicalcluster.Name]string{}}
 }
 
-// intern returns the canonical copy of s, so that strings that many
-// dependents share are stored once.
-func intern(s string) string {
-	return unique.Make(s).Value()
+// scopeOf returns the interned scope of an object.
+func scopeOf(o *object) unique.Handle[scope] {
+	return unique.Make(scope{cluster: o.Cluster, namespace: o.Namespace})
 }
 
 // toEntry converts what the reflector read into what the store keeps.
 func toEntry(o *object) *entry {
 	e := &entry{
-		cluster:     logicalcluster.Name(intern(o.Annotations[logicalcluster.AnnotationKey])),
-		namespace:   intern(o.Namespace),
+		scope:       scopeOf(o),
 		name:        o.Name,
 		uid:         newUID(o.UID),
 		terminating: o.DeletionTimestamp != nil,
@@ -123,22 +137,62 @@ func toEntry(o *object) *entry {
 	}
 	for i, values := range o.Values {
 		for _, v := range values {
-			e.refs = append(e.refs, ref{path: i, value: intern(v)})
+			e.refs = append(e.refs, ref{path: uint16(i), value: v})
 		}
 	}
 	return e
 }
 
 func (e *entry) key() objKey {
-	return objKey{cluster: e.cluster, namespace: e.namespace, name: e.name}
+	return objKey{scope: e.scope, name: e.name}
 }
 
-func (e *entry) refKey(r ref) refKey {
-	return refKey{cluster: e.cluster, path: r.path, value: r.value}
+// refKeys returns the keys under which e is in the reverse index: one per
+// distinct string it holds.
+func (e *entry) refKeys() []refKey {
+	if len(e.refs) == 0 {
+		return nil
+	}
+	cluster := unique.Make(e.scope.Value().cluster)
+	keys := make([]refKey, 0, len(e.refs))
+	for _, r := range e.refs {
+		k := refKey{cluster: cluster, value: r.value}
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// share makes e's copies of the strings that other also holds point at
+// other's copies, so that a name that many dependents reference is stored
+// once. (Interning every value would cost more than it saves for names that
+// only one dependent references.)
+func (e *entry) share(other *entry) {
+	for i := range e.refs {
+		for _, r := range other.refs {
+			if r.value == e.refs[i].value {
+				e.refs[i].value = r.value
+				break
+			}
+		}
+	}
+}
+
+// holds reports whether e holds value at one of the paths with the given
+// indices.
+func (e *entry) holds(value string, paths []int) bool {
+	for _, r := range e.refs {
+		if r.value == value && slices.Contains(paths, int(r.path)) {
+			return true
+		}
+	}
+	return false
 }
 
 func (e *entry) dependent() Dependent {
-	return Dependent{Cluster: e.cluster, Namespace: e.namespace, Name: e.name, UID: e.uid.String(), Terminating: e.terminating}
+	sc := e.scope.Value()
+	return Dependent{Cluster: sc.cluster, Namespace: sc.namespace, Name: e.name, UID: e.uid.String(), Terminating: e.terminating}
 }
 
 // put adds or replaces a dependent on a shard. Callers hold the lock.
@@ -153,11 +207,14 @@ func (s *store) put(shard string, e *entry) {
 		s.unlink(old)
 	}
 	objs[k] = e
-	for _, r := range e.refs {
-		rk := e.refKey(r)
-		s.refs[rk] = append(s.refs[rk], e)
+	for _, rk := range e.refKeys() {
+		holders := s.refs[rk]
+		if len(holders) > 0 {
+			e.share(holders[0])
+		}
+		s.refs[rk] = append(holders, e)
 	}
-	s.shardOf[e.cluster] = shard
+	s.shardOf[e.scope.Value().cluster] = shard
 }
 
 // remove removes a dependent from a shard. Callers hold the lock.
@@ -170,8 +227,7 @@ func (s *store) remove(shard string, k objKey) {
 
 // unlink removes e from the reverse index. Callers hold the lock.
 func (s *store) unlink(e *entry) {
-	for _, r := range e.refs {
-		rk := e.refKey(r)
+	for _, rk := range e.refKeys() {
 		holders := s.refs[rk]
 		for i, h := range holders {
 			if h == e {
@@ -205,21 +261,12 @@ func (s *store) dropShard(shard string) {
 // referencing returns the dependents of cluster that hold value at one of
 // the paths with the given indices, each once, in no particular order.
 func (s *store) referencing(cluster logicalcluster.Name, paths []int, value string) []Dependent {
+	key := refKey{cluster: unique.Make(cluster), value: value}
 	s.lock.RLock()
 	defer s.lock.RUnlock()
 	var out []Dependent
-	var seen map[*entry]bool
-	for _, p := range paths {
-		for _, e := range s.refs[refKey{cluster: cluster, path: p, value: value}] {
-			if len(paths) > 1 {
-				if seen == nil {
-					seen = map[*entry]bool{}
-				}
-				if seen[e] {
-					continue
-				}
-				seen[e] = true
-			}
+	for _, e := range s.refs[key] {
+		if e.holds(key.value, paths) {
 			out = append(out, e.dependent())
 		}
 	}
@@ -287,7 +334,7 @@ func (s *shardStore) Delete(obj any) error {
 	}
 	s.store.lock.Lock()
 	defer s.store.lock.Unlock()
-	s.store.remove(s.shard, objKey{cluster: logicalcluster.Name(o.Annotations[logicalcluster.AnnotationKey]), namespace: o.Namespace, name: o.Name})
+	s.store.remove(s.shard, objKey{scope: scopeOf(o), name: o.Name})
 	return nil
 }
 
