@@ -18,7 +18,8 @@ const (
 const (
 	// ConditionReady summarizes the other conditions: True when every
 	// protected workspace was resolved and has its webhook installed, and
-	// the webhook reports no problem with the dependent type.
+	// the webhook reports no problem with the dependent type or with what
+	// the protected APIExports serve.
 	ConditionReady = "Ready"
 	// ConditionTargetsResolved is True when every apiExportRef.path of the
 	// rule was resolved to a logical cluster.
@@ -38,6 +39,15 @@ const (
 	// dependent type, or its provider has not granted the webhook read
 	// access to it.
 	ConditionDependentsIndexed = "DependentsIndexed"
+	// ConditionReferencesGuarded is written by the webhook: True when it
+	// can read the rule's protected objects through their APIExports, so
+	// that a dependent cannot be created with (or changed to) a reference
+	// to an object that is being deleted; False, naming what to fix, when
+	// it cannot: the provider of a protected type has not granted the
+	// webhook read access to its APIExport, or that APIExport does not
+	// serve the protected type in the version the rule names (then the
+	// rule does not protect that type from deletion either).
+	ConditionReferencesGuarded = "ReferencesGuarded"
 )
 
 // DependencyRuleSpec declares that objects of the dependent type reference
@@ -176,7 +186,8 @@ type DependencyRuleStatus struct {
 	DependencyCount int32 `json:"dependencyCount,omitempty"`
 
 	// Conditions describe the state of the rule: Ready, TargetsResolved,
-	// WebhooksInstalled, DependencyCycle and DependentsIndexed.
+	// WebhooksInstalled, DependencyCycle, DependentsIndexed and
+	// ReferencesGuarded.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -117,43 +119,53 @@ func isOnlyConflicts(err error) bool {
 // reconcile brings kcp to the desired state computed from state.
 func (r *Reconciler) reconcile(ctx context.Context, state *State) error {
 	webhookOpts := r.opts.Webhook()
-	targets := webhookconfig.Targets(state.Rules)
-	results := make(map[string]targetResult, len(targets))
+	desired, unresolved := webhookconfig.Desired(state.Rules, state.Workspaces)
+	res := results{installed: make(map[logicalcluster.Name]error, len(desired)), unresolved: map[string]error{}}
 	var errs []error
-	for _, t := range targets {
-		res := r.reconcileTarget(ctx, state, t, webhookOpts)
-		results[t.Path.String()] = res
-		if err := errors.Join(res.resolveErr, res.installErr); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", t.Path, err))
+	for _, p := range unresolved {
+		err := fmt.Errorf("no workspace at %s binds the APIExport %s: the workspace does not exist, or it has not bound the export (bind it and accept its permission claims)",
+			p, r.opts.APIExportName)
+		res.unresolved[p.String()] = err
+		errs = append(errs, fmt.Errorf("%s: %w", p, err))
+	}
+	for _, cluster := range slices.Sorted(maps.Keys(desired)) {
+		ws := desired[cluster]
+		err := r.install(ctx, state, cluster, ws, webhookOpts)
+		res.installed[cluster] = err
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", describeWorkspace(cluster, ws.Path), err))
 		}
 	}
-	if err := r.prune(ctx, state, results); err != nil {
+	if err := r.prune(ctx, state, desired, res.unresolved); err != nil {
 		errs = append(errs, err)
 	}
 
 	cycles := depgraph.Build(state.Rules).CyclesByRule()
 	for i := range state.Rules {
 		rule := &state.Rules[i]
-		if err := r.updateStatus(ctx, state, rule, results, cycles[kcp.KeyOf(rule)]); err != nil {
+		if err := r.updateStatus(ctx, state, rule, res, cycles[kcp.KeyOf(rule)]); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return kerrors.NewAggregate(errs)
 }
 
-// reconcileTarget finds a protected workspace and creates or updates its
-// webhook configuration.
-func (r *Reconciler) reconcileTarget(ctx context.Context, state *State, t webhookconfig.Target, opts webhookconfig.Options) targetResult {
-	cluster, ok := state.Workspaces[t.Path.String()]
-	if !ok {
-		return targetResult{resolveErr: fmt.Errorf(
-			"no workspace at %s binds the APIExport %s: the workspace does not exist, or it has not bound the export (bind it and accept its permission claims)",
-			t.Path, r.opts.APIExportName)}
+// describeWorkspace names a workspace for messages: its path if known.
+func describeWorkspace(cluster logicalcluster.Name, path logicalcluster.Path) string {
+	if path.Empty() {
+		return "logical cluster " + cluster.String()
 	}
-	logger := log.FromContext(ctx).WithValues("workspace", t.Path, "cluster", cluster)
-	c := state.Clients[cluster]
+	return path.String()
+}
 
-	desired := webhookconfig.Build(t, cluster, opts)
+// install creates or updates the webhook configuration of a workspace.
+func (r *Reconciler) install(ctx context.Context, state *State, cluster logicalcluster.Name, ws *webhookconfig.Workspace, opts webhookconfig.Options) error {
+	logger := log.FromContext(ctx).WithValues("workspace", ws.Path, "cluster", cluster)
+	c, ok := state.Clients[cluster]
+	if !ok {
+		return fmt.Errorf("logical cluster %s does not bind the APIExport %s", cluster, r.opts.APIExportName)
+	}
+	desired := webhookconfig.Build(ws, cluster, opts)
 	existing := state.Configs[cluster]
 	var err error
 	switch {
@@ -163,44 +175,33 @@ func (r *Reconciler) reconcileTarget(ctx context.Context, state *State, t webhoo
 			err = fmt.Errorf("a ValidatingWebhookConfiguration named %q exists that is not managed by the %s (label %s=%s missing); rename or delete it",
 				webhookconfig.Name, ControllerName, webhookconfig.ManagedByLabel, webhookconfig.ManagedByValue)
 		} else if err == nil {
-			logger.Info("Installed webhook configuration", "resources", webhookconfig.Describe(t.Resources))
+			logger.Info("Installed webhook configuration", "protected", webhookconfig.Describe(ws.Protected), "dependents", webhookconfig.Describe(ws.Dependents))
 		}
 	case webhookconfig.NeedsUpdate(existing, desired):
 		err = c.Update(ctx, webhookconfig.Merge(existing, desired))
 		if err == nil {
-			logger.Info("Updated webhook configuration", "resources", webhookconfig.Describe(t.Resources))
+			logger.Info("Updated webhook configuration", "protected", webhookconfig.Describe(ws.Protected), "dependents", webhookconfig.Describe(ws.Dependents))
 		}
 	}
 	if err != nil {
 		if apierrors.IsForbidden(err) {
 			err = fmt.Errorf("%w (has the workspace's APIBinding to %s accepted the permission claim on validatingwebhookconfigurations?)", err, r.opts.APIExportName)
 		}
-		return targetResult{cluster: cluster, installErr: fmt.Errorf("failed to write ValidatingWebhookConfiguration %s: %w", webhookconfig.Name, err)}
+		return fmt.Errorf("failed to write ValidatingWebhookConfiguration %s: %w", webhookconfig.Name, err)
 	}
-	return targetResult{cluster: cluster}
+	return nil
 }
 
-// prune deletes managed webhook configurations in workspaces where nothing is
-// protected any more. A configuration installed for a path that failed to
-// resolve in this reconcile is kept: it may still be the right one.
-func (r *Reconciler) prune(ctx context.Context, state *State, results map[string]targetResult) error {
-	keep := map[logicalcluster.Name]bool{}
-	for path, res := range results {
-		if res.cluster != "" {
-			keep[res.cluster] = true
-		}
-		if res.resolveErr != nil {
-			for cluster, cfg := range state.Configs {
-				if cfg.Annotations[webhookconfig.WorkspacePathAnnotation] == path {
-					keep[cluster] = true
-				}
-			}
-		}
-	}
-
+// prune deletes managed webhook configurations in workspaces that need none
+// any more. A configuration installed for a path that failed to resolve in
+// this reconcile is kept: it may still be the right one.
+func (r *Reconciler) prune(ctx context.Context, state *State, desired map[logicalcluster.Name]*webhookconfig.Workspace, unresolved map[string]error) error {
 	var errs []error
 	for cluster, cfg := range state.Configs {
-		if keep[cluster] {
+		if _, ok := desired[cluster]; ok {
+			continue
+		}
+		if _, ok := unresolved[cfg.Annotations[webhookconfig.WorkspacePathAnnotation]]; ok {
 			continue
 		}
 		c, ok := state.Clients[cluster]
@@ -211,7 +212,7 @@ func (r *Reconciler) prune(ctx context.Context, state *State, results map[string
 			errs = append(errs, fmt.Errorf("failed to delete the webhook configuration in logical cluster %s: %w", cluster, err))
 			continue
 		}
-		log.FromContext(ctx).Info("Removed webhook configuration: nothing in the workspace is protected any more",
+		log.FromContext(ctx).Info("Removed webhook configuration: nothing in the workspace is protected or guarded any more",
 			"cluster", cluster, "workspace", cfg.Annotations[webhookconfig.WorkspacePathAnnotation])
 	}
 	return kerrors.NewAggregate(errs)
@@ -219,9 +220,9 @@ func (r *Reconciler) prune(ctx context.Context, state *State, results map[string
 
 // updateStatus writes the rule's status if it changed, then records events
 // for conditions that turned bad.
-func (r *Reconciler) updateStatus(ctx context.Context, state *State, rule *depv1alpha1.DependencyRule, results map[string]targetResult, cycles []depgraph.Cycle) error {
+func (r *Reconciler) updateStatus(ctx context.Context, state *State, rule *depv1alpha1.DependencyRule, res results, cycles []depgraph.Cycle) error {
 	key := kcp.KeyOf(rule)
-	status := computeStatus(rule, results, cycles)
+	status := computeStatus(rule, state.Workspaces, res, cycles)
 	if equality.Semantic.DeepEqual(rule.Status, status) {
 		return nil
 	}

@@ -196,6 +196,9 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 		Expect(wh.SideEffects).To(Equal(ptr.To(admissionregistrationv1.SideEffectClassNone)))
 		Expect(wh.AdmissionReviewVersions).To(Equal([]string{"v1"}))
 
+		By("checking new references of VirtualMachines in the rule's own workspace, which serves them")
+		expectProtects(ctx, compute, "compute.test.io/v1/virtualmachines [CREATE UPDATE]")
+
 		got := expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionReady, metav1.ConditionTrue, network.String())
 		Expect(got.Status.DependencyCount).To(BeEquivalentTo(1))
 		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionTargetsResolved, metav1.ConditionTrue, network.String())
@@ -389,14 +392,19 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 			"vpcs.network.test.io → virtualmachines.compute.test.io → vpcs.network.test.io")
 		expectCondition(ctx, compute, vmToVPC.Name, depv1alpha1.ConditionReady, metav1.ConditionTrue)
 		expectCondition(ctx, network, vpcToVM.Name, depv1alpha1.ConditionReady, metav1.ConditionTrue)
-		expectProtects(ctx, compute, "compute.test.io/v1/virtualmachines [DELETE]")
+		// Each workspace protects its type from deletion and checks new
+		// references of its rule's dependents.
+		expectProtects(ctx, compute, "compute.test.io/v1/virtualmachines [DELETE]", "compute.test.io/v1/virtualmachines [CREATE UPDATE]")
+		expectProtects(ctx, network, "network.test.io/v1/vpcs [DELETE]", "network.test.io/v1/vpcs [CREATE UPDATE]")
 
 		By("breaking the cycle")
 		Expect(cli.Cluster(network).Delete(ctx, vpcToVM)).To(Succeed())
 		expectCondition(ctx, compute, vmToVPC.Name, depv1alpha1.ConditionDependencyCycle, metav1.ConditionFalse)
-		expectNoConfig(ctx, compute)
+		expectProtects(ctx, compute, "compute.test.io/v1/virtualmachines [CREATE UPDATE]")
+		expectProtects(ctx, network, "network.test.io/v1/vpcs [DELETE]")
 		Expect(cli.Cluster(compute).Delete(ctx, vmToVPC)).To(Succeed())
 		expectNoConfig(ctx, network)
+		expectNoConfig(ctx, compute)
 	})
 })
 

@@ -60,12 +60,12 @@ func testRule(name string, refs ...string) *depv1alpha1.DependencyRule {
 // testConfig is the configuration the controller would install for path,
 // protecting the given resources (group/resource).
 func testConfig(cluster logicalcluster.Name, path string, resources ...string) *admissionregistrationv1.ValidatingWebhookConfiguration {
-	t := webhookconfig.Target{Path: logicalcluster.NewPath(path)}
+	ws := &webhookconfig.Workspace{Path: logicalcluster.NewPath(path)}
 	for _, gr := range resources {
 		g := schema.ParseGroupResource(gr)
-		t.Resources = append(t.Resources, g.WithVersion("v1"))
+		ws.Protected = append(ws.Protected, g.WithVersion("v1"))
 	}
-	return inCluster(webhookconfig.Build(t, cluster, testWebhook), cluster)
+	return inCluster(webhookconfig.Build(ws, cluster, testWebhook), cluster)
 }
 
 // fixture is a State whose clients are fake clients, one per workspace.
@@ -133,8 +133,9 @@ func (f *fixture) reconciler() *Reconciler {
 	}, Options{APIExportName: "dependencies.opendefense.cloud", Webhook: func() webhookconfig.Options { return testWebhook }})
 }
 
-// protected returns the resources the configuration in cluster protects, or
-// "none" if there is none.
+// protected returns what the configuration in cluster guards: the
+// resources it protects from deletion, then "+" and the dependents whose new
+// references it checks, if any; or "none" if there is no configuration.
 func (f *fixture) protected(t *testing.T, cluster logicalcluster.Name) string {
 	t.Helper()
 	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
@@ -145,13 +146,25 @@ func (f *fixture) protected(t *testing.T, cluster logicalcluster.Name) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []string
+	var deletion, references []string
 	for _, wh := range cfg.Webhooks {
 		for _, r := range wh.Rules {
-			out = append(out, r.Resources[0]+"."+r.APIGroups[0])
+			gr := r.Resources[0] + "." + r.APIGroups[0]
+			switch wh.Name {
+			case webhookconfig.WebhookName:
+				deletion = append(deletion, gr)
+			case webhookconfig.ReferencesWebhookName:
+				references = append(references, gr)
+			default:
+				t.Fatalf("unexpected webhook %q", wh.Name)
+			}
 		}
 	}
-	return strings.Join(out, ",")
+	out := strings.Join(deletion, ",")
+	if len(references) > 0 {
+		out += "+" + strings.Join(references, ",")
+	}
+	return out
 }
 
 func (f *fixture) condition(t *testing.T, name, condType string) string {
@@ -202,7 +215,7 @@ func TestReconcileActions(t *testing.T) {
 		{
 			name:      "creates the configuration in every protected workspace",
 			objects:   []client.Object{testRule("r", "root:net/vpcs.net.io", "root:net/subnets.net.io", "root:storage/volumes.storage.io")},
-			want:      map[logicalcluster.Name]string{"c-net": "subnets.net.io,vpcs.net.io", "c-storage": "volumes.storage.io", "c-compute": "none"},
+			want:      map[logicalcluster.Name]string{"c-net": "subnets.net.io,vpcs.net.io", "c-storage": "volumes.storage.io", "c-compute": "+virtualmachines.compute.io"},
 			wantReady: "True Deletion protection is active in root:net, root:storage",
 		},
 		{
@@ -213,6 +226,20 @@ func TestReconcileActions(t *testing.T) {
 			},
 			want:      map[logicalcluster.Name]string{"c-net": "subnets.net.io,vpcs.net.io", "c-storage": "volumes.storage.io"},
 			wantReady: "True Deletion protection is active in root:net",
+		},
+		{
+			name:      "protection and the check of new references share the configuration of a workspace",
+			objects:   []client.Object{testRule("r", "root:compute/images.compute.io")},
+			want:      map[logicalcluster.Name]string{"c-compute": "images.compute.io+virtualmachines.compute.io"},
+			wantReady: "True",
+		},
+		{
+			name: "prunes the check of new references with the last rule of the workspace",
+			objects: []client.Object{
+				testConfig("c-net", "root:net", "vpcs.net.io"),
+				inCluster(webhookconfig.Build(&webhookconfig.Workspace{Dependents: []schema.GroupVersionResource{{Group: "compute.io", Version: "v1", Resource: "virtualmachines"}}}, "c-compute", testWebhook), "c-compute"),
+			},
+			want: map[logicalcluster.Name]string{"c-net": "none", "c-compute": "none"},
 		},
 		{
 			name: "updates a configuration that protects something else",

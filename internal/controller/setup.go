@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -60,7 +61,7 @@ func SetupWithManager(mgr mcmanager.Manager, vw *kcp.VirtualWorkspace, opts Opti
 			SkipNameValidation:      mgr.GetControllerOptions().SkipNameValidation,
 		}).
 		Watches(&depv1alpha1.DependencyRule{}, enqueueWorkItem,
-			mcbuilder.WithPredicates(predicate.GenerationChangedPredicate{})).
+			mcbuilder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, webhookConditionsChanged))).
 		Watches(&admissionregistrationv1.ValidatingWebhookConfiguration{}, enqueueWorkItem,
 			mcbuilder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 				return o.GetName() == webhookconfig.Name
@@ -81,6 +82,27 @@ func SetupWithManager(mgr mcmanager.Manager, vw *kcp.VirtualWorkspace, opts Opti
 	}
 	return nil
 }
+
+// webhookConditions are the conditions that the webhook writes on rules and
+// from which the controller computes Ready.
+var webhookConditions = []string{depv1alpha1.ConditionDependentsIndexed, depv1alpha1.ConditionReferencesGuarded}
+
+// webhookConditionsChanged passes updates of rules in which a condition that
+// the webhook writes changed, so that Ready follows at once.
+var webhookConditionsChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	before, ok1 := e.ObjectOld.(*depv1alpha1.DependencyRule)
+	after, ok2 := e.ObjectNew.(*depv1alpha1.DependencyRule)
+	if !ok1 || !ok2 {
+		return false
+	}
+	for _, t := range webhookConditions {
+		a, b := meta.FindStatusCondition(before.Status.Conditions, t), meta.FindStatusCondition(after.Status.Conditions, t)
+		if (a == nil) != (b == nil) || a != nil && (a.Status != b.Status || a.Reason != b.Reason || a.Message != b.Message) {
+			return true
+		}
+	}
+	return false
+}}
 
 // enqueueWorkItem maps every event to the work item.
 var enqueueWorkItem mchandler.TypedEventHandlerFunc[client.Object, mcreconcile.Request] = func(multicluster.ClusterName, cluster.Cluster) handler.TypedEventHandler[client.Object, mcreconcile.Request] {

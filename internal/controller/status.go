@@ -24,23 +24,26 @@ const (
 	ReasonProtecting        = "Protecting"
 	ReasonCycleDetected     = "CycleDetected"
 	ReasonNoCycle           = "NoCycle"
+	// ReasonAccessDenied is the reason the webhook writes when a provider
+	// has not granted it read access to its APIExport.
+	ReasonAccessDenied = "AccessDenied"
 )
 
-// targetResult is what happened to one protected workspace in a reconcile.
-type targetResult struct {
-	// cluster is the logical cluster the path resolved to; empty if it did
-	// not resolve.
-	cluster logicalcluster.Name
-	// resolveErr is why the path did not resolve.
-	resolveErr error
-	// installErr is why the webhook configuration could not be written.
-	installErr error
+// results is what happened to every workspace in a reconcile.
+type results struct {
+	// installed holds, for every workspace that needs a webhook
+	// configuration, nil if it is in place, or why it could not be written.
+	installed map[logicalcluster.Name]error
+	// unresolved holds, for every apiExportRef.path that no workspace
+	// binding the APIExport has, why.
+	unresolved map[string]error
 }
 
-// computeStatus returns the status a rule should have given the results for
-// the workspaces it protects and the type cycles it is part of. Conditions
-// keep their last transition time when their status does not change.
-func computeStatus(rule *depv1alpha1.DependencyRule, results map[string]targetResult, cycles []depgraph.Cycle) depv1alpha1.DependencyRuleStatus {
+// computeStatus returns the status a rule should have given the workspaces
+// that bind the APIExport (paths to logical clusters), the results of the
+// reconcile and the type cycles the rule is part of. Conditions keep their
+// last transition time when their status does not change.
+func computeStatus(rule *depv1alpha1.DependencyRule, workspaces map[string]logicalcluster.Name, res results, cycles []depgraph.Cycle) depv1alpha1.DependencyRuleStatus {
 	status := *rule.Status.DeepCopy()
 	status.ObservedGeneration = rule.Generation
 	status.DependencyCount = int32(len(rule.Spec.Dependencies))
@@ -54,21 +57,27 @@ func computeStatus(rule *depv1alpha1.DependencyRule, results map[string]targetRe
 
 	var resolved, unresolved, installed, failed []string
 	for _, p := range paths {
-		res := results[p]
+		cluster, ok := workspaces[p]
+		installErr, processed := res.installed[cluster]
 		switch {
-		case res.resolveErr != nil:
-			unresolved = append(unresolved, fmt.Sprintf("%s: %v", p, res.resolveErr))
-		case res.cluster == "":
+		case res.unresolved[p] != nil:
+			unresolved = append(unresolved, fmt.Sprintf("%s: %v", p, res.unresolved[p]))
+		case !ok || !processed:
 			// The path was not processed in this reconcile, which does not
 			// happen for rules it listed; report it rather than claim success.
 			unresolved = append(unresolved, fmt.Sprintf("%s: not resolved yet", p))
-		case res.installErr != nil:
-			resolved = append(resolved, fmt.Sprintf("%s (%s)", p, res.cluster))
-			failed = append(failed, fmt.Sprintf("%s: %v", p, res.installErr))
+		case installErr != nil:
+			resolved = append(resolved, fmt.Sprintf("%s (%s)", p, cluster))
+			failed = append(failed, fmt.Sprintf("%s: %v", p, installErr))
 		default:
-			resolved = append(resolved, fmt.Sprintf("%s (%s)", p, res.cluster))
+			resolved = append(resolved, fmt.Sprintf("%s (%s)", p, cluster))
 			installed = append(installed, p)
 		}
+	}
+	// The rule's own workspace serves the dependent and gets the webhook
+	// that refuses new references to objects being deleted.
+	if err := res.installed[logicalcluster.From(rule)]; err != nil {
+		failed = append(failed, fmt.Sprintf("the rule's own workspace (for new references of %s): %v", rule.Spec.Dependent.Resource, err))
 	}
 
 	set := func(c metav1.Condition) {
@@ -117,6 +126,14 @@ func computeStatus(rule *depv1alpha1.DependencyRule, results map[string]targetRe
 	if indexed := meta.FindStatusCondition(status.Conditions, depv1alpha1.ConditionDependentsIndexed); indexed != nil &&
 		indexed.Status == metav1.ConditionFalse && ready.Status == metav1.ConditionTrue {
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, indexed.Reason, indexed.Message
+	}
+	// Likewise for a protected APIExport that does not serve what the rule
+	// names: kcp never calls the webhook for such objects. (A protected
+	// provider that has not granted the webhook read access only loses the
+	// check of new references; deletes are still protected.)
+	if guarded := meta.FindStatusCondition(status.Conditions, depv1alpha1.ConditionReferencesGuarded); guarded != nil &&
+		guarded.Status == metav1.ConditionFalse && guarded.Reason != ReasonAccessDenied && ready.Status == metav1.ConditionTrue {
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, guarded.Reason, guarded.Message
 	}
 	set(ready)
 

@@ -28,19 +28,28 @@ type wantCondition struct {
 	message []string
 }
 
+// withCondition returns r with a condition that the webhook wrote.
+func withCondition(r *depv1alpha1.DependencyRule, typ string, status metav1.ConditionStatus, reason, message string) *depv1alpha1.DependencyRule {
+	r.Status.Conditions = append(r.Status.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: message})
+	return r
+}
+
 func TestComputeStatus(t *testing.T) {
-	ok := func(cluster string) targetResult { return targetResult{cluster: logicalcluster.Name("c-" + cluster)} }
+	net := map[string]logicalcluster.Name{"root:net": "c-net"}
+	installedNet := map[logicalcluster.Name]error{"c-net": nil}
 	tests := []struct {
-		name    string
-		rule    *depv1alpha1.DependencyRule
-		results map[string]targetResult
-		cycles  []depgraph.Cycle
-		want    map[string]wantCondition
+		name       string
+		rule       *depv1alpha1.DependencyRule
+		workspaces map[string]logicalcluster.Name
+		results    results
+		cycles     []depgraph.Cycle
+		want       map[string]wantCondition
 	}{
 		{
-			name:    "all installed",
-			rule:    ruleWithPaths(3, "root:net", "root:org:storage", "root:net"),
-			results: map[string]targetResult{"root:net": ok("net"), "root:org:storage": ok("storage")},
+			name:       "all installed",
+			rule:       ruleWithPaths(3, "root:net", "root:org:storage", "root:net"),
+			workspaces: map[string]logicalcluster.Name{"root:net": "c-net", "root:org:storage": "c-storage"},
+			results:    results{installed: map[logicalcluster.Name]error{"c-net": nil, "c-storage": nil}},
 			want: map[string]wantCondition{
 				depv1alpha1.ConditionTargetsResolved:   {metav1.ConditionTrue, ReasonResolved, []string{"root:net (c-net)", "root:org:storage (c-storage)"}},
 				depv1alpha1.ConditionWebhooksInstalled: {metav1.ConditionTrue, ReasonInstalled, []string{"root:net, root:org:storage"}},
@@ -49,14 +58,12 @@ func TestComputeStatus(t *testing.T) {
 			},
 		},
 		{
-			name: "one path unresolved",
-			rule: ruleWithPaths(1, "root:net", "root:gone"),
-			results: map[string]targetResult{
-				"root:net":  ok("net"),
-				"root:gone": {resolveErr: errors.New(`workspace "gone" does not exist in root`)},
-			},
+			name:       "one path unresolved",
+			rule:       ruleWithPaths(1, "root:net", "root:gone"),
+			workspaces: net,
+			results:    results{installed: installedNet, unresolved: map[string]error{"root:gone": errors.New(`no workspace at root:gone binds the APIExport`)}},
 			want: map[string]wantCondition{
-				depv1alpha1.ConditionTargetsResolved:   {metav1.ConditionFalse, ReasonResolutionFailed, []string{`root:gone: workspace "gone" does not exist in root`}},
+				depv1alpha1.ConditionTargetsResolved:   {metav1.ConditionFalse, ReasonResolutionFailed, []string{`root:gone: no workspace at root:gone binds the APIExport`}},
 				depv1alpha1.ConditionWebhooksInstalled: {metav1.ConditionFalse, ReasonTargetsUnresolved, []string{"installed in root:net", "could not be resolved"}},
 				depv1alpha1.ConditionReady:             {metav1.ConditionFalse, ReasonResolutionFailed, []string{"root:gone"}},
 			},
@@ -64,19 +71,17 @@ func TestComputeStatus(t *testing.T) {
 		{
 			name:    "nothing resolved",
 			rule:    ruleWithPaths(1, "root:gone"),
-			results: map[string]targetResult{"root:gone": {resolveErr: errors.New("nope")}},
+			results: results{unresolved: map[string]error{"root:gone": errors.New("nope")}},
 			want: map[string]wantCondition{
 				depv1alpha1.ConditionWebhooksInstalled: {metav1.ConditionFalse, ReasonTargetsUnresolved, []string{"no protected workspace could be resolved"}},
 				depv1alpha1.ConditionReady:             {metav1.ConditionFalse, ReasonResolutionFailed, nil},
 			},
 		},
 		{
-			name: "install failed in one workspace",
-			rule: ruleWithPaths(1, "root:net", "root:unbound"),
-			results: map[string]targetResult{
-				"root:net":     ok("net"),
-				"root:unbound": {cluster: "c-unbound", installErr: errors.New("does not bind the APIExport")},
-			},
+			name:       "install failed in one workspace",
+			rule:       ruleWithPaths(1, "root:net", "root:unbound"),
+			workspaces: map[string]logicalcluster.Name{"root:net": "c-net", "root:unbound": "c-unbound"},
+			results:    results{installed: map[logicalcluster.Name]error{"c-net": nil, "c-unbound": errors.New("does not bind the APIExport")}},
 			want: map[string]wantCondition{
 				depv1alpha1.ConditionTargetsResolved:   {metav1.ConditionTrue, ReasonResolved, nil},
 				depv1alpha1.ConditionWebhooksInstalled: {metav1.ConditionFalse, ReasonInstallFailed, []string{"root:unbound: does not bind the APIExport", "installed in root:net"}},
@@ -84,44 +89,68 @@ func TestComputeStatus(t *testing.T) {
 			},
 		},
 		{
-			name:    "path missing from the results is not reported as success",
-			rule:    ruleWithPaths(1, "root:net"),
-			results: map[string]targetResult{},
+			name:       "install failed in the rule's own workspace, which serves the dependent",
+			rule:       inCluster(ruleWithPaths(1, "root:net"), "c-compute"),
+			workspaces: net,
+			results:    results{installed: map[logicalcluster.Name]error{"c-net": nil, "c-compute": errors.New("forbidden")}},
+			want: map[string]wantCondition{
+				depv1alpha1.ConditionWebhooksInstalled: {metav1.ConditionFalse, ReasonInstallFailed, []string{"the rule's own workspace", "forbidden", "installed in root:net"}},
+				depv1alpha1.ConditionReady:             {metav1.ConditionFalse, ReasonInstallFailed, nil},
+			},
+		},
+		{
+			name:       "path missing from the results is not reported as success",
+			rule:       ruleWithPaths(1, "root:net"),
+			workspaces: net,
 			want: map[string]wantCondition{
 				depv1alpha1.ConditionTargetsResolved: {metav1.ConditionFalse, ReasonResolutionFailed, []string{"not resolved yet"}},
 				depv1alpha1.ConditionReady:           {metav1.ConditionFalse, ReasonResolutionFailed, nil},
 			},
 		},
 		{
-			name: "the webhook's report that it cannot read the dependents makes the rule not Ready",
-			rule: func() *depv1alpha1.DependencyRule {
-				r := ruleWithPaths(1, "root:net")
-				r.Status.Conditions = []metav1.Condition{{Type: depv1alpha1.ConditionDependentsIndexed, Status: metav1.ConditionFalse, Reason: "AccessDenied", Message: "grant the webhook's user get"}}
-				return r
-			}(),
-			results: map[string]targetResult{"root:net": ok("net")},
+			name:       "the webhook's report that it cannot read the dependents makes the rule not Ready",
+			rule:       withCondition(ruleWithPaths(1, "root:net"), depv1alpha1.ConditionDependentsIndexed, metav1.ConditionFalse, "AccessDenied", "grant the webhook's user get"),
+			workspaces: net,
+			results:    results{installed: installedNet},
 			want: map[string]wantCondition{
 				depv1alpha1.ConditionWebhooksInstalled: {metav1.ConditionTrue, ReasonInstalled, nil},
 				depv1alpha1.ConditionReady:             {metav1.ConditionFalse, "AccessDenied", []string{"grant the webhook's user get"}},
 			},
 		},
 		{
-			name: "the webhook still listing the dependents keeps the rule Ready",
-			rule: func() *depv1alpha1.DependencyRule {
-				r := ruleWithPaths(1, "root:net")
-				r.Status.Conditions = []metav1.Condition{{Type: depv1alpha1.ConditionDependentsIndexed, Status: metav1.ConditionUnknown, Reason: "Syncing", Message: "Listing"}}
-				return r
-			}(),
-			results: map[string]targetResult{"root:net": ok("net")},
+			name:       "the webhook still listing the dependents keeps the rule Ready",
+			rule:       withCondition(ruleWithPaths(1, "root:net"), depv1alpha1.ConditionDependentsIndexed, metav1.ConditionUnknown, "Syncing", "Listing"),
+			workspaces: net,
+			results:    results{installed: installedNet},
 			want: map[string]wantCondition{
 				depv1alpha1.ConditionReady: {metav1.ConditionTrue, ReasonProtecting, nil},
 			},
 		},
 		{
-			name:    "cycle warns without affecting Ready",
-			rule:    ruleWithPaths(1, "root:net"),
-			results: map[string]targetResult{"root:net": ok("net")},
-			cycles:  []depgraph.Cycle{{{Group: "c.io", Resource: "vms"}, {Group: "n.io", Resource: "vpcs"}}},
+			name: "a protected APIExport that does not serve what the rule names makes the rule not Ready",
+			rule: withCondition(ruleWithPaths(1, "root:net"), depv1alpha1.ConditionReferencesGuarded, metav1.ConditionFalse, "ResourceNotExported",
+				`vpcs.net.io of the APIExport c-net/net.io: the APIExport "net.io" does not export vpcs.net.io`),
+			workspaces: net,
+			results:    results{installed: installedNet},
+			want: map[string]wantCondition{
+				depv1alpha1.ConditionReady: {metav1.ConditionFalse, "ResourceNotExported", []string{"does not export vpcs.net.io"}},
+			},
+		},
+		{
+			name:       "a protected provider that has not granted read access keeps the rule Ready: only new references go unchecked",
+			rule:       withCondition(ruleWithPaths(1, "root:net"), depv1alpha1.ConditionReferencesGuarded, metav1.ConditionFalse, ReasonAccessDenied, "grant"),
+			workspaces: net,
+			results:    results{installed: installedNet},
+			want: map[string]wantCondition{
+				depv1alpha1.ConditionReady: {metav1.ConditionTrue, ReasonProtecting, nil},
+			},
+		},
+		{
+			name:       "cycle warns without affecting Ready",
+			rule:       ruleWithPaths(1, "root:net"),
+			workspaces: net,
+			results:    results{installed: installedNet},
+			cycles:     []depgraph.Cycle{{{Group: "c.io", Resource: "vms"}, {Group: "n.io", Resource: "vpcs"}}},
 			want: map[string]wantCondition{
 				depv1alpha1.ConditionDependencyCycle: {metav1.ConditionTrue, ReasonCycleDetected, []string{"vms.c.io → vpcs.n.io → vms.c.io", depv1alpha1.AnnotationSkipProtection}},
 				depv1alpha1.ConditionReady:           {metav1.ConditionTrue, ReasonProtecting, nil},
@@ -130,7 +159,7 @@ func TestComputeStatus(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			status := computeStatus(tt.rule, tt.results, tt.cycles)
+			status := computeStatus(tt.rule, tt.workspaces, tt.results, tt.cycles)
 			if status.ObservedGeneration != tt.rule.Generation {
 				t.Errorf("observedGeneration = %d, want %d", status.ObservedGeneration, tt.rule.Generation)
 			}
@@ -160,14 +189,15 @@ func TestComputeStatus(t *testing.T) {
 
 func TestComputeStatusKeepsTransitionTime(t *testing.T) {
 	rule := ruleWithPaths(1, "root:net")
-	results := map[string]targetResult{"root:net": {cluster: "c-net"}}
-	first := computeStatus(rule, results, nil)
+	workspaces := map[string]logicalcluster.Name{"root:net": "c-net"}
+	res := results{installed: map[logicalcluster.Name]error{"c-net": nil}}
+	first := computeStatus(rule, workspaces, res, nil)
 	old := metav1.NewTime(metav1.Now().Add(-3600e9))
 	for i := range first.Conditions {
 		first.Conditions[i].LastTransitionTime = old
 	}
 	rule.Status = first
-	second := computeStatus(rule, results, nil)
+	second := computeStatus(rule, workspaces, res, nil)
 	if c := meta.FindStatusCondition(second.Conditions, depv1alpha1.ConditionReady); !c.LastTransitionTime.Equal(&old) {
 		t.Errorf("an unchanged condition got a new transition time")
 	}

@@ -129,7 +129,9 @@ func (ix *Index) NeedLeaderElection() bool {
 
 // Ensure sets the sources to watch, with the paths to read of each: new
 // sources are watched, sources no longer named are dropped, and a source
-// whose paths changed is listed again.
+// whose paths changed is listed again. A source without paths is not
+// watched; it is only checked (access, what the export serves) and read
+// with Lookup.
 func (ix *Index) Ensure(desired map[Source][]fieldpath.Path) {
 	ix.lock.Lock()
 	defer ix.lock.Unlock()
@@ -156,7 +158,7 @@ func (ix *Index) reconcileLocked() {
 			src: src, paths: paths, ix: ix, store: newStore(), cancel: cancel, done: make(chan struct{}),
 			notify: ix.notify, identity: ix.opts.Identity,
 			state:  State{Phase: PhaseSyncing, Message: fmt.Sprintf("Reading the APIExport %q", src.Export.Name)},
-			shards: map[string]*shardWatch{},
+			shards: map[string]*shardWatch{}, shardOf: map[logicalcluster.Name]string{},
 		}
 		ix.sources[src] = sw
 		go sw.run(ctx)
@@ -258,6 +260,26 @@ func (ix *Index) Len() int {
 // ErrVersionNotServed if the export does not serve the version the rules
 // name, and any error from reading or from visit.
 func (ix *Index) Confirm(ctx context.Context, src Source, cluster logicalcluster.Name, namespace string, visit func(item []byte) error) error {
+	path := resourcePath(cluster.Path(), src.Resource, namespace)
+	return ix.onShardOf(src, cluster, func(r *reader, state State) error {
+		_, err := r.list(ctx, path, nil, visit)
+		switch {
+		case err == nil && state.Phase == PhaseVersionNotServed:
+			return fmt.Errorf("%w: %s", ErrVersionNotServed, state.Message)
+		case apierrors.IsNotFound(err):
+			return fmt.Errorf("%w: %s: %w", ErrVersionNotServed, state.Message, err)
+		}
+		return err
+	})
+}
+
+// onShardOf calls read with the reader of the virtual workspace of src on
+// the shard that serves cluster: the shard on which the index last saw the
+// cluster first, then the others, as long as read fails with 403, which
+// kcp's virtual workspace answers for a cluster that does not bind the
+// export on that shard (or lives on another one). A cluster that no shard
+// serves binds no export, so onShardOf then returns nil without reading.
+func (ix *Index) onShardOf(src Source, cluster logicalcluster.Name, read func(r *reader, state State) error) error {
 	sw := ix.source(src)
 	if sw == nil {
 		return fmt.Errorf("%s is not watched", src)
@@ -265,36 +287,31 @@ func (ix *Index) Confirm(ctx context.Context, src Source, cluster logicalcluster
 	sw.lock.Lock()
 	state := sw.state
 	urls := slices.Clone(sw.urls)
+	hint, hinted := sw.shardOf[cluster]
 	sw.lock.Unlock()
-	// The shard that serves the cluster, if the index has seen it, first.
 	if shard, ok := sw.store.shard(cluster); ok {
-		if i := slices.Index(urls, shard); i > 0 {
+		hint, hinted = shard, true
+	}
+	if hinted {
+		if i := slices.Index(urls, hint); i > 0 {
 			urls[0], urls[i] = urls[i], urls[0]
 		}
 	}
-	path := resourcePath(cluster.Path(), src.Resource, namespace)
 	for _, u := range urls {
 		r, err := ix.reader(u)
 		if err != nil {
 			return err
 		}
-		_, err = r.list(ctx, path, nil, visit)
-		switch {
-		case err == nil:
-			if state.Phase == PhaseVersionNotServed {
-				return fmt.Errorf("%w: %s", ErrVersionNotServed, state.Message)
-			}
-			return nil
-		case apierrors.IsForbidden(err):
-			// kcp's virtual workspace answers 403 for a cluster that does
-			// not bind the export on that shard, and for one on another
-			// shard; try the next.
+		err = read(r, state)
+		if apierrors.IsForbidden(err) {
 			continue
-		case apierrors.IsNotFound(err):
-			return fmt.Errorf("%w: %s: %w", ErrVersionNotServed, state.Message, err)
-		default:
-			return err
 		}
+		if err == nil && (!hinted || hint != u) {
+			sw.lock.Lock()
+			sw.shardOf[cluster] = u
+			sw.lock.Unlock()
+		}
+		return err
 	}
 	return nil
 }

@@ -107,6 +107,8 @@ type sourceWatch struct {
 	// urls are the virtual workspace URLs of the export, one per shard.
 	urls   []string
 	shards map[string]*shardWatch
+	// shardOf is the URL through which a cluster was last read.
+	shardOf map[logicalcluster.Name]string
 }
 
 // shardWatch is the reflector of one shard.
@@ -165,7 +167,7 @@ func (sw *sourceWatch) refresh(ctx context.Context, logger interface{ Info(strin
 	state, urls := sw.inspect(ctx)
 	sw.lock.Lock()
 	if state.Phase == PhaseSyncing || state.Phase == PhaseVersionNotServed {
-		sw.ensureShards(ctx, urls, state.Phase == PhaseSyncing)
+		sw.ensureShards(ctx, urls, state.Phase == PhaseSyncing && sw.watched())
 		if state.Phase == PhaseSyncing {
 			state = sw.shardState(state)
 		}
@@ -196,15 +198,15 @@ func (sw *sourceWatch) inspect(ctx context.Context) (State, []string) {
 	if sw.identity != "" {
 		who = fmt.Sprintf("the webhook's user %q", sw.identity)
 	}
-	grant := fmt.Sprintf("grant %s get, list and watch on apiexports/content and apiexportendpointslices named %q in that workspace (see config/samples/compute-provider/webhook-access.yaml)",
+	grant := fmt.Sprintf("grant %s get, list and watch on apiexports/content and apiexportendpointslices named %q in that workspace (see webhook-access.yaml in config/samples)",
 		who, export.Name)
 	slice := &apisv1alpha1.APIExportEndpointSlice{}
 	err := sw.ix.frontProxy.getJSON(ctx, []string{export.Cluster.Path().RequestPath(), "apis", apisv1alpha1.SchemeGroupVersion.Group, apisv1alpha1.SchemeGroupVersion.Version, "apiexportendpointslices", export.Name}, slice)
 	switch {
 	case apierrors.IsNotFound(err):
-		return State{Phase: PhaseExportNotFound, Message: fmt.Sprintf("the workspace of the rule (logical cluster %s) has no APIExport %q (no APIExportEndpointSlice of that name); the rule has no effect", export.Cluster, export.Name)}, nil
+		return State{Phase: PhaseExportNotFound, Message: fmt.Sprintf("logical cluster %s has no APIExport %q (no APIExportEndpointSlice of that name)", export.Cluster, export.Name)}, nil
 	case apierrors.IsForbidden(err):
-		return State{Phase: PhaseAccessDenied, Message: fmt.Sprintf("the webhook may not read the APIExportEndpointSlice %q in logical cluster %s: %s; until then the rule has no effect", export.Name, export.Cluster, grant)}, nil
+		return State{Phase: PhaseAccessDenied, Message: fmt.Sprintf("the webhook may not read the APIExportEndpointSlice %q in logical cluster %s: %s", export.Name, export.Cluster, grant)}, nil
 	case err != nil:
 		return State{}, nil
 	}
@@ -228,9 +230,9 @@ func (sw *sourceWatch) inspect(ctx context.Context) (State, []string) {
 	err = r.getJSON(ctx, []string{logicalcluster.Wildcard.RequestPath(), "apis", gvr.Group}, group)
 	switch {
 	case apierrors.IsForbidden(err):
-		return State{Phase: PhaseAccessDenied, Message: fmt.Sprintf("the webhook may not read the virtual workspace of the APIExport %q in logical cluster %s: %s; until then the rule has no effect", export.Name, export.Cluster, grant)}, nil
+		return State{Phase: PhaseAccessDenied, Message: fmt.Sprintf("the webhook may not read the virtual workspace of the APIExport %q in logical cluster %s: %s", export.Name, export.Cluster, grant)}, nil
 	case apierrors.IsNotFound(err):
-		return State{Phase: PhaseResourceNotExported, Message: fmt.Sprintf("the APIExport %q does not export any resource of the group %s; the rule has no effect", export.Name, gvr.Group)}, nil
+		return State{Phase: PhaseResourceNotExported, Message: fmt.Sprintf("the APIExport %q does not export any resource of the group %s", export.Name, gvr.Group)}, nil
 	case err != nil:
 		return State{}, nil
 	}
@@ -255,10 +257,10 @@ func (sw *sourceWatch) inspect(ctx context.Context) (State, []string) {
 		return State{Phase: PhaseSyncing, Namespaced: found.Namespaced, Kind: found.Kind, Shards: len(urls)}, urls
 	case len(servedIn) > 0:
 		return State{Phase: PhaseVersionNotServed, Shards: len(urls), Message: fmt.Sprintf(
-			"the APIExport %q serves %s.%s in %s, not in %s; deletes that the rule protects are refused in workspaces that bind the export until the rule names a served version",
+			"the APIExport %q serves %s.%s in %s, not in %s",
 			export.Name, gvr.Resource, gvr.Group, strings.Join(servedIn, ", "), gvr.Version)}, urls
 	default:
-		return State{Phase: PhaseResourceNotExported, Message: fmt.Sprintf("the APIExport %q does not export %s.%s; the rule has no effect", export.Name, gvr.Resource, gvr.Group)}, nil
+		return State{Phase: PhaseResourceNotExported, Message: fmt.Sprintf("the APIExport %q does not export %s.%s", export.Name, gvr.Resource, gvr.Group)}, nil
 	}
 }
 
@@ -310,6 +312,12 @@ func (sw *sourceWatch) ensureShards(ctx context.Context, urls []string, watch bo
 	}
 }
 
+// watched reports whether the dependents of the source are indexed: a
+// source without paths is only read (see Index.Lookup).
+func (sw *sourceWatch) watched() bool {
+	return len(sw.paths) > 0
+}
+
 // refreshState recomputes the state from the shard reflectors.
 func (sw *sourceWatch) refreshState() {
 	sw.lock.Lock()
@@ -329,11 +337,15 @@ func (sw *sourceWatch) refreshState() {
 // reflectors. Callers hold the lock.
 func (sw *sourceWatch) shardState(base State) State {
 	state := base
+	if !sw.watched() {
+		state.Phase, state.Message = PhaseSynced, fmt.Sprintf("Reading %s through the APIExport %q on %d shard(s)", sw.src.Resource.GroupResource(), sw.src.Export.Name, state.Shards)
+		return state
+	}
 	state.Phase, state.Message = PhaseSynced, fmt.Sprintf("Indexing %s from the APIExport %q on %d shard(s)", sw.src.Resource.GroupResource(), sw.src.Export.Name, len(sw.shards))
 	for _, w := range sw.shards {
 		synced, err := w.status()
 		if apierrors.IsForbidden(err) {
-			return State{Phase: PhaseAccessDenied, Message: fmt.Sprintf("the webhook may not list %s through the virtual workspace of the APIExport %q in logical cluster %s (grant its user get, list and watch on apiexports/content named %q there): %v; until then the rule has no effect",
+			return State{Phase: PhaseAccessDenied, Message: fmt.Sprintf("the webhook may not list %s through the virtual workspace of the APIExport %q in logical cluster %s (grant its user get, list and watch on apiexports/content named %q there): %v",
 				sw.src.Resource.GroupResource(), sw.src.Export.Name, sw.src.Export.Cluster, sw.src.Export.Name, err)}
 		}
 		if !synced {

@@ -76,9 +76,14 @@ type Reference struct {
 	// Workspace is the path of the workspace of the APIExport that serves
 	// the protected resource (apiExportRef.path).
 	Workspace logicalcluster.Path
-	// Target is the protected resource; versions do not matter, since a
-	// resource is the same object in every version.
+	// Export is the name of that APIExport (apiExportRef.name).
+	Export string
+	// Target is the protected resource. Deletes are protected in every
+	// version, since a resource is the same object in every version.
 	Target schema.GroupResource
+	// Version is the version the rule names, in which the webhook reads
+	// targets.
+	Version string
 	// Path is where the dependent stores the target's name.
 	Path fieldpath.Path
 }
@@ -94,6 +99,29 @@ type Target struct {
 	Cluster logicalcluster.Name
 	// Resource is the protected resource.
 	Resource schema.GroupResource
+}
+
+// Guard is what FindGuards returns: a rule whose dependent type a provider
+// workspace serves, with the references that a new or changed dependent must
+// not make to a target that is being deleted.
+type Guard struct {
+	// Rule identifies the rule, for logs and audit annotations.
+	Rule kcp.ObjectKey
+	// Dependent is the resource holding references.
+	Dependent index.Source
+	// References are the rule's references, in the order of the rule.
+	References []GuardReference
+}
+
+// GuardReference is one reference of a Guard.
+type GuardReference struct {
+	// Path is where the dependent stores the target's name.
+	Path fieldpath.Path
+	// Target is the protected resource as its provider serves it, through
+	// which targets are read. Its Export is the zero key while the
+	// workspace of the protected APIExport does not bind the dependencies
+	// APIExport; such a reference protects nothing yet.
+	Target index.Source
 }
 
 // Entry is what Find returns: a dependent type that references the target,
@@ -130,7 +158,9 @@ func FromDependencyRule(rule *depv1alpha1.DependencyRule) *Rule {
 		}
 		r.References = append(r.References, Reference{
 			Workspace: logicalcluster.NewPath(d.APIExportRef.Path),
+			Export:    d.APIExportRef.Name,
 			Target:    schema.GroupResource{Group: d.Group, Resource: d.Resource},
+			Version:   d.Version,
 			Path:      p,
 		})
 	}
@@ -160,7 +190,12 @@ type record struct {
 // snapshot is an immutable view for readers.
 type snapshot struct {
 	byTarget map[Target][]Entry
-	rules    int
+	// guards are keyed by the workspace that serves the dependent (the
+	// rule's) and the dependent resource.
+	guards map[Target][]Guard
+	// guardOf is the guard of each rule.
+	guardOf map[kcp.ObjectKey]Guard
+	rules   int
 }
 
 // Registry is a thread-safe store of rule metadata. The zero value is not
@@ -185,7 +220,7 @@ func New() *Registry {
 		workspaces: map[string]logicalcluster.Name{},
 		now:        time.Now,
 	}
-	r.current.Store(&snapshot{byTarget: map[Target][]Entry{}})
+	r.current.Store(&snapshot{byTarget: map[Target][]Entry{}, guards: map[Target][]Guard{}, guardOf: map[kcp.ObjectKey]Guard{}})
 	return r
 }
 
@@ -347,26 +382,51 @@ func (r *Registry) Find(target Target) []Entry {
 	return r.current.Load().byTarget[target]
 }
 
+// FindGuards returns the rules whose dependent is the resource of dependent
+// as the workspace dependent.Cluster serves it. The result is shared and
+// must not be modified.
+func (r *Registry) FindGuards(dependent Target) []Guard {
+	return r.current.Load().guards[dependent]
+}
+
+// GuardOf returns the guard of the registered rule with the given key.
+func (r *Registry) GuardOf(key kcp.ObjectKey) (Guard, bool) {
+	g, ok := r.current.Load().guardOf[key]
+	return g, ok
+}
+
 // Len returns the number of registered rules.
 func (r *Registry) Len() int {
 	return r.current.Load().rules
 }
 
 // publish rebuilds the read snapshot and tells the index which sources to
-// watch. Callers hold the lock.
+// watch (dependents, with the paths to read) and to read (targets, with no
+// paths). Callers hold the lock.
 func (r *Registry) publish() {
-	s := &snapshot{byTarget: map[Target][]Entry{}}
+	s := &snapshot{byTarget: map[Target][]Entry{}, guards: map[Target][]Guard{}, guardOf: map[kcp.ObjectKey]Guard{}}
 	sources := map[index.Source][]fieldpath.Path{}
+	var targets []index.Source
 	for _, rec := range r.records {
 		s.rules++
 		rule := rec.rule
 		byTarget := map[Target]*Entry{}
+		guard := Guard{Rule: rule.Key, Dependent: rule.Dependent}
 		for _, ref := range rule.References {
 			sources[rule.Dependent] = append(sources[rule.Dependent], ref.Path)
 			cluster, ok := r.workspaces[ref.Workspace.String()]
 			if !ok {
-				continue // not bound (yet): kcp calls no webhook for it
+				// Not bound (yet): kcp calls no webhook for it, and its
+				// objects cannot be read.
+				guard.References = append(guard.References, GuardReference{Path: ref.Path})
+				continue
 			}
+			targetSource := index.Source{
+				Export:   kcp.ObjectKey{Cluster: cluster, Name: ref.Export},
+				Resource: ref.Target.WithVersion(ref.Version),
+			}
+			targets = append(targets, targetSource)
+			guard.References = append(guard.References, GuardReference{Path: ref.Path, Target: targetSource})
 			target := Target{Cluster: cluster, Resource: ref.Target}
 			e, ok := byTarget[target]
 			if !ok {
@@ -379,9 +439,22 @@ func (r *Registry) publish() {
 			e.Paths = sortPaths(e.Paths)
 			s.byTarget[target] = append(s.byTarget[target], *e)
 		}
+		dependent := Target{Cluster: rule.Key.Cluster, Resource: rule.Dependent.Resource.GroupResource()}
+		s.guards[dependent] = append(s.guards[dependent], guard)
+		s.guardOf[rule.Key] = guard
 	}
 	for _, entries := range s.byTarget {
 		slices.SortFunc(entries, func(a, b Entry) int { return a.Rule.Compare(b.Rule) })
+	}
+	for _, guards := range s.guards {
+		slices.SortFunc(guards, func(a, b Guard) int { return a.Rule.Compare(b.Rule) })
+	}
+	// Targets are read, not watched: no paths, unless the same source is
+	// also a dependent.
+	for _, t := range targets {
+		if _, ok := sources[t]; !ok {
+			sources[t] = nil
+		}
 	}
 	r.current.Store(s)
 	if r.sources != nil {

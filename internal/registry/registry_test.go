@@ -51,7 +51,8 @@ func rule(k, uid string, rv int, dependent schema.GroupVersionResource, refs ...
 			workspace, ref = netWorkspace, workspace
 		}
 		target, path, _ := strings.Cut(ref, "@")
-		r.References = append(r.References, Reference{Workspace: logicalcluster.NewPath(workspace), Target: schema.ParseGroupResource(target), Path: fieldpath.MustParse(path)})
+		gr := schema.ParseGroupResource(target)
+		r.References = append(r.References, Reference{Workspace: logicalcluster.NewPath(workspace), Export: gr.Group, Target: gr, Version: "v1", Path: fieldpath.MustParse(path)})
 	}
 	return r
 }
@@ -109,8 +110,8 @@ func TestFromDependencyRule(t *testing.T) {
 	want := &Rule{
 		Key: key("c1/vm-deps"), UID: "u1", ResourceVersion: "42", Dependent: source("c1", vms), DependentKind: "VirtualMachine",
 		References: []Reference{
-			{Workspace: logicalcluster.NewPath("root:net"), Target: vpcs.GroupResource(), Path: fieldpath.MustParse(".spec.vpcRef.name")},
-			{Workspace: logicalcluster.NewPath("root:org:net"), Target: subnets.GroupResource(), Path: fieldpath.MustParse(".spec.nics[*].subnet")},
+			{Workspace: logicalcluster.NewPath("root:net"), Export: "network.io", Target: vpcs.GroupResource(), Version: "v1", Path: fieldpath.MustParse(".spec.vpcRef.name")},
+			{Workspace: logicalcluster.NewPath("root:org:net"), Export: "network.io", Target: subnets.GroupResource(), Version: "v2", Path: fieldpath.MustParse(".spec.nics[*].subnet")},
 		},
 		Invalid: []string{"spec..bad"},
 	}
@@ -327,8 +328,15 @@ func TestRulesBindToTheProviderWorkspace(t *testing.T) {
 	}
 }
 
+// targetSource is the source through which targets of gvr in the workspace
+// of cluster are read.
+func targetSource(cluster string, gvr schema.GroupVersionResource) index.Source {
+	return index.Source{Export: kcp.ObjectKey{Cluster: logicalcluster.Name(cluster), Name: gvr.Group}, Resource: gvr}
+}
+
 // The index is told which sources to watch, with the paths of every rule
-// that names each, and is told again when rules change.
+// that names each, and which to read (targets, no paths), and is told again
+// when rules change.
 func TestSources(t *testing.T) {
 	r := newRegistry()
 	var got map[index.Source][]fieldpath.Path
@@ -337,14 +345,72 @@ func TestSources(t *testing.T) {
 	r.Apply(rule("c1/b", "u2", 1, vms, "vpcs.network.io@.spec.vpc", "root:unbound|vpcs.network.io@.spec.x"))
 	r.Apply(rule("c2/a", "u3", 1, vms, "vpcs.network.io@.spec.vpc"))
 	want := map[index.Source][]fieldpath.Path{
-		source("c1", vms): {fieldpath.MustParse(".spec.subnet"), fieldpath.MustParse(".spec.vpc"), fieldpath.MustParse(".spec.x")},
-		source("c2", vms): {fieldpath.MustParse(".spec.vpc")},
+		source("c1", vms):              {fieldpath.MustParse(".spec.subnet"), fieldpath.MustParse(".spec.vpc"), fieldpath.MustParse(".spec.x")},
+		source("c2", vms):              {fieldpath.MustParse(".spec.vpc")},
+		targetSource("c-net", vpcs):    nil,
+		targetSource("c-net", subnets): nil,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("sources = %v, want %v", got, want)
 	}
 	r.Forget(key("c2/a"))
-	if _, ok := got[source("c2", vms)]; ok || len(got) != 1 {
+	r.Forget(key("c1/a"))
+	if _, ok := got[source("c2", vms)]; ok || len(got) != 2 {
 		t.Errorf("after Forget: %v", got)
+	}
+	if _, ok := got[targetSource("c-net", subnets)]; ok {
+		t.Errorf("a target no rule names any more is still read: %v", got)
+	}
+}
+
+// A target type that is also a dependent (objects of one type reference
+// each other) is watched.
+func TestTargetThatIsADependentIsWatched(t *testing.T) {
+	r := newRegistry()
+	var got map[index.Source][]fieldpath.Path
+	r.OnSourcesChange(func(s map[index.Source][]fieldpath.Path) { got = s })
+	r.SetWorkspace("root:c1", "c1")
+	r.Apply(rule("c1/self", "u1", 1, vms, "root:c1|virtualmachines.compute.io@.spec.parent"))
+	if want := (map[index.Source][]fieldpath.Path{source("c1", vms): {fieldpath.MustParse(".spec.parent")}}); !reflect.DeepEqual(got, want) {
+		t.Errorf("sources = %v, want %v", got, want)
+	}
+}
+
+// The guards of a provider are the rules whose dependent it serves, with
+// their references and the sources of their targets; a reference to a
+// workspace that does not bind the export has none yet.
+func TestFindGuards(t *testing.T) {
+	r := newRegistry()
+	r.Apply(rule("c1/b", "u2", 1, vms, "vpcs.network.io@.spec.vpc", "root:unbound|vpcs.network.io@.spec.x"))
+	r.Apply(rule("c1/a", "u1", 1, vms, "subnets.network.io@.spec.subnet"))
+	r.Apply(rule("c2/a", "u3", 1, vms, "vpcs.network.io@.spec.vpc"))
+
+	got := r.FindGuards(Target{Cluster: "c1", Resource: vms.GroupResource()})
+	want := []Guard{
+		{Rule: key("c1/a"), Dependent: source("c1", vms), References: []GuardReference{{Path: fieldpath.MustParse(".spec.subnet"), Target: targetSource("c-net", subnets)}}},
+		{Rule: key("c1/b"), Dependent: source("c1", vms), References: []GuardReference{
+			{Path: fieldpath.MustParse(".spec.vpc"), Target: targetSource("c-net", vpcs)},
+			{Path: fieldpath.MustParse(".spec.x")},
+		}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("FindGuards(c1) =\n  %+v\nwant\n  %+v", got, want)
+	}
+	if got := r.FindGuards(Target{Cluster: "c-net", Resource: vms.GroupResource()}); got != nil {
+		t.Errorf("a workspace that serves no dependent has guards: %+v", got)
+	}
+	if g, ok := r.GuardOf(key("c2/a")); !ok || g.Rule != key("c2/a") {
+		t.Errorf("GuardOf(c2/a) = %+v, %v", g, ok)
+	}
+
+	// Once the workspace binds, its reference is read.
+	r.SetWorkspace("root:unbound", "c-unbound")
+	g, _ := r.GuardOf(key("c1/b"))
+	if g.References[1].Target != targetSource("c-unbound", vpcs) {
+		t.Errorf("after binding: %+v", g.References[1])
+	}
+	r.Forget(key("c1/b"))
+	if _, ok := r.GuardOf(key("c1/b")); ok {
+		t.Error("a forgotten rule still has a guard")
 	}
 }

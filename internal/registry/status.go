@@ -2,6 +2,8 @@ package registry
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,8 +26,9 @@ type SourceStates interface {
 	Changes() <-chan struct{}
 }
 
-// StatusReporter writes the DependentsIndexed condition of every registered
-// rule from what the index knows about the rule's dependent type: whenever
+// StatusReporter writes the DependentsIndexed and ReferencesGuarded
+// conditions of every registered rule from what the index knows about the
+// rule's dependent type and its protected types: whenever
 // the index reports a change, and every interval to repair lost writes. It
 // writes only a condition that differs, with optimistic locking, so that it
 // never overwrites what the controller wrote meanwhile. It is a
@@ -73,8 +76,8 @@ func (s *StatusReporter) reportAll(ctx context.Context) {
 	}
 }
 
-// IndexedCondition returns the DependentsIndexed condition for a source in
-// state.
+// IndexedCondition returns the DependentsIndexed condition of a rule whose
+// dependent source is in state.
 func IndexedCondition(state index.State, generation int64) metav1.Condition {
 	c := metav1.Condition{Type: depv1alpha1.ConditionDependentsIndexed, Reason: string(state.Phase), Message: state.Message, ObservedGeneration: generation}
 	switch state.Phase {
@@ -82,8 +85,12 @@ func IndexedCondition(state index.State, generation int64) metav1.Condition {
 		c.Status, c.Reason = metav1.ConditionTrue, "Indexed"
 	case index.PhaseSyncing:
 		c.Status = metav1.ConditionUnknown
+	case index.PhaseVersionNotServed:
+		c.Status = metav1.ConditionFalse
+		c.Message += "; deletes that the rule protects are refused in workspaces that bind the APIExport until the rule names a served version"
 	default:
 		c.Status = metav1.ConditionFalse
+		c.Message += "; until then the rule has no effect"
 	}
 	if c.Message == "" {
 		c.Message = string(state.Phase)
@@ -91,7 +98,51 @@ func IndexedCondition(state index.State, generation int64) metav1.Condition {
 	return c
 }
 
-// report writes the condition of one rule if it differs.
+// GuardedCondition returns the ReferencesGuarded condition of a rule with
+// guard g, whose target sources are in the states that states returns.
+func GuardedCondition(g Guard, states func(index.Source) index.State, generation int64) metav1.Condition {
+	c := metav1.Condition{Type: depv1alpha1.ConditionReferencesGuarded, ObservedGeneration: generation}
+	var guarded, syncing, problems []string
+	reason := ""
+	seen := map[index.Source]bool{}
+	for _, ref := range g.References {
+		if ref.Target.Export.Name == "" || seen[ref.Target] {
+			continue
+		}
+		seen[ref.Target] = true
+		state := states(ref.Target)
+		what := fmt.Sprintf("%s of the APIExport %s", ref.Target.Resource.GroupResource(), ref.Target.Export)
+		switch state.Phase {
+		case index.PhaseSynced:
+			guarded = append(guarded, what)
+		case index.PhaseSyncing:
+			syncing = append(syncing, what)
+		default:
+			if reason == "" {
+				reason = string(state.Phase)
+			}
+			consequence := "new references to them are not checked until then"
+			if state.Phase != index.PhaseAccessDenied {
+				consequence = "objects of that type are not protected by this rule"
+			}
+			problems = append(problems, fmt.Sprintf("%s: %s; %s", what, state.Message, consequence))
+		}
+	}
+	switch {
+	case len(problems) > 0:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, reason, strings.Join(problems, "; ")
+	case len(syncing) > 0:
+		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, string(index.PhaseSyncing), "Checking access to "+strings.Join(syncing, ", ")
+	case len(guarded) == 0:
+		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, "TargetsUnresolved", "No protected workspace binds the dependencies APIExport yet"
+	default:
+		c.Status, c.Reason = metav1.ConditionTrue, "Guarded"
+		c.Message = "New references to objects that are being deleted are refused: " + strings.Join(guarded, ", ")
+	}
+	return c
+}
+
+// report writes the conditions of one rule if they differ.
 func (s *StatusReporter) report(ctx context.Context, r *Rule) error {
 	cl, err := s.mgr.GetCluster(ctx, multicluster.ClusterName(r.Key.Cluster))
 	if err != nil {
@@ -105,13 +156,23 @@ func (s *StatusReporter) report(ctx context.Context, r *Rule) error {
 	if rule.UID != r.UID {
 		return nil // another object of that name; the registry will see it
 	}
-	want := IndexedCondition(s.states.State(r.Dependent), rule.Generation)
-	if have := meta.FindStatusCondition(rule.Status.Conditions, want.Type); have != nil &&
-		have.Status == want.Status && have.Reason == want.Reason && have.Message == want.Message && have.ObservedGeneration == want.ObservedGeneration {
-		return nil
+	want := []metav1.Condition{IndexedCondition(s.states.State(r.Dependent), rule.Generation)}
+	if g, ok := s.registry.GuardOf(r.Key); ok {
+		want = append(want, GuardedCondition(g, s.states.State, rule.Generation))
 	}
 	updated := rule.DeepCopy()
-	meta.SetStatusCondition(&updated.Status.Conditions, want)
+	changed := false
+	for _, w := range want {
+		if have := meta.FindStatusCondition(rule.Status.Conditions, w.Type); have != nil &&
+			have.Status == w.Status && have.Reason == w.Reason && have.Message == w.Message && have.ObservedGeneration == w.ObservedGeneration {
+			continue
+		}
+		meta.SetStatusCondition(&updated.Status.Conditions, w)
+		changed = true
+	}
+	if !changed {
+		return nil
+	}
 	return c.Status().Patch(ctx, updated, client.MergeFromWithOptions(rule, client.MergeFromWithOptimisticLock{}))
 }
 

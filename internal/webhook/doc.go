@@ -1,11 +1,15 @@
 // Package webhook is the admission side of the webhook binary: the
-// DeletionValidator, an admission.Handler that kcp calls for DELETE requests
-// on protected resources, the message that names the blockers, its metrics,
-// and the HTTP entry point that serves it.
+// DeletionValidator, which kcp calls for DELETE requests on protected
+// resources, the ReferenceValidator, which kcp calls for CREATE and UPDATE
+// requests on dependents, the Handler that routes between them, the message
+// that names the blockers, their metrics, and the HTTP entry point that
+// serves them.
 //
-// The validator finds the DependencyRules that protect the resource in the
-// rule registry (package registry, which also keeps it current), lists the
-// dependents in the consumer workspace, and denies the delete while any of
-// them references the object. Until the registry is loaded, every DELETE is
-// denied with a message to retry.
+// The DeletionValidator finds the DependencyRules that protect the resource
+// in the rule registry (package registry, which also keeps it current),
+// finds the dependents that reference the object in the index of references
+// (package index) and, if there are none there, reads the dependents in
+// scope live; it denies the delete while any of them references the object.
+// The ReferenceValidator refuses a new reference to an object that is being
+// deleted. Until the registry is loaded, both deny with a message to retry.
 package webhook

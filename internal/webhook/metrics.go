@@ -15,6 +15,7 @@ type Metrics struct {
 	rules     prometheus.GaugeFunc
 	indexed   prometheus.GaugeFunc
 	retries   *prometheus.CounterVec
+	refChecks *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg. rules reports
@@ -48,13 +49,24 @@ func NewMetrics(reg prometheus.Registerer, rules, indexed func() int) (*Metrics,
 			Name: "dependency_webhook_read_retries_total",
 			Help: "Live reads of dependents retried within a request, by cause: too-many-requests, unavailable (e.g. storage is (re)initializing), timeout, etcd-leader-changed, gateway, retry-after, connection.",
 		}, []string{"cause"}),
+		refChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dependency_webhook_reference_checks_total",
+			Help: "Admission decisions on CREATE and UPDATE requests of dependents, by outcome: allowed, denied (a new reference to an object that is being deleted) or error (request malformed, rules not loaded, or the referenced object could not be read).",
+		}, []string{"outcome"}),
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.scanned, m.rules, m.indexed, m.retries} {
+	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.scanned, m.rules, m.indexed, m.retries, m.refChecks} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// referenceChecked counts a decision on a CREATE or UPDATE.
+func (m *Metrics) referenceChecked(outcome string) {
+	if m != nil {
+		m.refChecks.WithLabelValues(outcome).Inc()
+	}
 }
 
 // retried counts a retried read.

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/buger/jsonparser"
 	"github.com/go-logr/logr"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -131,14 +130,58 @@ func NewDeletionValidator(rules RuleFinder, readiness Readiness, dependents Depe
 	return v
 }
 
-// objectMeta is the part of the deleted object the validator reads.
+// objectMeta is the part of the object of a request that the validators
+// read.
 type objectMeta struct {
 	Metadata struct {
-		Name        string            `json:"name"`
-		Namespace   string            `json:"namespace"`
-		UID         types.UID         `json:"uid"`
-		Annotations map[string]string `json:"annotations"`
+		Name              string            `json:"name"`
+		GenerateName      string            `json:"generateName"`
+		Namespace         string            `json:"namespace"`
+		UID               types.UID         `json:"uid"`
+		DeletionTimestamp *metav1.Time      `json:"deletionTimestamp"`
+		Annotations       map[string]string `json:"annotations"`
 	} `json:"metadata"`
+}
+
+// subject is the object a request is about, with the workspaces of the
+// request.
+type subject struct {
+	objectMeta
+	// cluster is the consumer workspace the object lives in.
+	cluster logicalcluster.Name
+	// provider is the provider workspace whose webhook configuration kcp
+	// called.
+	provider logicalcluster.Name
+}
+
+// readSubject decodes raw, the request's object or oldObject (named by
+// field), and finds the workspaces of the request: the consumer's from the
+// object's kcp.io/cluster annotation, which kcp sets, and the provider's
+// from the request URL. A malformed request gets the response to answer.
+func readSubject(ctx context.Context, raw []byte, field string) (*subject, *admission.Response) {
+	fail := func(err error) (*subject, *admission.Response) {
+		resp := admission.Errored(http.StatusBadRequest, err)
+		return nil, &resp
+	}
+	if len(raw) == 0 {
+		return fail(fmt.Errorf("the admission request has no %s", field))
+	}
+	s := &subject{}
+	if err := json.Unmarshal(raw, &s.objectMeta); err != nil {
+		return fail(fmt.Errorf("failed to decode %s: %w", field, err))
+	}
+	s.cluster = logicalcluster.Name(s.Metadata.Annotations[logicalcluster.AnnotationKey])
+	if s.cluster.Empty() {
+		return fail(fmt.Errorf("%s has no %s annotation; is the webhook called by kcp?", field, logicalcluster.AnnotationKey))
+	}
+	if !s.cluster.IsValid() {
+		return fail(fmt.Errorf("%s's %s annotation %q is not a logical cluster name", field, logicalcluster.AnnotationKey, s.cluster))
+	}
+	var ok bool
+	if s.provider, ok = ProviderFrom(ctx); !ok {
+		return fail(errors.New("the request URL names no provider workspace; the webhook configuration is not the one the dependency-controller installs"))
+	}
+	return s, nil
 }
 
 // How a decision was reached: from the index alone, or by reading the
@@ -177,15 +220,13 @@ func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (
 		return unavailable("the dependency webhook is starting and has not loaded all DependencyRules yet; retry the delete in a few seconds"), failed
 	}
 
-	// 3. The object being deleted.
-	if len(req.OldObject.Raw) == 0 {
-		return admission.Errored(http.StatusBadRequest, errors.New("the admission request has no oldObject")), failed
+	// 3. The object being deleted, the consumer workspace it lives in, and
+	// the provider workspace whose webhook configuration kcp called.
+	obj, errResp := readSubject(ctx, req.OldObject.Raw, "oldObject")
+	if errResp != nil {
+		return *errResp, failed
 	}
-	obj := &objectMeta{}
-	if err := json.Unmarshal(req.OldObject.Raw, obj); err != nil {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("failed to decode oldObject: %w", err)), failed
-	}
-	name, namespace := obj.Metadata.Name, obj.Metadata.Namespace
+	name, namespace, cluster, provider := obj.Metadata.Name, obj.Metadata.Namespace, obj.cluster, obj.provider
 	if name == "" {
 		name = req.Name
 	}
@@ -201,22 +242,9 @@ func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (
 		return resp, decision{outcome: DecisionBypassed}
 	}
 
-	// 5. The consumer workspace the object lives in, and the provider
-	// workspace whose webhook configuration kcp called.
-	cluster := logicalcluster.Name(obj.Metadata.Annotations[logicalcluster.AnnotationKey])
-	if cluster.Empty() {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("oldObject has no %s annotation; is the webhook called by kcp?", logicalcluster.AnnotationKey)), failed
-	}
-	if !cluster.IsValid() {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("oldObject's %s annotation %q is not a logical cluster name", logicalcluster.AnnotationKey, cluster)), failed
-	}
-	provider, ok := ProviderFrom(ctx)
-	if !ok {
-		return admission.Errored(http.StatusBadRequest, errors.New("the request URL names no provider workspace; the webhook configuration is not the one the dependency-controller installs")), failed
-	}
 	logger = logger.WithValues("cluster", cluster, "provider", provider)
 
-	// 6. The rules protecting this resource of this provider.
+	// 5. The rules protecting this resource of this provider.
 	target := schema.GroupResource{Group: req.Resource.Group, Resource: req.Resource.Resource}
 	entries := v.rules.Find(registry.Target{Cluster: provider, Resource: target})
 	if len(entries) == 0 {
@@ -226,7 +254,7 @@ func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (
 	self := selfRef{target: target, namespace: namespace, name: name, uid: obj.Metadata.UID}
 	groups := v.groupByDependent(entries, namespace)
 
-	// 7. Dependents in the index that reference the object deny at once.
+	// 6. Dependents in the index that reference the object deny at once.
 	var blockers []Blocker
 	for _, g := range groups {
 		for _, d := range v.dependents.Hits(g.src, g.paths, cluster, g.namespace, name) {
@@ -239,7 +267,7 @@ func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (
 		return v.deny(logger, target, namespace, name, blockers), decision{outcome: DecisionDenied, via: viaIndex}
 	}
 
-	// 8. None in the index: read the dependents live before allowing.
+	// 7. None in the index: read the dependents live before allowing.
 	if v.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, v.timeout)
@@ -373,37 +401,16 @@ func (v *DeletionValidator) confirm(ctx context.Context, cluster logicalcluster.
 			if !matched {
 				return nil
 			}
-			b, terminating, uid := readBlocker(item, g.kind)
-			if terminating || self.is(g.src.Resource.GroupResource(), b.Namespace, b.Name, uid) {
+			o := index.ReadObject(item)
+			if o.Terminating || self.is(g.src.Resource.GroupResource(), o.Namespace, o.Name, o.UID) {
 				return nil // being deleted already (waiting for it could deadlock namespace deletion), or the object itself
 			}
-			found = append(found, b)
+			found = append(found, Blocker{Kind: g.kind, Namespace: o.Namespace, Name: o.Name})
 			return nil
 		})
 	}, v.metrics.retried)
 	*blockers = append(*blockers, found...)
 	return scanned, err
-}
-
-// readBlocker reads name, namespace, deletionTimestamp and uid of a
-// dependent from its raw JSON.
-func readBlocker(item []byte, kind string) (b Blocker, terminating bool, uid types.UID) {
-	b.Kind = kind
-	paths := [][]string{{"metadata", "name"}, {"metadata", "namespace"}, {"metadata", "deletionTimestamp"}, {"metadata", "uid"}}
-	jsonparser.EachKey(item, func(i int, value []byte, typ jsonparser.ValueType, _ error) {
-		switch i {
-		case 0:
-			b.Name, _ = jsonparser.ParseString(value)
-		case 1:
-			b.Namespace, _ = jsonparser.ParseString(value)
-		case 2:
-			terminating = typ != jsonparser.Null
-		case 3:
-			s, _ := jsonparser.ParseString(value)
-			uid = types.UID(s)
-		}
-	}, paths...)
-	return b, terminating, uid
 }
 
 // unavailable denies with 503, telling the client to retry.

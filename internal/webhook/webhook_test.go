@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -128,10 +129,18 @@ func expectDeletable(ctx context.Context, ws logicalcluster.Path, gvr schema.Gro
 }
 
 // installWebhookConfig installs a webhook configuration in the workspace ws
-// (logical cluster cluster), as the controller would.
+// (logical cluster cluster) that protects the given resources, as the
+// controller would.
 func installWebhookConfig(ctx context.Context, ws logicalcluster.Path, cluster logicalcluster.Name, name, url string, ca []byte, resources ...schema.GroupVersionResource) {
 	GinkgoHelper()
-	cfg := webhookconfig.Build(webhookconfig.Target{Path: ws, Resources: resources}, cluster, webhookconfig.Options{
+	installWorkspaceConfig(ctx, ws, cluster, name, url, ca, &webhookconfig.Workspace{Path: ws, Protected: resources})
+}
+
+// installWorkspaceConfig installs the webhook configuration of a workspace
+// ws (logical cluster cluster), as the controller would.
+func installWorkspaceConfig(ctx context.Context, ws logicalcluster.Path, cluster logicalcluster.Name, name, url string, ca []byte, spec *webhookconfig.Workspace) {
+	GinkgoHelper()
+	cfg := webhookconfig.Build(spec, cluster, webhookconfig.Options{
 		URL: url, CABundle: ca, TimeoutSeconds: 10, FailurePolicy: admissionregistrationv1.Fail,
 	})
 	cfg.Name = name
@@ -141,7 +150,7 @@ func installWebhookConfig(ctx context.Context, ws logicalcluster.Path, cluster l
 var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, func() {
 	var (
 		depCtrl, network, compute, storage, consumer, consumer2 logicalcluster.Path
-		networkCluster                                          logicalcluster.Name
+		networkCluster, computeCluster                          logicalcluster.Name
 		rule                                                    *depv1alpha1.DependencyRule
 		wh                                                      *kcpenv.Webhook
 	)
@@ -165,7 +174,9 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 		_, err = kcpenv.BindAPIExport(ctx, cli.Cluster(network), cli.Cluster(depCtrl), depCtrl, kcpenv.DepCtrlExportName)
 		Expect(err).NotTo(HaveOccurred())
 
-		_, compute = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("compute"))
+		var computeWS *tenancyv1alpha1.Workspace
+		computeWS, compute = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("compute"))
+		computeCluster = logicalcluster.Name(computeWS.Spec.Cluster)
 		Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(compute), "compute.test.io",
 			kcpenv.Resource{Kind: "VirtualMachine", Plural: "virtualmachines"},
 			kcpenv.Resource{Kind: "Gateway", Plural: "gateways", ClusterScoped: true})).To(Succeed())
@@ -366,6 +377,69 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 		create(ctx, consumer, volume)
 		expectDeletable(ctx, consumer, vpcGVR, "vpc-volume")
 		Expect(cli.Cluster(storage).Delete(ctx, volumeRule)).To(Succeed())
+	})
+
+	It("refuses a new reference to a VPC that is being deleted, once the network provider lets the webhook read VPCs", func(ctx context.Context) {
+		By("installing the check of new references of VirtualMachines in the compute workspace, as the controller does")
+		installWorkspaceConfig(ctx, compute, computeCluster, webhookconfig.Name, wh.URL, wh.CABundle, &webhookconfig.Workspace{Path: compute, Dependents: []schema.GroupVersionResource{vmGVR}})
+		guarded := func(status metav1.ConditionStatus, reason string, parts ...string) {
+			GinkgoHelper()
+			Eventually(func(g Gomega) {
+				got := &depv1alpha1.DependencyRule{}
+				g.Expect(cli.Cluster(compute).Get(ctx, client.ObjectKeyFromObject(rule), got)).To(Succeed())
+				c := meta.FindStatusCondition(got.Status.Conditions, depv1alpha1.ConditionReferencesGuarded)
+				g.Expect(c).NotTo(BeNil())
+				g.Expect(c.Status).To(Equal(status), c.Message)
+				g.Expect(c.Reason).To(Equal(reason))
+				for _, p := range parts {
+					g.Expect(c.Message).To(ContainSubstring(p))
+				}
+			}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		}
+		guarded(metav1.ConditionFalse, "AccessDenied", `"dependency-webhook"`, "network.test.io", "apiexports/content")
+
+		By("granting the webhook read access to the network export, as config/samples/network-provider/webhook-access.yaml does")
+		grant, err := kcpenv.ReadYAMLFile(filepath.Join(kcpenv.RepoRoot(), "config/samples/network-provider/webhook-access.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(kcpenv.Apply(ctx, cli.Cluster(network), grant...)).To(Succeed())
+		guarded(metav1.ConditionTrue, "Guarded", "vpcs.network.test.io")
+
+		By("deleting a VPC that has a finalizer: it stays, being deleted")
+		doomed := newObject(vpcGVR, "default", "vpc-doomed", nil)
+		doomed.SetFinalizers([]string{"test.io/hold"})
+		create(ctx, consumer, doomed)
+		Expect(deleteObject(ctx, cli.Cluster(consumer), vpcGVR, "default", "vpc-doomed")).To(Succeed())
+		DeferCleanup(func(ctx context.Context) {
+			Expect(cli.Cluster(consumer).Patch(ctx, newObject(vpcGVR, "default", "vpc-doomed", nil), client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))).To(Succeed())
+		})
+
+		By("refusing a new VirtualMachine that references it")
+		Eventually(func(g Gomega) {
+			err := cli.Cluster(consumer).Create(ctx, newObject(vmGVR, "default", "vm-late", map[string]any{"vpcRef": map[string]any{"name": "vpc-doomed"}}))
+			g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "creating vm-late: %v", err)
+			g.Expect(err.Error()).To(ContainSubstring(`VirtualMachine "vm-late" cannot reference vpcs "vpc-doomed": it is being deleted`))
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+
+		By("allowing a reference to a VPC that does not exist yet, so that creation order does not matter")
+		Expect(cli.Cluster(consumer).Create(ctx, newObject(vmGVR, "default", "vm-early", map[string]any{"vpcRef": map[string]any{"name": "vpc-later"}}))).To(Succeed())
+
+		By("never refusing an update that keeps the references of a VirtualMachine")
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-held", nil))
+		create(ctx, consumer, newObject(vmGVR, "default", "vm-held", map[string]any{"vpcRef": map[string]any{"name": "vpc-held"}}))
+		held := newObject(vpcGVR, "default", "vpc-held", nil)
+		Expect(cli.Cluster(consumer).Patch(ctx, held, client.RawPatch(types.MergePatchType,
+			[]byte(`{"metadata":{"finalizers":["test.io/hold"],"annotations":{"dependencies.opendefense.cloud/skip-protection":"true"}}}`)))).To(Succeed())
+		Expect(deleteObject(ctx, cli.Cluster(consumer), vpcGVR, "default", "vpc-held")).To(Succeed())
+		DeferCleanup(func(ctx context.Context) {
+			Expect(cli.Cluster(consumer).Patch(ctx, newObject(vpcGVR, "default", "vpc-held", nil), client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))).To(Succeed())
+		})
+		vm := newObject(vmGVR, "default", "vm-held", nil)
+		Expect(cli.Cluster(consumer).Patch(ctx, vm, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"tier":"gold"}},"spec":{"cpu":8}}`)))).To(Succeed())
+
+		By("refusing an update that adds a reference to a VPC that is being deleted")
+		err = cli.Cluster(consumer).Patch(ctx, vm, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"nics":[{"vpc":"vpc-doomed"}]}}`)))
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "adding a reference to vpc-doomed: %v", err)
+		Expect(err.Error()).To(ContainSubstring(`VirtualMachine "vm-held" cannot reference vpcs "vpc-doomed": it is being deleted`))
 	})
 
 	It("follows in-place rule edits and rule deletion", func(ctx context.Context) {

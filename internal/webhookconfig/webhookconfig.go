@@ -1,14 +1,16 @@
 // Package webhookconfig computes the ValidatingWebhookConfigurations that the
-// controller installs: one per provider workspace whose resources are
-// protected by any DependencyRule, with one DELETE rule per protected
-// resource. The desired state is computed from the complete set of rules
-// every time; nothing here remembers earlier results.
+// controller installs: one per provider workspace that serves resources
+// protected by any DependencyRule (a DELETE webhook) or dependents of its
+// own rules (a CREATE and UPDATE webhook that refuses new references to
+// objects being deleted). The desired state is computed from the complete
+// set of rules every time; nothing here remembers earlier results.
 package webhookconfig
 
 import (
 	"bytes"
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -25,10 +27,14 @@ import (
 
 const (
 	// Name is the name of the ValidatingWebhookConfiguration in every
-	// protected workspace.
+	// workspace that needs one.
 	Name = "dependency-controller"
-	// WebhookName is the name of the single webhook in the configuration.
+	// WebhookName is the name of the webhook that protects objects from
+	// deletion.
 	WebhookName = "deletion.dependencies.opendefense.cloud"
+	// ReferencesWebhookName is the name of the webhook that refuses new
+	// references to objects that are being deleted.
+	ReferencesWebhookName = "references.dependencies.opendefense.cloud"
 
 	// ManagedByLabel and ManagedByValue mark the configurations this
 	// controller owns; only those are updated or pruned.
@@ -56,38 +62,66 @@ type Options struct {
 	FailurePolicy admissionregistrationv1.FailurePolicyType
 }
 
-// Target is a provider workspace with the resources protected in it.
-type Target struct {
-	// Path is the workspace path, as written in apiExportRef.path.
+// Workspace is a provider workspace with what the webhook guards in it.
+type Workspace struct {
+	// Path is the workspace path, recorded on the configuration; empty if
+	// unknown.
 	Path logicalcluster.Path
-	// Resources are the protected resources, sorted and without duplicates.
-	Resources []schema.GroupVersionResource
+	// Protected are the resources served by the workspace's APIExports
+	// that rules protect from deletion, sorted and without duplicates.
+	Protected []schema.GroupVersionResource
+	// Dependents are the resources served by the workspace's APIExports
+	// that its own rules name as dependents, sorted and without duplicates.
+	Dependents []schema.GroupVersionResource
 }
 
-// Targets groups the dependencies of all rules by the workspace path of the
-// protected APIExport, sorted by path.
-func Targets(rules []depv1alpha1.DependencyRule) []Target {
-	byPath := map[string]*Target{}
+// Desired computes from all rules what every workspace needs: the resources
+// each dependency protects go to the workspace at its apiExportRef.path,
+// found in workspaces (workspace paths to logical clusters); the dependent
+// of each rule goes to the rule's own workspace, which serves it. It returns
+// the workspaces by logical cluster, and the paths that no workspace in
+// workspaces has, sorted.
+func Desired(rules []depv1alpha1.DependencyRule, workspaces map[string]logicalcluster.Name) (map[logicalcluster.Name]*Workspace, []logicalcluster.Path) {
+	pathOf := make(map[logicalcluster.Name]string, len(workspaces))
+	for path, cluster := range workspaces {
+		pathOf[cluster] = path
+	}
+	desired := map[logicalcluster.Name]*Workspace{}
+	get := func(cluster logicalcluster.Name) *Workspace {
+		ws, ok := desired[cluster]
+		if !ok {
+			ws = &Workspace{Path: logicalcluster.NewPath(pathOf[cluster])}
+			desired[cluster] = ws
+		}
+		return ws
+	}
+	unresolved := map[string]bool{}
 	for i := range rules {
 		rule := &rules[i]
+		d := rule.Spec.Dependent
+		own := get(logicalcluster.From(rule))
+		own.Dependents = append(own.Dependents, schema.GroupVersionResource{Group: d.Group, Version: d.Version, Resource: d.Resource})
 		for _, dep := range rule.Spec.Dependencies {
-			t, ok := byPath[dep.APIExportRef.Path]
+			cluster, ok := workspaces[dep.APIExportRef.Path]
 			if !ok {
-				t = &Target{Path: logicalcluster.NewPath(dep.APIExportRef.Path)}
-				byPath[dep.APIExportRef.Path] = t
+				unresolved[dep.APIExportRef.Path] = true
+				continue
 			}
-			t.Resources = append(t.Resources, schema.GroupVersionResource{Group: dep.Group, Version: dep.Version, Resource: dep.Resource})
+			ws := get(cluster)
+			ws.Protected = append(ws.Protected, schema.GroupVersionResource{Group: dep.Group, Version: dep.Version, Resource: dep.Resource})
 		}
 	}
-
-	targets := make([]Target, 0, len(byPath))
-	for _, t := range byPath {
-		slices.SortFunc(t.Resources, compareGVR)
-		t.Resources = slices.Compact(t.Resources)
-		targets = append(targets, *t)
+	for _, ws := range desired {
+		slices.SortFunc(ws.Protected, compareGVR)
+		ws.Protected = slices.Compact(ws.Protected)
+		slices.SortFunc(ws.Dependents, compareGVR)
+		ws.Dependents = slices.Compact(ws.Dependents)
 	}
-	slices.SortFunc(targets, func(a, b Target) int { return cmp.Compare(a.Path.String(), b.Path.String()) })
-	return targets
+	paths := make([]logicalcluster.Path, 0, len(unresolved))
+	for _, p := range slices.Sorted(maps.Keys(unresolved)) {
+		paths = append(paths, logicalcluster.NewPath(p))
+	}
+	return desired, paths
 }
 
 func compareGVR(a, b schema.GroupVersionResource) int {
@@ -102,21 +136,69 @@ func WebhookURL(base string, cluster logicalcluster.Name) string {
 	return strings.TrimSuffix(base, "/") + "/" + cluster.String()
 }
 
-// Build returns the desired configuration for a target workspace (logical
-// cluster cluster): one webhook with a DELETE rule per protected group and
-// resource, listing every version that rules name.
-func Build(target Target, cluster logicalcluster.Name, opts Options) *admissionregistrationv1.ValidatingWebhookConfiguration {
-	var rules []admissionregistrationv1.RuleWithOperations
-	for _, gvr := range target.Resources {
-		if n := len(rules); n > 0 {
-			last := &rules[n-1]
+// Build returns the desired configuration for a workspace (logical cluster
+// cluster): a webhook with a DELETE rule per protected group and resource,
+// and one with a CREATE and UPDATE rule per dependent group and resource,
+// each listing every version that rules name; a webhook with no rules is
+// left out.
+func Build(ws *Workspace, cluster logicalcluster.Name, opts Options) *admissionregistrationv1.ValidatingWebhookConfiguration {
+	var caBundle []byte
+	if len(opts.CABundle) > 0 {
+		caBundle = bytes.Clone(opts.CABundle)
+	}
+	webhook := func(name string, resources []schema.GroupVersionResource, ops ...admissionregistrationv1.OperationType) admissionregistrationv1.ValidatingWebhook {
+		return admissionregistrationv1.ValidatingWebhook{
+			Name: name,
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{
+				URL:      ptr.To(WebhookURL(opts.URL, cluster)),
+				CABundle: caBundle,
+			},
+			Rules:                   rules(resources, ops),
+			FailurePolicy:           ptr.To(opts.FailurePolicy),
+			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			TimeoutSeconds:          ptr.To(opts.TimeoutSeconds),
+			AdmissionReviewVersions: []string{"v1"},
+			NamespaceSelector:       &metav1.LabelSelector{},
+			ObjectSelector:          &metav1.LabelSelector{},
+		}
+	}
+	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		TypeMeta: metav1.TypeMeta{
+			APIVersion: admissionregistrationv1.SchemeGroupVersion.String(),
+			Kind:       "ValidatingWebhookConfiguration",
+		},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:   Name,
+			Labels: map[string]string{ManagedByLabel: ManagedByValue},
+		},
+	}
+	if !ws.Path.Empty() {
+		cfg.Annotations = map[string]string{WorkspacePathAnnotation: ws.Path.String()}
+	}
+	if len(ws.Protected) > 0 {
+		cfg.Webhooks = append(cfg.Webhooks, webhook(WebhookName, ws.Protected, admissionregistrationv1.Delete))
+	}
+	if len(ws.Dependents) > 0 {
+		cfg.Webhooks = append(cfg.Webhooks, webhook(ReferencesWebhookName, ws.Dependents, admissionregistrationv1.Create, admissionregistrationv1.Update))
+	}
+	return cfg
+}
+
+// rules returns one rule per group and resource with ops, listing every
+// version of it in resources (which are sorted).
+func rules(resources []schema.GroupVersionResource, ops []admissionregistrationv1.OperationType) []admissionregistrationv1.RuleWithOperations {
+	var out []admissionregistrationv1.RuleWithOperations
+	for _, gvr := range resources {
+		if n := len(out); n > 0 {
+			last := &out[n-1]
 			if last.APIGroups[0] == gvr.Group && last.Resources[0] == gvr.Resource {
 				last.APIVersions = append(last.APIVersions, gvr.Version)
 				continue
 			}
 		}
-		rules = append(rules, admissionregistrationv1.RuleWithOperations{
-			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Delete},
+		out = append(out, admissionregistrationv1.RuleWithOperations{
+			Operations: slices.Clone(ops),
 			Rule: admissionregistrationv1.Rule{
 				APIGroups:   []string{gvr.Group},
 				APIVersions: []string{gvr.Version},
@@ -125,37 +207,7 @@ func Build(target Target, cluster logicalcluster.Name, opts Options) *admissionr
 			},
 		})
 	}
-
-	var caBundle []byte
-	if len(opts.CABundle) > 0 {
-		caBundle = bytes.Clone(opts.CABundle)
-	}
-	return &admissionregistrationv1.ValidatingWebhookConfiguration{
-		TypeMeta: metav1.TypeMeta{
-			APIVersion: admissionregistrationv1.SchemeGroupVersion.String(),
-			Kind:       "ValidatingWebhookConfiguration",
-		},
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        Name,
-			Labels:      map[string]string{ManagedByLabel: ManagedByValue},
-			Annotations: map[string]string{WorkspacePathAnnotation: target.Path.String()},
-		},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name: WebhookName,
-			ClientConfig: admissionregistrationv1.WebhookClientConfig{
-				URL:      ptr.To(WebhookURL(opts.URL, cluster)),
-				CABundle: caBundle,
-			},
-			Rules:                   rules,
-			FailurePolicy:           ptr.To(opts.FailurePolicy),
-			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-			TimeoutSeconds:          ptr.To(opts.TimeoutSeconds),
-			AdmissionReviewVersions: []string{"v1"},
-			NamespaceSelector:       &metav1.LabelSelector{},
-			ObjectSelector:          &metav1.LabelSelector{},
-		}},
-	}
+	return out
 }
 
 // NeedsUpdate reports whether existing differs from desired in anything this

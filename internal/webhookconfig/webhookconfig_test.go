@@ -1,7 +1,10 @@
 package webhookconfig
 
 import (
+	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -21,6 +24,7 @@ func rule(cluster, name string, deps ...dep) depv1alpha1.DependencyRule {
 		Name:        name,
 		Annotations: map[string]string{logicalcluster.AnnotationKey: cluster},
 	}}
+	r.Spec.Dependent = depv1alpha1.DependentResource{APIExportName: "compute.io", Group: "compute.io", Version: "v1", Kind: "VirtualMachine", Resource: "virtualmachines"}
 	for _, d := range deps {
 		r.Spec.Dependencies = append(r.Spec.Dependencies, depv1alpha1.Dependency{
 			APIExportRef: depv1alpha1.APIExportReference{Path: d.path, Name: d.group},
@@ -35,84 +39,127 @@ func gvr(group, version, resource string) schema.GroupVersionResource {
 	return schema.GroupVersionResource{Group: group, Version: version, Resource: resource}
 }
 
-func TestTargets(t *testing.T) {
+var vms = gvr("compute.io", "v1", "virtualmachines")
+
+func TestDesired(t *testing.T) {
+	workspaces := map[string]logicalcluster.Name{"root:c1": "c1", "root:c2": "c2", "root:net": "c-net", "root:org:team:storage": "c-storage"}
+	path := logicalcluster.NewPath
 	tests := []struct {
-		name  string
-		rules []depv1alpha1.DependencyRule
-		want  []Target
+		name           string
+		rules          []depv1alpha1.DependencyRule
+		want           map[logicalcluster.Name]*Workspace
+		wantUnresolved []logicalcluster.Path
 	}{
-		{name: "no rules", want: []Target{}},
+		{name: "no rules", want: map[logicalcluster.Name]*Workspace{}},
 		{
-			name: "one rule, one dependency",
-			rules: []depv1alpha1.DependencyRule{
-				rule("c1", "vm", dep{"root:net", "net.io", "v1", "vpcs", ".spec.vpcRef.name"}),
+			name:  "one rule, one dependency: protection in the provider's workspace, the check of new references in the rule's",
+			rules: []depv1alpha1.DependencyRule{rule("c1", "vm", dep{"root:net", "net.io", "v1", "vpcs", ".spec.vpcRef.name"})},
+			want: map[logicalcluster.Name]*Workspace{
+				"c-net": {Path: path("root:net"), Protected: []schema.GroupVersionResource{gvr("net.io", "v1", "vpcs")}},
+				"c1":    {Path: path("root:c1"), Dependents: []schema.GroupVersionResource{vms}},
 			},
-			want: []Target{{Path: logicalcluster.NewPath("root:net"), Resources: []schema.GroupVersionResource{gvr("net.io", "v1", "vpcs")}}},
 		},
 		{
-			name: "two rules on one provider merge into one target without duplicates",
+			name: "two rules on one provider merge into one workspace without duplicates",
 			rules: []depv1alpha1.DependencyRule{
 				rule("c1", "vm", dep{"root:net", "net.io", "v1", "vpcs", ".spec.vpcRef.name"}, dep{"root:net", "net.io", "v1", "vpcs", ".spec.nics[*].vpc"}),
 				rule("c2", "db", dep{"root:net", "net.io", "v1", "subnets", ".spec.subnet"}, dep{"root:org:team:storage", "storage.io", "v1beta1", "volumes", ".spec.volume"}),
 			},
-			want: []Target{
-				{Path: logicalcluster.NewPath("root:net"), Resources: []schema.GroupVersionResource{gvr("net.io", "v1", "subnets"), gvr("net.io", "v1", "vpcs")}},
-				{Path: logicalcluster.NewPath("root:org:team:storage"), Resources: []schema.GroupVersionResource{gvr("storage.io", "v1beta1", "volumes")}},
+			want: map[logicalcluster.Name]*Workspace{
+				"c-net":     {Path: path("root:net"), Protected: []schema.GroupVersionResource{gvr("net.io", "v1", "subnets"), gvr("net.io", "v1", "vpcs")}},
+				"c-storage": {Path: path("root:org:team:storage"), Protected: []schema.GroupVersionResource{gvr("storage.io", "v1beta1", "volumes")}},
+				"c1":        {Path: path("root:c1"), Dependents: []schema.GroupVersionResource{vms}},
+				"c2":        {Path: path("root:c2"), Dependents: []schema.GroupVersionResource{vms}},
 			},
 		},
 		{
-			name: "same rule name in two workspaces are two rules",
+			name: "same rule name in two workspaces are two rules; versions are listed",
 			rules: []depv1alpha1.DependencyRule{
 				rule("c2", "vm", dep{"root:net", "net.io", "v2", "vpcs", ".a"}),
 				rule("c1", "vm", dep{"root:net", "net.io", "v1", "vpcs", ".a"}),
 			},
-			want: []Target{{Path: logicalcluster.NewPath("root:net"), Resources: []schema.GroupVersionResource{gvr("net.io", "v1", "vpcs"), gvr("net.io", "v2", "vpcs")}}},
+			want: map[logicalcluster.Name]*Workspace{
+				"c-net": {Path: path("root:net"), Protected: []schema.GroupVersionResource{gvr("net.io", "v1", "vpcs"), gvr("net.io", "v2", "vpcs")}},
+				"c1":    {Path: path("root:c1"), Dependents: []schema.GroupVersionResource{vms}},
+				"c2":    {Path: path("root:c2"), Dependents: []schema.GroupVersionResource{vms}},
+			},
+		},
+		{
+			name:  "a workspace that protects its own dependents gets both",
+			rules: []depv1alpha1.DependencyRule{rule("c1", "vm", dep{"root:c1", "compute.io", "v1", "images", ".spec.image"})},
+			want: map[logicalcluster.Name]*Workspace{
+				"c1": {Path: path("root:c1"), Protected: []schema.GroupVersionResource{gvr("compute.io", "v1", "images")}, Dependents: []schema.GroupVersionResource{vms}},
+			},
+		},
+		{
+			name:  "a path that no workspace binding the export has is reported, the rest applies",
+			rules: []depv1alpha1.DependencyRule{rule("c3", "vm", dep{"root:gone", "net.io", "v1", "vpcs", ".a"}, dep{"root:net", "net.io", "v1", "subnets", ".b"})},
+			want: map[logicalcluster.Name]*Workspace{
+				"c-net": {Path: path("root:net"), Protected: []schema.GroupVersionResource{gvr("net.io", "v1", "subnets")}},
+				"c3":    {Dependents: []schema.GroupVersionResource{vms}},
+			},
+			wantUnresolved: []logicalcluster.Path{path("root:gone")},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := Targets(tt.rules); !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("Targets() =\n  %+v\nwant\n  %+v", got, tt.want)
+			got, unresolved := Desired(tt.rules, workspaces)
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("Desired() =\n  %s\nwant\n  %s", render(got), render(tt.want))
+			}
+			if !reflect.DeepEqual(unresolved, tt.wantUnresolved) && (len(unresolved) > 0 || len(tt.wantUnresolved) > 0) {
+				t.Errorf("unresolved = %v, want %v", unresolved, tt.wantUnresolved)
 			}
 		})
 	}
 }
 
+func render(m map[logicalcluster.Name]*Workspace) string {
+	out := ""
+	for _, c := range slices.Sorted(maps.Keys(m)) {
+		out += fmt.Sprintf("%s: %+v; ", c, *m[c])
+	}
+	return out
+}
+
 func TestBuild(t *testing.T) {
 	opts := Options{URL: "https://webhook.example:9443/validate", CABundle: []byte("PEM"), TimeoutSeconds: 5, FailurePolicy: admissionregistrationv1.Fail}
-	target := Target{
+	ws := &Workspace{
 		Path: logicalcluster.NewPath("root:org:net"),
-		Resources: []schema.GroupVersionResource{
+		Protected: []schema.GroupVersionResource{
 			gvr("net.io", "v1", "subnets"), gvr("net.io", "v1", "vpcs"), gvr("net.io", "v2", "vpcs"), gvr("other.io", "v1", "vpcs"),
 		},
+		Dependents: []schema.GroupVersionResource{gvr("net.io", "v1", "routers"), gvr("net.io", "v2", "routers")},
 	}
-	got := Build(target, "c-net", opts)
+	got := Build(ws, "c-net", opts)
 
 	if got.Name != Name || got.Labels[ManagedByLabel] != ManagedByValue || got.Annotations[WorkspacePathAnnotation] != "root:org:net" {
 		t.Errorf("unexpected metadata: %+v", got.ObjectMeta)
 	}
-	if len(got.Webhooks) != 1 {
-		t.Fatalf("expected one webhook, got %d", len(got.Webhooks))
+	webhook := func(name string, rules ...admissionregistrationv1.RuleWithOperations) admissionregistrationv1.ValidatingWebhook {
+		return admissionregistrationv1.ValidatingWebhook{
+			Name:                    name,
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://webhook.example:9443/validate/c-net"), CABundle: []byte("PEM")},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			TimeoutSeconds:          ptr.To[int32](5),
+			AdmissionReviewVersions: []string{"v1"},
+			NamespaceSelector:       &metav1.LabelSelector{},
+			ObjectSelector:          &metav1.LabelSelector{},
+			Rules:                   rules,
+		}
 	}
-	wh := got.Webhooks[0]
-	want := admissionregistrationv1.ValidatingWebhook{
-		Name:                    WebhookName,
-		ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://webhook.example:9443/validate/c-net"), CABundle: []byte("PEM")},
-		FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
-		MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
-		SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-		TimeoutSeconds:          ptr.To[int32](5),
-		AdmissionReviewVersions: []string{"v1"},
-		NamespaceSelector:       &metav1.LabelSelector{},
-		ObjectSelector:          &metav1.LabelSelector{},
-		Rules: []admissionregistrationv1.RuleWithOperations{
-			deleteRule("net.io", "subnets", "v1"),
+	want := []admissionregistrationv1.ValidatingWebhook{
+		webhook(WebhookName,
+			opRule([]admissionregistrationv1.OperationType{admissionregistrationv1.Delete}, "net.io", "subnets", "v1"),
 			deleteRule("net.io", "vpcs", "v1", "v2"),
-			deleteRule("other.io", "vpcs", "v1"),
-		},
+			deleteRule("other.io", "vpcs", "v1")),
+		webhook(ReferencesWebhookName,
+			opRule([]admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}, "net.io", "routers", "v1", "v2")),
 	}
-	if !reflect.DeepEqual(wh, want) {
-		t.Errorf("Build() webhook =\n  %+v\nwant\n  %+v", wh, want)
+	if !reflect.DeepEqual(got.Webhooks, want) {
+		t.Errorf("Build() webhooks =\n  %+v\nwant\n  %+v", got.Webhooks, want)
 	}
 
 	// The CA bundle is copied, not shared with the options.
@@ -120,11 +167,18 @@ func TestBuild(t *testing.T) {
 	if string(got.Webhooks[0].ClientConfig.CABundle) != "PEM" {
 		t.Errorf("CA bundle shares memory with the options")
 	}
+
+	// A workspace with only dependents gets only the check of new
+	// references, and one whose path is unknown no path annotation.
+	only := Build(&Workspace{Dependents: []schema.GroupVersionResource{vms}}, "c1", opts)
+	if len(only.Webhooks) != 1 || only.Webhooks[0].Name != ReferencesWebhookName || only.Annotations != nil {
+		t.Errorf("Build() of dependents only = %+v", only)
+	}
 }
 
-func deleteRule(group, resource string, versions ...string) admissionregistrationv1.RuleWithOperations {
+func opRule(ops []admissionregistrationv1.OperationType, group, resource string, versions ...string) admissionregistrationv1.RuleWithOperations {
 	return admissionregistrationv1.RuleWithOperations{
-		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Delete},
+		Operations: ops,
 		Rule: admissionregistrationv1.Rule{
 			APIGroups: []string{group}, APIVersions: versions, Resources: []string{resource},
 			Scope: ptr.To(admissionregistrationv1.AllScopes),
@@ -132,10 +186,14 @@ func deleteRule(group, resource string, versions ...string) admissionregistratio
 	}
 }
 
+func deleteRule(group, resource string, versions ...string) admissionregistrationv1.RuleWithOperations {
+	return opRule([]admissionregistrationv1.OperationType{admissionregistrationv1.Delete}, group, resource, versions...)
+}
+
 func TestNeedsUpdateAndMerge(t *testing.T) {
 	opts := Options{URL: "https://a/validate", TimeoutSeconds: 5, FailurePolicy: admissionregistrationv1.Fail}
-	target := Target{Path: logicalcluster.NewPath("root:net"), Resources: []schema.GroupVersionResource{gvr("net.io", "v1", "vpcs")}}
-	desired := Build(target, "c-net", opts)
+	target := Workspace{Path: logicalcluster.NewPath("root:net"), Protected: []schema.GroupVersionResource{gvr("net.io", "v1", "vpcs")}}
+	desired := Build(&target, "c-net", opts)
 
 	existing := desired.DeepCopy()
 	existing.ResourceVersion = "42"
@@ -147,21 +205,22 @@ func TestNeedsUpdateAndMerge(t *testing.T) {
 
 	tests := []struct {
 		name   string
-		change func(*Options, *Target)
+		change func(*Options, *Workspace)
 	}{
-		{"URL changed", func(o *Options, _ *Target) { o.URL = "https://b/validate" }},
-		{"CA bundle rotated", func(o *Options, _ *Target) { o.CABundle = []byte("new CA") }},
-		{"timeout changed", func(o *Options, _ *Target) { o.TimeoutSeconds = 3 }},
-		{"failure policy changed", func(o *Options, _ *Target) { o.FailurePolicy = admissionregistrationv1.Ignore }},
-		{"resource added", func(_ *Options, t *Target) { t.Resources = append(t.Resources, gvr("net.io", "v1", "subnets")) }},
-		{"resource removed", func(_ *Options, t *Target) { t.Resources = nil }},
+		{"URL changed", func(o *Options, _ *Workspace) { o.URL = "https://b/validate" }},
+		{"CA bundle rotated", func(o *Options, _ *Workspace) { o.CABundle = []byte("new CA") }},
+		{"timeout changed", func(o *Options, _ *Workspace) { o.TimeoutSeconds = 3 }},
+		{"failure policy changed", func(o *Options, _ *Workspace) { o.FailurePolicy = admissionregistrationv1.Ignore }},
+		{"resource added", func(_ *Options, w *Workspace) { w.Protected = append(w.Protected, gvr("net.io", "v1", "subnets")) }},
+		{"resource removed", func(_ *Options, w *Workspace) { w.Protected = nil }},
+		{"dependent added", func(_ *Options, w *Workspace) { w.Dependents = append(w.Dependents, vms) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			o, tg := opts, target
-			tg.Resources = append([]schema.GroupVersionResource(nil), target.Resources...)
+			tg.Protected = append([]schema.GroupVersionResource(nil), target.Protected...)
 			tt.change(&o, &tg)
-			changed := Build(tg, "c-net", o)
+			changed := Build(&tg, "c-net", o)
 			if !NeedsUpdate(existing, changed) {
 				t.Fatalf("NeedsUpdate() = false")
 			}

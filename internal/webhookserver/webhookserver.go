@@ -126,9 +126,12 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 	if err != nil {
 		return nil, fmt.Errorf("failed to register metrics: %w", err)
 	}
-	validator := webhook.NewDeletionValidator(reg, readiness, ix,
-		webhook.WithTimeout(opts.RequestTimeout), webhook.WithMaxBlockers(opts.MaxBlockers), webhook.WithMetrics(metrics))
-	if err := webhook.Serve(mgr, opts.Path, validator); err != nil {
+	handler := webhook.Handler{
+		Deletion: webhook.NewDeletionValidator(reg, readiness, ix,
+			webhook.WithTimeout(opts.RequestTimeout), webhook.WithMaxBlockers(opts.MaxBlockers), webhook.WithMetrics(metrics)),
+		References: webhook.NewReferenceValidator(reg, readiness, ix, opts.RequestTimeout, metrics),
+	}
+	if err := webhook.Serve(mgr, opts.Path, handler); err != nil {
 		return nil, err
 	}
 	logger.Info("Webhook assembled", "path", opts.Path, "frontProxy", frontProxy)

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -99,8 +100,28 @@ func sampleRule() *depv1alpha1.DependencyRule {
 }
 
 func getConfig(ctx context.Context) (*admissionregistrationv1.ValidatingWebhookConfiguration, error) {
+	return getConfigIn(ctx, network)
+}
+
+func getConfigIn(ctx context.Context, ws logicalcluster.Path) (*admissionregistrationv1.ValidatingWebhookConfiguration, error) {
 	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-	return cfg, cli.Cluster(network).Get(ctx, client.ObjectKey{Name: webhookconfig.Name}, cfg)
+	return cfg, cli.Cluster(ws).Get(ctx, client.ObjectKey{Name: webhookconfig.Name}, cfg)
+}
+
+// mergePatch patches an object with a JSON merge patch.
+func mergePatch(ctx context.Context, ws logicalcluster.Path, obj *unstructured.Unstructured, patch string) error {
+	return cli.Cluster(ws).Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch)))
+}
+
+// deleteHeld deletes a VPC that has a finalizer, so that it stays, being
+// deleted, until the end of the spec.
+func deleteHeld(ctx context.Context, ws logicalcluster.Path, name string) {
+	GinkgoHelper()
+	Expect(mergePatch(ctx, ws, vpc(name), `{"metadata":{"finalizers":["test.io/hold"],"annotations":{"`+depv1alpha1.AnnotationSkipProtection+`":"true"}}}`)).To(Succeed())
+	Expect(remove(ctx, ws, vpcs, name)).To(Succeed())
+	DeferCleanup(func(ctx context.Context) {
+		Expect(mergePatch(ctx, ws, vpc(name), `{"metadata":{"finalizers":null}}`)).To(Succeed())
+	})
 }
 
 func expectConfigInstalled(ctx context.Context) {
@@ -308,11 +329,36 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 		Expect(warnings.Warnings()).To(ContainElement(ContainSubstring("bypassed by kcp-admin")))
 	})
 
-	It("removes the configuration when the rule is deleted, and deletes are allowed", func(ctx context.Context) {
+	It("refuses a new reference to a VPC that is being deleted, in consumers on every shard, and never an unchanged one", func(ctx context.Context) {
+		cfg, err := getConfigIn(ctx, compute)
+		Expect(err).NotTo(HaveOccurred(), "the compute workspace checks new references of its VirtualMachines")
+		Expect(cfg.Webhooks).To(ConsistOf(HaveField("Name", webhookconfig.ReferencesWebhookName)))
+		for _, ws := range []logicalcluster.Path{consumerA, consumerB} {
+			create(ctx, ws, vpc("vpc-going"), vpc("vpc-kept"), vm("vm-kept", "vpc-kept"))
+			deleteHeld(ctx, ws, "vpc-going")
+			deleteHeld(ctx, ws, "vpc-kept")
+
+			err := cli.Cluster(ws).Create(ctx, vm("vm-late", "vpc-going"))
+			Expect(apierrors.IsForbidden(err)).To(BeTrue(), "creating a VM that references a VPC being deleted in %s: %v", ws, err)
+			Expect(err.Error()).To(ContainSubstring(`VirtualMachine "vm-late" cannot reference vpcs "vpc-going": it is being deleted`))
+
+			Expect(mergePatch(ctx, ws, vm("vm-kept", ""), `{"metadata":{"labels":{"tier":"gold"}}}`)).To(Succeed(), "an update that keeps the reference in %s", ws)
+			Expect(cli.Cluster(ws).Create(ctx, vm("vm-early", "vpc-not-yet"))).To(Succeed(), "a reference to a VPC that does not exist yet in %s", ws)
+		}
+	})
+
+	It("removes the configurations when the rule is deleted: deletes and new references are allowed", func(ctx context.Context) {
 		Expect(cli.Cluster(compute).Delete(ctx, sampleRule())).To(Succeed())
 		expectConfigRemoved(ctx)
+		Eventually(func() bool {
+			_, err := getConfigIn(ctx, compute)
+			return apierrors.IsNotFound(err)
+		}).WithTimeout(timeout).WithPolling(interval).Should(BeTrue(), "the check of new references should be removed")
 		create(ctx, consumerA, vpc("vpc-free"), vm("vm-free", "vpc-free"))
 		expectDeletable(ctx, consumerA, vpcs, "vpc-free")
+		create(ctx, consumerA, vpc("vpc-going-free"))
+		deleteHeld(ctx, consumerA, "vpc-going-free")
+		Expect(cli.Cluster(consumerA).Create(ctx, vm("vm-unchecked", "vpc-going-free"))).To(Succeed())
 	})
 
 	It("protects again when the rule is recreated", func(ctx context.Context) {

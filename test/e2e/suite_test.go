@@ -115,6 +115,7 @@ var _ = BeforeSuite(func(ctx context.Context) {
 	applySample(ctx, network, "network-provider/apiresourceschema-vpcs.yaml")
 	applySample(ctx, network, "network-provider/apiexport.yaml")
 	applySample(ctx, network, "network-provider/apibinding-dependencies.yaml")
+	applySample(ctx, network, "network-provider/webhook-access.yaml")
 	applySample(ctx, compute, "compute-provider/apiresourceschema-virtualmachines.yaml")
 	applySample(ctx, compute, "compute-provider/apiexport.yaml")
 	applySample(ctx, compute, "compute-provider/apibinding-dependencies.yaml")

@@ -86,16 +86,19 @@ func TestMeasure(t *testing.T) {
 	report := []string{"## Single DELETEs (p50 / p99, ms; dry-run, through kcp's admission chain)", "",
 		"| dependents in the namespace | DELETE, no webhook | raw LIST of the dependents | DELETE denied | DELETE allowed |",
 		"|---|---|---|---|---|"}
-	before := s.rss(t)
+	before := s.memory(t)
 	for _, n := range []int{1000, 10000} {
 		report = append(report, s.single(ctx, t, n))
 	}
 	indexed := s.indexed(t)
-	after := s.rss(t)
-	perTenK := float64(after-before) / float64(indexed) * 10000 / (1 << 20)
+	after := s.memory(t)
+	perTenK := func(before, after float64) float64 { return (after - before) / float64(indexed) * 10000 / (1 << 20) }
+	rss, heap := perTenK(before.rss, after.rss), perTenK(before.heap, after.heap)
 	report = append(report, "", "## Webhook memory", "",
-		fmt.Sprintf("RSS %.0f MiB with %d dependents indexed (%.0f MiB before); %.1f MiB per 10,000 indexed dependents, so %.0f MiB per 100,000 (extrapolated).",
-			float64(after)/(1<<20), indexed, float64(before)/(1<<20), perTenK, perTenK*10))
+		fmt.Sprintf("With %d dependents indexed: RSS %.0f MiB (%.0f MiB before), live Go heap %.0f MiB (%.0f MiB before).",
+			indexed, after.rss/(1<<20), before.rss/(1<<20), after.heap/(1<<20), before.heap/(1<<20)),
+		fmt.Sprintf("Per 10,000 indexed dependents: %.1f MiB RSS, %.1f MiB live heap; so per 100,000 (extrapolated linearly): %.0f MiB RSS, %.0f MiB live heap.",
+			rss, heap, rss*10, heap*10))
 
 	report = append(report, "", "## Bulk deletions (seconds): N targets and N dependents referencing them", "",
 		"| N | `kubectl delete vpcs --all`, no rule | same, with the rule (all denied) | namespace, no rule | namespace, with the rule |",
@@ -202,7 +205,7 @@ func start(ctx context.Context, t *testing.T) *setup {
 			}},
 		},
 	}
-	wh := webhookconfig.Build(webhookconfig.Target{Path: network, Resources: []schema.GroupVersionResource{vpcs}}, logicalcluster.Name(networkWS.Spec.Cluster),
+	wh := webhookconfig.Build(&webhookconfig.Workspace{Path: network, Protected: []schema.GroupVersionResource{vpcs}}, logicalcluster.Name(networkWS.Spec.Cluster),
 		webhookconfig.Options{URL: fmt.Sprintf("https://127.0.0.1:%d/validate", port), CABundle: ca, TimeoutSeconds: 10, FailurePolicy: admissionregistrationv1.Fail})
 	s.installWH = func(t *testing.T) {
 		must(t, cli.Cluster(compute).Create(ctx, rule.DeepCopy()))
@@ -331,29 +334,38 @@ func (s *setup) waitIndexed(ctx context.Context, t *testing.T) {
 	}))
 }
 
-var indexedMetric = regexp.MustCompile(`(?m)^dependency_webhook_indexed_dependents (\d+)`)
-
 // indexed returns the number of dependents in the webhook's index.
 func (s *setup) indexed(t *testing.T) int {
+	return int(s.metric(t, "dependency_webhook_indexed_dependents"))
+}
+
+// metric returns the value of an unlabelled metric of the webhook.
+func (s *setup) metric(t *testing.T, name string) float64 {
 	resp, err := http.Get(s.metrics)
 	must(t, err)
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	must(t, err)
-	m := indexedMetric.FindSubmatch(body)
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindSubmatch(body)
 	if m == nil {
-		t.Fatalf("no dependency_webhook_indexed_dependents in the webhook's metrics")
+		t.Fatalf("no %s in the webhook's metrics", name)
 	}
-	n, err := strconv.Atoi(string(m[1]))
+	v, err := strconv.ParseFloat(string(m[1]), 64)
 	must(t, err)
-	return n
+	return v
+}
+
+// usage is the webhook's memory: its resident set size and its live Go heap
+// as of the last garbage collection, in bytes.
+type usage struct {
+	rss, heap float64
 }
 
 var vmRSS = regexp.MustCompile(`VmRSS:\s+(\d+) kB`)
 
-// rss returns the webhook's resident set size in bytes, after its runtime
-// had a moment to return freed memory.
-func (s *setup) rss(t *testing.T) int64 {
+// memory returns the webhook's memory, after its runtime had a moment to
+// collect garbage and return freed memory.
+func (s *setup) memory(t *testing.T) usage {
 	time.Sleep(5 * time.Second)
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.webhook.Pid()))
 	must(t, err)
@@ -363,7 +375,7 @@ func (s *setup) rss(t *testing.T) int64 {
 	}
 	kb, err := strconv.ParseInt(string(m[1]), 10, 64)
 	must(t, err)
-	return kb << 10
+	return usage{rss: float64(kb << 10), heap: s.metric(t, "go_gc_heap_live_bytes")}
 }
 
 func vmSpec(vpc string) map[string]any {

@@ -1,0 +1,194 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+
+	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/registry"
+)
+
+// GuardFinder finds the rules whose dependent type a provider workspace
+// serves; *registry.Registry implements it.
+type GuardFinder interface {
+	FindGuards(dependent registry.Target) []registry.Guard
+}
+
+// Targets reads protected objects live; *index.Index implements it.
+type Targets interface {
+	// State returns what is known about a source.
+	State(src index.Source) index.State
+	// Lookup reads the objects of src named name in cluster (in namespace,
+	// or in every namespace if it is empty and the resource is namespaced).
+	Lookup(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string) ([]index.Object, error)
+}
+
+// ReferenceValidator is an admission.Handler that kcp calls for CREATE and
+// UPDATE of dependents: it refuses a new reference to an object that is
+// being deleted, which would dangle as soon as that object is gone.
+//
+// Only references that the request adds are checked: an UPDATE that keeps
+// a dependent's references (a status or label change) is never refused,
+// and neither is a dependent that is being deleted itself. A reference to an
+// object that does not exist is allowed, so that a dependent may be created
+// before what it references (as GitOps tools do).
+type ReferenceValidator struct {
+	rules     GuardFinder
+	readiness Readiness
+	targets   Targets
+	timeout   time.Duration
+	metrics   *Metrics
+}
+
+// NewReferenceValidator returns a validator that finds rules in rules,
+// waits until readiness reports them loaded, and reads targets through
+// targets, within timeout per request (none if 0), recording checks in
+// metrics (if not nil).
+func NewReferenceValidator(rules GuardFinder, readiness Readiness, targets Targets, timeout time.Duration, metrics *Metrics) *ReferenceValidator {
+	return &ReferenceValidator{rules: rules, readiness: readiness, targets: targets, timeout: timeout, metrics: metrics}
+}
+
+// Handle implements admission.Handler.
+func (v *ReferenceValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	resp, outcome := v.handle(ctx, req)
+	v.metrics.referenceChecked(outcome)
+	return resp
+}
+
+// reference is a target a request adds a reference to.
+type reference struct {
+	target    index.Source
+	namespace string
+	name      string
+}
+
+func (v *ReferenceValidator) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return admission.Allowed(""), DecisionAllowed
+	}
+	if !v.readiness.Loaded() {
+		return unavailable("the dependency webhook is starting and has not loaded all DependencyRules yet; retry in a few seconds"), DecisionError
+	}
+	obj, errResp := readSubject(ctx, req.Object.Raw, "object")
+	if errResp != nil {
+		return *errResp, DecisionError
+	}
+	if obj.Metadata.DeletionTimestamp != nil {
+		return admission.Allowed(""), DecisionAllowed
+	}
+	gr := schema.GroupResource{Group: req.Resource.Group, Resource: req.Resource.Resource}
+	guards := v.rules.FindGuards(registry.Target{Cluster: obj.provider, Resource: gr})
+	if len(guards) == 0 {
+		return admission.Allowed(""), DecisionAllowed
+	}
+	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) == 0 {
+		return admission.Errored(http.StatusBadRequest, errors.New("the UPDATE request has no oldObject")), DecisionError
+	}
+
+	// The references the request adds, each target once.
+	var added []reference
+	for _, g := range guards {
+		for _, ref := range g.References {
+			if ref.Target.Export.Name == "" {
+				continue // the protected workspace does not bind the dependencies APIExport
+			}
+			state := v.targets.State(ref.Target)
+			if state.Phase != index.PhaseSyncing && state.Phase != index.PhaseSynced {
+				continue // the rule reports why its targets cannot be read
+			}
+			names, err := ref.Path.ResolveJSON(req.Object.Raw)
+			if err != nil {
+				return admission.Errored(http.StatusBadRequest, fmt.Errorf("failed to read %s of the object: %w", ref.Path, err)), DecisionError
+			}
+			var before []string
+			if req.Operation == admissionv1.Update {
+				if before, err = ref.Path.ResolveJSON(req.OldObject.Raw); err != nil {
+					return admission.Errored(http.StatusBadRequest, fmt.Errorf("failed to read %s of the old object: %w", ref.Path, err)), DecisionError
+				}
+			}
+			namespace := ""
+			if state.Namespaced {
+				namespace = obj.Metadata.Namespace
+			}
+			for _, name := range names {
+				r := reference{target: ref.Target, namespace: namespace, name: name}
+				if name != "" && !slices.Contains(before, name) && !slices.Contains(added, r) {
+					added = append(added, r)
+				}
+			}
+		}
+	}
+	if len(added) == 0 {
+		return admission.Allowed(""), DecisionAllowed
+	}
+
+	kind, name := req.Kind.Kind, obj.Metadata.Name
+	if name == "" {
+		name = obj.Metadata.GenerateName + "<generated>"
+	}
+	if v.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, v.timeout)
+		defer cancel()
+	}
+	var problems []string
+	for _, r := range added {
+		var found []index.Object
+		err := index.Retry(ctx, func() error {
+			var err error
+			found, err = v.targets.Lookup(ctx, r.target, obj.cluster, r.namespace, r.name)
+			return err
+		}, v.metrics.retried)
+		if err != nil {
+			log.FromContext(ctx).Error(err, "Failed to read a referenced object", "cluster", obj.cluster, "target", r.target, "name", r.name)
+			return unavailable(fmt.Sprintf("could not check whether %s %q may reference %s %q (reading it failed: %v); retry",
+				kind, name, r.target.Resource.Resource, r.name, err)), DecisionError
+		}
+		for _, o := range found {
+			if o.Terminating {
+				problems = append(problems, fmt.Sprintf("%s %q cannot reference %s %q: it is being deleted", kind, name, r.target.Resource.Resource, r.name))
+				break
+			}
+		}
+	}
+	if len(problems) > 0 {
+		resp := admission.Denied(strings.Join(problems, "; "))
+		resp.AuditAnnotations = map[string]string{AuditDecision: DecisionDenied}
+		return resp, DecisionDenied
+	}
+	return admission.Allowed(""), DecisionAllowed
+}
+
+// Handler routes the admission requests of kcp by operation: DELETE to the
+// DeletionValidator, CREATE and UPDATE to the ReferenceValidator; anything
+// else is allowed.
+type Handler struct {
+	// Deletion judges DELETE requests.
+	Deletion admission.Handler
+	// References judges CREATE and UPDATE requests.
+	References admission.Handler
+}
+
+// Handle implements admission.Handler.
+func (h Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
+	switch req.Operation {
+	case admissionv1.Delete:
+		return h.Deletion.Handle(ctx, req)
+	case admissionv1.Create, admissionv1.Update:
+		return h.References.Handle(ctx, req)
+	default:
+		return admission.Allowed("")
+	}
+}

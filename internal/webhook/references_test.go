@@ -1,0 +1,304 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+
+	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
+	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/registry"
+)
+
+// targetSource is the VPCs of the network provider, as the guard reads them.
+var targetSource = index.Source{Export: kcp.ObjectKey{Cluster: "c-net", Name: "network.io"}, Resource: vpcs}
+
+// staticGuards are the rules whose dependent the provider workspace serves.
+type staticGuards map[schema.GroupResource][]registry.Guard
+
+func (s staticGuards) FindGuards(t registry.Target) []registry.Guard {
+	if t.Cluster != provider {
+		return nil
+	}
+	return s[t.Resource]
+}
+
+// vmGuard is a rule of the provider workspace: VirtualMachines reference
+// VPCs at each of paths.
+func vmGuard(target index.Source, paths ...string) registry.Guard {
+	g := registry.Guard{Rule: kcp.ObjectKey{Cluster: provider, Name: "vm-rule"}, Dependent: index.Source{Export: kcp.ObjectKey{Cluster: provider, Name: "compute.io"}, Resource: vms}}
+	for _, p := range paths {
+		g.References = append(g.References, registry.GuardReference{Path: fieldpath.MustParse(p), Target: target})
+	}
+	return g
+}
+
+// fakeTargets holds the objects the guard can read, by
+// "cluster|namespace/name"; a namespace of "*" lists across namespaces.
+type fakeTargets struct {
+	objects  map[string]index.Object
+	states   map[index.Source]index.State
+	failures int
+	failWith error
+	err      error
+	calls    []string
+}
+
+func (f *fakeTargets) State(src index.Source) index.State {
+	if s, ok := f.states[src]; ok {
+		return s
+	}
+	return index.State{Phase: index.PhaseSynced, Namespaced: true}
+}
+
+func (f *fakeTargets) Lookup(_ context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string) ([]index.Object, error) {
+	f.calls = append(f.calls, fmt.Sprintf("%s %s %s/%s", cluster, src.Resource.Resource, namespace, name))
+	if f.err != nil {
+		return nil, f.err
+	}
+	if f.failures > 0 {
+		f.failures--
+		return nil, f.failWith
+	}
+	var out []index.Object
+	for key, o := range f.objects {
+		c, nsName, _ := strings.Cut(key, "|")
+		ns, n, _ := strings.Cut(nsName, "/")
+		if c == cluster.String() && n == name && (ns == namespace || namespace == "" && f.State(src).Namespaced) {
+			out = append(out, o)
+		}
+	}
+	return out, nil
+}
+
+// writeRequest is a CREATE (old == nil) or UPDATE of a VirtualMachine in the
+// consumer workspace.
+func writeRequest(namespace, name string, spec, oldSpec map[string]any, terminating bool) admission.Request {
+	raw := func(spec map[string]any) []byte {
+		meta := map[string]any{"name": name, "annotations": map[string]any{logicalcluster.AnnotationKey: consumer.String()}}
+		if namespace != "" {
+			meta["namespace"] = namespace
+		}
+		if terminating {
+			meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+		}
+		b, _ := json.Marshal(map[string]any{"apiVersion": "compute.io/v1", "kind": "VirtualMachine", "metadata": meta, "spec": spec})
+		return b
+	}
+	req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		UID:       "req-1",
+		Operation: admissionv1.Create,
+		Kind:      metav1.GroupVersionKind{Group: "compute.io", Version: "v1", Kind: "VirtualMachine"},
+		Resource:  metav1.GroupVersionResource{Group: vms.Group, Version: vms.Version, Resource: vms.Resource},
+		Name:      name, Namespace: namespace,
+		Object: runtime.RawExtension{Raw: raw(spec)},
+	}}
+	if oldSpec != nil {
+		req.Operation = admissionv1.Update
+		req.OldObject = runtime.RawExtension{Raw: raw(oldSpec)}
+	}
+	return req
+}
+
+func vpcRef(name string) map[string]any {
+	return map[string]any{"vpcRef": map[string]any{"name": name}}
+}
+
+func TestReferenceValidator(t *testing.T) {
+	deletingVPC := map[string]index.Object{"consumer|default/vpc-old": {Namespace: "default", Name: "vpc-old", Terminating: true}, "consumer|default/vpc-a": {Namespace: "default", Name: "vpc-a"}}
+	guards := staticGuards{vms.GroupResource(): {vmGuard(targetSource, ".spec.vpcRef.name", ".spec.nics[*].vpc")}}
+	tests := []struct {
+		name        string
+		req         admission.Request
+		guards      staticGuards
+		targets     *fakeTargets
+		notLoaded   bool
+		wantAllowed bool
+		wantCode    int32
+		wantMessage string
+		// wantCalls are the lookups made; nil means none.
+		wantCalls []string
+	}{
+		{
+			name:        "a new reference to an object that is being deleted is refused, naming it",
+			req:         writeRequest("default", "vm-1", vpcRef("vpc-old"), nil, false),
+			targets:     &fakeTargets{objects: deletingVPC},
+			wantMessage: `VirtualMachine "vm-1" cannot reference vpcs "vpc-old": it is being deleted`,
+			wantCalls:   []string{"consumer vpcs default/vpc-old"},
+		},
+		{
+			name:        "a reference to an object that exists is allowed",
+			req:         writeRequest("default", "vm-1", vpcRef("vpc-a"), nil, false),
+			targets:     &fakeTargets{objects: deletingVPC},
+			wantAllowed: true,
+			wantCalls:   []string{"consumer vpcs default/vpc-a"},
+		},
+		{
+			name:        "a reference to an object that does not exist (yet) is allowed",
+			req:         writeRequest("default", "vm-1", vpcRef("vpc-later"), nil, false),
+			targets:     &fakeTargets{objects: deletingVPC},
+			wantAllowed: true,
+			wantCalls:   []string{"consumer vpcs default/vpc-later"},
+		},
+		{
+			name:        "an update that keeps the reference is allowed without reading",
+			req:         writeRequest("default", "vm-1", map[string]any{"vpcRef": map[string]any{"name": "vpc-old"}, "cpu": 8}, vpcRef("vpc-old"), false),
+			targets:     &fakeTargets{objects: deletingVPC},
+			wantAllowed: true,
+		},
+		{
+			name:        "an update that adds a reference in a list is checked for the added name only",
+			req:         writeRequest("default", "vm-1", map[string]any{"nics": []any{map[string]any{"vpc": "vpc-a"}, map[string]any{"vpc": "vpc-old"}}}, map[string]any{"nics": []any{map[string]any{"vpc": "vpc-a"}}}, false),
+			targets:     &fakeTargets{objects: deletingVPC},
+			wantMessage: `VirtualMachine "vm-1" cannot reference vpcs "vpc-old"`,
+			wantCalls:   []string{"consumer vpcs default/vpc-old"},
+		},
+		{
+			name:        "the same name at two paths is read once",
+			req:         writeRequest("default", "vm-1", map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}, "nics": []any{map[string]any{"vpc": "vpc-a"}}}, nil, false),
+			targets:     &fakeTargets{objects: deletingVPC},
+			wantAllowed: true,
+			wantCalls:   []string{"consumer vpcs default/vpc-a"},
+		},
+		{
+			name:        "a dependent that is being deleted is never refused",
+			req:         writeRequest("default", "vm-1", vpcRef("vpc-old"), vpcRef("vpc-a"), true),
+			targets:     &fakeTargets{objects: deletingVPC},
+			wantAllowed: true,
+		},
+		{
+			name:        "a dependent without references is allowed without reading",
+			req:         writeRequest("default", "vm-1", map[string]any{"cpu": 2}, nil, false),
+			targets:     &fakeTargets{objects: deletingVPC},
+			wantAllowed: true,
+		},
+		{
+			name: "a cluster-scoped target is read cluster-wide",
+			req:  writeRequest("default", "vm-1", vpcRef("global"), nil, false),
+			targets: &fakeTargets{objects: map[string]index.Object{"consumer|/global": {Name: "global", Terminating: true}},
+				states: map[index.Source]index.State{targetSource: {Phase: index.PhaseSynced, Namespaced: false}}},
+			wantMessage: `cannot reference vpcs "global"`,
+			wantCalls:   []string{"consumer vpcs /global"},
+		},
+		{
+			name:        "a cluster-scoped dependent looks for a namespaced target in every namespace",
+			req:         writeRequest("", "vm-1", vpcRef("vpc-old"), nil, false),
+			targets:     &fakeTargets{objects: deletingVPC},
+			wantMessage: `cannot reference vpcs "vpc-old"`,
+			wantCalls:   []string{"consumer vpcs /vpc-old"},
+		},
+		{
+			name:        "a target whose provider has not granted access is not checked",
+			req:         writeRequest("default", "vm-1", vpcRef("vpc-old"), nil, false),
+			targets:     &fakeTargets{objects: deletingVPC, states: map[index.Source]index.State{targetSource: {Phase: index.PhaseAccessDenied}}},
+			wantAllowed: true,
+		},
+		{
+			name:        "a reference whose protected workspace does not bind the export yet is not checked",
+			req:         writeRequest("default", "vm-1", vpcRef("vpc-old"), nil, false),
+			guards:      staticGuards{vms.GroupResource(): {vmGuard(index.Source{}, ".spec.vpcRef.name")}},
+			targets:     &fakeTargets{objects: deletingVPC},
+			wantAllowed: true,
+		},
+		{
+			name: "a type no rule names as dependent is allowed",
+			req: func() admission.Request {
+				r := writeRequest("default", "db", vpcRef("vpc-old"), nil, false)
+				r.Resource.Resource = "databases"
+				return r
+			}(),
+			targets:     &fakeTargets{objects: deletingVPC},
+			wantAllowed: true,
+		},
+		{
+			name:        "read failures that clear are retried within the request",
+			req:         writeRequest("default", "vm-1", vpcRef("vpc-old"), nil, false),
+			targets:     &fakeTargets{objects: deletingVPC, failures: 2, failWith: apierrors.NewServiceUnavailable("storage is (re)initializing")},
+			wantMessage: `cannot reference vpcs "vpc-old"`,
+			wantCalls:   []string{"consumer vpcs default/vpc-old", "consumer vpcs default/vpc-old", "consumer vpcs default/vpc-old"},
+		},
+		{
+			name:        "a read that fails for good is a denial with a retry message (fail closed)",
+			req:         writeRequest("default", "vm-1", vpcRef("vpc-a"), nil, false),
+			targets:     &fakeTargets{err: apierrors.NewForbidden(vpcs.GroupResource(), "", errors.New("no"))},
+			wantCode:    http.StatusServiceUnavailable,
+			wantMessage: `could not check whether VirtualMachine "vm-1" may reference vpcs "vpc-a"`,
+			wantCalls:   []string{"consumer vpcs default/vpc-a"},
+		},
+		{
+			name:        "before the rules are loaded, writes of dependents are refused with a retry message",
+			req:         writeRequest("default", "vm-1", vpcRef("vpc-a"), nil, false),
+			targets:     &fakeTargets{},
+			notLoaded:   true,
+			wantCode:    http.StatusServiceUnavailable,
+			wantMessage: "retry",
+		},
+		{
+			name: "an object without the kcp.io/cluster annotation is a bad request",
+			req: func() admission.Request {
+				r := writeRequest("default", "vm-1", vpcRef("vpc-a"), nil, false)
+				r.Object.Raw = []byte(`{"metadata":{"name":"vm-1"}}`)
+				return r
+			}(),
+			targets:     &fakeTargets{},
+			wantCode:    http.StatusBadRequest,
+			wantMessage: "kcp.io/cluster",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := tt.guards
+			if g == nil {
+				g = guards
+			}
+			v := NewReferenceValidator(g, loaded(!tt.notLoaded), tt.targets, 0, nil)
+			resp := v.Handle(WithProvider(context.Background(), provider), tt.req)
+			if resp.Allowed != tt.wantAllowed {
+				t.Fatalf("Allowed = %v, want %v (%+v)", resp.Allowed, tt.wantAllowed, resp.Result)
+			}
+			if !tt.wantAllowed {
+				if tt.wantCode != 0 && resp.Result.Code != tt.wantCode {
+					t.Errorf("code = %d, want %d", resp.Result.Code, tt.wantCode)
+				}
+				if !strings.Contains(resp.Result.Message, tt.wantMessage) {
+					t.Errorf("message = %q, want it to contain %q", resp.Result.Message, tt.wantMessage)
+				}
+			}
+			if fmt.Sprint(tt.targets.calls) != fmt.Sprint(tt.wantCalls) {
+				t.Errorf("lookups = %q, want %q", tt.targets.calls, tt.wantCalls)
+			}
+		})
+	}
+}
+
+// The Handler routes by operation.
+func TestHandlerRoutesByOperation(t *testing.T) {
+	var got []string
+	record := func(name string) admission.HandlerFunc {
+		return func(context.Context, admission.Request) admission.Response {
+			got = append(got, name)
+			return admission.Allowed("")
+		}
+	}
+	h := Handler{Deletion: record("deletion"), References: record("references")}
+	for _, op := range []admissionv1.Operation{admissionv1.Delete, admissionv1.Create, admissionv1.Update, admissionv1.Connect} {
+		h.Handle(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{Operation: op}})
+	}
+	if want := []string{"deletion", "references", "references"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("routed to %v, want %v", got, want)
+	}
+}
