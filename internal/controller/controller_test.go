@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -232,15 +233,14 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 	})
 
 	It("follows in-place edits and removes stale entries", func(ctx context.Context) {
-		rule := &depv1alpha1.DependencyRule{}
-		Expect(cli.Cluster(compute).Get(ctx, client.ObjectKey{Name: "db-to-subnet"}, rule)).To(Succeed())
-		rule.Spec.Dependencies[0].Resource = "routers"
-		rule.Spec.Dependencies = append(rule.Spec.Dependencies, depv1alpha1.Dependency{
-			APIExportRef: depv1alpha1.APIExportReference{Path: storage.String(), Name: "storage.test.io"},
-			Group:        "storage.test.io", Version: "v1", Resource: "buckets",
-			FieldRef: depv1alpha1.FieldReference{Path: ".spec.buckets[*]"},
+		rule := updateRule(ctx, compute, "db-to-subnet", func(rule *depv1alpha1.DependencyRule) {
+			rule.Spec.Dependencies[0].Resource = "routers"
+			rule.Spec.Dependencies = append(rule.Spec.Dependencies, depv1alpha1.Dependency{
+				APIExportRef: depv1alpha1.APIExportReference{Path: storage.String(), Name: "storage.test.io"},
+				Group:        "storage.test.io", Version: "v1", Resource: "buckets",
+				FieldRef: depv1alpha1.FieldReference{Path: ".spec.buckets[*]"},
+			})
 		})
-		Expect(cli.Cluster(compute).Update(ctx, rule)).To(Succeed())
 
 		expectProtects(ctx, network, "network.test.io/v1/routers [DELETE]", "network.test.io/v1/vpcs [DELETE]")
 		expectProtects(ctx, storage, "storage.test.io/v1/buckets [DELETE]")
@@ -248,9 +248,9 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 		Expect(got.Status.DependencyCount).To(BeEquivalentTo(2))
 
 		By("dropping the storage dependency again")
-		Expect(cli.Cluster(compute).Get(ctx, client.ObjectKey{Name: "db-to-subnet"}, rule)).To(Succeed())
-		rule.Spec.Dependencies = rule.Spec.Dependencies[:1]
-		Expect(cli.Cluster(compute).Update(ctx, rule)).To(Succeed())
+		updateRule(ctx, compute, "db-to-subnet", func(rule *depv1alpha1.DependencyRule) {
+			rule.Spec.Dependencies = rule.Spec.Dependencies[:1]
+		})
 		expectNoConfig(ctx, storage)
 	})
 
@@ -426,3 +426,18 @@ var _ = Describe("Controller startup", func() {
 			ContainSubstring("is the kubeconfig pointing at the workspace of the APIExport"))))
 	})
 })
+
+// updateRule changes a rule of a workspace and returns it, retrying on
+// conflicts with the controller's status writes.
+func updateRule(ctx context.Context, ws logicalcluster.Path, name string, mutate func(*depv1alpha1.DependencyRule)) *depv1alpha1.DependencyRule {
+	GinkgoHelper()
+	rule := &depv1alpha1.DependencyRule{}
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := cli.Cluster(ws).Get(ctx, client.ObjectKey{Name: name}, rule); err != nil {
+			return err
+		}
+		mutate(rule)
+		return cli.Cluster(ws).Update(ctx, rule)
+	})).To(Succeed())
+	return rule
+}

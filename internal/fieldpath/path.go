@@ -99,6 +99,18 @@ func (p Path) String() string {
 	return p.s
 }
 
+// Steps returns the steps of the path in order: each field name, and the
+// empty string for each [*].
+func (p Path) Steps() []string {
+	var steps []string
+	for rest := p.s; rest != ""; {
+		var name string
+		name, rest = nextStep(rest)
+		steps = append(steps, name)
+	}
+	return steps
+}
+
 // nextStep splits a non-empty suffix of a canonical path into its first step
 // and the remainder. A step is either a field name, or the wildcard "[*]",
 // which is returned as the empty name.

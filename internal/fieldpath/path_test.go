@@ -1,6 +1,7 @@
 package fieldpath
 
 import (
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -181,6 +182,19 @@ func TestParseAgreesWithPattern(t *testing.T) {
 		_, err := Parse(s)
 		if got, want := err == nil, matchesPattern(s); got != want {
 			t.Errorf("Parse(%q) error = %v, but Pattern and MaxLength accept it: %v", s, err, want)
+		}
+	}
+}
+
+func TestSteps(t *testing.T) {
+	for path, want := range map[string][]string{
+		".spec.vpcRef.name":  {"spec", "vpcRef", "name"},
+		"spec.nics[*].vpc":   {"spec", "nics", "", "vpc"},
+		".matrix[*][*].name": {"matrix", "", "", "name"},
+		".tags[*]":           {"tags", ""},
+	} {
+		if got := MustParse(path).Steps(); !reflect.DeepEqual(got, want) {
+			t.Errorf("Steps(%s) = %q, want %q", path, got, want)
 		}
 	}
 }

@@ -37,6 +37,13 @@ import (
 // name: its dependents cannot be checked.
 var ErrVersionNotServed = errors.New("version not served")
 
+// ErrNotInspected is returned (wrapped) by Confirm and Lookup while the
+// APIExport of a source has not been read yet (right after the source was
+// added, e.g. when the webhook starts): which shards serve it is not known,
+// so nothing can be read. It clears within a poll interval; Retry waits for
+// it.
+var ErrNotInspected = errors.New("the APIExport has not been read yet")
+
 // Options configure an Index.
 type Options struct {
 	// PollInterval is how often the APIExportEndpointSlice and the resources
@@ -285,10 +292,13 @@ func (ix *Index) onShardOf(src Source, cluster logicalcluster.Name, read func(r 
 		return fmt.Errorf("%s is not watched", src)
 	}
 	sw.lock.Lock()
-	state := sw.state
+	state, inspected := sw.state, sw.inspected
 	urls := slices.Clone(sw.urls)
 	hint, hinted := sw.shardOf[cluster]
 	sw.lock.Unlock()
+	if !inspected {
+		return fmt.Errorf("%s: %w", src, ErrNotInspected)
+	}
 	if shard, ok := sw.store.shard(cluster); ok {
 		hint, hinted = shard, true
 	}

@@ -24,6 +24,7 @@ const (
 	CauseRetryAfter      = "retry-after"
 	CauseGateway         = "gateway"
 	CauseConnection      = "connection"
+	CauseNotInspected    = "not-inspected"
 )
 
 // RetryCause reports whether a failed read is worth retrying, and why: kcp
@@ -31,11 +32,15 @@ const (
 // warms up, after a restart or the first use of a newly bound type, and a
 // connection can be reset or an etcd leader change can fail a request; all
 // of these clear within milliseconds to seconds, as does a proxy's 502 or
-// 504 while a shard is unreachable, or a response cut off mid-stream. Errors that a retry does not
-// change (403, 404, malformed data, a canceled request) are not retried.
+// 504 while a shard is unreachable, or a response cut off mid-stream, and
+// ErrNotInspected right after a source was added. Errors that a retry does
+// not change (403, 404, malformed data, a canceled request) are not retried.
 func RetryCause(err error) (string, bool) {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return "", false
+	}
+	if errors.Is(err, ErrNotInspected) {
+		return CauseNotInspected, true
 	}
 	if _, ok := apierrors.SuggestsClientDelay(err); ok && !apierrors.IsTooManyRequests(err) && !apierrors.IsServiceUnavailable(err) {
 		return CauseRetryAfter, true

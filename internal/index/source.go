@@ -87,7 +87,20 @@ type State struct {
 	Kind string
 	// Shards is the number of shards the APIExport is served on.
 	Shards int
+	// PathProblems are the paths to read that can never hold a name in the
+	// schema of the resource, as its APIExport serves it.
+	PathProblems []PathProblem
 }
+
+// Equal reports whether two states are the same.
+func (s State) Equal(o State) bool {
+	return s.Phase == o.Phase && s.Message == o.Message && s.Namespaced == o.Namespaced && s.Kind == o.Kind &&
+		s.Shards == o.Shards && slices.Equal(s.PathProblems, o.PathProblems)
+}
+
+// schemaCheckInterval is how often the schema of a watched source is read
+// again to check the paths: a provider may add a field to its schema.
+const schemaCheckInterval = 5 * time.Minute
 
 // sourceWatch keeps the store of one source current: it follows the
 // APIExportEndpointSlice of the export (shards added and removed), checks
@@ -104,11 +117,19 @@ type sourceWatch struct {
 
 	lock  sync.Mutex
 	state State
-	// urls are the virtual workspace URLs of the export, one per shard.
-	urls   []string
-	shards map[string]*shardWatch
+	// urls are the virtual workspace URLs of the export, one per shard,
+	// valid once inspected is set: before the export has been read, no URL
+	// does not mean that no shard serves it.
+	urls      []string
+	inspected bool
+	shards    map[string]*shardWatch
 	// shardOf is the URL through which a cluster was last read.
 	shardOf map[logicalcluster.Name]string
+
+	// schemaChecked is when the paths were last checked against the schema,
+	// with the problems found; only run's goroutine uses them.
+	schemaChecked time.Time
+	pathProblems  []PathProblem
 }
 
 // shardWatch is the reflector of one shard.
@@ -165,6 +186,9 @@ func (sw *sourceWatch) run(ctx context.Context) {
 // stops shard reflectors, and recomputes the state.
 func (sw *sourceWatch) refresh(ctx context.Context, logger interface{ Info(string, ...any) }) {
 	state, urls := sw.inspect(ctx)
+	if state.Phase == PhaseSyncing && sw.watched() {
+		state.PathProblems = sw.checkSchema(ctx, logger)
+	}
 	sw.lock.Lock()
 	if state.Phase == PhaseSyncing || state.Phase == PhaseVersionNotServed {
 		sw.ensureShards(ctx, urls, state.Phase == PhaseSyncing && sw.watched())
@@ -176,8 +200,8 @@ func (sw *sourceWatch) refresh(ctx context.Context, logger interface{ Info(strin
 	}
 	changed := false
 	if state.Phase != "" {
-		sw.urls = urls
-		if state != sw.state {
+		sw.urls, sw.inspected = urls, true
+		if !state.Equal(sw.state) {
 			changed = true
 			sw.state = state
 		}
@@ -264,6 +288,22 @@ func (sw *sourceWatch) inspect(ctx context.Context) (State, []string) {
 	}
 }
 
+// checkSchema returns the paths of the source that can never hold a name in
+// the schema of its resource, at most every schemaCheckInterval; if the
+// schema cannot be read, the last result.
+func (sw *sourceWatch) checkSchema(ctx context.Context, logger interface{ Info(string, ...any) }) []PathProblem {
+	if !sw.schemaChecked.IsZero() && time.Since(sw.schemaChecked) < schemaCheckInterval {
+		return sw.pathProblems
+	}
+	problems, err := checkPaths(ctx, sw.ix.frontProxy, sw.src.Export.Cluster, sw.src.Export.Name, sw.src.Resource, sw.paths)
+	if err != nil {
+		logger.Info("Cannot check the field paths against the schema", "error", err)
+		return sw.pathProblems
+	}
+	sw.schemaChecked, sw.pathProblems = time.Now(), problems
+	return problems
+}
+
 // ensureShards runs a reflector for each URL (if watch is set) and stops
 // those of other shards. Callers hold the lock.
 func (sw *sourceWatch) ensureShards(ctx context.Context, urls []string, watch bool) {
@@ -324,7 +364,7 @@ func (sw *sourceWatch) refreshState() {
 	changed := false
 	if sw.state.Phase == PhaseSyncing || sw.state.Phase == PhaseSynced {
 		next := sw.shardState(sw.state)
-		changed = next != sw.state
+		changed = !next.Equal(sw.state)
 		sw.state = next
 	}
 	sw.lock.Unlock()

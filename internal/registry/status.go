@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 )
 
@@ -76,10 +78,27 @@ func (s *StatusReporter) reportAll(ctx context.Context) {
 	}
 }
 
-// IndexedCondition returns the DependentsIndexed condition of a rule whose
-// dependent source is in state.
-func IndexedCondition(state index.State, generation int64) metav1.Condition {
+// ReasonFieldPathNotInSchema is the reason of a DependentsIndexed condition
+// for a rule with a field path that can never hold a name in the schema of
+// its dependent type.
+const ReasonFieldPathNotInSchema = "FieldPathNotInSchema"
+
+// IndexedCondition returns the DependentsIndexed condition of a rule with the
+// given field paths whose dependent source is in state.
+func IndexedCondition(state index.State, paths []fieldpath.Path, generation int64) metav1.Condition {
 	c := metav1.Condition{Type: depv1alpha1.ConditionDependentsIndexed, Reason: string(state.Phase), Message: state.Message, ObservedGeneration: generation}
+	var problems []string
+	for _, p := range state.PathProblems {
+		if slices.Contains(paths, p.Path) {
+			problems = append(problems, fmt.Sprintf("%s: %s", p.Path, p.Problem))
+		}
+	}
+	if len(problems) > 0 && state.Phase.Effective() {
+		c.Status, c.Reason = metav1.ConditionFalse, ReasonFieldPathNotInSchema
+		c.Message = fmt.Sprintf("the schema of %s, as its APIExport serves it, cannot hold a name at %s; the rule never finds a reference there",
+			state.Kind, strings.Join(problems, "; "))
+		return c
+	}
 	switch state.Phase {
 	case index.PhaseSynced:
 		c.Status, c.Reason = metav1.ConditionTrue, "Indexed"
@@ -156,7 +175,11 @@ func (s *StatusReporter) report(ctx context.Context, r *Rule) error {
 	if rule.UID != r.UID {
 		return nil // another object of that name; the registry will see it
 	}
-	want := []metav1.Condition{IndexedCondition(s.states.State(r.Dependent), rule.Generation)}
+	paths := make([]fieldpath.Path, 0, len(r.References))
+	for _, ref := range r.References {
+		paths = append(paths, ref.Path)
+	}
+	want := []metav1.Condition{IndexedCondition(s.states.State(r.Dependent), paths, rule.Generation)}
 	if g, ok := s.registry.GuardOf(r.Key); ok {
 		want = append(want, GuardedCondition(g, s.states.State, rule.Generation))
 	}

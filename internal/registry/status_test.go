@@ -25,12 +25,29 @@ func TestIndexedCondition(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.state.Phase), func(t *testing.T) {
-			c := IndexedCondition(tt.state, 7)
+			c := IndexedCondition(tt.state, nil, 7)
 			if c.Type != depv1alpha1.ConditionDependentsIndexed || c.Status != tt.wantStatus || c.Reason != tt.wantReason ||
 				!strings.HasPrefix(c.Message, tt.wantMessage) || c.ObservedGeneration != 7 {
 				t.Errorf("IndexedCondition() = %+v", c)
 			}
 		})
+	}
+}
+
+// A field path of the rule that the dependent's schema cannot hold makes the
+// condition False, naming it; a problem of another rule's path does not.
+func TestIndexedConditionNamesFieldPathsNotInSchema(t *testing.T) {
+	good, bad, others := fieldpath.MustParse(".spec.vpcRef.name"), fieldpath.MustParse(".spec.vpcReff.name"), fieldpath.MustParse(".spec.other")
+	state := index.State{Phase: index.PhaseSynced, Kind: "VirtualMachine", Message: "Indexing", PathProblems: []index.PathProblem{
+		{Path: bad, Problem: `.spec has no field "vpcReff"`}, {Path: others, Problem: `.spec has no field "other"`},
+	}}
+	c := IndexedCondition(state, []fieldpath.Path{good, bad}, 1)
+	if c.Status != metav1.ConditionFalse || c.Reason != ReasonFieldPathNotInSchema ||
+		!strings.Contains(c.Message, `.spec.vpcReff.name: .spec has no field "vpcReff"`) || strings.Contains(c.Message, "other") {
+		t.Errorf("IndexedCondition() = %+v", c)
+	}
+	if c := IndexedCondition(state, []fieldpath.Path{good}, 1); c.Status != metav1.ConditionTrue {
+		t.Errorf("a rule whose paths are fine: %+v", c)
 	}
 }
 

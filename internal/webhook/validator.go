@@ -325,10 +325,20 @@ type dependentGroup struct {
 	kind  string
 	paths []fieldpath.Path
 	rules []kcp.ObjectKey
-	// namespace is the namespace to read, or empty for the whole workspace:
-	// a namespaced target is referenced from its own namespace, and by
+	// namespace is the namespace of the target, empty for a cluster-scoped
+	// one: a namespaced target is referenced from its own namespace, and by
 	// cluster-scoped dependents; a cluster-scoped target from anywhere.
 	namespace string
+}
+
+// scope returns the namespace in which to read the group's dependents live,
+// or "" for the whole workspace: the target's namespace for a namespaced
+// dependent type, as far as the index knows the type's scope yet.
+func (g *dependentGroup) scope(state index.State) string {
+	if state.Namespaced {
+		return g.namespace
+	}
+	return ""
 }
 
 // groupByDependent groups the entries by dependent source, leaving out
@@ -348,9 +358,7 @@ func (v *DeletionValidator) groupByDependent(entries []registry.Entry, namespace
 			if state.Kind != "" {
 				g.kind = state.Kind
 			}
-			if state.Namespaced {
-				g.namespace = namespace
-			}
+			g.namespace = namespace
 			bySource[e.Dependent] = g
 			groups = append(groups, g)
 		}
@@ -385,7 +393,9 @@ func (v *DeletionValidator) confirm(ctx context.Context, cluster logicalcluster.
 	scanned := 0
 	err := index.Retry(ctx, func() error {
 		found, scanned = found[:0], 0
-		return v.dependents.Confirm(ctx, g.src, cluster, g.namespace, func(item []byte) error {
+		// The scope is read on every attempt: an attempt that failed because
+		// the index had not read the type's APIExport yet did not know it.
+		return v.dependents.Confirm(ctx, g.src, cluster, g.scope(v.dependents.State(g.src)), func(item []byte) error {
 			scanned++
 			matched := false
 			for _, p := range g.paths {

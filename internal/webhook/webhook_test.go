@@ -1,7 +1,11 @@
 package webhook_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -11,15 +15,18 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -261,6 +268,32 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 		expectDeletable(ctx, consumer2, vpcGVR, "shared-name")
 	})
 
+	It("does not apply a rule to another provider's type of the same group and resource", func(ctx context.Context) {
+		root := core.RootCluster.Path()
+		otherWS, otherNetwork := envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("network-other"))
+		Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(otherNetwork), "network.test.io", kcpenv.Resource{Kind: "VPC", Plural: "vpcs"})).To(Succeed())
+		_, consumer3 := envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("consumer"))
+		for _, export := range []struct {
+			path logicalcluster.Path
+			name string
+		}{{otherNetwork, "network.test.io"}, {compute, "compute.test.io"}} {
+			_, err := kcpenv.BindAPIExport(ctx, cli.Cluster(consumer3), cli.Cluster(export.path), export.path, export.name)
+			Expect(err).NotTo(HaveOccurred())
+		}
+		// kcp calls the webhook for the other provider's VPCs too, as it
+		// would if a rule protected them; the rule names the first provider.
+		installWebhookConfig(ctx, otherNetwork, logicalcluster.Name(otherWS.Spec.Cluster), webhookconfig.Name, wh.URL, wh.CABundle, vpcGVR)
+		create(ctx, consumer3, newObject(vpcGVR, "default", "vpc-elsewhere", nil))
+		create(ctx, consumer3, newObject(vmGVR, "default", "vm-elsewhere", map[string]any{"vpcRef": map[string]any{"name": "vpc-elsewhere"}}))
+
+		before, err := wh.Decisions("allowed", "index")
+		Expect(err).NotTo(HaveOccurred())
+		expectDeletable(ctx, consumer3, vpcGVR, "vpc-elsewhere")
+		after, err := wh.Decisions("allowed", "index")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(after).To(BeNumerically(">", before), "kcp did not call the webhook for the other provider's VPC")
+	})
+
 	It("follows [*] paths into lists", func(ctx context.Context) {
 		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-nic", nil))
 		create(ctx, consumer, newObject(vmGVR, "default", "vm-nics", map[string]any{
@@ -317,6 +350,44 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 		Expect(err).NotTo(HaveOccurred())
 		Expect(deleteObject(ctx, c, vpcGVR, "default", "vpc-skip")).To(Succeed())
 		Expect(collected.Warnings()).To(ContainElement(And(ContainSubstring("bypassed by admin"), ContainSubstring(depv1alpha1.AnnotationSkipProtection))))
+	})
+
+	It("refuses a forged review whose cluster name would make a read of something else, before anything is read", func(ctx context.Context) {
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-forged", nil))
+		create(ctx, consumer, newObject(vmGVR, "default", "vm-forged", map[string]any{"vpcRef": map[string]any{"name": "vpc-forged"}}))
+		expectDenied(ctx, consumer, vpcGVR, "default", "vpc-forged", "VirtualMachine/default/vm-forged")
+		before, err := wh.Decided()
+		Expect(err).NotTo(HaveOccurred())
+
+		old := fmt.Sprintf(`{"apiVersion":"network.test.io/v1","kind":"VPC","metadata":{"name":"vpc-forged","namespace":"default","annotations":{%q:%q}}}`,
+			logicalcluster.AnnotationKey, "root:victim/api/v1/namespaces/default/secrets?")
+		body, err := json.Marshal(&admissionv1.AdmissionReview{
+			TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+			Request: &admissionv1.AdmissionRequest{
+				UID: "forged", Operation: admissionv1.Delete, Name: "vpc-forged", Namespace: "default",
+				Kind:      metav1.GroupVersionKind{Group: vpcGVR.Group, Version: vpcGVR.Version, Kind: "VPC"},
+				Resource:  metav1.GroupVersionResource{Group: vpcGVR.Group, Version: vpcGVR.Version, Resource: vpcGVR.Resource},
+				OldObject: runtime.RawExtension{Raw: []byte(old)},
+			},
+		})
+		Expect(err).NotTo(HaveOccurred())
+		roots := x509.NewCertPool()
+		Expect(roots.AppendCertsFromPEM(wh.CABundle)).To(BeTrue())
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+		resp, err := c.Post(wh.URL+"/"+networkCluster.String(), "application/json", bytes.NewReader(body))
+		Expect(err).NotTo(HaveOccurred())
+		defer func() { _ = resp.Body.Close() }()
+		got := &admissionv1.AdmissionReview{}
+		Expect(json.NewDecoder(resp.Body).Decode(got)).To(Succeed())
+		Expect(got.Response).NotTo(BeNil())
+		Expect(got.Response.Allowed).To(BeFalse())
+		Expect(got.Response.Result.Code).To(BeEquivalentTo(http.StatusBadRequest))
+		Expect(got.Response.Result.Message).To(ContainSubstring("is not a logical cluster name"))
+		Expect(got.Response.Result.Message).NotTo(ContainSubstring("vm-forged"))
+
+		after, err := wh.Decided()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(after).To(Equal(before), "the forged review reached a decision")
 	})
 
 	It("denies from the index, without reading the dependents live, once it has indexed them", func(ctx context.Context) {
@@ -442,17 +513,58 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 		Expect(err.Error()).To(ContainSubstring(`VirtualMachine "vm-held" cannot reference vpcs "vpc-doomed": it is being deleted`))
 	})
 
+	It("reports a field path that the dependent's schema cannot hold, and keeps working for the other rules", func(ctx context.Context) {
+		typo := &depv1alpha1.DependencyRule{
+			ObjectMeta: metav1.ObjectMeta{Name: "typo-references"},
+			Spec: depv1alpha1.DependencyRuleSpec{
+				Dependent: depv1alpha1.DependentResource{APIExportName: "compute.test.io", Group: "compute.test.io", Version: "v1", Kind: "VirtualMachine", Resource: "virtualmachines"},
+				Dependencies: []depv1alpha1.Dependency{
+					{APIExportRef: depv1alpha1.APIExportReference{Path: network.String(), Name: "network.test.io"}, Group: "network.test.io", Version: "v1", Resource: "vpcs", FieldRef: depv1alpha1.FieldReference{Path: ".sepc.vpcRef.name"}},
+				},
+			},
+		}
+		Expect(cli.Cluster(compute).Create(ctx, typo)).To(Succeed())
+		condition := func(name string) func(Gomega) *metav1.Condition {
+			return func(g Gomega) *metav1.Condition {
+				got := &depv1alpha1.DependencyRule{}
+				g.Expect(cli.Cluster(compute).Get(ctx, client.ObjectKey{Name: name}, got)).To(Succeed())
+				return meta.FindStatusCondition(got.Status.Conditions, depv1alpha1.ConditionDependentsIndexed)
+			}
+		}
+		Eventually(func(g Gomega) {
+			c := condition(typo.Name)(g)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(c.Reason).To(Equal(registry.ReasonFieldPathNotInSchema))
+			g.Expect(c.Message).To(ContainSubstring(`.sepc.vpcRef.name: there is no field "sepc"`))
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		Eventually(func(g Gomega) {
+			c := condition(rule.Name)(g)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionTrue), c.Message)
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-typo", nil))
+		create(ctx, consumer, newObject(vmGVR, "default", "vm-typo", map[string]any{"vpcRef": map[string]any{"name": "vpc-typo"}}))
+		expectDenied(ctx, consumer, vpcGVR, "default", "vpc-typo", "VirtualMachine/default/vm-typo")
+		Expect(cli.Cluster(compute).Delete(ctx, typo)).To(Succeed())
+	})
+
 	It("follows in-place rule edits and rule deletion", func(ctx context.Context) {
 		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-edit", nil))
 		create(ctx, consumer, newObject(vmGVR, "default", "vm-edit", map[string]any{"vpcRef": map[string]any{"name": "vpc-edit"}}))
 		expectDenied(ctx, consumer, vpcGVR, "default", "vpc-edit", "VirtualMachine/default/vm-edit")
 
 		By("moving the reference to another field")
-		current := &depv1alpha1.DependencyRule{}
-		Expect(cli.Cluster(compute).Get(ctx, client.ObjectKeyFromObject(rule), current)).To(Succeed())
-		current.Spec.Dependencies[0].FieldRef.Path = ".spec.primaryVPC"
-		current.Spec.Dependencies = current.Spec.Dependencies[:1]
-		Expect(cli.Cluster(compute).Update(ctx, current)).To(Succeed())
+		// The webhook patches the rule's status concurrently: retry on conflict.
+		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			current := &depv1alpha1.DependencyRule{}
+			if err := cli.Cluster(compute).Get(ctx, client.ObjectKeyFromObject(rule), current); err != nil {
+				return err
+			}
+			current.Spec.Dependencies[0].FieldRef.Path = ".spec.primaryVPC"
+			current.Spec.Dependencies = current.Spec.Dependencies[:1]
+			return cli.Cluster(compute).Update(ctx, current)
+		})).To(Succeed())
 		create(ctx, consumer, newObject(vmGVR, "default", "vm-primary", map[string]any{"primaryVPC": "vpc-edit"}))
 		msg := expectDenied(ctx, consumer, vpcGVR, "default", "vpc-edit", "VirtualMachine/default/vm-primary")
 		Expect(msg).NotTo(ContainSubstring("vm-edit"))

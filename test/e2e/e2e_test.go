@@ -432,6 +432,8 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 		expectDeletable(ctx, consumerA, vpcs, "vpc-a")
 	})
 
+	faultScenarios()
+
 	It("removes what it deployed with make undeploy", func(ctx context.Context) {
 		controllerProc.Stop()
 		webhookProc.Stop()

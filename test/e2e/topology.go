@@ -83,9 +83,6 @@ func StartTopology(ctx context.Context, binDir, dir string, shards int) (*Topolo
 		Dir:     dir,
 		Env:     []string{"PATH=" + binDir + ":" + os.Getenv("PATH"), "NO_GORUN=1"},
 	}
-	if err := proc.Start(); err != nil {
-		return nil, err
-	}
 	t := &Topology{Dir: dir, AdminKubeconfig: filepath.Join(dir, ".kcp", "admin.kubeconfig"), proc: proc}
 	for i := range shards {
 		name := "root"
@@ -94,26 +91,47 @@ func StartTopology(ctx context.Context, binDir, dir string, shards int) (*Topolo
 		}
 		t.Shards = append(t.Shards, Shard{Name: name, Kubeconfig: filepath.Join(dir, fmt.Sprintf(".kcp-%d", i), "admin.kubeconfig")})
 	}
+	if err := t.start(ctx); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
 
-	ready := filepath.Join(dir, ".kcp", "ready-to-test")
+// start starts every process of the topology and waits until kcp is ready.
+func (t *Topology) start(ctx context.Context) error {
+	ready := filepath.Join(t.Dir, ".kcp", "ready-to-test")
+	if err := os.Remove(ready); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := t.proc.Start(); err != nil {
+		return err
+	}
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		if _, err := os.Stat(ready); err == nil {
-			return t, nil
+			return nil
 		}
 		select {
-		case <-proc.Done():
-			return nil, fmt.Errorf("sharded-test-server exited before kcp was ready; see %s", proc.LogPath)
+		case <-t.proc.Done():
+			return fmt.Errorf("sharded-test-server exited before kcp was ready; see %s", t.proc.LogPath)
 		case <-ctx.Done():
 			t.Stop()
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-time.After(time.Second):
 		}
 		if time.Now().After(deadline) {
 			t.Stop()
-			return nil, fmt.Errorf("kcp not ready after 5 minutes; see %s", proc.LogPath)
+			return fmt.Errorf("kcp not ready after 5 minutes; see %s", t.proc.LogPath)
 		}
 	}
+}
+
+// Restart stops every process of the topology (cache server, all shards,
+// front-proxy) and starts them again on the same state: the same CAs,
+// identities, etcd data and ports.
+func (t *Topology) Restart(ctx context.Context) error {
+	t.Stop()
+	return t.start(ctx)
 }
 
 // Stop stops every process of the topology.

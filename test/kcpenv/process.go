@@ -72,17 +72,49 @@ func (p *Process) Running() bool {
 	}
 }
 
-// Stop sends SIGTERM and waits for the process to exit.
+// Stop sends SIGTERM to the process and everything it started, and waits
+// until all of them have exited (sending SIGKILL after 30 seconds), so that
+// their ports are free again.
 func (p *Process) Stop() {
 	if !p.Running() {
 		return
 	}
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	deadline := time.After(30 * time.Second)
 	select {
 	case <-p.done:
-	case <-time.After(30 * time.Second):
+	case <-deadline:
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 		<-p.done
+	}
+	p.waitGroupGone(deadline)
+}
+
+// Kill sends SIGKILL to the process and everything it started, as a crash or
+// an OOM kill would, and waits until all of them have exited.
+func (p *Process) Kill() {
+	if !p.Running() {
+		return
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.done
+	p.waitGroupGone(time.After(30 * time.Second))
+}
+
+// waitGroupGone waits until no process of the process group is left,
+// killing what is left when deadline passes, and gives up 10 seconds later
+// (processes that nobody reaps stay as zombies, which hold no ports).
+func (p *Process) waitGroupGone(deadline <-chan time.Time) {
+	var giveUp <-chan time.Time
+	for syscall.Kill(-p.cmd.Process.Pid, 0) == nil {
+		select {
+		case <-deadline:
+			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+			deadline, giveUp = nil, time.After(10*time.Second)
+		case <-giveUp:
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
 

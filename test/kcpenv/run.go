@@ -2,6 +2,7 @@ package kcpenv
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"sync"
 	"time"
@@ -59,8 +60,9 @@ type Webhook struct {
 // StartWebhook runs the webhook as cmd/webhook assembles it, with the
 // credentials and workspace of depCtrl (a config whose host ends with the
 // dep-ctrl workspace), serving TLS on 127.0.0.1 with a certificate from a new
-// CA in certDir, and waits until it is ready.
-func StartWebhook(ctx context.Context, depCtrl *rest.Config, certDir string) (*Webhook, error) {
+// CA in certDir, with the given TLS options (e.g. webhook.ClientAuth), and
+// waits until it is ready.
+func StartWebhook(ctx context.Context, depCtrl *rest.Config, certDir string, tlsOpts ...func(*tls.Config)) (*Webhook, error) {
 	ca, err := WriteServingCerts(certDir, "127.0.0.1")
 	if err != nil {
 		return nil, err
@@ -70,7 +72,7 @@ func StartWebhook(ctx context.Context, depCtrl *rest.Config, certDir string) (*W
 		return nil, err
 	}
 	opts := TestManagerOptions()
-	opts.WebhookServer = ctrlwebhook.NewServer(ctrlwebhook.Options{Host: "127.0.0.1", Port: port, CertDir: certDir})
+	opts.WebhookServer = ctrlwebhook.NewServer(ctrlwebhook.Options{Host: "127.0.0.1", Port: port, CertDir: certDir, TLSOpts: tlsOpts})
 	metrics := prometheus.NewRegistry()
 	wh, err := webhookserver.New(ctx, depCtrl, webhookserver.Options{
 		APIExportName:     DepCtrlExportName,
@@ -114,6 +116,28 @@ func (w *WarningCollector) Warnings() []string {
 	w.lock.Lock()
 	defer w.lock.Unlock()
 	return append([]string(nil), w.warnings...)
+}
+
+// Decided returns how many DELETEs the webhook allowed or denied (requests
+// it refused as malformed, or could not decide, are not counted).
+func (w *Webhook) Decided() (float64, error) {
+	families, err := w.Metrics.Gather()
+	if err != nil {
+		return 0, err
+	}
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() == "dependency_webhook_decisions_total" {
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "outcome" && (l.GetValue() == "allowed" || l.GetValue() == "denied") {
+						total += m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+	}
+	return total, nil
 }
 
 // Decisions returns how many DELETE decisions the webhook made with the

@@ -1,0 +1,135 @@
+package index
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+)
+
+// fakeShard serves the virtual workspace of one shard: the objects of the
+// clusters it hosts, 403 for any other cluster.
+type fakeShard struct {
+	clusters map[string]string // cluster -> list body
+	objects  map[string]string // cluster/namespace/name -> object body
+	lock     sync.Mutex
+	requests []string
+}
+
+func (s *fakeShard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.lock.Lock()
+	s.requests = append(s.requests, r.URL.Path+"?"+r.URL.RawQuery)
+	s.lock.Unlock()
+	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/clusters/"), "/")
+	list, ok := s.clusters[parts[0]]
+	if !ok {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403}`)
+		return
+	}
+	// /clusters/<c>/apis/<g>/<v>/namespaces/<ns>/<resource>[/<name>]
+	if len(parts) == 8 {
+		if obj, ok := s.objects[parts[0]+"/"+parts[5]+"/"+parts[7]]; ok {
+			fmt.Fprint(w, obj)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`)
+		return
+	}
+	fmt.Fprint(w, list)
+}
+
+// routedIndex returns an index whose source testSource is served by the
+// given shards, inspected or not.
+func routedIndex(t *testing.T, inspected bool, shards ...*fakeShard) *Index {
+	t.Helper()
+	ix := &Index{sources: map[Source]*sourceWatch{}, cfg: &rest.Config{}, readers: map[string]*reader{}}
+	sw := &sourceWatch{src: testSource, store: newStore(), shardOf: map[logicalcluster.Name]string{},
+		state: State{Phase: PhaseSynced, Namespaced: true}, inspected: inspected}
+	for _, s := range shards {
+		srv := httptest.NewServer(s)
+		t.Cleanup(srv.Close)
+		sw.urls = append(sw.urls, srv.URL)
+	}
+	ix.sources[testSource] = sw
+	return ix
+}
+
+func TestConfirmAndLookupFindTheShardOfTheCluster(t *testing.T) {
+	shard1 := &fakeShard{clusters: map[string]string{"c1": `{"items":[{"metadata":{"name":"vm-1"}}]}`}}
+	shard2 := &fakeShard{
+		clusters: map[string]string{"c2": `{"items":[{"metadata":{"name":"vm-2","namespace":"default"}}]}`},
+		objects:  map[string]string{"c2/default/vpc-a": `{"metadata":{"name":"vpc-a","namespace":"default","deletionTimestamp":"2026-01-01T00:00:00Z"}}`},
+	}
+	ix := routedIndex(t, true, shard1, shard2)
+	ctx := context.Background()
+
+	var seen []string
+	if err := ix.Confirm(ctx, testSource, "c2", "default", func(item []byte) error {
+		seen = append(seen, ReadObject(item).Name)
+		return nil
+	}); err != nil || !reflect.DeepEqual(seen, []string{"vm-2"}) {
+		t.Fatalf("Confirm(c2) = %v, %v; want vm-2 from the second shard", seen, err)
+	}
+	if len(shard1.requests) != 1 || len(shard2.requests) != 1 {
+		t.Errorf("requests: shard 1 %v, shard 2 %v", shard1.requests, shard2.requests)
+	}
+	// The shard that served c2 is asked first from now on.
+	if _, err := ix.Lookup(ctx, testSource, "c2", "default", "vpc-a"); err != nil {
+		t.Fatal(err)
+	}
+	if len(shard1.requests) != 1 {
+		t.Errorf("the first shard was asked again: %v", shard1.requests)
+	}
+
+	found, err := ix.Lookup(ctx, testSource, "c2", "default", "vpc-a")
+	if want := []Object{{Namespace: "default", Name: "vpc-a", Terminating: true}}; err != nil || !reflect.DeepEqual(found, want) {
+		t.Errorf("Lookup(vpc-a) = %+v, %v; want %+v", found, err, want)
+	}
+	if found, err := ix.Lookup(ctx, testSource, "c2", "default", "missing"); err != nil || len(found) != 0 {
+		t.Errorf("Lookup(missing) = %+v, %v; want nothing", found, err)
+	}
+	// A namespaced target of a cluster-scoped dependent is looked for by
+	// name in every namespace.
+	if _, err := ix.Lookup(ctx, testSource, "c2", "", "vpc-a"); err != nil {
+		t.Fatal(err)
+	}
+	if last := shard2.requests[len(shard2.requests)-1]; !strings.Contains(last, "fieldSelector=metadata.name%3Dvpc-a") || strings.Contains(last, "/namespaces/") {
+		t.Errorf("lookup across namespaces = %s", last)
+	}
+
+	// A cluster that no shard serves binds no export: nothing to read.
+	seen = nil
+	if err := ix.Confirm(ctx, testSource, "c3", "default", func([]byte) error { seen = append(seen, "x"); return nil }); err != nil || seen != nil {
+		t.Errorf("Confirm(c3) = %v, %v", seen, err)
+	}
+}
+
+// Before the APIExport of a source has been read, which shards serve it is
+// not known: a read fails (and is retried), it never finds "nothing".
+func TestReadsBeforeTheExportWasReadFail(t *testing.T) {
+	ix := routedIndex(t, false)
+	ctx := context.Background()
+	err := ix.Confirm(ctx, testSource, "c1", "default", func([]byte) error { return nil })
+	if !errors.Is(err, ErrNotInspected) {
+		t.Errorf("Confirm() error = %v, want ErrNotInspected", err)
+	}
+	if _, err := ix.Lookup(ctx, testSource, "c1", "default", "vpc-a"); !errors.Is(err, ErrNotInspected) {
+		t.Errorf("Lookup() error = %v, want ErrNotInspected", err)
+	}
+	if cause, retry := RetryCause(err); !retry || cause != CauseNotInspected {
+		t.Errorf("RetryCause() = %q, %v; want a retry", cause, retry)
+	}
+}
