@@ -44,6 +44,13 @@ var ErrVersionNotServed = errors.New("version not served")
 // it.
 var ErrNotInspected = errors.New("the APIExport has not been read yet")
 
+// ErrRefused is returned (wrapped) by Confirm and Lookup when every shard's
+// virtual workspace refuses (403) a logical cluster that binds the export,
+// as far as the index knows: while a shard starts, its virtual workspace
+// refuses workspaces whose bindings it has not synced yet. Retry waits for
+// it; it never means "no dependents".
+var ErrRefused = errors.New("every shard's virtual workspace refused a workspace that binds the export")
+
 // Options configure an Index.
 type Options struct {
 	// PollInterval is how often the APIExportEndpointSlice and the resources
@@ -299,7 +306,8 @@ func (ix *Index) onShardOf(src Source, cluster logicalcluster.Name, read func(r 
 	if !inspected {
 		return fmt.Errorf("%s: %w", src, ErrNotInspected)
 	}
-	if shard, ok := sw.store.shard(cluster); ok {
+	shard, known := sw.store.shard(cluster)
+	if known {
 		hint, hinted = shard, true
 	}
 	if hinted {
@@ -323,5 +331,13 @@ func (ix *Index) onShardOf(src Source, cluster logicalcluster.Name, read func(r 
 		}
 		return err
 	}
+	if known || hinted {
+		// Every shard refused a workspace that the index has seen objects
+		// of, or that was read before: it binds the export, and a virtual
+		// workspace that is starting has not synced its bindings yet.
+		return fmt.Errorf("%s in logical cluster %s: %w", src, cluster, ErrRefused)
+	}
+	// No shard serves the cluster and nothing of it was ever seen: it does
+	// not bind the export, so it holds no dependents.
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/kcp-dev/logicalcluster/v3"
@@ -131,5 +132,31 @@ func TestReadsBeforeTheExportWasReadFail(t *testing.T) {
 	}
 	if cause, retry := RetryCause(err); !retry || cause != CauseNotInspected {
 		t.Errorf("RetryCause() = %q, %v; want a retry", cause, retry)
+	}
+}
+
+// While a shard starts, its virtual workspace refuses workspaces whose
+// bindings it has not synced yet. A workspace that the index has seen
+// dependents of binds the export: every shard refusing it is a reason to
+// retry, never "no dependents".
+func TestReadsOfAKnownClusterThatEveryShardRefusesFail(t *testing.T) {
+	shard := &fakeShard{clusters: map[string]string{}}
+	ix := routedIndex(t, true, shard)
+	sw := ix.sources[testSource]
+	sw.store.put(sw.urls[0], toEntry(&object{ObjectMeta: metav1.ObjectMeta{Name: "vm-1", Namespace: "default", UID: "u1"}, Cluster: "c1"}))
+	ctx := context.Background()
+	err := ix.Confirm(ctx, testSource, "c1", "default", func([]byte) error { return nil })
+	if !errors.Is(err, ErrRefused) {
+		t.Fatalf("Confirm() error = %v, want ErrRefused", err)
+	}
+	if cause, retry := RetryCause(err); !retry || cause != CauseRefused {
+		t.Errorf("RetryCause() = %q, %v; want a retry", cause, retry)
+	}
+	if _, err := ix.Lookup(ctx, testSource, "c1", "default", "vpc-a"); !errors.Is(err, ErrRefused) {
+		t.Errorf("Lookup() error = %v, want ErrRefused", err)
+	}
+	// A workspace the index knows nothing of does not bind the export.
+	if err := ix.Confirm(ctx, testSource, "c9", "default", func([]byte) error { return nil }); err != nil {
+		t.Errorf("Confirm(unknown cluster) = %v, want nil", err)
 	}
 }

@@ -25,6 +25,7 @@ const (
 	CauseGateway         = "gateway"
 	CauseConnection      = "connection"
 	CauseNotInspected    = "not-inspected"
+	CauseRefused         = "refused"
 )
 
 // RetryCause reports whether a failed read is worth retrying, and why: kcp
@@ -33,7 +34,8 @@ const (
 // connection can be reset or an etcd leader change can fail a request; all
 // of these clear within milliseconds to seconds, as does a proxy's 502 or
 // 504 while a shard is unreachable, or a response cut off mid-stream, and
-// ErrNotInspected right after a source was added. Errors that a retry does
+// ErrNotInspected right after a source was added, and ErrRefused while a
+// shard's virtual workspace has not synced its bindings. Errors that a retry does
 // not change (403, 404, malformed data, a canceled request) are not retried.
 func RetryCause(err error) (string, bool) {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
@@ -41,6 +43,9 @@ func RetryCause(err error) (string, bool) {
 	}
 	if errors.Is(err, ErrNotInspected) {
 		return CauseNotInspected, true
+	}
+	if errors.Is(err, ErrRefused) {
+		return CauseRefused, true
 	}
 	if _, ok := apierrors.SuggestsClientDelay(err); ok && !apierrors.IsTooManyRequests(err) && !apierrors.IsServiceUnavailable(err) {
 		return CauseRetryAfter, true

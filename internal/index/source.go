@@ -130,6 +130,53 @@ type sourceWatch struct {
 	// with the problems found; only run's goroutine uses them.
 	schemaChecked time.Time
 	pathProblems  []PathProblem
+
+	// pending is a state that takes protection away (a phase in which the
+	// source's rules have no effect, or fewer shards), seen by the last
+	// inspections but not yet confirmed, since when and how often in a row;
+	// only run's goroutine uses them. See confirmShrink.
+	pending      string
+	pendingSince time.Time
+	pendingSeen  int
+}
+
+// shrinkConfirmations is how many inspections in a row, spanning at least
+// that many poll intervals less one, must agree before a source stops
+// being read on a shard, or its rules stop having effect.
+const shrinkConfirmations = 3
+
+// confirmShrink reports whether the inspected state and shard URLs may be
+// applied now. A shard of kcp that is starting answers 403 and 404 for a
+// few seconds before its caches are synced, and an endpoint slice may list
+// fewer shards for a moment, which must not switch protection off. A state
+// that takes something away (its rules would have no effect: the provider
+// revoked the grant, removed the export or the resource; or a shard the
+// source is read on would be dropped) applies only once it has been seen
+// shrinkConfirmations times in a row. Until then the source keeps its
+// previous state, reflectors and store (or stays uninspected), so that
+// deletes are decided from what was indexed or refused with "retry", never
+// allowed because of it.
+func (sw *sourceWatch) confirmShrink(state State, urls []string, now time.Time) bool {
+	sw.lock.Lock()
+	current := slices.Clone(sw.urls)
+	sw.lock.Unlock()
+	shrinks := state.Phase != "" && !state.Phase.Effective()
+	for _, u := range current {
+		if state.Phase != "" && !slices.Contains(urls, u) {
+			shrinks = true
+		}
+	}
+	if !shrinks {
+		sw.pending, sw.pendingSeen = "", 0
+		return true
+	}
+	key := string(state.Phase) + " " + strings.Join(urls, ",")
+	if key != sw.pending {
+		sw.pending, sw.pendingSince, sw.pendingSeen = key, now, 0
+	}
+	sw.pendingSeen++
+	return sw.pendingSeen >= shrinkConfirmations &&
+		now.Sub(sw.pendingSince) >= time.Duration(shrinkConfirmations-1)*sw.ix.opts.PollInterval
 }
 
 // shardWatch is the reflector of one shard.
@@ -186,6 +233,11 @@ func (sw *sourceWatch) run(ctx context.Context) {
 // stops shard reflectors, and recomputes the state.
 func (sw *sourceWatch) refresh(ctx context.Context, logger interface{ Info(string, ...any) }) {
 	state, urls := sw.inspect(ctx)
+	if !sw.confirmShrink(state, urls, time.Now()) {
+		logger.Info("Not applying a state that takes protection away until it is confirmed",
+			"phase", state.Phase, "message", state.Message, "shards", len(urls), "seen", sw.pendingSeen)
+		return
+	}
 	if state.Phase == PhaseSyncing && sw.watched() {
 		state.PathProblems = sw.checkSchema(ctx, logger)
 	}
@@ -382,12 +434,12 @@ func (sw *sourceWatch) shardState(base State) State {
 		return state
 	}
 	state.Phase, state.Message = PhaseSynced, fmt.Sprintf("Indexing %s from the APIExport %q on %d shard(s)", sw.src.Resource.GroupResource(), sw.src.Export.Name, len(sw.shards))
+	// A reflector's 403 does not make the source AccessDenied here: a shard
+	// that is starting refuses lists for a few seconds, and the rules must
+	// keep their effect meanwhile. A grant that was really revoked is found
+	// by inspect, and confirmed (see confirmShrink).
 	for _, w := range sw.shards {
 		synced, err := w.status()
-		if apierrors.IsForbidden(err) {
-			return State{Phase: PhaseAccessDenied, Message: fmt.Sprintf("the webhook may not list %s through the virtual workspace of the APIExport %q in logical cluster %s (grant its user get, list and watch on apiexports/content named %q there): %v",
-				sw.src.Resource.GroupResource(), sw.src.Export.Name, sw.src.Export.Cluster, sw.src.Export.Name, err)}
-		}
 		if !synced {
 			state.Phase = PhaseSyncing
 			state.Message = fmt.Sprintf("Listing %s from the APIExport %q", sw.src.Resource.GroupResource(), sw.src.Export.Name)

@@ -291,6 +291,7 @@ func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (
 		}
 	}
 	if len(blockers) == 0 {
+		logger.V(1).Info("Allowed deletion", "scanned", scanned)
 		return admission.Allowed(""), decision{outcome: DecisionAllowed, via: viaLive, scanned: scanned}
 	}
 	return v.deny(logger, target, namespace, name, blockers), decision{outcome: DecisionDenied, via: viaLive, scanned: scanned}

@@ -91,11 +91,28 @@ func StartTopology(ctx context.Context, binDir, dir string, shards int) (*Topolo
 		}
 		t.Shards = append(t.Shards, Shard{Name: name, Kubeconfig: filepath.Join(dir, fmt.Sprintf(".kcp-%d", i), "admin.kubeconfig")})
 	}
-	if err := t.start(ctx); err != nil {
+	// kcp's test server sometimes exits during its own bootstrap (seen: a
+	// patch of the root Shard refused as workspace access of User "" right
+	// after the shard reported ready); start once more on fresh state then.
+	err := t.start(ctx)
+	if errors.Is(err, errExitedBeforeReady) {
+		for _, state := range []string{".kcp", ".kcp-cache", ".kcp-front-proxy", "logs"} {
+			_ = os.RemoveAll(filepath.Join(dir, state))
+		}
+		for i := range shards {
+			_ = os.RemoveAll(filepath.Join(dir, fmt.Sprintf(".kcp-%d", i)))
+		}
+		err = t.start(ctx)
+	}
+	if err != nil {
 		return nil, err
 	}
 	return t, nil
 }
+
+// errExitedBeforeReady is returned by start when sharded-test-server exits
+// before kcp is ready.
+var errExitedBeforeReady = errors.New("sharded-test-server exited before kcp was ready")
 
 // start starts every process of the topology and waits until kcp is ready.
 func (t *Topology) start(ctx context.Context) error {
@@ -113,7 +130,7 @@ func (t *Topology) start(ctx context.Context) error {
 		}
 		select {
 		case <-t.proc.Done():
-			return fmt.Errorf("sharded-test-server exited before kcp was ready; see %s", t.proc.LogPath)
+			return fmt.Errorf("%w; see %s", errExitedBeforeReady, t.proc.LogPath)
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
