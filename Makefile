@@ -3,17 +3,27 @@
 # Binaries built from this repository and the pinned tools all live in bin/.
 LOCALBIN ?= $(CURDIR)/bin
 
+# The version of the project: the images' tag and OCI version label, and the
+# chart's version and appVersion in `make chart-package`.
+VERSION ?= $(shell cat $(CURDIR)/VERSION)
+
 # Pinned tool versions. Each tool is built from its Go module into bin/ once
 # and reused while the pinned version stays the same.
 CONTROLLER_TOOLS_VERSION ?= v0.20.1
 KUSTOMIZE_VERSION ?= v5.8.1
 GINKGO_VERSION ?= $(shell go list -m -f '{{.Version}}' github.com/onsi/ginkgo/v2)
 GOLANGCI_LINT_VERSION ?= v2.11.4
+HELM_VERSION ?= $(shell awk '$$1 == "require" && $$2 == "helm.sh/helm/v3" { print $$3; exit } $$1 == "helm.sh/helm/v3" { print $$2; exit }' $(CURDIR)/hack/tools/helm/go.mod)
 
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 KUSTOMIZE ?= $(LOCALBIN)/kustomize-$(KUSTOMIZE_VERSION)
 GINKGO ?= $(LOCALBIN)/ginkgo-$(GINKGO_VERSION)
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+# Helm, pinned in hack/tools/helm.
+HELM ?= $(LOCALBIN)/helm-$(HELM_VERSION)
+# Validates manifests against the OpenAPI schemas of the pinned Kubernetes
+# release, built from hack/tools/validate-manifests.
+VALIDATE_MANIFESTS ?= $(LOCALBIN)/validate-manifests
 # kcp, kcp-front-proxy, cache-server, sharded-test-server, apigen and kubectl,
 # built by hack/build-kcp.sh from the tools module in hack/tools/kcp.
 KCP ?= $(LOCALBIN)/kcp
@@ -25,8 +35,17 @@ export TEST_KCP_ASSETS ?= $(LOCALBIN)
 # kcp needs ~25s to become ready on an idle machine; leave room for a busy one.
 export TEST_KCP_START_TIMEOUT ?= 3m
 
-CONTROLLER_IMG ?= dependency-controller:latest
-WEBHOOK_IMG ?= dependency-webhook:latest
+# The images, as the chart's values refer to them by default.
+IMG_REGISTRY ?= ghcr.io/opendefensecloud
+CONTROLLER_IMG ?= $(IMG_REGISTRY)/dependency-controller:$(VERSION)
+WEBHOOK_IMG ?= $(IMG_REGISTRY)/dependency-webhook:$(VERSION)
+# OCI labels of the images (org.opencontainers.image.source and .revision).
+IMAGE_SOURCE ?= https://github.com/opendefensecloud/dependency-controller
+GIT_REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+
+# The Helm chart and where `make chart-package` puts the packaged chart.
+CHART_DIR ?= deploy/charts/dependency-controller
+DIST ?= $(CURDIR)/dist
 
 GO_TEST_FLAGS ?= -race
 # Envtest suites start kcp and create workspaces; give them room on slow CI.
@@ -76,6 +95,7 @@ fmt: ## Run gofmt on the code.
 vet: ## Run go vet on every module.
 	go vet ./...
 	cd staging/multicluster-provider-client && go vet ./...
+	cd hack/tools/validate-manifests && go vet ./...
 
 .PHONY: lint
 lint: golangci-lint ## Run golangci-lint.
@@ -89,13 +109,16 @@ verify: generate manifests ## Fail if generated files are stale, build output is
 	go mod tidy
 	cd staging/multicluster-provider-client && go mod tidy
 	cd hack/tools/kcp && go mod tidy
+	cd hack/tools/helm && go mod tidy
+	cd hack/tools/validate-manifests && go mod tidy
+	@# '*go.mod' and '*go.sum' match the files of every module, hack/tools/* included.
 	@hack/verify-clean.sh 'go.mod/go.sum (run "go mod tidy" in each module)' '*go.mod' '*go.sum'
 	$(MAKE) vet lint
 
 ##@ Test
 
 .PHONY: test
-test: kcp ## Run unit tests and the envtest suites against a real kcp built from source.
+test: kcp helm validate-manifests ## Run unit tests (the chart's with bin/helm) and the envtest suites against a real kcp built from source.
 	go test $(GO_TEST_FLAGS) -timeout $(GO_TEST_TIMEOUT) ./...
 	cd staging/multicluster-provider-client && go test ./...
 
@@ -106,7 +129,7 @@ E2E_SHARD_CONFIG ?= single-shard multi-shard
 export E2E_ARTIFACTS ?= $(CURDIR)/.e2e
 
 .PHONY: test-e2e
-test-e2e: build kcp ginkgo ## Run the e2e suite: both binaries as processes against kcp (E2E_SHARD_CONFIG=single-shard|multi-shard, default both).
+test-e2e: build kcp ginkgo helm ## Run the e2e suite: both binaries as processes with the arguments the Helm chart renders, against kcp (E2E_SHARD_CONFIG=single-shard|multi-shard, default both).
 	@set -e; for cfg in $(E2E_SHARD_CONFIG); do \
 		echo "=== e2e on $$cfg kcp (logs in $(E2E_ARTIFACTS)/$$cfg)"; \
 		start=$$(date +%s); \
@@ -155,10 +178,18 @@ deploy: kubectl kustomize ## Apply the APIExport and RBAC into DEPCTRL_WORKSPACE
 undeploy: kubectl kustomize ## Remove what deploy applied (the workspace is kept).
 	KUBECTL=$(KUBECTL) KUSTOMIZE=$(KUSTOMIZE) hack/deploy.sh undeploy
 
+DOCKER_BUILD_ARGS ?= --build-arg VERSION=$(VERSION) --build-arg REVISION=$(GIT_REVISION) --build-arg SOURCE=$(IMAGE_SOURCE)
+
 .PHONY: docker-build
-docker-build: ## Build the controller and webhook images (needs a Docker engine).
-	docker build --target controller -t $(CONTROLLER_IMG) .
-	docker build --target webhook -t $(WEBHOOK_IMG) .
+docker-build: ## Build the controller and webhook images, tagged VERSION, with OCI labels (needs a Docker engine).
+	docker build $(DOCKER_BUILD_ARGS) --target controller -t $(CONTROLLER_IMG) .
+	docker build $(DOCKER_BUILD_ARGS) --target webhook -t $(WEBHOOK_IMG) .
+
+.PHONY: chart-package
+chart-package: helm ## Package the Helm chart into dist/, with version and appVersion VERSION.
+	@mkdir -p $(DIST)
+	$(HELM) lint --strict $(CHART_DIR)
+	$(HELM) package $(CHART_DIR) --version $(VERSION) --app-version $(VERSION) --destination $(DIST)
 
 ##@ Tools
 
@@ -196,6 +227,28 @@ $(GINKGO): | $(LOCALBIN)
 golangci-lint: $(GOLANGCI_LINT) ## Build golangci-lint into bin/.
 $(GOLANGCI_LINT): | $(LOCALBIN)
 	$(call go-install-tool,$(GOLANGCI_LINT),github.com/golangci/golangci-lint/v2/cmd/golangci-lint,$(GOLANGCI_LINT_VERSION))
+
+# Stamped like Helm's own release builds: its version, and as the default
+# Kubernetes version of `helm template` and `helm lint` the release of the
+# Kubernetes libraries it is built with.
+.PHONY: helm
+helm: $(HELM) ## Build helm (pinned in hack/tools/helm) into bin/.
+$(HELM): | $(LOCALBIN)
+	@echo "Building helm $(HELM_VERSION)"
+	cd hack/tools/helm && set -e; \
+	minor=$$(go list -m -f '{{.Version}}' k8s.io/client-go | cut -d. -f2); \
+	ldflags="-X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION)"; \
+	for p in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do \
+		ldflags="$$ldflags -X $$p.k8sVersionMajor=1 -X $$p.k8sVersionMinor=$$minor"; \
+	done; \
+	CGO_ENABLED=0 go build -trimpath -ldflags "$$ldflags" -o $(HELM) helm.sh/helm/v3/cmd/helm
+	ln -sf $$(basename $(HELM)) $(LOCALBIN)/helm
+
+# Rebuilt whenever its source or pins change.
+.PHONY: validate-manifests
+validate-manifests: $(VALIDATE_MANIFESTS) ## Build validate-manifests (OpenAPI validation with the pinned Kubernetes release's schemas) into bin/.
+$(VALIDATE_MANIFESTS): $(wildcard hack/tools/validate-manifests/*.go) hack/tools/validate-manifests/go.mod hack/tools/validate-manifests/go.sum | $(LOCALBIN)
+	cd hack/tools/validate-manifests && go build -o $(VALIDATE_MANIFESTS) .
 
 # go-install-tool builds package $(2) at version $(3) and installs it as $(1)
 # (a versioned file name) with a symlink from the unversioned name.

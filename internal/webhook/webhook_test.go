@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -39,6 +40,7 @@ import (
 	tenancyv1alpha1 "github.com/kcp-dev/sdk/apis/tenancy/v1alpha1"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
@@ -78,7 +80,7 @@ var (
 )
 
 func kindOf(gvr schema.GroupVersionResource) string {
-	return map[string]string{"vpcs": "VPC", "routers": "Router", "subnets": "Subnet", "virtualmachines": "VirtualMachine", "gateways": "Gateway"}[gvr.Resource]
+	return map[string]string{"vpcs": "VPC", "routers": "Router", "subnets": "Subnet", "virtualmachines": "VirtualMachine", "gateways": "Gateway", "volumes": "Volume", "backups": "Backup"}[gvr.Resource]
 }
 
 func newObject(gvr schema.GroupVersionResource, namespace, name string, spec map[string]any) *unstructured.Unstructured {
@@ -419,33 +421,12 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 	})
 
 	It("reports a rule whose provider has not granted the webhook access to its dependents, and gives it no effect", func(ctx context.Context) {
-		volumeRule := &depv1alpha1.DependencyRule{
-			ObjectMeta: metav1.ObjectMeta{Name: "volume-references"},
-			Spec: depv1alpha1.DependencyRuleSpec{
-				Dependent: depv1alpha1.DependentResource{APIExportName: "storage.test.io", Group: "storage.test.io", Version: "v1", Kind: "Volume", Resource: "volumes"},
-				Dependencies: []depv1alpha1.Dependency{
-					{APIExportRef: depv1alpha1.APIExportReference{Path: network.String(), Name: "network.test.io"}, Group: "network.test.io", Version: "v1", Resource: "vpcs", FieldRef: depv1alpha1.FieldReference{Path: ".spec.vpc"}},
-				},
-			},
-		}
+		volumeRule := vpcRule(network, "volume-references", depv1alpha1.DependentResource{APIExportName: "storage.test.io", Group: "storage.test.io", Version: "v1", Kind: "Volume", Resource: "volumes"}, ".spec.vpc")
 		Expect(cli.Cluster(storage).Create(ctx, volumeRule)).To(Succeed())
-		Eventually(func(g Gomega) {
-			got := &depv1alpha1.DependencyRule{}
-			g.Expect(cli.Cluster(storage).Get(ctx, client.ObjectKeyFromObject(volumeRule), got)).To(Succeed())
-			c := meta.FindStatusCondition(got.Status.Conditions, depv1alpha1.ConditionDependentsIndexed)
-			g.Expect(c).NotTo(BeNil())
-			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
-			g.Expect(c.Reason).To(Equal("AccessDenied"))
-			g.Expect(c.Message).To(And(ContainSubstring(`"dependency-webhook"`), ContainSubstring("apiexports/content"), ContainSubstring("storage.test.io")))
-		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		expectIndexed(ctx, storage, volumeRule.Name, metav1.ConditionFalse, "AccessDenied", `"dependency-webhook"`, "apiexports/content", "storage.test.io")
 
 		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-volume", nil))
-		volume := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"vpc": "vpc-volume"}}}
-		volume.SetAPIVersion("storage.test.io/v1")
-		volume.SetKind("Volume")
-		volume.SetNamespace("default")
-		volume.SetName("volume-1")
-		create(ctx, consumer, volume)
+		create(ctx, consumer, newObject(schema.GroupVersionResource{Group: "storage.test.io", Version: "v1", Resource: "volumes"}, "default", "volume-1", map[string]any{"vpc": "vpc-volume"}))
 		expectDeletable(ctx, consumer, vpcGVR, "vpc-volume")
 		Expect(cli.Cluster(storage).Delete(ctx, volumeRule)).To(Succeed())
 	})
@@ -455,17 +436,7 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 		installWorkspaceConfig(ctx, compute, computeCluster, webhookconfig.Name, wh.URL, wh.CABundle, &webhookconfig.Workspace{Path: compute, Dependents: []schema.GroupVersionResource{vmGVR}})
 		guarded := func(status metav1.ConditionStatus, reason string, parts ...string) {
 			GinkgoHelper()
-			Eventually(func(g Gomega) {
-				got := &depv1alpha1.DependencyRule{}
-				g.Expect(cli.Cluster(compute).Get(ctx, client.ObjectKeyFromObject(rule), got)).To(Succeed())
-				c := meta.FindStatusCondition(got.Status.Conditions, depv1alpha1.ConditionReferencesGuarded)
-				g.Expect(c).NotTo(BeNil())
-				g.Expect(c.Status).To(Equal(status), c.Message)
-				g.Expect(c.Reason).To(Equal(reason))
-				for _, p := range parts {
-					g.Expect(c.Message).To(ContainSubstring(p))
-				}
-			}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+			expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionReferencesGuarded, status, reason, parts...)
 		}
 		guarded(metav1.ConditionFalse, "AccessDenied", `"dependency-webhook"`, "network.test.io", "apiexports/content")
 
@@ -514,39 +485,67 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 	})
 
 	It("reports a field path that the dependent's schema cannot hold, and keeps working for the other rules", func(ctx context.Context) {
-		typo := &depv1alpha1.DependencyRule{
-			ObjectMeta: metav1.ObjectMeta{Name: "typo-references"},
-			Spec: depv1alpha1.DependencyRuleSpec{
-				Dependent: depv1alpha1.DependentResource{APIExportName: "compute.test.io", Group: "compute.test.io", Version: "v1", Kind: "VirtualMachine", Resource: "virtualmachines"},
-				Dependencies: []depv1alpha1.Dependency{
-					{APIExportRef: depv1alpha1.APIExportReference{Path: network.String(), Name: "network.test.io"}, Group: "network.test.io", Version: "v1", Resource: "vpcs", FieldRef: depv1alpha1.FieldReference{Path: ".sepc.vpcRef.name"}},
-				},
-			},
-		}
+		typo := vpcRule(network, "typo-references", depv1alpha1.DependentResource{APIExportName: "compute.test.io", Group: "compute.test.io", Version: "v1", Kind: "VirtualMachine", Resource: "virtualmachines"}, ".sepc.vpcRef.name")
 		Expect(cli.Cluster(compute).Create(ctx, typo)).To(Succeed())
-		condition := func(name string) func(Gomega) *metav1.Condition {
-			return func(g Gomega) *metav1.Condition {
-				got := &depv1alpha1.DependencyRule{}
-				g.Expect(cli.Cluster(compute).Get(ctx, client.ObjectKey{Name: name}, got)).To(Succeed())
-				return meta.FindStatusCondition(got.Status.Conditions, depv1alpha1.ConditionDependentsIndexed)
-			}
-		}
-		Eventually(func(g Gomega) {
-			c := condition(typo.Name)(g)
-			g.Expect(c).NotTo(BeNil())
-			g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
-			g.Expect(c.Reason).To(Equal(registry.ReasonFieldPathNotInSchema))
-			g.Expect(c.Message).To(ContainSubstring(`.sepc.vpcRef.name: there is no field "sepc"`))
-		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
-		Eventually(func(g Gomega) {
-			c := condition(rule.Name)(g)
-			g.Expect(c).NotTo(BeNil())
-			g.Expect(c.Status).To(Equal(metav1.ConditionTrue), c.Message)
-		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		expectIndexed(ctx, compute, typo.Name, metav1.ConditionFalse, registry.ReasonFieldPathNotInSchema, `.sepc.vpcRef.name: there is no field "sepc"`)
+		expectIndexed(ctx, compute, rule.Name, metav1.ConditionTrue, "Indexed")
 		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-typo", nil))
 		create(ctx, consumer, newObject(vmGVR, "default", "vm-typo", map[string]any{"vpcRef": map[string]any{"name": "vpc-typo"}}))
 		expectDenied(ctx, consumer, vpcGVR, "default", "vpc-typo", "VirtualMachine/default/vm-typo")
 		Expect(cli.Cluster(compute).Delete(ctx, typo)).To(Succeed())
+	})
+
+	It("decides the first deletes after a dependent type was freshly exported and bound, without a spurious failure", func(ctx context.Context) {
+		By("exporting a new dependent type, granting the webhook access to it, binding it in a new consumer")
+		_, fresh := envtest.NewWorkspaceFixture(GinkgoT(), cli, core.RootCluster.Path(), envtest.WithNamePrefix("fresh"))
+		Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(fresh), "fresh.test.io", kcpenv.Resource{Kind: "Backup", Plural: "backups"})).To(Succeed())
+		_, err := kcpenv.BindAPIExport(ctx, cli.Cluster(fresh), cli.Cluster(depCtrl), depCtrl, kcpenv.DepCtrlExportName)
+		Expect(err).NotTo(HaveOccurred())
+		sample, err := os.ReadFile(filepath.Join(kcpenv.RepoRoot(), "config/samples/compute-provider/webhook-access.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		grant, err := kcpenv.DecodeYAML(bytes.ReplaceAll(sample, []byte("compute.test.io"), []byte("fresh.test.io")))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(kcpenv.Apply(ctx, cli.Cluster(fresh), grant...)).To(Succeed())
+		_, consumer4 := envtest.NewWorkspaceFixture(GinkgoT(), cli, core.RootCluster.Path(), envtest.WithNamePrefix("consumer"))
+		for _, export := range []struct {
+			path logicalcluster.Path
+			name string
+		}{{network, "network.test.io"}, {fresh, "fresh.test.io"}} {
+			_, err := kcpenv.BindAPIExport(ctx, cli.Cluster(consumer4), cli.Cluster(export.path), export.path, export.name)
+			Expect(err).NotTo(HaveOccurred())
+		}
+		backupRule := vpcRule(network, "backup-references", depv1alpha1.DependentResource{APIExportName: "fresh.test.io", Group: "fresh.test.io", Version: "v1", Kind: "Backup", Resource: "backups"}, ".spec.vpc")
+		Expect(cli.Cluster(fresh).Create(ctx, backupRule)).To(Succeed())
+		create(ctx, consumer4, newObject(vpcGVR, "default", "vpc-backed-up", nil))
+		create(ctx, consumer4, newObject(vpcGVR, "default", "vpc-free", nil))
+		create(ctx, consumer4, newObject(schema.GroupVersionResource{Group: "fresh.test.io", Version: "v1", Resource: "backups"}, "default", "backup-1", map[string]any{"vpc": "vpc-backed-up"}))
+
+		By("waiting only until the webhook has registered the rule (its first condition), not until it has indexed anything")
+		Eventually(func(g Gomega) {
+			got := &depv1alpha1.DependencyRule{}
+			g.Expect(cli.Cluster(fresh).Get(ctx, client.ObjectKeyFromObject(backupRule), got)).To(Succeed())
+			g.Expect(meta.FindStatusCondition(got.Status.Conditions, depv1alpha1.ConditionDependentsIndexed)).NotTo(BeNil())
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+
+		By("the first delete of each VPC gets its final answer")
+		err = deleteObject(ctx, cli.Cluster(consumer4), vpcGVR, "default", "vpc-backed-up", client.DryRunAll)
+		Expect(err).To(HaveOccurred())
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("Backup/default/backup-1"))
+		Expect(deleteObject(ctx, cli.Cluster(consumer4), vpcGVR, "default", "vpc-free", client.DryRunAll)).To(Succeed())
+		Expect(cli.Cluster(fresh).Delete(ctx, backupRule)).To(Succeed())
+	})
+
+	It("reports a rule naming a version of its dependent that the export does not serve, and denies rather than allowing", func(ctx context.Context) {
+		stale := vpcRule(network, "stale-version", depv1alpha1.DependentResource{APIExportName: "compute.test.io", Group: "compute.test.io", Version: "v2", Kind: "VirtualMachine", Resource: "virtualmachines"}, ".spec.vpcRef.name")
+		Expect(cli.Cluster(compute).Create(ctx, stale)).To(Succeed())
+		expectIndexed(ctx, compute, stale.Name, metav1.ConditionFalse, string(index.PhaseVersionNotServed), "not in v2")
+		By("a VPC that nothing references cannot be deleted while the rule cannot be checked")
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-unchecked", nil))
+		msg := expectDenied(ctx, consumer, vpcGVR, "default", "vpc-unchecked", "cannot check whether", "not in v2")
+		Expect(msg).NotTo(ContainSubstring("still referenced by"))
+		Expect(cli.Cluster(compute).Delete(ctx, stale)).To(Succeed())
+		expectDeletable(ctx, consumer, vpcGVR, "vpc-unchecked")
 	})
 
 	It("follows in-place rule edits and rule deletion", func(ctx context.Context) {
@@ -601,3 +600,43 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
 	})
 })
+
+// vpcRule returns a rule whose dependent references VPCs of the network
+// provider at path.
+func vpcRule(network logicalcluster.Path, name string, dependent depv1alpha1.DependentResource, path string) *depv1alpha1.DependencyRule {
+	return &depv1alpha1.DependencyRule{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: depv1alpha1.DependencyRuleSpec{
+			Dependent: dependent,
+			Dependencies: []depv1alpha1.Dependency{{
+				APIExportRef: depv1alpha1.APIExportReference{Path: network.String(), Name: "network.test.io"},
+				Group:        "network.test.io", Version: "v1", Resource: "vpcs",
+				FieldRef: depv1alpha1.FieldReference{Path: path},
+			}},
+		},
+	}
+}
+
+// expectIndexed waits until the DependentsIndexed condition of the rule
+// name in ws has status and reason, and a message with every part.
+func expectIndexed(ctx context.Context, ws logicalcluster.Path, name string, status metav1.ConditionStatus, reason string, parts ...string) {
+	GinkgoHelper()
+	expectCondition(ctx, ws, name, depv1alpha1.ConditionDependentsIndexed, status, reason, parts...)
+}
+
+// expectCondition waits until the condition of type conditionType of the
+// rule name in ws has status and reason, and a message with every part.
+func expectCondition(ctx context.Context, ws logicalcluster.Path, name, conditionType string, status metav1.ConditionStatus, reason string, parts ...string) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		got := &depv1alpha1.DependencyRule{}
+		g.Expect(cli.Cluster(ws).Get(ctx, client.ObjectKey{Name: name}, got)).To(Succeed())
+		c := meta.FindStatusCondition(got.Status.Conditions, conditionType)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(status), c.Message)
+		g.Expect(c.Reason).To(Equal(reason))
+		for _, p := range parts {
+			g.Expect(c.Message).To(ContainSubstring(p))
+		}
+	}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+}

@@ -11,9 +11,11 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -30,6 +32,7 @@ import (
 	"github.com/kcp-dev/multicluster-provider/envtest"
 	apisv1alpha2 "github.com/kcp-dev/sdk/apis/apis/v1alpha2"
 
+	"github.com/opendefensecloud/dependency-controller/test/helmchart"
 	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
 )
 
@@ -127,41 +130,37 @@ var _ = BeforeSuite(func(ctx context.Context) {
 		waitBound(ctx, ws)
 	}
 
-	By("starting the webhook and the controller with their own identities")
-	certDir := filepath.Join(artifacts, "webhook-certs")
-	ca, err := kcpenv.WriteServingCerts(certDir, "127.0.0.1")
+	By("starting the webhook and the controller with their own identities, with the arguments the Helm chart renders")
+	servingDir := filepath.Join(artifacts, "serving-cert")
+	ca, err := kcpenv.WriteServingCerts(servingDir, "127.0.0.1")
 	Expect(err).NotTo(HaveOccurred())
-	caFile := filepath.Join(artifacts, "webhook-ca.crt")
-	Expect(os.WriteFile(caFile, ca, 0o600)).To(Succeed())
 	webhookPort, err := kcpenv.FreePort()
 	Expect(err).NotTo(HaveOccurred())
-
 	webhookKubeconfig = filepath.Join(artifacts, "webhook.kubeconfig")
 	Expect(topo.WriteUserKubeconfig("dependency-webhook", depCtrl.String(), webhookKubeconfig)).To(Succeed())
 	controllerKubeconfig := filepath.Join(artifacts, "controller.kubeconfig")
 	Expect(topo.WriteUserKubeconfig("dependency-controller", depCtrl.String(), controllerKubeconfig)).To(Succeed())
-
+	// The Secrets an installation provides: the kubeconfigs of both
+	// identities (from kcp-operator) and the webhook's serving certificate.
+	secrets := map[string]map[string][]byte{
+		"dependency-controller-kubeconfig": {"kubeconfig": mustRead(controllerKubeconfig)},
+		"dependency-webhook-kubeconfig":    {"kubeconfig": mustRead(webhookKubeconfig)},
+		"webhook-serving-cert": {
+			"tls.crt": mustRead(filepath.Join(servingDir, "tls.crt")), "tls.key": mustRead(filepath.Join(servingDir, "tls.key")), "ca.crt": ca,
+		},
+	}
+	webhookHealth, controllerHealth := freeAddr(), freeAddr()
+	bins, err := helmchart.RenderBinaries(context.Background(), helmchart.Options{Values: chartValues(webhookPort, webhookHealth, controllerHealth)})
+	Expect(err).NotTo(HaveOccurred())
 	webhookProc = &kcpenv.Process{
 		Name: "webhook", Binary: filepath.Join(binDir, "webhook"), LogPath: filepath.Join(artifacts, "webhook.log"),
-		HealthAddr: freeAddr(),
-		Args: []string{
-			"--kubeconfig=" + webhookKubeconfig,
-			"--bind-address=127.0.0.1", fmt.Sprintf("--port=%d", webhookPort), "--cert-dir=" + certDir,
-			"--metrics-bind-address=0", "--resync-period=1m",
-		},
+		HealthAddr: webhookHealth, Args: localArgs(bins.Webhook, secrets),
 	}
-	webhookProc.Args = append(webhookProc.Args, "--health-probe-bind-address="+webhookProc.HealthAddr)
 	controllerProc = &kcpenv.Process{
 		Name: "controller", Binary: filepath.Join(binDir, "controller"), LogPath: filepath.Join(artifacts, "controller.log"),
-		HealthAddr: freeAddr(),
-		Args: []string{
-			"--kubeconfig=" + controllerKubeconfig,
-			fmt.Sprintf("--webhook-url=https://127.0.0.1:%d/validate", webhookPort),
-			"--webhook-ca-bundle=" + caFile,
-			"--metrics-bind-address=0",
-		},
+		HealthAddr: controllerHealth, Args: localArgs(bins.Controller, secrets),
 	}
-	controllerProc.Args = append(controllerProc.Args, "--health-probe-bind-address="+controllerProc.HealthAddr)
+	GinkgoWriter.Printf("webhook args: %q\ncontroller args: %q\n", webhookProc.Args, controllerProc.Args)
 	for _, p := range []*kcpenv.Process{webhookProc, controllerProc} {
 		Expect(p.Start()).To(Succeed())
 		DeferCleanup(p.Stop)
@@ -247,4 +246,74 @@ func freeAddr() string {
 	port, err := kcpenv.FreePort()
 	Expect(err).NotTo(HaveOccurred())
 	return fmt.Sprintf("127.0.0.1:%d", port)
+}
+
+// chartValues are the values with which the suite renders the Helm chart:
+// what an installation sets (the webhook's URL as kcp reaches it, the
+// serving certificate from a Secret), with the ports of this machine, and a
+// short resync so that the suite need not wait for repairs.
+func chartValues(webhookPort int, webhookHealth, controllerHealth string) map[string]any {
+	port := func(addr string) int {
+		_, p, err := net.SplitHostPort(addr)
+		Expect(err).NotTo(HaveOccurred())
+		n, err := strconv.Atoi(p)
+		Expect(err).NotTo(HaveOccurred())
+		return n
+	}
+	return map[string]any{
+		"metrics": map[string]any{"enabled": false},
+		// Every decision in the logs of the artifacts.
+		"logging": map[string]any{"level": "debug"},
+		"tls":     map[string]any{"mode": "secret", "secret": map[string]any{"name": "webhook-serving-cert"}},
+		"controller": map[string]any{
+			"webhookURL": fmt.Sprintf("https://127.0.0.1:%d/validate", webhookPort),
+			"healthPort": port(controllerHealth),
+		},
+		"webhook": map[string]any{
+			"bindAddress": "127.0.0.1", "port": webhookPort, "healthPort": port(webhookHealth), "resyncPeriod": "1m",
+		},
+	}
+}
+
+// localArgs returns the chart's arguments of a binary with the files of its
+// mounted Secrets written to the artifacts directory, from secrets (Secret
+// name -> key -> content), and their paths in the arguments pointing there.
+func localArgs(inv helmchart.Invocation, secrets map[string]map[string][]byte) []string {
+	GinkgoHelper()
+	args, err := inv.LocalArgs(func(m helmchart.Mount) (string, error) {
+		data, ok := secrets[m.Name]
+		if m.Kind != "Secret" || !ok {
+			return "", fmt.Errorf("the suite provides no %s %s", m.Kind, m.Name)
+		}
+		dir := filepath.Join(artifacts, "mounts", m.Name)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return "", err
+		}
+		files := m.Files
+		if files == nil {
+			files = map[string]string{}
+			for key := range data {
+				files[key] = key
+			}
+		}
+		for file, key := range files {
+			content, ok := data[key]
+			if !ok {
+				return "", fmt.Errorf("the suite's Secret %s has no key %q", m.Name, key)
+			}
+			if err := os.WriteFile(filepath.Join(dir, file), content, 0o600); err != nil {
+				return "", err
+			}
+		}
+		return dir, nil
+	})
+	Expect(err).NotTo(HaveOccurred())
+	return args
+}
+
+func mustRead(path string) []byte {
+	GinkgoHelper()
+	data, err := os.ReadFile(path)
+	Expect(err).NotTo(HaveOccurred())
+	return data
 }
