@@ -207,6 +207,7 @@ func (v *DeletionValidator) Handle(ctx context.Context, req admission.Request) a
 }
 
 func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (admission.Response, decision) {
+	start := v.now()
 	logger := log.FromContext(ctx, "resource", req.Resource, "name", req.Name, "namespace", req.Namespace)
 	failed := decision{outcome: DecisionError}
 
@@ -291,7 +292,7 @@ func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (
 		}
 	}
 	if len(blockers) == 0 {
-		logger.V(1).Info("Allowed deletion", "scanned", scanned)
+		logger.V(1).Info("Allowed deletion", "scanned", scanned, "took", v.now().Sub(start))
 		return admission.Allowed(""), decision{outcome: DecisionAllowed, via: viaLive, scanned: scanned}
 	}
 	return v.deny(logger, target, namespace, name, blockers), decision{outcome: DecisionDenied, via: viaLive, scanned: scanned}
