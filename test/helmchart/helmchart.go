@@ -21,12 +21,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/opendefensecloud/dependency-controller/test/repo"
 )
 
 const (
@@ -36,14 +37,9 @@ const (
 	DefaultNamespace = "dependency-controller"
 )
 
-// RepoRoot returns the root directory of the repository, found from the
-// location of this source file.
+// RepoRoot returns the root directory of the repository.
 func RepoRoot() string {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		panic("helmchart: cannot determine the source location")
-	}
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	return repo.Root()
 }
 
 // ChartDir returns the directory of the chart.

@@ -14,7 +14,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"time"
 
@@ -35,6 +34,8 @@ import (
 	corev1alpha1 "github.com/kcp-dev/sdk/apis/core/v1alpha1"
 
 	"github.com/opendefensecloud/dependency-controller/internal/scheme"
+
+	"github.com/opendefensecloud/dependency-controller/test/repo"
 )
 
 // AssetsEnv names the environment variable with the directory of the kcp
@@ -46,11 +47,7 @@ const DepCtrlExportName = "dependencies.opendefense.cloud"
 
 // RepoRoot returns the root directory of the repository.
 func RepoRoot() string {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		panic("kcpenv: cannot determine source location")
-	}
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	return repo.Root()
 }
 
 // NewScheme returns the project's scheme plus the kcp core types tests use.
