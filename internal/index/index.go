@@ -306,8 +306,7 @@ func (ix *Index) onShardOf(src Source, cluster logicalcluster.Name, read func(r 
 	if !inspected {
 		return fmt.Errorf("%s: %w", src, ErrNotInspected)
 	}
-	shard, known := sw.store.shard(cluster)
-	if known {
+	if shard, ok := sw.store.shard(cluster); ok {
 		hint, hinted = shard, true
 	}
 	if hinted {
@@ -331,13 +330,13 @@ func (ix *Index) onShardOf(src Source, cluster logicalcluster.Name, read func(r 
 		}
 		return err
 	}
-	if known || hinted {
-		// Every shard refused a workspace that the index has seen objects
-		// of, or that was read before: it binds the export, and a virtual
-		// workspace that is starting has not synced its bindings yet.
+	if sw.store.holds(cluster) {
+		// Every shard refused a workspace that the index holds dependents
+		// of: it binds the export, and a virtual workspace that is starting
+		// has not synced its bindings yet.
 		return fmt.Errorf("%s in logical cluster %s: %w", src, cluster, ErrRefused)
 	}
-	// No shard serves the cluster and nothing of it was ever seen: it does
-	// not bind the export, so it holds no dependents.
+	// No shard serves the cluster and the index holds nothing of it: it
+	// does not bind the export (any more), so it holds no dependents.
 	return nil
 }

@@ -143,7 +143,11 @@ func TestReadsOfAKnownClusterThatEveryShardRefusesFail(t *testing.T) {
 	shard := &fakeShard{clusters: map[string]string{}}
 	ix := routedIndex(t, true, shard)
 	sw := ix.sources[testSource]
-	sw.store.put(sw.urls[0], toEntry(&object{ObjectMeta: metav1.ObjectMeta{Name: "vm-1", Namespace: "default", UID: "u1"}, Cluster: "c1"}))
+	vm := &object{ObjectMeta: metav1.ObjectMeta{Name: "vm-1", Namespace: "default", UID: "u1"}, Cluster: "c1"}
+	shardStore := &shardStore{store: sw.store, shard: sw.urls[0], synced: func() {}}
+	if err := shardStore.Add(vm); err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	err := ix.Confirm(ctx, testSource, "c1", "default", func([]byte) error { return nil })
 	if !errors.Is(err, ErrRefused) {
@@ -158,5 +162,23 @@ func TestReadsOfAKnownClusterThatEveryShardRefusesFail(t *testing.T) {
 	// A workspace the index knows nothing of does not bind the export.
 	if err := ix.Confirm(ctx, testSource, "c9", "default", func([]byte) error { return nil }); err != nil {
 		t.Errorf("Confirm(unknown cluster) = %v, want nil", err)
+	}
+	// Once its dependents are gone (the workspace unbound the export),
+	// neither does the first one: its deletes are not refused forever.
+	if err := shardStore.Delete(vm); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Confirm(ctx, testSource, "c1", "default", func([]byte) error { return nil }); err != nil {
+		t.Errorf("Confirm(cluster without dependents any more) = %v, want nil", err)
+	}
+	// A complete listing counts anew.
+	if err := shardStore.Replace([]any{vm, &object{ObjectMeta: metav1.ObjectMeta{Name: "vm-2"}, Cluster: "c2"}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if !sw.store.holds("c1") || !sw.store.holds("c2") || sw.store.holds("c9") {
+		t.Errorf("after Replace: holds(c1) = %v, holds(c2) = %v, holds(c9) = %v", sw.store.holds("c1"), sw.store.holds("c2"), sw.store.holds("c9"))
+	}
+	if err := shardStore.Replace(nil, ""); err != nil || sw.store.holds("c1") {
+		t.Errorf("after an empty Replace: holds(c1) = %v (%v)", sw.store.holds("c1"), err)
 	}
 }

@@ -109,10 +109,22 @@ type store struct {
 	refs    map[refKey][]*entry
 	// shardOf is the shard on which a cluster's objects were last seen.
 	shardOf map[logicalcluster.Name]string
+	// count is the number of objects of each cluster that has any.
+	count map[logicalcluster.Name]int
 }
 
 func newStore() *store {
-	return &store{objects: map[string]map[objKey]*entry{}, refs: map[refKey][]*entry{}, shardOf: map[logicalcluster.Name]string{}}
+	return &store{objects: map[string]map[objKey]*entry{}, refs: map[refKey][]*entry{}, shardOf: map[logicalcluster.Name]string{},
+		count: map[logicalcluster.Name]int{}}
+}
+
+// counted adds d to the number of objects of cluster.
+func (s *store) counted(cluster logicalcluster.Name, d int) {
+	if n := s.count[cluster] + d; n > 0 {
+		s.count[cluster] = n
+	} else {
+		delete(s.count, cluster)
+	}
 }
 
 // scopeOf returns the interned scope of an object.
@@ -205,6 +217,8 @@ func (s *store) put(shard string, e *entry) {
 	k := e.key()
 	if old, ok := objs[k]; ok {
 		s.unlink(old)
+	} else {
+		s.counted(e.scope.Value().cluster, 1)
 	}
 	objs[k] = e
 	for _, rk := range e.refKeys() {
@@ -222,6 +236,7 @@ func (s *store) remove(shard string, k objKey) {
 	if old, ok := s.objects[shard][k]; ok {
 		s.unlink(old)
 		delete(s.objects[shard], k)
+		s.counted(old.scope.Value().cluster, -1)
 	}
 }
 
@@ -249,6 +264,7 @@ func (s *store) unlink(e *entry) {
 func (s *store) dropShard(shard string) {
 	for _, e := range s.objects[shard] {
 		s.unlink(e)
+		s.counted(e.scope.Value().cluster, -1)
 	}
 	delete(s.objects, shard)
 	for cluster, sh := range s.shardOf {
@@ -274,6 +290,13 @@ func (s *store) referencing(cluster logicalcluster.Name, paths []int, value stri
 }
 
 // shard returns the shard on which objects of cluster were seen, if any.
+// holds reports whether the store has objects of cluster.
+func (s *store) holds(cluster logicalcluster.Name) bool {
+	s.lock.RLock()
+	defer s.lock.RUnlock()
+	return s.count[cluster] > 0
+}
+
 func (s *store) shard(cluster logicalcluster.Name) (string, bool) {
 	s.lock.RLock()
 	defer s.lock.RUnlock()
