@@ -172,6 +172,17 @@ func lostTargets(ctx context.Context, targets []target) int {
 	return lost
 }
 
+// finishScenario stops the delete loop, reports the scenario's row and
+// asserts that no referenced object was lost and no delete of one allowed.
+func finishScenario(ctx context.Context, scenario string, stop func(), targets []target, t *tally) {
+	GinkgoHelper()
+	stop()
+	lost := lostTargets(ctx, targets)
+	report(scenario, t, lost)
+	Expect(lost).To(BeZero())
+	Expect(t.allowed).To(BeZero())
+}
+
 // expectProtectedAgain waits until deleting a target is denied again.
 func expectProtectedAgain(ctx context.Context, t target) {
 	GinkgoHelper()
@@ -299,11 +310,7 @@ func faultScenarios() {
 		expectProtectedAgain(ctx, targets[0])
 		expectProtectedAgain(ctx, targets[len(targets)-1])
 		time.Sleep(3 * time.Second)
-		stop()
-		lost := lostTargets(ctx, targets)
-		report("kcp restarted while deletes are retried", t, lost)
-		Expect(lost).To(BeZero())
-		Expect(t.allowed).To(BeZero())
+		finishScenario(ctx, "kcp restarted while deletes are retried", stop, targets, t)
 		Expect(t.denied).NotTo(BeZero(), "no delete was decided at all")
 	})
 
@@ -319,11 +326,7 @@ func faultScenarios() {
 		Expect(webhookProc.Start()).To(Succeed())
 		Eventually(webhookProc.Ready).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
 		time.Sleep(2 * time.Second)
-		stop()
-		lost := lostTargets(ctx, targets)
-		report("webhook killed (SIGKILL) during 100 concurrent deletes, restarted", t, lost)
-		Expect(lost).To(BeZero())
-		Expect(t.allowed).To(BeZero())
+		finishScenario(ctx, "webhook killed (SIGKILL) during 100 concurrent deletes, restarted", stop, targets, t)
 		Expect(t.denied).NotTo(BeZero())
 	})
 
@@ -396,11 +399,7 @@ func faultScenarios() {
 		start := time.Now()
 		expectConfigurationsConverge(ctx)
 		GinkgoWriter.Printf("configurations converged %s after the restart\n", time.Since(start).Round(100*time.Millisecond))
-		stop()
-		lost := lostTargets(ctx, targets)
-		report("controller killed (SIGKILL) while rules change, restarted", t, lost)
-		Expect(lost).To(BeZero())
-		Expect(t.allowed).To(BeZero())
+		finishScenario(ctx, "controller killed (SIGKILL) while rules change, restarted", stop, targets, t)
 
 		for i := range 4 {
 			r := &depv1alpha1.DependencyRule{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("churn-%d", i)}}
@@ -480,11 +479,7 @@ func faultScenarios() {
 		By("killing the first replica")
 		webhookProc.Kill()
 		time.Sleep(4 * time.Second)
-		stop()
-		lost := lostTargets(ctx, targets)
-		report("one of two webhook replicas behind one URL killed (SIGKILL)", t, lost)
-		Expect(lost).To(BeZero())
-		Expect(t.allowed).To(BeZero())
+		finishScenario(ctx, "one of two webhook replicas behind one URL killed (SIGKILL)", stop, targets, t)
 		t.lock.Lock()
 		Expect(t.denied).To(BeNumerically(">", t.refused), "the surviving replica decides most deletes")
 		t.lock.Unlock()
