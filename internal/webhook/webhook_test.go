@@ -204,13 +204,7 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 
 		for _, ws := range []*logicalcluster.Path{&consumer, &consumer2} {
 			_, *ws = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("consumer"))
-			for _, export := range []struct {
-				path logicalcluster.Path
-				name string
-			}{{network, "network.test.io"}, {compute, "compute.test.io"}, {storage, "storage.test.io"}} {
-				_, err := kcpenv.BindAPIExport(ctx, cli.Cluster(*ws), cli.Cluster(export.path), export.path, export.name)
-				Expect(err).NotTo(HaveOccurred())
-			}
+			bindExports(ctx, *ws, export{network, "network.test.io"}, export{compute, "compute.test.io"}, export{storage, "storage.test.io"})
 		}
 
 		rule = &depv1alpha1.DependencyRule{
@@ -275,13 +269,7 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 		otherWS, otherNetwork := envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("network-other"))
 		Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(otherNetwork), "network.test.io", kcpenv.Resource{Kind: "VPC", Plural: "vpcs"})).To(Succeed())
 		_, consumer3 := envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("consumer"))
-		for _, export := range []struct {
-			path logicalcluster.Path
-			name string
-		}{{otherNetwork, "network.test.io"}, {compute, "compute.test.io"}} {
-			_, err := kcpenv.BindAPIExport(ctx, cli.Cluster(consumer3), cli.Cluster(export.path), export.path, export.name)
-			Expect(err).NotTo(HaveOccurred())
-		}
+		bindExports(ctx, consumer3, export{otherNetwork, "network.test.io"}, export{compute, "compute.test.io"})
 		// kcp calls the webhook for the other provider's VPCs too, as it
 		// would if a rule protected them; the rule names the first provider.
 		installWebhookConfig(ctx, otherNetwork, logicalcluster.Name(otherWS.Spec.Cluster), webhookconfig.Name, wh.URL, wh.CABundle, vpcGVR)
@@ -512,13 +500,7 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 		Expect(err).NotTo(HaveOccurred())
 		Expect(kcpenv.Apply(ctx, cli.Cluster(fresh), grant...)).To(Succeed())
 		_, consumer4 := envtest.NewWorkspaceFixture(GinkgoT(), cli, core.RootCluster.Path(), envtest.WithNamePrefix("consumer"))
-		for _, export := range []struct {
-			path logicalcluster.Path
-			name string
-		}{{network, "network.test.io"}, {fresh, "fresh.test.io"}} {
-			_, err := kcpenv.BindAPIExport(ctx, cli.Cluster(consumer4), cli.Cluster(export.path), export.path, export.name)
-			Expect(err).NotTo(HaveOccurred())
-		}
+		bindExports(ctx, consumer4, export{network, "network.test.io"}, export{fresh, "fresh.test.io"})
 		backupRule := vpcRule(network, "backup-references", depv1alpha1.DependentResource{APIExportName: "fresh.test.io", Group: "fresh.test.io", Version: "v1", Kind: "Backup", Resource: "backups"}, ".spec.vpc")
 		Expect(cli.Cluster(fresh).Create(ctx, backupRule)).To(Succeed())
 		create(ctx, consumer4, newObject(vpcGVR, "default", "vpc-backed-up", nil))
@@ -646,4 +628,19 @@ func expectCondition(ctx context.Context, ws logicalcluster.Path, name, conditio
 			g.Expect(c.Message).To(ContainSubstring(p))
 		}
 	}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+}
+
+// export names an APIExport by the path of its workspace and its name.
+type export struct {
+	path logicalcluster.Path
+	name string
+}
+
+// bindExports binds the exports in the workspace ws.
+func bindExports(ctx context.Context, ws logicalcluster.Path, exports ...export) {
+	GinkgoHelper()
+	for _, e := range exports {
+		_, err := kcpenv.BindAPIExport(ctx, cli.Cluster(ws), cli.Cluster(e.path), e.path, e.name)
+		Expect(err).NotTo(HaveOccurred())
+	}
 }
