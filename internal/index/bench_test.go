@@ -2,12 +2,21 @@ package index
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/buger/jsonparser"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/kcp-dev/logicalcluster/v3"
 
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 )
@@ -102,20 +111,7 @@ func BenchmarkIndexMemory(b *testing.B) {
 // a list of 10,000 objects (~7 MB). Streaming bounds memory by one object;
 // buffering needs the whole response in memory.
 func BenchmarkListDecoding(b *testing.B) {
-	var body bytes.Buffer
-	body.WriteString(`{"apiVersion":"compute.io/v1","kind":"VirtualMachineList","metadata":{"resourceVersion":"4242"},"items":[`)
-	for i := range 10000 {
-		if i > 0 {
-			body.WriteByte(',')
-		}
-		vpc := fmt.Sprintf("vpc-%d", i%50)
-		if i == 5000 {
-			vpc = "vpc-a"
-		}
-		body.WriteString(vmJSON(i, vpc))
-	}
-	body.WriteString(`]}`)
-	raw := body.Bytes()
+	raw := listBody(10000, 5000)
 	path := fieldpath.MustParse(".spec.vpcRef.name")
 	b.Run("stream", func(b *testing.B) {
 		b.ReportAllocs()
@@ -152,4 +148,69 @@ func BenchmarkListDecoding(b *testing.B) {
 			}
 		}
 	})
+}
+
+// listBody renders a list of n dependents in namespace default, the one at
+// index hit (if any) referencing vpc-a, the others one of 50 other VPCs.
+func listBody(n, hit int) []byte {
+	var body bytes.Buffer
+	body.WriteString(`{"apiVersion":"compute.io/v1","kind":"VirtualMachineList","metadata":{"resourceVersion":"4242"},"items":[`)
+	for i := range n {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		vpc := fmt.Sprintf("vpc-%d", i%50)
+		if i == hit {
+			vpc = "vpc-a"
+		}
+		body.WriteString(vmJSON(i, vpc))
+	}
+	body.WriteString(`]}`)
+	return body.Bytes()
+}
+
+// BenchmarkConfirm measures the live read that confirms a miss, served over
+// HTTP from memory, with n dependents in the namespace, none referencing
+// the object: one decision at a time, and 16 concurrent decisions in the
+// same namespace, which share reads (reported as reads per decision).
+func BenchmarkConfirm(b *testing.B) {
+	paths := []fieldpath.Path{fieldpath.MustParse(".spec.vpcRef.name"), fieldpath.MustParse(".spec.nics[*].vpc")}
+	for _, n := range []int{10, 1000, 10000} {
+		body := listBody(n, -1)
+		var reads atomic.Int64
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			reads.Add(1)
+			_, _ = w.Write(body)
+		}))
+		ix := &Index{sources: map[Source]*sourceWatch{}, cfg: &rest.Config{}, readers: map[string]*reader{}}
+		ix.sources[testSource] = &sourceWatch{src: testSource, store: newStore(), shardOf: map[logicalcluster.Name]string{},
+			state: State{Phase: PhaseSynced, Namespaced: true}, inspected: true, urls: []string{srv.URL}}
+		confirm := func(b *testing.B, name string) {
+			deps, scanned, err := ix.Confirm(context.Background(), testSource, paths, "consumer", "default", name)
+			if err != nil || len(deps) != 0 || scanned != n {
+				b.Fatal(deps, scanned, err)
+			}
+		}
+		b.Run(fmt.Sprintf("sequential/dependents=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				confirm(b, "vpc-a")
+			}
+		})
+		b.Run(fmt.Sprintf("16-concurrent/dependents=%d", n), func(b *testing.B) {
+			reads.Store(0)
+			decisions := 0
+			for b.Loop() {
+				var wg sync.WaitGroup
+				for i := range 16 {
+					wg.Go(func() { confirm(b, fmt.Sprintf("vpc-free-%d", i)) })
+				}
+				wg.Wait()
+				decisions += 16
+			}
+			b.ReportMetric(float64(reads.Load())/float64(decisions), "reads/decision")
+		})
+		srv.Close()
+	}
 }

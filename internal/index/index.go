@@ -11,7 +11,8 @@
 // that does not depend on how many dependents there are. The index is
 // eventually consistent, so a miss is not proof of absence: Confirm reads the
 // dependents of one workspace (and namespace) live, through the same virtual
-// workspace, which the webhook does before it allows a delete. See
+// workspace, which the webhook does before it allows a delete; concurrent
+// confirmations of one scope share a read. See
 // docs/architecture.md for why this is sound.
 package index
 
@@ -75,6 +76,10 @@ type Index struct {
 	sources map[Source]*sourceWatch
 	readers map[string]*reader
 	changed chan struct{}
+
+	// liveLock guards live, the live reads of each scope (see Confirm).
+	liveLock sync.Mutex
+	live     map[scopeKey]*scopeReads
 }
 
 // New returns an index that reads with the credentials of cfg: endpoint
@@ -265,26 +270,6 @@ func (ix *Index) Len() int {
 		n += sw.store.len()
 	}
 	return n
-}
-
-// Confirm lists the dependents of src in cluster live, in namespace if it is
-// not empty, through the virtual workspace of the shard that serves the
-// cluster, and calls visit with the raw JSON of each. A cluster that does
-// not bind the export has none. It returns an error wrapping
-// ErrVersionNotServed if the export does not serve the version the rules
-// name, and any error from reading or from visit.
-func (ix *Index) Confirm(ctx context.Context, src Source, cluster logicalcluster.Name, namespace string, visit func(item []byte) error) error {
-	path := resourcePath(cluster.Path(), src.Resource, namespace)
-	return ix.onShardOf(src, cluster, func(r *reader, state State) error {
-		_, err := r.list(ctx, path, nil, visit)
-		switch {
-		case err == nil && state.Phase == PhaseVersionNotServed:
-			return fmt.Errorf("%w: %s", ErrVersionNotServed, state.Message)
-		case apierrors.IsNotFound(err):
-			return fmt.Errorf("%w: %s: %w", ErrVersionNotServed, state.Message, err)
-		}
-		return err
-	})
 }
 
 // onShardOf calls read with the reader of the virtual workspace of src on

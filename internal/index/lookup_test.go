@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kcp-dev/logicalcluster/v3"
+
+	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 )
 
 // fakeShard serves the virtual workspace of one shard: the objects of the
@@ -71,18 +73,15 @@ func routedIndex(t *testing.T, inspected bool, shards ...*fakeShard) *Index {
 func TestConfirmAndLookupFindTheShardOfTheCluster(t *testing.T) {
 	shard1 := &fakeShard{clusters: map[string]string{"c1": `{"items":[{"metadata":{"name":"vm-1"}}]}`}}
 	shard2 := &fakeShard{
-		clusters: map[string]string{"c2": `{"items":[{"metadata":{"name":"vm-2","namespace":"default"}}]}`},
+		clusters: map[string]string{"c2": `{"items":[{"metadata":{"name":"vm-2","namespace":"default","uid":"u2"},"spec":{"vpcRef":{"name":"vpc-a"}}}]}`},
 		objects:  map[string]string{"c2/default/vpc-a": `{"metadata":{"name":"vpc-a","namespace":"default","deletionTimestamp":"2026-01-01T00:00:00Z"}}`},
 	}
 	ix := routedIndex(t, true, shard1, shard2)
 	ctx := context.Background()
 
-	var seen []string
-	if err := ix.Confirm(ctx, testSource, "c2", "default", func(item []byte) error {
-		seen = append(seen, ReadObject(item).Name)
-		return nil
-	}); err != nil || !reflect.DeepEqual(seen, []string{"vm-2"}) {
-		t.Fatalf("Confirm(c2) = %v, %v; want vm-2 from the second shard", seen, err)
+	seen, scanned, err := ix.Confirm(ctx, testSource, []fieldpath.Path{vpcRef}, "c2", "default", "vpc-a")
+	if want := []Dependent{{Cluster: "c2", Namespace: "default", Name: "vm-2", UID: "u2"}}; err != nil || scanned != 1 || !reflect.DeepEqual(seen, want) {
+		t.Fatalf("Confirm(c2) = %v, %d, %v; want vm-2 from the second shard", seen, scanned, err)
 	}
 	if len(shard1.requests) != 1 || len(shard2.requests) != 1 {
 		t.Errorf("requests: shard 1 %v, shard 2 %v", shard1.requests, shard2.requests)
@@ -112,8 +111,7 @@ func TestConfirmAndLookupFindTheShardOfTheCluster(t *testing.T) {
 	}
 
 	// A cluster that no shard serves binds no export: nothing to read.
-	seen = nil
-	if err := ix.Confirm(ctx, testSource, "c3", "default", func([]byte) error { seen = append(seen, "x"); return nil }); err != nil || seen != nil {
+	if seen, _, err := ix.Confirm(ctx, testSource, []fieldpath.Path{vpcRef}, "c3", "default", "vpc-a"); err != nil || seen != nil {
 		t.Errorf("Confirm(c3) = %v, %v", seen, err)
 	}
 }
@@ -123,7 +121,7 @@ func TestConfirmAndLookupFindTheShardOfTheCluster(t *testing.T) {
 func TestReadsBeforeTheExportWasReadFail(t *testing.T) {
 	ix := routedIndex(t, false)
 	ctx := context.Background()
-	err := ix.Confirm(ctx, testSource, "c1", "default", func([]byte) error { return nil })
+	err := confirmErr(ix, "c1")
 	if !errors.Is(err, ErrNotInspected) {
 		t.Errorf("Confirm() error = %v, want ErrNotInspected", err)
 	}
@@ -149,7 +147,7 @@ func TestReadsOfAKnownClusterThatEveryShardRefusesFail(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	err := ix.Confirm(ctx, testSource, "c1", "default", func([]byte) error { return nil })
+	err := confirmErr(ix, "c1")
 	if !errors.Is(err, ErrRefused) {
 		t.Fatalf("Confirm() error = %v, want ErrRefused", err)
 	}
@@ -160,7 +158,7 @@ func TestReadsOfAKnownClusterThatEveryShardRefusesFail(t *testing.T) {
 		t.Errorf("Lookup() error = %v, want ErrRefused", err)
 	}
 	// A workspace the index knows nothing of does not bind the export.
-	if err := ix.Confirm(ctx, testSource, "c9", "default", func([]byte) error { return nil }); err != nil {
+	if err := confirmErr(ix, "c9"); err != nil {
 		t.Errorf("Confirm(unknown cluster) = %v, want nil", err)
 	}
 	// Once its dependents are gone (the workspace unbound the export),
@@ -168,7 +166,7 @@ func TestReadsOfAKnownClusterThatEveryShardRefusesFail(t *testing.T) {
 	if err := shardStore.Delete(vm); err != nil {
 		t.Fatal(err)
 	}
-	if err := ix.Confirm(ctx, testSource, "c1", "default", func([]byte) error { return nil }); err != nil {
+	if err := confirmErr(ix, "c1"); err != nil {
 		t.Errorf("Confirm(cluster without dependents any more) = %v, want nil", err)
 	}
 	// A complete listing counts anew.
@@ -181,4 +179,11 @@ func TestReadsOfAKnownClusterThatEveryShardRefusesFail(t *testing.T) {
 	if err := shardStore.Replace(nil, ""); err != nil || sw.store.holds("c1") {
 		t.Errorf("after an empty Replace: holds(c1) = %v (%v)", sw.store.holds("c1"), err)
 	}
+}
+
+// confirmErr returns the error of confirming that nothing in the default
+// namespace of cluster references vpc-a.
+func confirmErr(ix *Index, cluster logicalcluster.Name) error {
+	_, _, err := ix.Confirm(context.Background(), testSource, []fieldpath.Path{vpcRef}, cluster, "default", "vpc-a")
+	return err
 }

@@ -76,8 +76,9 @@ type Dependents interface {
 	// or everywhere if it is empty) that hold name at one of paths.
 	Hits(src index.Source, paths []fieldpath.Path, cluster logicalcluster.Name, namespace, name string) []index.Dependent
 	// Confirm reads the dependents of src in cluster (in namespace, or
-	// everywhere if it is empty) live and calls visit with each.
-	Confirm(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace string, visit func(item []byte) error) error
+	// everywhere if it is empty) live, after it was called, and returns
+	// those that hold name at one of paths, with how many it read.
+	Confirm(ctx context.Context, src index.Source, paths []fieldpath.Path, cluster logicalcluster.Name, namespace, name string) ([]index.Dependent, int, error)
 }
 
 // DeletionValidator is an admission.Handler that denies the deletion of an
@@ -258,11 +259,7 @@ func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (
 	// 6. Dependents in the index that reference the object deny at once.
 	var blockers []Blocker
 	for _, g := range groups {
-		for _, d := range v.dependents.Hits(g.src, g.paths, cluster, g.namespace, name) {
-			if !d.Terminating && !self.is(g.src.Resource.GroupResource(), d.Namespace, d.Name, d.UID) {
-				blockers = append(blockers, Blocker{Kind: g.kind, Namespace: d.Namespace, Name: d.Name})
-			}
-		}
+		blockers = append(blockers, v.blocking(g, self, v.dependents.Hits(g.src, g.paths, cluster, g.namespace, name))...)
 	}
 	if len(blockers) > 0 {
 		return v.deny(logger, target, namespace, name, blockers), decision{outcome: DecisionDenied, via: viaIndex}
@@ -391,38 +388,35 @@ func compactPaths(paths []fieldpath.Path) []fieldpath.Path {
 // that clears quickly (see index.Retry) within the request's budget. It
 // returns how many dependents it examined.
 func (v *DeletionValidator) confirm(ctx context.Context, cluster logicalcluster.Name, g *dependentGroup, self selfRef, name string, blockers *[]Blocker) (int, error) {
-	var found []Blocker
-	scanned := 0
+	var (
+		found   []index.Dependent
+		scanned int
+	)
 	err := index.Retry(ctx, func() error {
-		found, scanned = found[:0], 0
+		var err error
 		// The scope is read on every attempt: an attempt that failed because
 		// the index had not read the type's APIExport yet did not know it.
-		return v.dependents.Confirm(ctx, g.src, cluster, g.scope(v.dependents.State(g.src)), func(item []byte) error {
-			scanned++
-			matched := false
-			for _, p := range g.paths {
-				ok, err := p.ContainsJSON(item, name)
-				if err != nil {
-					return fmt.Errorf("failed to read %s in a %s: %w", p, g.kind, err)
-				}
-				if ok {
-					matched = true
-					break
-				}
-			}
-			if !matched {
-				return nil
-			}
-			o := index.ReadObject(item)
-			if o.Terminating || self.is(g.src.Resource.GroupResource(), o.Namespace, o.Name, o.UID) {
-				return nil // being deleted already (waiting for it could deadlock namespace deletion), or the object itself
-			}
-			found = append(found, Blocker{Kind: g.kind, Namespace: o.Namespace, Name: o.Name})
-			return nil
-		})
+		found, scanned, err = v.dependents.Confirm(ctx, g.src, g.paths, cluster, g.scope(v.dependents.State(g.src)), name)
+		if err != nil {
+			return fmt.Errorf("reading %ss: %w", g.kind, err)
+		}
+		return nil
 	}, v.metrics.retried)
-	*blockers = append(*blockers, found...)
+	*blockers = append(*blockers, v.blocking(g, self, found)...)
 	return scanned, err
+}
+
+// blocking returns the blockers among the dependents of g that reference
+// the object: those not being deleted already (waiting for them could
+// deadlock a namespace deletion) and not the object itself.
+func (v *DeletionValidator) blocking(g *dependentGroup, self selfRef, deps []index.Dependent) []Blocker {
+	var out []Blocker
+	for _, d := range deps {
+		if !d.Terminating && !self.is(g.src.Resource.GroupResource(), d.Namespace, d.Name, d.UID) {
+			out = append(out, Blocker{Kind: g.kind, Namespace: d.Namespace, Name: d.Name})
+		}
+	}
+	return out
 }
 
 // unavailable denies with 503, telling the client to retry.

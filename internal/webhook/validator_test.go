@@ -83,10 +83,17 @@ func namespaceOf(o map[string]any) string {
 }
 
 func (f *fakeDependents) Hits(src index.Source, paths []fieldpath.Path, cluster logicalcluster.Name, namespace, name string) []index.Dependent {
+	return f.matching(f.indexed[cluster.String()+"|"+src.Resource.String()], paths, cluster, namespace, name, false)
+}
+
+// matching returns the objects in namespace (or, if it is empty, anywhere)
+// that hold name at one of paths; cluster-scoped objects match any
+// namespace unless exact.
+func (f *fakeDependents) matching(objs []map[string]any, paths []fieldpath.Path, cluster logicalcluster.Name, namespace, name string, exact bool) []index.Dependent {
 	var out []index.Dependent
-	for _, o := range f.indexed[cluster.String()+"|"+src.Resource.String()] {
+	for _, o := range objs {
 		ns := namespaceOf(o)
-		if namespace != "" && ns != "" && ns != namespace {
+		if namespace != "" && ns != namespace && (exact || ns != "") {
 			continue
 		}
 		for _, p := range paths {
@@ -101,35 +108,27 @@ func (f *fakeDependents) Hits(src index.Source, paths []fieldpath.Path, cluster 
 	return out
 }
 
-func (f *fakeDependents) Confirm(_ context.Context, src index.Source, cluster logicalcluster.Name, namespace string, visit func([]byte) error) error {
+func (f *fakeDependents) Confirm(_ context.Context, src index.Source, paths []fieldpath.Path, cluster logicalcluster.Name, namespace, name string) ([]index.Dependent, int, error) {
 	f.calls = append(f.calls, fmt.Sprintf("%s %s ns=%s", cluster, src.Resource.Resource, namespace))
 	if f.err != nil {
-		return f.err
+		return nil, 0, f.err
 	}
 	if state := f.State(src); state.Phase == index.PhaseVersionNotServed {
-		return fmt.Errorf("%w: %s", index.ErrVersionNotServed, state.Message)
+		return nil, 0, fmt.Errorf("%w: %s", index.ErrVersionNotServed, state.Message)
 	}
 	key := cluster.String() + "|" + src.Resource.String()
-	fail := f.failures > 0
-	if fail {
+	if f.failures > 0 {
 		f.failures--
+		return nil, 0, f.failWith
 	}
-	for _, o := range append(slices.Clone(f.indexed[key]), f.live[key]...) {
-		if namespace != "" && namespaceOf(o) != namespace {
-			continue
-		}
-		raw, err := json.Marshal(o)
-		if err != nil {
-			return err
-		}
-		if err := visit(raw); err != nil {
-			return err
+	objs := append(slices.Clone(f.indexed[key]), f.live[key]...)
+	scanned := 0
+	for _, o := range objs {
+		if namespace == "" || namespaceOf(o) == namespace {
+			scanned++
 		}
 	}
-	if fail {
-		return f.failWith
-	}
-	return nil
+	return f.matching(objs, paths, cluster, namespace, name, true), scanned, nil
 }
 
 type loaded bool
