@@ -3,7 +3,8 @@
 // Package perf measures the cost of deletion protection on a real kcp (one
 // shard), side by side with kcp's own costs, with the webhook built by `make
 // build` running as a process (so that its memory can be read): single
-// DELETEs with 1,000 and 10,000 dependents in the namespace, bulk deletions
+// DELETEs with 1,000 and 10,000 dependents in the namespace (and a burst of
+// concurrent allowed ones), bulk deletions
 // (kubectl delete --all, and deleting a namespace) with 500, 1,000 and 2,000
 // targets and as many dependents referencing them, with the rule and without
 // it, and the webhook's memory per indexed dependent. Run it with `make
@@ -62,6 +63,9 @@ var (
 
 const samples = 30
 
+// burst is how many allowed DELETEs of one namespace are sent at once.
+const burst = 16
+
 // setup is the measured installation.
 type setup struct {
 	cli       clusterclient.ClusterClient
@@ -112,8 +116,8 @@ func TestMeasure(t *testing.T) {
 // singles measures single DELETEs and the webhook's memory.
 func (s *setup) singles(ctx context.Context, t *testing.T) []string {
 	report := []string{"## Single DELETEs (p50 / p99, ms; dry-run, through kcp's admission chain)", "",
-		"| dependents in the namespace | DELETE, no webhook | raw LIST of the dependents | DELETE denied | DELETE allowed |",
-		"|---|---|---|---|---|"}
+		fmt.Sprintf("| dependents in the namespace | DELETE, no webhook | raw LIST of the dependents | DELETE denied | DELETE allowed | %d concurrent allowed DELETEs, whole burst |", burst),
+		"|---|---|---|---|---|---|"}
 	before := s.memory(t)
 	for _, n := range []int{1000, 10000} {
 		report = append(report, s.single(ctx, t, n))
@@ -260,8 +264,11 @@ func (s *setup) single(ctx context.Context, t *testing.T, n int) string {
 		return name, vmSpec(vpc)
 	})
 	t.Logf("created %d VirtualMachines in %s", n, time.Since(start).Round(time.Second))
-	createObjects(t, s.dyn, vpcs, ns, 2, func(i int) (string, map[string]any) {
-		return []string{"protected", "free"}[i], map[string]any{}
+	createObjects(t, s.dyn, vpcs, ns, 2+burst, func(i int) (string, map[string]any) {
+		if i < 2 {
+			return []string{"protected", "free"}[i], map[string]any{}
+		}
+		return fmt.Sprintf("free-%d", i-2), map[string]any{}
 	})
 	must(t, s.cli.Cluster(s.consumer).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: ns}}))
 	s.waitIndexed(ctx, t)
@@ -287,7 +294,20 @@ func (s *setup) single(ctx context.Context, t *testing.T, n int) string {
 	allowed := measure(t, func() error {
 		return s.dyn.Resource(vpcs).Namespace(ns).Delete(ctx, "free", dryRun)
 	})
-	return fmt.Sprintf("| %d | %s | %s | %s | %s |", n, plain, list, denied, allowed)
+	concurrent := measure(t, func() error {
+		errs := make(chan error, burst)
+		for i := range burst {
+			go func() { errs <- s.dyn.Resource(vpcs).Namespace(ns).Delete(ctx, fmt.Sprintf("free-%d", i), dryRun) }()
+		}
+		var err error
+		for range burst {
+			if e := <-errs; e != nil && err == nil {
+				err = e
+			}
+		}
+		return err
+	})
+	return fmt.Sprintf("| %d | %s | %s | %s | %s | %s |", n, plain, list, denied, allowed, concurrent)
 }
 
 // bulk measures deleting n VPCs referenced by n VMs with kubectl delete
