@@ -137,8 +137,14 @@ func (ix *Index) runReads(key scopeKey, sr *scopeReads, r *liveRead) {
 }
 
 // read lists the scope of key and records in r the dependents that hold one
-// of r's names at one of r's paths.
+// of r's names at one of r's paths. A panic while reading fails the read
+// (and so the decisions waiting for it), not the webhook.
 func (ix *Index) read(key scopeKey, r *liveRead) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.err = fmt.Errorf("reading %s in %s live panicked: %v", key.src, key.cluster, p)
+		}
+	}()
 	ix.lock.Lock()
 	parent := ix.ctx
 	ix.lock.Unlock()
