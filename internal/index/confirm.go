@@ -13,9 +13,10 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 )
 
-// liveReadTimeout bounds one live read of a scope. Each caller of Confirm
-// also stops waiting when its own context is done.
-const liveReadTimeout = 30 * time.Second
+// defaultReadTimeout bounds one live read of a scope unless
+// Options.ReadTimeout says otherwise. Each caller of Confirm also stops
+// waiting when its own context is done.
+const defaultReadTimeout = 30 * time.Second
 
 // scopeKey is a scope read live: the dependents of a source in one logical
 // cluster, in one namespace or (namespace empty) in all of them.
@@ -151,7 +152,11 @@ func (ix *Index) read(key scopeKey, r *liveRead) {
 	if parent == nil {
 		parent = context.Background()
 	}
-	ctx, cancel := context.WithTimeout(parent, liveReadTimeout)
+	timeout := ix.opts.ReadTimeout
+	if timeout <= 0 {
+		timeout = defaultReadTimeout
+	}
+	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
 	path := resourcePath(key.cluster.Path(), key.src.Resource, key.namespace)
 	r.err = ix.onShardOf(key.src, key.cluster, func(rd *reader, state State) error {

@@ -155,3 +155,33 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A read that hangs holds up the decisions of its scope no longer than the
+// read timeout: the read that was joined meanwhile starts then.
+func TestAHungReadEndsAtTheReadTimeout(t *testing.T) {
+	shard := &gatedShard{started: make(chan struct{}), release: make(chan struct{})}
+	shard.add("vm-a", "vpc-a")
+	ix := gatedIndex(t, shard)
+	t.Cleanup(func() { close(shard.release) }) // before the server closes
+	ix.opts.ReadTimeout = 200 * time.Millisecond
+	ctx := context.Background()
+	paths := []fieldpath.Path{vpcRef}
+
+	hung := make(chan error, 1)
+	go func() {
+		_, _, err := ix.Confirm(ctx, testSource, paths, "c1", "default", "vpc-a")
+		hung <- err
+	}()
+	<-shard.started
+	start := time.Now()
+	deps, _, err := ix.Confirm(ctx, testSource, paths, "c1", "default", "vpc-a")
+	if err != nil || !reflect.DeepEqual(deps, []Dependent{vmOf("vm-a")}) {
+		t.Errorf("Confirm() after a hung read = %v, %v", deps, err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the second decision waited %s", took)
+	}
+	if err := <-hung; !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("hung read: %v, want its deadline", err)
+	}
+}

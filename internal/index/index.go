@@ -61,6 +61,10 @@ type Options struct {
 	// Identity is the webhook's user name, for messages that say what to
 	// grant.
 	Identity string
+	// ReadTimeout bounds one live read of a scope (see Confirm); it should
+	// be the time a decision may spend reading, since no decision waits
+	// for a read longer than that. Default 30s.
+	ReadTimeout time.Duration
 }
 
 // Index is the reference index of all sources. It is a manager.Runnable;
@@ -88,6 +92,9 @@ type Index struct {
 func New(cfg *rest.Config, frontProxy string, opts Options) (*Index, error) {
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = 10 * time.Second
+	}
+	if opts.ReadTimeout <= 0 {
+		opts.ReadTimeout = defaultReadTimeout
 	}
 	fp, err := newReader(cfg, frontProxy)
 	if err != nil {

@@ -91,7 +91,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 		logger.Error(err, "Cannot read the APIExportEndpointSlice yet; deletes of protected objects are denied until the rules are loaded")
 	}
 
-	ix, err := index.New(cfg, frontProxy, index.Options{PollInterval: opts.IndexPollInterval, Identity: identity(ctx, cfg)})
+	ix, err := index.New(cfg, frontProxy, index.Options{PollInterval: opts.IndexPollInterval, Identity: identity(ctx, cfg), ReadTimeout: opts.RequestTimeout})
 	if err != nil {
 		return nil, err
 	}
