@@ -14,10 +14,6 @@ import (
 
 	"github.com/buger/jsonparser"
 
-	"k8s.io/client-go/rest"
-
-	"github.com/kcp-dev/logicalcluster/v3"
-
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 )
 
@@ -182,13 +178,13 @@ func BenchmarkConfirm(b *testing.B) {
 			reads.Add(1)
 			_, _ = w.Write(body)
 		}))
-		ix := &Index{sources: map[Source]*sourceWatch{}, cfg: &rest.Config{}, readers: map[string]*reader{}}
-		ix.sources[testSource] = &sourceWatch{src: testSource, store: newStore(), shardOf: map[logicalcluster.Name]string{},
-			state: State{Phase: PhaseSynced, Namespaced: true}, inspected: true, urls: []string{srv.URL}}
+		ix := routedIndex(b, true)
+		ix.sources[testSource].urls = []string{srv.URL}
+		// confirm may run on other goroutines than the benchmark's.
 		confirm := func(b *testing.B, name string) {
 			deps, scanned, err := ix.Confirm(context.Background(), testSource, paths, "consumer", "default", name)
 			if err != nil || len(deps) != 0 || scanned != n {
-				b.Fatal(deps, scanned, err)
+				b.Error(deps, scanned, err)
 			}
 		}
 		b.Run(fmt.Sprintf("sequential/dependents=%d", n), func(b *testing.B) {

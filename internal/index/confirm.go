@@ -14,7 +14,7 @@ import (
 )
 
 // defaultReadTimeout bounds one live read of a scope unless
-// Options.ReadTimeout says otherwise. Each caller of Confirm also stops
+// Options.ReadTimeout is set. Each caller of Confirm also stops
 // waiting when its own context is done.
 const defaultReadTimeout = 30 * time.Second
 

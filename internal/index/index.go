@@ -93,9 +93,6 @@ func New(cfg *rest.Config, frontProxy string, opts Options) (*Index, error) {
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = 10 * time.Second
 	}
-	if opts.ReadTimeout <= 0 {
-		opts.ReadTimeout = defaultReadTimeout
-	}
 	fp, err := newReader(cfg, frontProxy)
 	if err != nil {
 		return nil, err

@@ -56,7 +56,7 @@ func (s *fakeShard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // routedIndex returns an index whose source testSource is served by the
 // given shards, inspected or not.
-func routedIndex(t *testing.T, inspected bool, shards ...*fakeShard) *Index {
+func routedIndex(t testing.TB, inspected bool, shards ...*fakeShard) *Index {
 	t.Helper()
 	ix := &Index{sources: map[Source]*sourceWatch{}, cfg: &rest.Config{}, readers: map[string]*reader{}}
 	sw := &sourceWatch{src: testSource, store: newStore(), shardOf: map[logicalcluster.Name]string{},

@@ -397,10 +397,7 @@ func (v *DeletionValidator) confirm(ctx context.Context, cluster logicalcluster.
 		// The scope is read on every attempt: an attempt that failed because
 		// the index had not read the type's APIExport yet did not know it.
 		found, scanned, err = v.dependents.Confirm(ctx, g.src, g.paths, cluster, g.scope(v.dependents.State(g.src)), name)
-		if err != nil {
-			return fmt.Errorf("reading %ss: %w", g.kind, err)
-		}
-		return nil
+		return err
 	}, v.metrics.retried)
 	*blockers = append(*blockers, v.blocking(g, self, found)...)
 	return scanned, err
