@@ -20,6 +20,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/command"
 	"github.com/opendefensecloud/dependency-controller/internal/controller"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/vw"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 )
 
@@ -48,7 +49,7 @@ func run(ctx context.Context, cfg *rest.Config, opts *options) error {
 		}
 	}
 
-	mgr, vw, err := kcp.NewManager(ctx, cfg, opts.APIExportName, manager.Options{
+	mgr, _, err := kcp.NewManager(ctx, cfg, opts.APIExportName, manager.Options{
 		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsBindAddress},
 		HealthProbeBindAddress:  opts.HealthProbeBindAddress,
 		LeaderElection:          opts.LeaderElect,
@@ -58,12 +59,16 @@ func run(ctx context.Context, cfg *rest.Config, opts *options) error {
 	if err != nil {
 		return err
 	}
-	// Fail early, saying what to fix, if the kubeconfig does not point at
-	// the workspace of the APIExport.
-	if _, err := vw.URLs(ctx); err != nil {
+	rules, err := vw.NewVirtualWorkspace(cfg, opts.APIExportName)
+	if err != nil {
 		return err
 	}
-	if err := controller.SetupWithManager(mgr, vw, controller.Options{
+	// Fail early, saying what to fix, if the kubeconfig does not point at
+	// the workspace of the APIExport.
+	if _, err := rules.URLs(ctx); err != nil {
+		return err
+	}
+	if err := controller.SetupWithManager(mgr, rules, controller.Options{
 		APIExportName: opts.APIExportName,
 		Webhook:       webhook,
 		ResyncPeriod:  opts.ResyncPeriod,

@@ -28,7 +28,7 @@ import (
 	apisv1alpha2 "github.com/kcp-dev/sdk/apis/apis/v1alpha2"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
-	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/vw"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 )
 
@@ -43,7 +43,7 @@ var workItem = mcreconcile.Request{Request: reconcile.Request{NamespacedName: ty
 // configurations left behind while the controller was down) and APIBindings
 // (a workspace that binds the export may be protected now). Events on
 // triggers (e.g. a rotated CA bundle) reconcile as well.
-func SetupWithManager(mgr mcmanager.Manager, vw *kcp.VirtualWorkspace, opts Options, triggers <-chan event.GenericEvent) error {
+func SetupWithManager(mgr mcmanager.Manager, rules *vw.VirtualWorkspace, opts Options, triggers <-chan event.GenericEvent) error {
 	recorder := func(ctx context.Context, cluster logicalcluster.Name) (events.EventRecorder, error) {
 		cl, err := mgr.GetCluster(ctx, multicluster.ClusterName(cluster.String()))
 		if err != nil {
@@ -51,7 +51,7 @@ func SetupWithManager(mgr mcmanager.Manager, vw *kcp.VirtualWorkspace, opts Opti
 		}
 		return cl.GetEventRecorder(ControllerName), nil
 	}
-	r := NewReconciler(NewObserver(vw), recorder, opts)
+	r := NewReconciler(NewObserver(rules), recorder, opts)
 
 	b := mcbuilder.ControllerManagedBy(mgr).
 		Named(ControllerName).

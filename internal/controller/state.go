@@ -13,6 +13,7 @@ import (
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/vw"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 )
 
@@ -42,14 +43,14 @@ type Observer interface {
 // vwObserver observes the state through the APIExport's virtual workspace
 // on every shard.
 type vwObserver struct {
-	vw *kcp.VirtualWorkspace
+	vw *vw.VirtualWorkspace
 }
 
 // NewObserver returns an Observer that lists, through the virtual workspace
 // of every shard, all APIBindings to the export, all DependencyRules and all
 // managed webhook configurations.
-func NewObserver(vw *kcp.VirtualWorkspace) Observer {
-	return vwObserver{vw: vw}
+func NewObserver(rules *vw.VirtualWorkspace) Observer {
+	return vwObserver{vw: rules}
 }
 
 // Observe implements Observer.
@@ -67,15 +68,23 @@ func (o vwObserver) Observe(ctx context.Context) (*State, error) {
 		for i := range s.Bindings {
 			b := &s.Bindings[i]
 			cluster := logicalcluster.From(b)
-			state.Clients[cluster] = s.Cluster(cluster.Path())
+			c, err := s.Cluster(cluster.Path())
+			if err != nil {
+				return nil, err
+			}
+			state.Clients[cluster] = c
 			if path := b.Annotations[core.LogicalClusterPathAnnotationKey]; path != "" {
 				state.Workspaces[path] = cluster
 			}
 		}
 		state.Rules = append(state.Rules, s.Rules.Items...)
 
+		wildcard, err := s.Cluster(logicalcluster.Wildcard)
+		if err != nil {
+			return nil, err
+		}
 		configs := &admissionregistrationv1.ValidatingWebhookConfigurationList{}
-		if err := s.Wildcard().List(ctx, configs, client.MatchingLabels{webhookconfig.ManagedByLabel: webhookconfig.ManagedByValue}); err != nil {
+		if err := wildcard.List(ctx, configs, client.MatchingLabels{webhookconfig.ManagedByLabel: webhookconfig.ManagedByValue}); err != nil {
 			return nil, fmt.Errorf("failed to list ValidatingWebhookConfigurations through %s: %w", s.URL, err)
 		}
 		for i := range configs.Items {
