@@ -84,7 +84,7 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.AllowedClientNames, "allowed-client-names", o.AllowedClientNames, "Common or DNS names of the client certificates accepted with --client-ca-file; empty accepts any certificate the CAs signed.")
 	fs.DurationVar(&o.ClientCACheckInterval, "client-ca-check-interval", o.ClientCACheckInterval, "How often --client-ca-file is checked for changes.")
 	fs.StringVar(&o.Path, "path", o.Path, "HTTP path of the validating endpoint; kcp calls <path>/<logical cluster of the provider workspace>, as the controller configures it.")
-	fs.DurationVar(&o.RequestTimeout, "request-timeout", o.RequestTimeout, "Time allowed for reading dependents live per admission request; keep it below the webhook timeout kcp applies (--webhook-timeout-seconds of the controller).")
+	fs.DurationVar(&o.RequestTimeout, "request-timeout", o.RequestTimeout, "Upper bound of the time for reading per admission request; the webhook also answers within four fifths of the timeout kcp sends with each request (--webhook-timeout-seconds of the controller).")
 	fs.IntVar(&o.MaxBlockers, "max-blockers", o.MaxBlockers, "Number of blocking objects a denial names; the rest are counted.")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "How often all DependencyRules are listed again to repair missed events.")
 	fs.DurationVar(&o.IndexPollInterval, "index-poll-interval", o.IndexPollInterval, "How often the APIExports of dependent types are read again: shards added or removed, access granted or revoked.")

@@ -37,17 +37,30 @@ type Meta struct {
 	SkipProtection bool
 }
 
-// metaPaths are the fields ReadMeta reads, in the order of its switch.
-var metaPaths = [][]string{
-	{"metadata", "name"},
-	{"metadata", "namespace"},
-	{"metadata", "generateName"},
-	{"metadata", "uid"},
-	{"metadata", "resourceVersion"},
-	{"metadata", "deletionTimestamp"},
-	{"metadata", "annotations", logicalcluster.AnnotationKey},
-	{"metadata", "annotations", depv1alpha1.AnnotationSkipProtection},
+// metaFields are the fields ReadMeta reads, and how each is kept.
+var metaFields = []struct {
+	path []string
+	set  func(m *Meta, value string)
+}{
+	{[]string{"metadata", "name"}, func(m *Meta, v string) { m.Name = v }},
+	{[]string{"metadata", "namespace"}, func(m *Meta, v string) { m.Namespace = v }},
+	{[]string{"metadata", "generateName"}, func(m *Meta, v string) { m.GenerateName = v }},
+	{[]string{"metadata", "uid"}, func(m *Meta, v string) { m.UID = types.UID(v) }},
+	{[]string{"metadata", "resourceVersion"}, func(m *Meta, v string) { m.ResourceVersion = v }},
+	// The time itself does not matter, only that there is one.
+	{[]string{"metadata", "deletionTimestamp"}, func(m *Meta, _ string) { m.Terminating = true }},
+	{[]string{"metadata", "annotations", logicalcluster.AnnotationKey}, func(m *Meta, v string) { m.Cluster = logicalcluster.Name(v) }},
+	{[]string{"metadata", "annotations", depv1alpha1.AnnotationSkipProtection}, func(m *Meta, v string) { m.SkipProtection = v == "true" }},
 }
+
+// metaPaths are the paths of metaFields, as jsonparser takes them.
+var metaPaths = func() [][]string {
+	paths := make([][]string, len(metaFields))
+	for i, f := range metaFields {
+		paths[i] = f.path
+	}
+	return paths
+}()
 
 // ReadMeta reads the metadata of an object from its JSON in one pass,
 // without decoding anything else. A field that is not a string (null
@@ -58,43 +71,20 @@ func ReadMeta(raw []byte) (Meta, error) {
 		err error
 	)
 	jsonparser.EachKey(raw, func(i int, value []byte, typ jsonparser.ValueType, e error) {
-		if err != nil {
+		switch {
+		case err != nil || typ == jsonparser.Null && e == nil:
 			return
-		}
-		if e != nil {
+		case e != nil:
 			err = e
-			return
-		}
-		if typ == jsonparser.Null {
-			return
-		}
-		if typ != jsonparser.String {
+		case typ != jsonparser.String:
 			err = fmt.Errorf("%v is a %s, not a string", metaPaths[i], typ)
-			return
-		}
-		s, e := jsonparser.ParseString(value)
-		if e != nil {
-			err = fmt.Errorf("failed to read %v: %w", metaPaths[i], e)
-			return
-		}
-		switch i {
-		case 0:
-			m.Name = s
-		case 1:
-			m.Namespace = s
-		case 2:
-			m.GenerateName = s
-		case 3:
-			m.UID = types.UID(s)
-		case 4:
-			m.ResourceVersion = s
-		case 5:
-			// The time itself does not matter, only that there is one.
-			m.Terminating = true
-		case 6:
-			m.Cluster = logicalcluster.Name(s)
-		case 7:
-			m.SkipProtection = s == "true"
+		default:
+			s, e := jsonparser.ParseString(value)
+			if e != nil {
+				err = fmt.Errorf("failed to read %v: %w", metaPaths[i], e)
+				return
+			}
+			metaFields[i].set(&m, s)
 		}
 	}, metaPaths...)
 	if err != nil {

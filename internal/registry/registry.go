@@ -1,6 +1,8 @@
 // Package registry keeps the metadata of all DependencyRules that the webhook
-// needs on the DELETE path: for each protected resource, which dependent
-// types reference it and at which field paths.
+// needs on the admission path: for each protected resource, which dependent
+// types reference it and at which field paths (for DELETEs of protected
+// objects), and for each dependent type which references its creates and
+// updates may add (for the reference guard).
 //
 // The registry is fed from two sources (see sync.go): a reconciler that sees
 // every change of a rule through the manager's cache, and complete listings

@@ -48,7 +48,8 @@ const ReconcilerName = "dependency-rule-registry"
 // Readiness records whether the registry holds every rule that existed when
 // the webhook started: it is not loaded until a complete listing of every
 // shard has been applied. While it is not, the webhook reports not ready and
-// denies every DELETE of a protected object.
+// denies every DELETE of a protected object, and every CREATE and UPDATE of
+// a dependent.
 type Readiness struct {
 	once    sync.Once
 	loaded  chan struct{}

@@ -50,10 +50,10 @@ func vmGuard(target index.Source, paths ...string) registry.Guard {
 // fakeTargets holds the objects the guard can read, by
 // "cluster|namespace/name"; a namespace of "*" lists across namespaces.
 type fakeTargets struct {
-	objects  map[string]kcp.Meta
-	states   map[index.Source]index.State
-	err      error
-	calls    []string
+	objects map[string]kcp.Meta
+	states  map[index.Source]index.State
+	err     error
+	calls   []string
 }
 
 func (f *fakeTargets) State(src index.Source) index.State {

@@ -326,4 +326,3 @@ func (v *DeletionValidator) blocking(g *dependentGroup, self selfRef, deps []kcp
 	}
 	return out
 }
-
