@@ -199,8 +199,10 @@ func (s *StatusReporter) report(ctx context.Context, r *Rule) error {
 	if !changed {
 		return nil
 	}
-	status := depac.DependencyRuleStatus().WithConditions(conditions...)
-	if err := c.Status().Apply(ctx, depac.DependencyRule(rule.Name).WithStatus(status), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+	// The UID makes the apply fail rather than write these conditions onto
+	// a rule of the same name that replaced this one meanwhile.
+	ac := depac.DependencyRule(rule.Name).WithUID(rule.UID).WithStatus(depac.DependencyRuleStatus().WithConditions(conditions...))
+	if err := c.Status().Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("failed to apply the status of DependencyRule %s: %w", r.Key, err)
 	}
 	return nil

@@ -11,6 +11,7 @@ package applyconfiguration
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
@@ -37,6 +38,14 @@ func DependencyRule(name string) *DependencyRuleApplyConfiguration {
 
 // IsApplyConfiguration implements runtime.ApplyConfiguration.
 func (b DependencyRuleApplyConfiguration) IsApplyConfiguration() {}
+
+// WithUID sets the UID and returns the receiver. The apply then fails
+// instead of changing an object of the same name with another UID: one that
+// replaced the object the status was computed for.
+func (b *DependencyRuleApplyConfiguration) WithUID(value types.UID) *DependencyRuleApplyConfiguration {
+	b.UID = &value
+	return b
+}
 
 // WithStatus sets the status to apply and returns the receiver.
 func (b *DependencyRuleApplyConfiguration) WithStatus(value *DependencyRuleStatusApplyConfiguration) *DependencyRuleApplyConfiguration {
