@@ -133,10 +133,7 @@ const engageTimeout = 30 * time.Second
 func (r *Reconciler) Reconcile(ctx context.Context, _ mcreconcile.Request) (reconcile.Result, error) {
 	start := time.Now()
 	logger := log.FromContext(ctx)
-	state, err := observe(ctx, r.clusters)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
+	var startup *Listing
 	if !r.caughtUp {
 		// At startup the manager engages the workspaces one after the
 		// other; until it has engaged all, the caches lack most of the
@@ -156,8 +153,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ mcreconcile.Request) (reco
 			}
 			logger.Info("Workspaces that bind the export are still not engaged; reconciling without them", "notEngaged", missing, "waited", time.Since(r.waitingSince))
 		}
-		r.caughtUp = true
-		state.Listing, state.Complete = *listing, true
+		r.caughtUp, startup = true, listing
+	}
+	state, err := observe(ctx, r.clusters)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if startup != nil {
+		state.Listing, state.Complete = *startup, true
 	}
 	p := r.plan(state)
 	if reason := p.absenceToProve(state); reason != "" {

@@ -234,10 +234,11 @@ func (f *fixture) protected(t *testing.T, cluster logicalcluster.Name) string {
 	return out
 }
 
-func (f *fixture) condition(t *testing.T, name, condType string) string {
+// condition returns the status and message of a condition of the rule "r".
+func (f *fixture) condition(t *testing.T, condType string) string {
 	t.Helper()
 	rule := &depv1alpha1.DependencyRule{}
-	if err := f.clients["c-compute"].Get(context.Background(), client.ObjectKey{Name: name}, rule); err != nil {
+	if err := f.clients["c-compute"].Get(context.Background(), client.ObjectKey{Name: "r"}, rule); err != nil {
 		t.Fatal(err)
 	}
 	c := meta.FindStatusCondition(rule.Status.Conditions, condType)
@@ -365,7 +366,7 @@ func TestReconcileActions(t *testing.T) {
 				}
 			}
 			if tt.wantReady != "" {
-				if got := f.condition(t, "r", depv1alpha1.ConditionReady); !strings.HasPrefix(got, tt.wantReady) {
+				if got := f.condition(t, depv1alpha1.ConditionReady); !strings.HasPrefix(got, tt.wantReady) {
 					t.Errorf("Ready = %q, want %q", got, tt.wantReady)
 				}
 			}
@@ -628,10 +629,10 @@ func TestReconcileProvesAbsencesBeforeReportingThem(t *testing.T) {
 	if f.listings != 1 {
 		t.Errorf("%d complete listings, want 1", f.listings)
 	}
-	if got := f.condition(t, "r", depv1alpha1.ConditionTargetsResolved); !strings.HasPrefix(got, "True") {
+	if got := f.condition(t, depv1alpha1.ConditionTargetsResolved); !strings.HasPrefix(got, "True") {
 		t.Errorf("TargetsResolved = %q: a path whose workspace binds the export, though not engaged yet, is resolved", got)
 	}
-	if got := f.condition(t, "r", depv1alpha1.ConditionDependencyCycle); !strings.HasPrefix(got, "True") {
+	if got := f.condition(t, depv1alpha1.ConditionDependencyCycle); !strings.HasPrefix(got, "True") {
 		t.Errorf("DependencyCycle = %q: the cycle with a rule outside the caches is still reported", got)
 	}
 }
@@ -652,7 +653,7 @@ func TestReconcileWaitsForTheManagerAtStartup(t *testing.T) {
 	if got := f.protected(t, "c-net"); got != "subnets.net.io,vpcs.net.io" {
 		t.Errorf("protected in c-net = %q while the manager catches up", got)
 	}
-	if got := f.condition(t, "r", depv1alpha1.ConditionReady); got != "missing" {
+	if got := f.condition(t, depv1alpha1.ConditionReady); got != "missing" {
 		t.Errorf("status written while the manager catches up: Ready = %q", got)
 	}
 
@@ -663,7 +664,7 @@ func TestReconcileWaitsForTheManagerAtStartup(t *testing.T) {
 	if got := f.protected(t, "c-net"); got != "subnets.net.io,vpcs.net.io" {
 		t.Errorf("protected in c-net = %q", got)
 	}
-	if got := f.condition(t, "r", depv1alpha1.ConditionReady); !strings.HasPrefix(got, "True") {
+	if got := f.condition(t, depv1alpha1.ConditionReady); !strings.HasPrefix(got, "True") {
 		t.Errorf("Ready = %q", got)
 	}
 
