@@ -1,7 +1,8 @@
 // Command controller watches DependencyRules through the APIExport's virtual
-// workspace and installs the deletion-protection webhook in every provider
-// workspace whose resources are protected. internal/controllerserver
-// assembles it.
+// workspace and installs the webhook configuration in every provider
+// workspace whose resources are protected (DELETE) or whose rules name
+// dependents (CREATE and UPDATE, refusing new references to objects being
+// deleted). internal/controllerserver assembles it.
 package main
 
 import (

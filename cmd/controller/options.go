@@ -55,7 +55,7 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.WebhookURL, "webhook-url", o.WebhookURL, "HTTPS URL of the webhook's validating endpoint, as kcp reaches it, e.g. https://dependency-webhook.example.com:9443/validate.")
 	fs.StringVar(&o.WebhookCABundleFile, "webhook-ca-bundle", o.WebhookCABundleFile, "PEM file with the CA bundle that verifies the webhook's serving certificate; re-read when it changes. Empty: kcp uses its system roots.")
 	fs.Int32Var(&o.WebhookTimeoutSeconds, "webhook-timeout-seconds", o.WebhookTimeoutSeconds, "Seconds kcp waits for the webhook before applying the failure policy (1-30).")
-	fs.StringVar(&o.FailurePolicy, "failure-policy", o.FailurePolicy, "What kcp does when the webhook cannot be called: Fail (deletes of protected objects are refused) or Ignore (they are allowed).")
+	fs.StringVar(&o.FailurePolicy, "failure-policy", o.FailurePolicy, "What kcp does when the webhook cannot be called: Fail (deletes of protected objects, and creates and updates of dependents, are refused) or Ignore (they are allowed).")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Elect a leader among replicas; only the leader writes. The lease lives in the workspace of the kubeconfig.")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "Namespace of the leader election lease.")
 	fs.DurationVar(&o.CABundleCheckInterval, "webhook-ca-bundle-check-interval", o.CABundleCheckInterval, "How often the CA bundle file is checked for changes.")

@@ -61,9 +61,10 @@ type Options struct {
 }
 
 // Reconciler installs the validating webhook configuration in every
-// provider workspace whose resources a DependencyRule protects, removes it
-// from workspaces where nothing is protected any more, and reports the
-// outcome in the status of every rule.
+// provider workspace whose resources a DependencyRule protects (a webhook on
+// DELETE) or whose rules name dependents (a webhook on CREATE and UPDATE),
+// removes it from workspaces where nothing is protected or guarded any
+// more, and reports the outcome in the status of every rule.
 //
 // It has a single work item: every event (on rules, on webhook
 // configurations, on APIBindings) and the periodic resync reconcile the
