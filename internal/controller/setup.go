@@ -23,35 +23,30 @@ import (
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
-	"github.com/kcp-dev/multicluster-provider/apiexport"
 	apisv1alpha2 "github.com/kcp-dev/sdk/apis/apis/v1alpha2"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
-	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/vw"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 )
 
 // workItem is the controller's only request; see Reconciler.
 var workItem = mcreconcile.Request{Request: reconcile.Request{NamespacedName: types.NamespacedName{Name: "all-dependency-rules"}}}
 
-// SetupWithManager adds the controller to the manager, whose provider must
-// be kcp's apiexport provider (its clusters are the workspaces that bind the
-// APIExport). The controller reads from the manager's caches of those
-// workspaces, writes through their clients, records events through them,
-// and proves what the caches lack with complete listings through vw (see
-// Reconciler). It reconciles on events in every workspace that binds the
-// APIExport: DependencyRules (spec changes, creation, deletion, and changes
-// of the conditions the webhook writes), the managed
-// ValidatingWebhookConfigurations (to undo changes by others and to prune
-// configurations left behind while the controller was down) and APIBindings
-// (a workspace that binds the export may be protected now). Events on
-// triggers (e.g. a rotated CA bundle) reconcile as well.
-func SetupWithManager(mgr mcmanager.Manager, vw *kcp.VirtualWorkspace, opts Options, triggers <-chan event.GenericEvent) error {
-	provider, ok := mgr.GetProvider().(*apiexport.Provider)
-	if !ok {
-		return fmt.Errorf("the manager's provider is a %T; the controller needs kcp's apiexport provider, whose engaged workspaces it enumerates", mgr.GetProvider())
-	}
-	r := NewReconciler(NewClusters(mgr, provider.Clusters), NewCompleteLister(vw), opts)
+// SetupWithManager adds the controller to the manager, whose clusters are
+// the workspaces that bind the APIExport and which engaged enumerates (the
+// Clusters of kcp's apiexport provider). The controller reads from the
+// manager's caches of those workspaces, writes through their clients,
+// records events through them, and proves what the caches lack with
+// complete listings through rules (see Reconciler). It reconciles on events
+// in every workspace that binds the APIExport: DependencyRules (spec
+// changes, creation, deletion, and changes of the conditions the webhook
+// writes), the managed ValidatingWebhookConfigurations (to undo changes by
+// others and to prune configurations left behind while the controller was
+// down) and APIBindings (a workspace that binds the export may be protected
+// now). Events on triggers (e.g. a rotated CA bundle) reconcile as well.
+func SetupWithManager(mgr mcmanager.Manager, engaged ClusterNamer, rules *vw.VirtualWorkspace, opts Options, triggers <-chan event.GenericEvent) error {
+	r := NewReconciler(NewClusters(mgr, engaged), NewCompleteLister(rules), opts)
 
 	b := mcbuilder.ControllerManagedBy(mgr).
 		Named(ControllerName).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -19,10 +20,10 @@ import (
 
 	"github.com/kcp-dev/logicalcluster/v3"
 	apisv1alpha2 "github.com/kcp-dev/sdk/apis/apis/v1alpha2"
-	"github.com/kcp-dev/sdk/apis/core"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/vw"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 )
 
@@ -179,11 +180,7 @@ func observe(ctx context.Context, clusters Clusters) (*State, error) {
 		if err := cl.Cache.List(ctx, bindings); err != nil {
 			return nil, fmt.Errorf("failed to list APIBindings in logical cluster %s: %w", name, err)
 		}
-		for _, b := range bindings.Items {
-			if path := b.Annotations[core.LogicalClusterPathAnnotationKey]; path != "" {
-				state.Workspaces[path] = name
-			}
-		}
+		maps.Copy(state.Workspaces, kcp.Workspaces(bindings.Items))
 		rules := &depv1alpha1.DependencyRuleList{}
 		if err := cl.Cache.List(ctx, rules); err != nil {
 			return nil, fmt.Errorf("failed to list DependencyRules in logical cluster %s: %w", name, err)
@@ -209,14 +206,14 @@ func sortRules(rules []depv1alpha1.DependencyRule) {
 
 // vwLister lists through the APIExport's virtual workspace on every shard.
 type vwLister struct {
-	vw *kcp.VirtualWorkspace
+	vw *vw.VirtualWorkspace
 }
 
 // NewCompleteLister returns a CompleteLister that lists, through the
 // virtual workspace of every shard, all APIBindings to the export and all
 // DependencyRules.
-func NewCompleteLister(vw *kcp.VirtualWorkspace) CompleteLister {
-	return vwLister{vw: vw}
+func NewCompleteLister(rules *vw.VirtualWorkspace) CompleteLister {
+	return vwLister{vw: rules}
 }
 
 // ListComplete implements CompleteLister.
@@ -227,11 +224,7 @@ func (l vwLister) ListComplete(ctx context.Context) (*Listing, error) {
 	}
 	listing := &Listing{Workspaces: map[string]logicalcluster.Name{}}
 	for _, s := range shards {
-		for _, b := range s.Bindings {
-			if path := b.Annotations[core.LogicalClusterPathAnnotationKey]; path != "" {
-				listing.Workspaces[path] = logicalcluster.From(&b)
-			}
-		}
+		maps.Copy(listing.Workspaces, kcp.Workspaces(s.Bindings))
 		listing.Rules = append(listing.Rules, s.Rules.Items...)
 	}
 	sortRules(listing.Rules)

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/buger/jsonparser"
@@ -52,33 +54,6 @@ func (p Path) ResolveJSON(data []byte) ([]string, error) {
 		return nil, err
 	}
 	return values, nil
-}
-
-// ContainsJSON reports whether any string value found at the path in the JSON
-// object data equals want. It stops scanning at the first match, so malformed
-// JSON after it is not reported. It does not
-// allocate unless a value it compares both contains escape sequences and is
-// longer than 64 bytes, or contains invalid UTF-8. See EachJSON for the errors
-// it returns.
-func (p Path) ContainsJSON(data []byte, want string) (bool, error) {
-	found := false
-	err := p.walkJSON(data, func(raw []byte, number bool) (bool, error) {
-		if number {
-			found = NumberString(string(raw)) == want
-			return !found, nil
-		}
-		var scratch [64]byte
-		value, err := decodeString(raw, scratch[:])
-		if err != nil {
-			return false, err
-		}
-		found = string(value) == want
-		return !found, nil
-	})
-	if err != nil {
-		return false, err
-	}
-	return found, nil
 }
 
 // walkJSON calls visit with the raw (undecoded) contents of every string
@@ -251,4 +226,30 @@ func decodeString(raw, scratch []byte) ([]byte, error) {
 		value = value[size:]
 	}
 	return valid, nil
+}
+
+// NumberString returns the canonical form of a JSON number literal, which is
+// how a number at the end of a path compares with a name: an integer in
+// decimal (42, -7, and 42.0 or 4.2e1 as 42), anything else as the shortest
+// decimal that reads back as the same float64 (1.5). A literal that is not a
+// valid number, or out of the float64 range, is returned as it is. Fields
+// declared int-or-string hold names such as "42" as the number 42, which thus
+// matches.
+func NumberString(literal string) string {
+	if i, err := strconv.ParseInt(literal, 10, 64); err == nil {
+		return strconv.FormatInt(i, 10)
+	}
+	f, err := strconv.ParseFloat(literal, 64)
+	if err != nil {
+		return literal
+	}
+	return floatString(f)
+}
+
+// floatString formats a float64 like NumberString.
+func floatString(f float64) string {
+	if f == math.Trunc(f) && math.Abs(f) < 1<<63 {
+		return strconv.FormatInt(int64(f), 10)
+	}
+	return strconv.FormatFloat(f, 'f', -1, 64)
 }

@@ -81,16 +81,6 @@ func Parse(s string) (Path, error) {
 	}
 }
 
-// MustParse is like Parse but panics if s is not a valid field path. It is
-// intended for paths that are known to be valid, such as constants in tests.
-func MustParse(s string) Path {
-	p, err := Parse(s)
-	if err != nil {
-		panic(err)
-	}
-	return p
-}
-
 // String returns the canonical form of the path, which always starts with a
 // dot, e.g. ".spec.vpcRef.name". The canonical form parses to an equal Path,
 // except when it is longer than MaxLength, which happens only if the path was

@@ -1,19 +1,23 @@
 // Package index keeps, in the webhook, an index of the references that
-// dependent objects hold: for every dependent type that a DependencyRule
-// names (a Source), it watches the dependents in all consumer workspaces
-// through the virtual workspace of the type's own APIExport, with the read
-// access the type's provider granted to the webhook, and keeps of each
-// dependent only its cluster, namespace, name, UID, whether it is being
-// deleted, and the strings found at the paths the rules name. Nothing else is
-// decoded, let alone stored.
+// dependent objects hold, and reads objects live where the index cannot
+// decide. It is made of three parts:
+//
+//   - sources: for every dependent type that a DependencyRule names (a
+//     Source), a watch of its dependents in all consumer workspaces through
+//     the virtual workspace of the type's own APIExport, with the read
+//     access the type's provider granted to the webhook;
+//   - store: of each dependent only its cluster, namespace, name, UID,
+//     whether it is being deleted, and the strings found at the paths the
+//     rules name, with a reverse index from those strings;
+//   - live: consistent reads of one scope, shared by concurrent decisions.
 //
 // A lookup (Hits) returns the dependents that reference a name, at a cost
 // that does not depend on how many dependents there are. The index is
-// eventually consistent, so a miss is not proof of absence: Confirm reads the
-// dependents of one workspace (and namespace) live, through the same virtual
-// workspace, which the webhook does before it allows a delete; concurrent
-// confirmations of one scope share a read. See
-// docs/architecture.md for why this is sound.
+// eventually consistent, so a miss is not proof of absence: Confirm reads
+// the dependents in scope live, which the webhook does before it allows a
+// delete, and Lookup reads protected objects one by one. Both retry within
+// the caller's deadline what clears by itself. See docs/architecture.md for
+// why this is sound.
 package index
 
 import (
@@ -24,33 +28,48 @@ import (
 	"sync"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/kcp-dev/logicalcluster/v3"
 
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
+	"github.com/opendefensecloud/dependency-controller/internal/index/live"
+	"github.com/opendefensecloud/dependency-controller/internal/index/sources"
+	"github.com/opendefensecloud/dependency-controller/internal/index/store"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/scheme"
+	"github.com/opendefensecloud/dependency-controller/internal/vw"
 )
 
-// ErrVersionNotServed is returned (wrapped) by Confirm for a workspace that
-// binds the APIExport of a source which does not serve the version the rules
-// name: its dependents cannot be checked.
+// Source identifies a dependent or protected type as its provider serves
+// it; see sources.Source.
+type Source = sources.Source
+
+// State is what the index knows about a source; see sources.State.
+type State = sources.State
+
+// Phase is where the index stands with a source; see sources.Phase.
+type Phase = sources.Phase
+
+// PathProblem is a field path that can never hold a name; see
+// sources.PathProblem.
+type PathProblem = sources.PathProblem
+
+// Phases of a source; see the sources package.
+const (
+	PhaseSyncing             = sources.PhaseSyncing
+	PhaseSynced              = sources.PhaseSynced
+	PhaseExportNotFound      = sources.PhaseExportNotFound
+	PhaseAccessDenied        = sources.PhaseAccessDenied
+	PhaseResourceNotExported = sources.PhaseResourceNotExported
+	PhaseVersionNotServed    = sources.PhaseVersionNotServed
+)
+
+// ErrVersionNotServed is returned (wrapped) by Confirm and Lookup for a
+// workspace that binds the APIExport of a source which does not serve the
+// version the rules name: its objects cannot be read.
 var ErrVersionNotServed = errors.New("version not served")
-
-// ErrNotInspected is returned (wrapped) by Confirm and Lookup while the
-// APIExport of a source has not been read yet (right after the source was
-// added, e.g. when the webhook starts): which shards serve it is not known,
-// so nothing can be read. It clears within a poll interval; Retry waits for
-// it.
-var ErrNotInspected = errors.New("the APIExport has not been read yet")
-
-// ErrRefused is returned (wrapped) by Confirm and Lookup when every shard's
-// virtual workspace refuses (403) a logical cluster that binds the export,
-// as far as the index knows: while a shard starts, its virtual workspace
-// refuses workspaces whose bindings it has not synced yet. Retry waits for
-// it; it never means "no dependents".
-var ErrRefused = errors.New("every shard's virtual workspace refused a workspace that binds the export")
 
 // Options configure an Index.
 type Options struct {
@@ -63,64 +82,69 @@ type Options struct {
 	Identity string
 	// ReadTimeout bounds one live read of a scope (see Confirm); it should
 	// be the time a decision may spend reading, since no decision waits
-	// for a read longer than that. Default 30s.
+	// for a read longer than that. Default live.DefaultTimeout.
 	ReadTimeout time.Duration
+	// OnRetry, if set, is called with the cause (see RetryCause) each time
+	// Confirm or Lookup retries a read.
+	OnRetry func(cause string)
+}
+
+// watch is what the index needs of the watch of a source; *sources.Watch
+// implements it.
+type watch interface {
+	State() State
+	Paths() []fieldpath.Path
+	Store() *store.Store
+	Shards(cluster logicalcluster.Name) ([]string, bool)
+	ReadThrough(cluster logicalcluster.Name, url string)
+}
+
+// running is a watch and how to stop it.
+type running struct {
+	watch
+	cancel context.CancelFunc
+	done   <-chan struct{}
 }
 
 // Index is the reference index of all sources. It is a manager.Runnable;
 // sources start to be watched once it runs.
 type Index struct {
-	cfg        *rest.Config
-	frontProxy *reader
-	opts       Options
+	cfg     sources.Config
+	readers *vw.Readers
+	opts    Options
+	reads   *live.Reads
 
 	lock    sync.Mutex
 	ctx     context.Context
 	desired map[Source][]fieldpath.Path
-	sources map[Source]*sourceWatch
-	readers map[string]*reader
+	watches map[Source]*running
 	changed chan struct{}
-
-	// liveLock guards live, the live reads of each scope (see Confirm).
-	liveLock sync.Mutex
-	live     map[scopeKey]*scopeReads
 }
 
 // New returns an index that reads with the credentials of cfg: endpoint
-// slices through the server at frontProxy (without a /clusters/ path), and
-// dependents through the virtual workspaces they name.
+// slices, APIExports and schemas through the server at frontProxy (without
+// a /clusters/ path), and objects through the virtual workspaces they name.
 func New(cfg *rest.Config, frontProxy string, opts Options) (*Index, error) {
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = 10 * time.Second
 	}
-	fp, err := newReader(cfg, frontProxy)
+	clients, err := vw.NewClients(cfg, scheme.New(), scheme.RESTMapper())
 	if err != nil {
 		return nil, err
 	}
-	return &Index{
-		cfg:        rest.CopyConfig(cfg),
-		frontProxy: fp,
-		opts:       opts,
-		desired:    map[Source][]fieldpath.Path{},
-		sources:    map[Source]*sourceWatch{},
-		readers:    map[string]*reader{},
-		changed:    make(chan struct{}, 1),
-	}, nil
-}
-
-// reader returns the reader of a virtual workspace URL.
-func (ix *Index) reader(url string) (*reader, error) {
-	ix.lock.Lock()
-	defer ix.lock.Unlock()
-	if r, ok := ix.readers[url]; ok {
-		return r, nil
+	ix := &Index{
+		readers: vw.NewReaders(cfg),
+		opts:    opts,
+		desired: map[Source][]fieldpath.Path{},
+		watches: map[Source]*running{},
+		changed: make(chan struct{}, 1),
 	}
-	r, err := newReader(ix.cfg, url)
-	if err != nil {
-		return nil, err
+	ix.cfg = sources.Config{
+		Clients: clients, FrontProxy: frontProxy, Readers: ix.readers,
+		PollInterval: opts.PollInterval, Identity: opts.Identity, Notify: ix.notify,
 	}
-	ix.readers[url] = r
-	return r, nil
+	ix.reads = live.New(ix.readScope, opts.ReadTimeout)
+	return ix, nil
 }
 
 // Start implements manager.Runnable: it watches the desired sources until
@@ -132,14 +156,14 @@ func (ix *Index) Start(ctx context.Context) error {
 	ix.lock.Unlock()
 	<-ctx.Done()
 	ix.lock.Lock()
-	watches := make([]*sourceWatch, 0, len(ix.sources))
-	for _, sw := range ix.sources {
-		sw.cancel()
-		watches = append(watches, sw)
+	watches := make([]*running, 0, len(ix.watches))
+	for _, w := range ix.watches {
+		w.cancel()
+		watches = append(watches, w)
 	}
 	ix.lock.Unlock()
-	for _, sw := range watches {
-		<-sw.done
+	for _, w := range watches {
+		<-w.done
 	}
 	return nil
 }
@@ -153,7 +177,7 @@ func (ix *Index) NeedLeaderElection() bool {
 // Ensure sets the sources to watch, with the paths to read of each: new
 // sources are watched, sources no longer named are dropped, and a source
 // whose paths changed is listed again. A source without paths is not
-// watched; it is only checked (access, what the export serves) and read
+// indexed; it is only inspected (access, what the export serves) and read
 // with Lookup.
 func (ix *Index) Ensure(desired map[Source][]fieldpath.Path) {
 	ix.lock.Lock()
@@ -164,27 +188,22 @@ func (ix *Index) Ensure(desired map[Source][]fieldpath.Path) {
 	}
 }
 
-// reconcileLocked starts and stops source watches. Callers hold the lock.
+// reconcileLocked starts and stops watches. Callers hold the lock.
 func (ix *Index) reconcileLocked() {
-	for src, sw := range ix.sources {
-		if paths, ok := ix.desired[src]; !ok || !slices.Equal(paths, sw.paths) {
-			sw.cancel()
-			delete(ix.sources, src)
+	for src, w := range ix.watches {
+		if paths, ok := ix.desired[src]; !ok || !slices.Equal(paths, w.Paths()) {
+			w.cancel()
+			delete(ix.watches, src)
 		}
 	}
 	for src, paths := range ix.desired {
-		if _, ok := ix.sources[src]; ok {
+		if _, ok := ix.watches[src]; ok {
 			continue
 		}
 		ctx, cancel := context.WithCancel(ix.ctx)
-		sw := &sourceWatch{
-			src: src, paths: paths, ix: ix, store: newStore(), cancel: cancel, done: make(chan struct{}),
-			notify: ix.notify, identity: ix.opts.Identity,
-			state:  State{Phase: PhaseSyncing, Message: fmt.Sprintf("Reading the APIExport %q", src.Export.Name)},
-			shards: map[string]*shardWatch{}, shardOf: map[logicalcluster.Name]string{},
-		}
-		ix.sources[src] = sw
-		go sw.run(ctx)
+		w := sources.NewWatch(src, paths, ix.cfg)
+		ix.watches[src] = &running{watch: w, cancel: cancel, done: w.Done()}
+		go w.Run(ctx)
 	}
 	ix.notify()
 }
@@ -201,22 +220,23 @@ func (ix *Index) Changes() <-chan struct{} {
 	return ix.changed
 }
 
-func (ix *Index) source(src Source) *sourceWatch {
+func (ix *Index) watch(src Source) watch {
 	ix.lock.Lock()
 	defer ix.lock.Unlock()
-	return ix.sources[src]
+	if w, ok := ix.watches[src]; ok {
+		return w.watch
+	}
+	return nil
 }
 
 // State returns the state of a source; a source that is not watched (yet) is
 // Syncing.
 func (ix *Index) State(src Source) State {
-	sw := ix.source(src)
-	if sw == nil {
+	w := ix.watch(src)
+	if w == nil {
 		return State{Phase: PhaseSyncing, Message: "Not watched yet"}
 	}
-	sw.lock.Lock()
-	defer sw.lock.Unlock()
-	return sw.state
+	return w.State()
 }
 
 // Synced reports whether every source has been listed on every shard, or is
@@ -228,17 +248,14 @@ func (ix *Index) Synced() error {
 		ix.lock.Unlock()
 		return errors.New("the index has not started")
 	}
-	watches := make([]*sourceWatch, 0, len(ix.sources))
-	for _, sw := range ix.sources {
-		watches = append(watches, sw)
+	watches := make(map[Source]watch, len(ix.watches))
+	for src, w := range ix.watches {
+		watches[src] = w.watch
 	}
 	ix.lock.Unlock()
-	for _, sw := range watches {
-		sw.lock.Lock()
-		state := sw.state
-		sw.lock.Unlock()
-		if state.Phase == PhaseSyncing {
-			return fmt.Errorf("%s: %s", sw.src, state.Message)
+	for src, w := range watches {
+		if state := w.State(); state.Phase == PhaseSyncing {
+			return fmt.Errorf("%s: %s", src, state.Message)
 		}
 	}
 	return nil
@@ -247,22 +264,22 @@ func (ix *Index) Synced() error {
 // Hits returns the indexed dependents of src in cluster that hold name at
 // one of paths: in namespace, or in the whole cluster if namespace is empty.
 // Cluster-scoped dependents are in every namespace's scope.
-func (ix *Index) Hits(src Source, paths []fieldpath.Path, cluster logicalcluster.Name, namespace, name string) []Dependent {
-	sw := ix.source(src)
-	if sw == nil {
+func (ix *Index) Hits(src Source, paths []fieldpath.Path, cluster logicalcluster.Name, namespace, name string) []kcp.Meta {
+	w := ix.watch(src)
+	if w == nil {
 		return nil
 	}
 	var idx []int
 	for _, p := range paths {
-		if i := slices.Index(sw.paths, p); i >= 0 {
+		if i := slices.Index(w.Paths(), p); i >= 0 {
 			idx = append(idx, i)
 		}
 	}
-	hits := sw.store.referencing(cluster, idx, name)
+	hits := w.Store().Referencing(cluster, idx, name)
 	if namespace == "" {
 		return hits
 	}
-	return slices.DeleteFunc(hits, func(d Dependent) bool { return d.Namespace != "" && d.Namespace != namespace })
+	return slices.DeleteFunc(hits, func(d kcp.Meta) bool { return d.Namespace != "" && d.Namespace != namespace })
 }
 
 // Len returns the number of indexed dependents of all sources.
@@ -270,62 +287,8 @@ func (ix *Index) Len() int {
 	ix.lock.Lock()
 	defer ix.lock.Unlock()
 	n := 0
-	for _, sw := range ix.sources {
-		n += sw.store.len()
+	for _, w := range ix.watches {
+		n += w.Store().Len()
 	}
 	return n
-}
-
-// onShardOf calls read with the reader of the virtual workspace of src on
-// the shard that serves cluster: the shard on which the index last saw the
-// cluster first, then the others, as long as read fails with 403, which
-// kcp's virtual workspace answers for a cluster that does not bind the
-// export on that shard (or lives on another one). A cluster that no shard
-// serves binds no export, so onShardOf then returns nil without reading.
-func (ix *Index) onShardOf(src Source, cluster logicalcluster.Name, read func(r *reader, state State) error) error {
-	sw := ix.source(src)
-	if sw == nil {
-		return fmt.Errorf("%s is not watched", src)
-	}
-	sw.lock.Lock()
-	state, inspected := sw.state, sw.inspected
-	urls := slices.Clone(sw.urls)
-	hint, hinted := sw.shardOf[cluster]
-	sw.lock.Unlock()
-	if !inspected {
-		return fmt.Errorf("%s: %w", src, ErrNotInspected)
-	}
-	if shard, ok := sw.store.shard(cluster); ok {
-		hint, hinted = shard, true
-	}
-	if hinted {
-		if i := slices.Index(urls, hint); i > 0 {
-			urls[0], urls[i] = urls[i], urls[0]
-		}
-	}
-	for _, u := range urls {
-		r, err := ix.reader(u)
-		if err != nil {
-			return err
-		}
-		err = read(r, state)
-		if apierrors.IsForbidden(err) {
-			continue
-		}
-		if err == nil && (!hinted || hint != u) {
-			sw.lock.Lock()
-			sw.shardOf[cluster] = u
-			sw.lock.Unlock()
-		}
-		return err
-	}
-	if sw.store.holds(cluster) {
-		// Every shard refused a workspace that the index holds dependents
-		// of: it binds the export, and a virtual workspace that is starting
-		// has not synced its bindings yet.
-		return fmt.Errorf("%s in logical cluster %s: %w", src, cluster, ErrRefused)
-	}
-	// No shard serves the cluster and the index holds nothing of it: it
-	// does not bind the export (any more), so it holds no dependents.
-	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
 	"github.com/kcp-dev/multicluster-provider/apiexport"
@@ -19,23 +18,18 @@ import (
 // NewManager returns the multicluster manager of a binary: its clusters are
 // the workspaces that bind the APIExport exportName, engaged by
 // multicluster-provider's apiexport provider through the export's virtual
-// workspace on every shard. cfg must point at the workspace of the export
-// (its host ends with /clusters/<workspace>); NewManager fails with an error
-// that says so otherwise. handlers are told when a workspace starts and stops
-// binding the export. The returned VirtualWorkspace reaches the same virtual
-// workspace for complete listings across shards.
-func NewManager(ctx context.Context, cfg *rest.Config, exportName string, opts manager.Options, h ...handlers.Handler) (mcmanager.Manager, *VirtualWorkspace, error) {
+// workspace on every shard, each with a cache over that shard's wildcard
+// informers. cfg must point at the workspace of the export (its host ends
+// with /clusters/<workspace>); NewManager fails with an error that says so
+// otherwise. handlers are told when a workspace starts and stops binding the
+// export. The provider is returned too: it knows which clusters are engaged.
+func NewManager(ctx context.Context, cfg *rest.Config, exportName string, opts manager.Options, h ...handlers.Handler) (mcmanager.Manager, *apiexport.Provider, error) {
 	base, workspace, err := WorkspaceConfig(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
 	log.FromContext(ctx).Info("Using the APIExport's workspace", "workspace", workspace, "server", base, "apiExport", exportName)
-
 	s := scheme.New()
-	vw, err := NewVirtualWorkspace(cfg, exportName, s, scheme.RESTMapper())
-	if err != nil {
-		return nil, nil, err
-	}
 	provider, err := apiexport.New(cfg, exportName, apiexport.Options{Scheme: s, Handlers: h})
 	if err != nil {
 		return nil, nil, fmt.Errorf("failed to create the APIExport provider: %w", err)
@@ -45,5 +39,5 @@ func NewManager(ctx context.Context, cfg *rest.Config, exportName string, opts m
 	if err != nil {
 		return nil, nil, fmt.Errorf("failed to create manager: %w", err)
 	}
-	return mgr, vw, nil
+	return mgr, provider, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
+	"github.com/opendefensecloud/dependency-controller/internal/fieldpath/fieldpathtest"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 )
@@ -52,7 +53,7 @@ func rule(k, uid string, rv int, dependent schema.GroupVersionResource, refs ...
 		}
 		target, path, _ := strings.Cut(ref, "@")
 		gr := schema.ParseGroupResource(target)
-		r.References = append(r.References, Reference{Workspace: logicalcluster.NewPath(workspace), Export: gr.Group, Target: gr, Version: "v1", Path: fieldpath.MustParse(path)})
+		r.References = append(r.References, Reference{Workspace: logicalcluster.NewPath(workspace), Export: gr.Group, Target: gr, Version: "v1", Path: fieldpathtest.MustParse(path)})
 	}
 	return r
 }
@@ -110,8 +111,8 @@ func TestFromDependencyRule(t *testing.T) {
 	want := &Rule{
 		Key: key("c1/vm-deps"), UID: "u1", ResourceVersion: "42", Dependent: source("c1", vms), DependentKind: "VirtualMachine",
 		References: []Reference{
-			{Workspace: logicalcluster.NewPath("root:net"), Export: "network.io", Target: vpcs.GroupResource(), Version: "v1", Path: fieldpath.MustParse(".spec.vpcRef.name")},
-			{Workspace: logicalcluster.NewPath("root:org:net"), Export: "network.io", Target: subnets.GroupResource(), Version: "v2", Path: fieldpath.MustParse(".spec.nics[*].subnet")},
+			{Workspace: logicalcluster.NewPath("root:net"), Export: "network.io", Target: vpcs.GroupResource(), Version: "v1", Path: fieldpathtest.MustParse(".spec.vpcRef.name")},
+			{Workspace: logicalcluster.NewPath("root:org:net"), Export: "network.io", Target: subnets.GroupResource(), Version: "v2", Path: fieldpathtest.MustParse(".spec.nics[*].subnet")},
 		},
 		Invalid: []string{"spec..bad"},
 	}
@@ -345,8 +346,8 @@ func TestSources(t *testing.T) {
 	r.Apply(rule("c1/b", "u2", 1, vms, "vpcs.network.io@.spec.vpc", "root:unbound|vpcs.network.io@.spec.x"))
 	r.Apply(rule("c2/a", "u3", 1, vms, "vpcs.network.io@.spec.vpc"))
 	want := map[index.Source][]fieldpath.Path{
-		source("c1", vms):              {fieldpath.MustParse(".spec.subnet"), fieldpath.MustParse(".spec.vpc"), fieldpath.MustParse(".spec.x")},
-		source("c2", vms):              {fieldpath.MustParse(".spec.vpc")},
+		source("c1", vms):              {fieldpathtest.MustParse(".spec.subnet"), fieldpathtest.MustParse(".spec.vpc"), fieldpathtest.MustParse(".spec.x")},
+		source("c2", vms):              {fieldpathtest.MustParse(".spec.vpc")},
 		targetSource("c-net", vpcs):    nil,
 		targetSource("c-net", subnets): nil,
 	}
@@ -371,7 +372,7 @@ func TestTargetThatIsADependentIsWatched(t *testing.T) {
 	r.OnSourcesChange(func(s map[index.Source][]fieldpath.Path) { got = s })
 	r.SetWorkspace("root:c1", "c1")
 	r.Apply(rule("c1/self", "u1", 1, vms, "root:c1|virtualmachines.compute.io@.spec.parent"))
-	if want := (map[index.Source][]fieldpath.Path{source("c1", vms): {fieldpath.MustParse(".spec.parent")}}); !reflect.DeepEqual(got, want) {
+	if want := (map[index.Source][]fieldpath.Path{source("c1", vms): {fieldpathtest.MustParse(".spec.parent")}}); !reflect.DeepEqual(got, want) {
 		t.Errorf("sources = %v, want %v", got, want)
 	}
 }
@@ -387,10 +388,10 @@ func TestFindGuards(t *testing.T) {
 
 	got := r.FindGuards(Target{Cluster: "c1", Resource: vms.GroupResource()})
 	want := []Guard{
-		{Rule: key("c1/a"), Dependent: source("c1", vms), References: []GuardReference{{Path: fieldpath.MustParse(".spec.subnet"), Target: targetSource("c-net", subnets)}}},
+		{Rule: key("c1/a"), Dependent: source("c1", vms), References: []GuardReference{{Path: fieldpathtest.MustParse(".spec.subnet"), Target: targetSource("c-net", subnets)}}},
 		{Rule: key("c1/b"), Dependent: source("c1", vms), References: []GuardReference{
-			{Path: fieldpath.MustParse(".spec.vpc"), Target: targetSource("c-net", vpcs)},
-			{Path: fieldpath.MustParse(".spec.x")},
+			{Path: fieldpathtest.MustParse(".spec.vpc"), Target: targetSource("c-net", vpcs)},
+			{Path: fieldpathtest.MustParse(".spec.x")},
 		}},
 	}
 	if !reflect.DeepEqual(got, want) {

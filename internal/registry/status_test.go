@@ -11,6 +11,7 @@ import (
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
+	"github.com/opendefensecloud/dependency-controller/internal/fieldpath/fieldpathtest"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 )
 
@@ -40,7 +41,7 @@ func TestIndexedCondition(t *testing.T) {
 // A field path of the rule that the dependent's schema cannot hold makes the
 // condition False, naming it; a problem of another rule's path does not.
 func TestIndexedConditionNamesFieldPathsNotInSchema(t *testing.T) {
-	good, bad, others := fieldpath.MustParse(".spec.vpcRef.name"), fieldpath.MustParse(".spec.vpcReff.name"), fieldpath.MustParse(".spec.other")
+	good, bad, others := fieldpathtest.MustParse(".spec.vpcRef.name"), fieldpathtest.MustParse(".spec.vpcReff.name"), fieldpathtest.MustParse(".spec.other")
 	state := index.State{Phase: index.PhaseSynced, Kind: "VirtualMachine", Message: "Indexing", PathProblems: []index.PathProblem{
 		{Path: bad, Problem: `.spec has no field "vpcReff"`}, {Path: others, Problem: `.spec has no field "other"`},
 	}}
@@ -59,7 +60,7 @@ func TestGuardedCondition(t *testing.T) {
 	guard := func(targets ...index.Source) Guard {
 		g := Guard{Rule: key("c1/r")}
 		for _, t := range targets {
-			g.References = append(g.References, GuardReference{Path: fieldpath.MustParse(".spec.x"), Target: t})
+			g.References = append(g.References, GuardReference{Path: fieldpathtest.MustParse(".spec.x"), Target: t})
 		}
 		return g
 	}

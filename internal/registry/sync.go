@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"sync"
@@ -25,10 +26,10 @@ import (
 
 	"github.com/kcp-dev/logicalcluster/v3"
 	"github.com/kcp-dev/multicluster-provider/pkg/handlers"
-	"github.com/kcp-dev/sdk/apis/core"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/vw"
 )
 
 // Permissions of the webhook in the dep-ctrl workspace: discovering the
@@ -143,7 +144,7 @@ var _ handlers.Handler = BindingHandler{}
 
 // OnAdd implements handlers.Handler.
 func (h BindingHandler) OnAdd(binding client.Object) {
-	h.Registry.SetWorkspace(binding.GetAnnotations()[core.LogicalClusterPathAnnotationKey], logicalcluster.From(binding))
+	h.Registry.SetWorkspace(kcp.WorkspacePath(binding), logicalcluster.From(binding))
 }
 
 // OnUpdate implements handlers.Handler.
@@ -162,7 +163,7 @@ func (h BindingHandler) OnDelete(binding client.Object) {
 // which repairs anything the event stream missed. It is a manager.Runnable
 // that runs on every replica.
 type Loader struct {
-	vw        *kcp.VirtualWorkspace
+	vw        *vw.VirtualWorkspace
 	registry  *Registry
 	readiness *Readiness
 	resync    time.Duration
@@ -211,12 +212,9 @@ func (l *Loader) LoadAll(ctx context.Context) error {
 	for _, s := range shards {
 		bound := map[logicalcluster.Name]bool{}
 		for i := range s.Bindings {
-			b := &s.Bindings[i]
-			bound[logicalcluster.From(b)] = true
-			if path := b.Annotations[core.LogicalClusterPathAnnotationKey]; path != "" {
-				workspaces[path] = logicalcluster.From(b)
-			}
+			bound[logicalcluster.From(&s.Bindings[i])] = true
 		}
+		maps.Copy(workspaces, kcp.Workspaces(s.Bindings))
 		listing := Listing{ResourceVersion: s.Rules.ResourceVersion, Covers: func(c logicalcluster.Name) bool { return bound[c] }}
 		for i := range s.Rules.Items {
 			r := FromDependencyRule(&s.Rules.Items[i])
@@ -232,10 +230,10 @@ func (l *Loader) LoadAll(ctx context.Context) error {
 }
 
 // SetupWithManager feeds reg from the manager's workspaces: a RuleReconciler
-// on DependencyRules and a Loader that loads every rule through vw at
+// on DependencyRules and a Loader that loads every rule through rules at
 // startup (then marks readiness loaded) and every resync period. Pass
 // BindingHandler{reg} to the manager's provider as well.
-func SetupWithManager(mgr mcmanager.Manager, vw *kcp.VirtualWorkspace, reg *Registry, readiness *Readiness, resync time.Duration) error {
+func SetupWithManager(mgr mcmanager.Manager, rules *vw.VirtualWorkspace, reg *Registry, readiness *Readiness, resync time.Duration) error {
 	if err := mcbuilder.ControllerManagedBy(mgr).
 		Named(ReconcilerName).
 		For(&depv1alpha1.DependencyRule{}).
@@ -247,5 +245,5 @@ func SetupWithManager(mgr mcmanager.Manager, vw *kcp.VirtualWorkspace, reg *Regi
 		Complete(&RuleReconciler{mgr: mgr, registry: reg}); err != nil {
 		return fmt.Errorf("failed to set up the rule reconciler: %w", err)
 	}
-	return mgr.GetLocalManager().Add(&Loader{vw: vw, registry: reg, readiness: readiness, resync: resync})
+	return mgr.GetLocalManager().Add(&Loader{vw: rules, registry: reg, readiness: readiness, resync: resync})
 }

@@ -12,7 +12,6 @@ import (
 
 	apisv1alpha1 "github.com/kcp-dev/sdk/apis/apis/v1alpha1"
 	apisv1alpha2 "github.com/kcp-dev/sdk/apis/apis/v1alpha2"
-	tenancyv1alpha1 "github.com/kcp-dev/sdk/apis/tenancy/v1alpha1"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 )
@@ -24,7 +23,6 @@ func New() *runtime.Scheme {
 	utilruntime.Must(clientgoscheme.AddToScheme(s))
 	utilruntime.Must(apisv1alpha1.AddToScheme(s))
 	utilruntime.Must(apisv1alpha2.AddToScheme(s))
-	utilruntime.Must(tenancyv1alpha1.AddToScheme(s))
 	utilruntime.Must(depv1alpha1.AddToScheme(s))
 	return s
 }
@@ -38,8 +36,9 @@ func RESTMapper() meta.RESTMapper {
 		depv1alpha1.GroupVersion.WithKind("DependencyRule"),
 		admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingWebhookConfiguration"),
 		apisv1alpha2.SchemeGroupVersion.WithKind("APIBinding"),
+		apisv1alpha2.SchemeGroupVersion.WithKind("APIExport"),
 		apisv1alpha1.SchemeGroupVersion.WithKind("APIExportEndpointSlice"),
-		tenancyv1alpha1.SchemeGroupVersion.WithKind("Workspace"),
+		apisv1alpha1.SchemeGroupVersion.WithKind("APIResourceSchema"),
 	} {
 		m.Add(gvk, meta.RESTScopeRoot)
 	}

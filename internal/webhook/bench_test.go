@@ -9,22 +9,23 @@ import (
 
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 )
 
 // benchDependents serves a fixed result for index lookups.
 type benchDependents struct {
-	hits []index.Dependent
+	hits []kcp.Meta
 }
 
 func (b *benchDependents) State(index.Source) index.State {
 	return index.State{Phase: index.PhaseSynced, Namespaced: true}
 }
 
-func (b *benchDependents) Hits(index.Source, []fieldpath.Path, logicalcluster.Name, string, string) []index.Dependent {
+func (b *benchDependents) Hits(index.Source, []fieldpath.Path, logicalcluster.Name, string, string) []kcp.Meta {
 	return b.hits
 }
 
-func (b *benchDependents) Confirm(context.Context, index.Source, []fieldpath.Path, logicalcluster.Name, string, string) ([]index.Dependent, int, error) {
+func (b *benchDependents) Confirm(context.Context, index.Source, []fieldpath.Path, logicalcluster.Name, string, string) ([]kcp.Meta, int, error) {
 	return nil, 0, errors.New("the benchmark decides from the index only")
 }
 
@@ -36,7 +37,7 @@ func BenchmarkValidator(b *testing.B) {
 	rules := staticRules{vpcs.GroupResource(): {entry("p/vm", vms, "VirtualMachine", ".spec.vpcRef.name", ".spec.nics[*].vpc")}}
 	req := deleteRequest(vpcs, "consumer", "default", "vpc-a", nil)
 	ctx := WithProvider(context.Background(), provider)
-	denied := NewDeletionValidator(rules, loaded(true), &benchDependents{hits: []index.Dependent{{Cluster: "consumer", Namespace: "default", Name: "vm-00001", UID: "u1"}}})
+	denied := NewDeletionValidator(rules, loaded(true), &benchDependents{hits: []kcp.Meta{{Cluster: "consumer", Namespace: "default", Name: "vm-00001", UID: "u1"}}})
 	b.ReportAllocs()
 	for b.Loop() {
 		if resp := denied.Handle(ctx, req); resp.Allowed {

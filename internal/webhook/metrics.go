@@ -47,7 +47,7 @@ func NewMetrics(reg prometheus.Registerer, rules, indexed func() int) (*Metrics,
 		}, func() float64 { return float64(indexed()) }),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dependency_webhook_read_retries_total",
-			Help: "Live reads of dependents retried within a request, by cause: too-many-requests, unavailable (e.g. storage is (re)initializing), timeout, etcd-leader-changed, gateway, retry-after, connection.",
+			Help: "Live reads of dependents or referenced objects retried within a request, by cause: too-many-requests, unavailable (e.g. storage is (re)initializing), timeout, etcd-leader-changed, gateway, retry-after, connection, not-inspected, refused.",
 		}, []string{"cause"}),
 		refChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dependency_webhook_reference_checks_total",
@@ -69,8 +69,9 @@ func (m *Metrics) referenceChecked(outcome string) {
 	}
 }
 
-// retried counts a retried read.
-func (m *Metrics) retried(cause string) {
+// Retried counts a read retried within a request; pass it as the index's
+// OnRetry.
+func (m *Metrics) Retried(cause string) {
 	if m != nil {
 		m.retries.WithLabelValues(cause).Inc()
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/kcp-dev/logicalcluster/v3"
 
 	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
 )
 
@@ -32,7 +33,9 @@ type Targets interface {
 	State(src index.Source) index.State
 	// Lookup reads the objects of src named name in cluster (in namespace,
 	// or in every namespace if it is empty and the resource is namespaced).
-	Lookup(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string) ([]index.Object, error)
+	// Reads that fail for a reason that clears by itself are retried within
+	// the deadline of ctx.
+	Lookup(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, error)
 }
 
 // ReferenceValidator is an admission.Handler that kcp calls for CREATE and
@@ -54,8 +57,9 @@ type ReferenceValidator struct {
 
 // NewReferenceValidator returns a validator that finds rules in rules,
 // waits until readiness reports them loaded, and reads targets through
-// targets, within timeout per request (none if 0), recording checks in
-// metrics (if not nil).
+// targets, within timeout per request (none if 0; the time kcp waits for
+// the answer bounds it too, see withBudget), recording checks in metrics
+// (if not nil).
 func NewReferenceValidator(rules GuardFinder, readiness Readiness, targets Targets, timeout time.Duration, metrics *Metrics) *ReferenceValidator {
 	return &ReferenceValidator{rules: rules, readiness: readiness, targets: targets, timeout: timeout, metrics: metrics}
 }
@@ -79,13 +83,13 @@ func (v *ReferenceValidator) handle(ctx context.Context, req admission.Request) 
 		return admission.Allowed(""), DecisionAllowed
 	}
 	if !v.readiness.Loaded() {
-		return unavailable("the dependency webhook is starting and has not loaded all DependencyRules yet; retry in a few seconds"), DecisionError
+		return notLoaded(), DecisionError
 	}
 	obj, errResp := readSubject(ctx, req.Object.Raw, "object")
 	if errResp != nil {
 		return *errResp, DecisionError
 	}
-	if obj.Metadata.DeletionTimestamp != nil {
+	if obj.Terminating {
 		return admission.Allowed(""), DecisionAllowed
 	}
 	gr := schema.GroupResource{Group: req.Resource.Group, Resource: req.Resource.Resource}
@@ -120,7 +124,7 @@ func (v *ReferenceValidator) handle(ctx context.Context, req admission.Request) 
 			}
 			namespace := ""
 			if state.Namespaced {
-				namespace = obj.Metadata.Namespace
+				namespace = obj.Namespace
 			}
 			for _, name := range names {
 				r := reference{target: ref.Target, namespace: namespace, name: name}
@@ -134,25 +138,17 @@ func (v *ReferenceValidator) handle(ctx context.Context, req admission.Request) 
 		return admission.Allowed(""), DecisionAllowed
 	}
 
-	kind, name := req.Kind.Kind, obj.Metadata.Name
+	kind, name := req.Kind.Kind, obj.Name
 	if name == "" {
-		name = obj.Metadata.GenerateName + "<generated>"
+		name = obj.GenerateName + "<generated>"
 	}
-	if v.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, v.timeout)
-		defer cancel()
-	}
+	ctx, cancel := withBudget(ctx, v.timeout)
+	defer cancel()
 	var problems []string
 	for _, r := range added {
-		var found []index.Object
-		err := index.Retry(ctx, func() error {
-			var err error
-			found, err = v.targets.Lookup(ctx, r.target, obj.cluster, r.namespace, r.name)
-			return err
-		}, v.metrics.retried)
+		found, err := v.targets.Lookup(ctx, r.target, obj.Cluster, r.namespace, r.name)
 		if err != nil {
-			log.FromContext(ctx).Error(err, "Failed to read a referenced object", "cluster", obj.cluster, "target", r.target, "name", r.name)
+			log.FromContext(ctx).Error(err, "Failed to read a referenced object", "cluster", obj.Cluster, "target", r.target, "name", r.name)
 			return unavailable(fmt.Sprintf("could not check whether %s %q may reference %s %q (reading it failed: %v); retry",
 				kind, name, r.target.Resource.Resource, r.name, err)), DecisionError
 		}
@@ -169,26 +165,4 @@ func (v *ReferenceValidator) handle(ctx context.Context, req admission.Request) 
 		return resp, DecisionDenied
 	}
 	return admission.Allowed(""), DecisionAllowed
-}
-
-// Handler routes the admission requests of kcp by operation: DELETE to the
-// DeletionValidator, CREATE and UPDATE to the ReferenceValidator; anything
-// else is allowed.
-type Handler struct {
-	// Deletion judges DELETE requests.
-	Deletion admission.Handler
-	// References judges CREATE and UPDATE requests.
-	References admission.Handler
-}
-
-// Handle implements admission.Handler.
-func (h Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
-	switch req.Operation {
-	case admissionv1.Delete:
-		return h.Deletion.Handle(ctx, req)
-	case admissionv1.Create, admissionv1.Update:
-		return h.References.Handle(ctx, req)
-	default:
-		return admission.Allowed("")
-	}
 }

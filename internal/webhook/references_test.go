@@ -18,7 +18,7 @@ import (
 
 	"github.com/kcp-dev/logicalcluster/v3"
 
-	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
+	"github.com/opendefensecloud/dependency-controller/internal/fieldpath/fieldpathtest"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
@@ -42,7 +42,7 @@ func (s staticGuards) FindGuards(t registry.Target) []registry.Guard {
 func vmGuard(target index.Source, paths ...string) registry.Guard {
 	g := registry.Guard{Rule: kcp.ObjectKey{Cluster: provider, Name: "vm-rule"}, Dependent: index.Source{Export: kcp.ObjectKey{Cluster: provider, Name: "compute.io"}, Resource: vms}}
 	for _, p := range paths {
-		g.References = append(g.References, registry.GuardReference{Path: fieldpath.MustParse(p), Target: target})
+		g.References = append(g.References, registry.GuardReference{Path: fieldpathtest.MustParse(p), Target: target})
 	}
 	return g
 }
@@ -50,10 +50,8 @@ func vmGuard(target index.Source, paths ...string) registry.Guard {
 // fakeTargets holds the objects the guard can read, by
 // "cluster|namespace/name"; a namespace of "*" lists across namespaces.
 type fakeTargets struct {
-	objects  map[string]index.Object
+	objects  map[string]kcp.Meta
 	states   map[index.Source]index.State
-	failures int
-	failWith error
 	err      error
 	calls    []string
 }
@@ -65,16 +63,12 @@ func (f *fakeTargets) State(src index.Source) index.State {
 	return index.State{Phase: index.PhaseSynced, Namespaced: true}
 }
 
-func (f *fakeTargets) Lookup(_ context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string) ([]index.Object, error) {
+func (f *fakeTargets) Lookup(_ context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, error) {
 	f.calls = append(f.calls, fmt.Sprintf("%s %s %s/%s", cluster, src.Resource.Resource, namespace, name))
 	if f.err != nil {
 		return nil, f.err
 	}
-	if f.failures > 0 {
-		f.failures--
-		return nil, f.failWith
-	}
-	var out []index.Object
+	var out []kcp.Meta
 	for key, o := range f.objects {
 		c, nsName, _ := strings.Cut(key, "|")
 		ns, n, _ := strings.Cut(nsName, "/")
@@ -119,7 +113,7 @@ func vpcRef(name string) map[string]any {
 }
 
 func TestReferenceValidator(t *testing.T) {
-	deletingVPC := map[string]index.Object{"consumer|default/vpc-old": {Namespace: "default", Name: "vpc-old", Terminating: true}, "consumer|default/vpc-a": {Namespace: "default", Name: "vpc-a"}}
+	deletingVPC := map[string]kcp.Meta{"consumer|default/vpc-old": {Namespace: "default", Name: "vpc-old", Terminating: true}, "consumer|default/vpc-a": {Namespace: "default", Name: "vpc-a"}}
 	guards := staticGuards{vms.GroupResource(): {vmGuard(targetSource, ".spec.vpcRef.name", ".spec.nics[*].vpc")}}
 	tests := []struct {
 		name        string
@@ -189,7 +183,7 @@ func TestReferenceValidator(t *testing.T) {
 		{
 			name: "a cluster-scoped target is read cluster-wide",
 			req:  writeRequest("default", "vm-1", vpcRef("global"), nil, false),
-			targets: &fakeTargets{objects: map[string]index.Object{"consumer|/global": {Name: "global", Terminating: true}},
+			targets: &fakeTargets{objects: map[string]kcp.Meta{"consumer|/global": {Name: "global", Terminating: true}},
 				states: map[index.Source]index.State{targetSource: {Phase: index.PhaseSynced, Namespaced: false}}},
 			wantMessage: `cannot reference vpcs "global"`,
 			wantCalls:   []string{"consumer vpcs /global"},
@@ -223,13 +217,6 @@ func TestReferenceValidator(t *testing.T) {
 			}(),
 			targets:     &fakeTargets{objects: deletingVPC},
 			wantAllowed: true,
-		},
-		{
-			name:        "read failures that clear are retried within the request",
-			req:         writeRequest("default", "vm-1", vpcRef("vpc-old"), nil, false),
-			targets:     &fakeTargets{objects: deletingVPC, failures: 2, failWith: apierrors.NewServiceUnavailable("storage is (re)initializing")},
-			wantMessage: `cannot reference vpcs "vpc-old"`,
-			wantCalls:   []string{"consumer vpcs default/vpc-old", "consumer vpcs default/vpc-old", "consumer vpcs default/vpc-old"},
 		},
 		{
 			name:        "a read that fails for good is a denial with a retry message (fail closed)",

@@ -2,17 +2,14 @@ package webhook
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/go-logr/logr"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -74,11 +71,12 @@ type Dependents interface {
 	State(src index.Source) index.State
 	// Hits returns the indexed dependents of src in cluster (in namespace,
 	// or everywhere if it is empty) that hold name at one of paths.
-	Hits(src index.Source, paths []fieldpath.Path, cluster logicalcluster.Name, namespace, name string) []index.Dependent
-	// Confirm reads the dependents of src in cluster (in namespace, or
-	// everywhere if it is empty) live, after it was called, and returns
-	// those that hold name at one of paths, with how many it read.
-	Confirm(ctx context.Context, src index.Source, paths []fieldpath.Path, cluster logicalcluster.Name, namespace, name string) ([]index.Dependent, int, error)
+	Hits(src index.Source, paths []fieldpath.Path, cluster logicalcluster.Name, namespace, name string) []kcp.Meta
+	// Confirm reads the dependents of src in cluster that can reference an
+	// object in namespace live, after it was called, and returns those that
+	// hold name at one of paths, with how many it read; it retries what
+	// clears by itself within the deadline of ctx.
+	Confirm(ctx context.Context, src index.Source, paths []fieldpath.Path, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, int, error)
 }
 
 // DeletionValidator is an admission.Handler that denies the deletion of an
@@ -110,8 +108,7 @@ func WithMaxBlockers(n int) Option {
 }
 
 // WithTimeout bounds the time spent reading dependents per request (default
-// none). It should be below the webhook timeout kcp applies, so that a slow
-// read is answered with a clear denial rather than kcp's timeout error.
+// none); the time kcp waits for the answer bounds it too (see withBudget).
 func WithTimeout(d time.Duration) Option {
 	return func(v *DeletionValidator) { v.timeout = d }
 }
@@ -129,60 +126,6 @@ func NewDeletionValidator(rules RuleFinder, readiness Readiness, dependents Depe
 		o(v)
 	}
 	return v
-}
-
-// objectMeta is the part of the object of a request that the validators
-// read.
-type objectMeta struct {
-	Metadata struct {
-		Name              string            `json:"name"`
-		GenerateName      string            `json:"generateName"`
-		Namespace         string            `json:"namespace"`
-		UID               types.UID         `json:"uid"`
-		DeletionTimestamp *metav1.Time      `json:"deletionTimestamp"`
-		Annotations       map[string]string `json:"annotations"`
-	} `json:"metadata"`
-}
-
-// subject is the object a request is about, with the workspaces of the
-// request.
-type subject struct {
-	objectMeta
-	// cluster is the consumer workspace the object lives in.
-	cluster logicalcluster.Name
-	// provider is the provider workspace whose webhook configuration kcp
-	// called.
-	provider logicalcluster.Name
-}
-
-// readSubject decodes raw, the request's object or oldObject (named by
-// field), and finds the workspaces of the request: the consumer's from the
-// object's kcp.io/cluster annotation, which kcp sets, and the provider's
-// from the request URL. A malformed request gets the response to answer.
-func readSubject(ctx context.Context, raw []byte, field string) (*subject, *admission.Response) {
-	fail := func(err error) (*subject, *admission.Response) {
-		resp := admission.Errored(http.StatusBadRequest, err)
-		return nil, &resp
-	}
-	if len(raw) == 0 {
-		return fail(fmt.Errorf("the admission request has no %s", field))
-	}
-	s := &subject{}
-	if err := json.Unmarshal(raw, &s.objectMeta); err != nil {
-		return fail(fmt.Errorf("failed to decode %s: %w", field, err))
-	}
-	s.cluster = logicalcluster.Name(s.Metadata.Annotations[logicalcluster.AnnotationKey])
-	if s.cluster.Empty() {
-		return fail(fmt.Errorf("%s has no %s annotation; is the webhook called by kcp?", field, logicalcluster.AnnotationKey))
-	}
-	if !s.cluster.IsValid() {
-		return fail(fmt.Errorf("%s's %s annotation %q is not a logical cluster name", field, logicalcluster.AnnotationKey, s.cluster))
-	}
-	var ok bool
-	if s.provider, ok = ProviderFrom(ctx); !ok {
-		return fail(errors.New("the request URL names no provider workspace; the webhook configuration is not the one the dependency-controller installs"))
-	}
-	return s, nil
 }
 
 // How a decision was reached: from the index alone, or by reading the
@@ -219,7 +162,7 @@ func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (
 
 	// 2. Without every rule registered, a delete could slip through.
 	if !v.readiness.Loaded() {
-		return unavailable("the dependency webhook is starting and has not loaded all DependencyRules yet; retry the delete in a few seconds"), failed
+		return notLoaded(), failed
 	}
 
 	// 3. The object being deleted, the consumer workspace it lives in, and
@@ -228,13 +171,13 @@ func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (
 	if errResp != nil {
 		return *errResp, failed
 	}
-	name, namespace, cluster, provider := obj.Metadata.Name, obj.Metadata.Namespace, obj.cluster, obj.provider
+	name, namespace, cluster, provider := obj.Name, obj.Namespace, obj.Cluster, obj.provider
 	if name == "" {
 		name = req.Name
 	}
 
 	// 4. Explicit bypass, audited and warned about.
-	if obj.Metadata.Annotations[depv1alpha1.AnnotationSkipProtection] == "true" {
+	if obj.SkipProtection {
 		user := req.UserInfo.Username
 		logger.Info("Deletion protection bypassed", "user", user)
 		resp := admission.Allowed("").WithWarnings(fmt.Sprintf(
@@ -253,7 +196,7 @@ func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (
 		return admission.Allowed(""), decision{outcome: DecisionAllowed, via: viaIndex}
 	}
 
-	self := selfRef{target: target, namespace: namespace, name: name, uid: obj.Metadata.UID}
+	self := selfRef{target: target, namespace: namespace, name: name, uid: obj.UID}
 	groups := v.groupByDependent(entries, namespace)
 
 	// 6. Dependents in the index that reference the object deny at once.
@@ -266,15 +209,13 @@ func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (
 	}
 
 	// 7. None in the index: read the dependents live before allowing.
-	if v.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, v.timeout)
-		defer cancel()
-	}
+	ctx, cancel := withBudget(ctx, v.timeout)
+	defer cancel()
 	scanned := 0
 	for _, g := range groups {
-		n, err := v.confirm(ctx, cluster, g, self, name, &blockers)
+		found, n, err := v.dependents.Confirm(ctx, g.src, g.paths, cluster, g.namespace, name)
 		scanned += n
+		blockers = append(blockers, v.blocking(g, self, found)...)
 		if errors.Is(err, index.ErrVersionNotServed) {
 			resp := admission.Denied(fmt.Sprintf("cannot check whether %s %q is still referenced: %v", target, name, err))
 			resp.AuditAnnotations = map[string]string{AuditDecision: DecisionError, AuditFailedRule: g.rules[0].String()}
@@ -330,16 +271,6 @@ type dependentGroup struct {
 	namespace string
 }
 
-// scope returns the namespace in which to read the group's dependents live,
-// or "" for the whole workspace: the target's namespace for a namespaced
-// dependent type, as far as the index knows the type's scope yet.
-func (g *dependentGroup) scope(state index.State) string {
-	if state.Namespaced {
-		return g.namespace
-	}
-	return ""
-}
-
 // groupByDependent groups the entries by dependent source, leaving out
 // sources whose rules have no effect (their provider has not granted access,
 // or the rule names what the provider does not export).
@@ -383,30 +314,10 @@ func compactPaths(paths []fieldpath.Path) []fieldpath.Path {
 	return out
 }
 
-// confirm reads the dependents of one source live and appends those that
-// reference the object to blockers, retrying reads that fail for a reason
-// that clears quickly (see index.Retry) within the request's budget. It
-// returns how many dependents it examined.
-func (v *DeletionValidator) confirm(ctx context.Context, cluster logicalcluster.Name, g *dependentGroup, self selfRef, name string, blockers *[]Blocker) (int, error) {
-	var (
-		found   []index.Dependent
-		scanned int
-	)
-	err := index.Retry(ctx, func() error {
-		var err error
-		// The scope is read on every attempt: an attempt that failed because
-		// the index had not read the type's APIExport yet did not know it.
-		found, scanned, err = v.dependents.Confirm(ctx, g.src, g.paths, cluster, g.scope(v.dependents.State(g.src)), name)
-		return err
-	}, v.metrics.retried)
-	*blockers = append(*blockers, v.blocking(g, self, found)...)
-	return scanned, err
-}
-
 // blocking returns the blockers among the dependents of g that reference
 // the object: those not being deleted already (waiting for them could
 // deadlock a namespace deletion) and not the object itself.
-func (v *DeletionValidator) blocking(g *dependentGroup, self selfRef, deps []index.Dependent) []Blocker {
+func (v *DeletionValidator) blocking(g *dependentGroup, self selfRef, deps []kcp.Meta) []Blocker {
 	var out []Blocker
 	for _, d := range deps {
 		if !d.Terminating && !self.is(g.src.Resource.GroupResource(), d.Namespace, d.Name, d.UID) {
@@ -416,15 +327,3 @@ func (v *DeletionValidator) blocking(g *dependentGroup, self selfRef, deps []ind
 	return out
 }
 
-// unavailable denies with 503, telling the client to retry.
-func unavailable(msg string) admission.Response {
-	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{
-		Allowed: false,
-		Result: &metav1.Status{
-			Status:  metav1.StatusFailure,
-			Code:    http.StatusServiceUnavailable,
-			Reason:  metav1.StatusReasonServiceUnavailable,
-			Message: msg,
-		},
-	}}
-}

@@ -26,6 +26,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
+	"github.com/opendefensecloud/dependency-controller/internal/vw"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 )
 
@@ -41,7 +42,8 @@ type Options struct {
 	// Path is the HTTP path of the validating endpoint; kcp calls
 	// <Path>/<logical cluster of the provider workspace>.
 	Path string
-	// RequestTimeout bounds the live reads of dependents per request.
+	// RequestTimeout bounds the live reads per request; the time kcp waits
+	// for the answer, which it sends with every request, bounds them too.
 	RequestTimeout time.Duration
 	// MaxBlockers is how many blockers a denial names.
 	MaxBlockers int
@@ -51,7 +53,8 @@ type Options struct {
 	// read again (shards, grants).
 	IndexPollInterval time.Duration
 	// MetricsRegistry receives the webhook's metrics; nil means
-	// controller-runtime's registry, which the manager serves.
+	// controller-runtime's registry, which the manager serves. A process
+	// that runs more than one webhook gives each its own.
 	MetricsRegistry prometheus.Registerer
 }
 
@@ -80,18 +83,28 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 
 	reg := registry.New()
 	readiness := registry.NewReadiness()
-	mgr, vw, err := kcp.NewManager(ctx, cfg, opts.APIExportName, mgrOpts, registry.BindingHandler{Registry: reg})
+	mgr, _, err := kcp.NewManager(ctx, cfg, opts.APIExportName, mgrOpts, registry.BindingHandler{Registry: reg})
 	if err != nil {
 		return nil, err
 	}
-	if _, err := vw.URLs(ctx); err != nil {
+	rules, err := vw.NewVirtualWorkspace(cfg, opts.APIExportName)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := rules.URLs(ctx); err != nil {
 		// Not fatal: the webhook serves (denying deletes with a retry
 		// message) and keeps trying, so that it recovers once RBAC is
 		// applied or kcp is reachable, instead of crash-looping.
 		logger.Error(err, "Cannot read the APIExportEndpointSlice yet; deletes of protected objects are denied until the rules are loaded")
 	}
 
-	ix, err := index.New(cfg, frontProxy, index.Options{PollInterval: opts.IndexPollInterval, Identity: identity(ctx, cfg), ReadTimeout: opts.RequestTimeout})
+	var metrics *webhook.Metrics
+	ix, err := index.New(cfg, frontProxy, index.Options{
+		PollInterval: opts.IndexPollInterval,
+		Identity:     identity(ctx, cfg),
+		ReadTimeout:  opts.RequestTimeout,
+		OnRetry:      func(cause string) { metrics.Retried(cause) },
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +112,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 	if err := mgr.GetLocalManager().Add(ix); err != nil {
 		return nil, err
 	}
-	if err := registry.SetupWithManager(mgr, vw, reg, readiness, opts.ResyncPeriod); err != nil {
+	if err := registry.SetupWithManager(mgr, rules, reg, readiness, opts.ResyncPeriod); err != nil {
 		return nil, err
 	}
 	if err := mgr.GetLocalManager().Add(registry.NewStatusReporter(mgr, reg, ix, time.Minute)); err != nil {
@@ -122,7 +135,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 	if metricsRegistry == nil {
 		metricsRegistry = ctrlmetrics.Registry
 	}
-	metrics, err := webhook.NewMetrics(metricsRegistry, reg.Len, ix.Len)
+	metrics, err = webhook.NewMetrics(metricsRegistry, reg.Len, ix.Len)
 	if err != nil {
 		return nil, fmt.Errorf("failed to register metrics: %w", err)
 	}

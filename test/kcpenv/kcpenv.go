@@ -32,6 +32,7 @@ import (
 	"github.com/kcp-dev/multicluster-provider/envtest"
 	apisv1alpha2 "github.com/kcp-dev/sdk/apis/apis/v1alpha2"
 	corev1alpha1 "github.com/kcp-dev/sdk/apis/core/v1alpha1"
+	tenancyv1alpha1 "github.com/kcp-dev/sdk/apis/tenancy/v1alpha1"
 
 	"github.com/opendefensecloud/dependency-controller/internal/scheme"
 
@@ -50,10 +51,12 @@ func RepoRoot() string {
 	return repo.Root()
 }
 
-// NewScheme returns the project's scheme plus the kcp core types tests use.
+// NewScheme returns the project's scheme plus the kcp core and tenancy types
+// tests use.
 func NewScheme() *kruntime.Scheme {
 	s := scheme.New()
 	utilruntime.Must(corev1alpha1.AddToScheme(s))
+	utilruntime.Must(tenancyv1alpha1.AddToScheme(s))
 	return s
 }
 

@@ -1,4 +1,10 @@
-package index
+// Package store keeps, for one dependent type, the dependents of every
+// shard that the index has read: of each only where it is, who it is,
+// whether it is being deleted, and the strings at the paths the rules name,
+// with a reverse index from those strings to the dependents that hold them.
+// Lookups cost as much as the dependents they return, not as many as there
+// are. The store is fed by one reflector per shard (see ForShard).
+package store
 
 import (
 	"fmt"
@@ -12,22 +18,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kcp-dev/logicalcluster/v3"
-)
 
-// Dependent is a dependent object as the index returns it: where it is, who
-// it is, and whether it is being deleted.
-type Dependent struct {
-	// Cluster is the logical cluster (consumer workspace) of the object.
-	Cluster logicalcluster.Name
-	// Namespace is empty for a cluster-scoped object.
-	Namespace string
-	// Name is the object's name.
-	Name string
-	// UID is the object's UID.
-	UID types.UID
-	// Terminating is set once the object has a deletionTimestamp.
-	Terminating bool
-}
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+)
 
 // scope is where a dependent lives: its logical cluster and namespace
 // (empty for a cluster-scoped dependent). The dependents of one namespace
@@ -99,11 +92,12 @@ type refKey struct {
 	value   string
 }
 
-// store holds the dependents of one source on every shard, with a reverse
+// Store holds the dependents of one source on every shard, with a reverse
 // index from the strings found at the source's paths to the dependents that
-// hold them (each dependent once per string, at however many paths). It is safe for concurrent use; lookups take a read lock and cost
-// as much as the number of dependents they return.
-type store struct {
+// hold them (each dependent once per string, at however many paths). It is
+// safe for concurrent use; lookups take a read lock and cost as much as the
+// number of dependents they return.
+type Store struct {
 	lock    sync.RWMutex
 	objects map[string]map[objKey]*entry // by shard URL
 	refs    map[refKey][]*entry
@@ -113,13 +107,14 @@ type store struct {
 	count map[logicalcluster.Name]int
 }
 
-func newStore() *store {
-	return &store{objects: map[string]map[objKey]*entry{}, refs: map[refKey][]*entry{}, shardOf: map[logicalcluster.Name]string{},
+// New returns an empty store.
+func New() *Store {
+	return &Store{objects: map[string]map[objKey]*entry{}, refs: map[refKey][]*entry{}, shardOf: map[logicalcluster.Name]string{},
 		count: map[logicalcluster.Name]int{}}
 }
 
 // counted adds d to the number of objects of cluster.
-func (s *store) counted(cluster logicalcluster.Name, d int) {
+func (s *Store) counted(cluster logicalcluster.Name, d int) {
 	if n := s.count[cluster] + d; n > 0 {
 		s.count[cluster] = n
 	} else {
@@ -128,12 +123,12 @@ func (s *store) counted(cluster logicalcluster.Name, d int) {
 }
 
 // scopeOf returns the interned scope of an object.
-func scopeOf(o *object) unique.Handle[scope] {
+func scopeOf(o *Object) unique.Handle[scope] {
 	return unique.Make(scope{cluster: o.Cluster, namespace: o.Namespace})
 }
 
 // toEntry converts what the reflector read into what the store keeps.
-func toEntry(o *object) *entry {
+func toEntry(o *Object) *entry {
 	e := &entry{
 		scope:       scopeOf(o),
 		name:        o.Name,
@@ -202,13 +197,13 @@ func (e *entry) holds(value string, paths []int) bool {
 	return false
 }
 
-func (e *entry) dependent() Dependent {
+func (e *entry) dependent() kcp.Meta {
 	sc := e.scope.Value()
-	return Dependent{Cluster: sc.cluster, Namespace: sc.namespace, Name: e.name, UID: e.uid.String(), Terminating: e.terminating}
+	return kcp.Meta{Cluster: sc.cluster, Namespace: sc.namespace, Name: e.name, UID: e.uid.String(), Terminating: e.terminating}
 }
 
 // put adds or replaces a dependent on a shard. Callers hold the lock.
-func (s *store) put(shard string, e *entry) {
+func (s *Store) put(shard string, e *entry) {
 	objs := s.objects[shard]
 	if objs == nil {
 		objs = map[objKey]*entry{}
@@ -232,7 +227,7 @@ func (s *store) put(shard string, e *entry) {
 }
 
 // remove removes a dependent from a shard. Callers hold the lock.
-func (s *store) remove(shard string, k objKey) {
+func (s *Store) remove(shard string, k objKey) {
 	if old, ok := s.objects[shard][k]; ok {
 		s.unlink(old)
 		delete(s.objects[shard], k)
@@ -241,7 +236,7 @@ func (s *store) remove(shard string, k objKey) {
 }
 
 // unlink removes e from the reverse index. Callers hold the lock.
-func (s *store) unlink(e *entry) {
+func (s *Store) unlink(e *entry) {
 	for _, rk := range e.refKeys() {
 		holders := s.refs[rk]
 		for i, h := range holders {
@@ -260,8 +255,15 @@ func (s *store) unlink(e *entry) {
 	}
 }
 
+// DropShard removes everything of a shard, whose reflector has stopped.
+func (s *Store) DropShard(shard string) {
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	s.dropShard(shard)
+}
+
 // dropShard removes everything of a shard. Callers hold the lock.
-func (s *store) dropShard(shard string) {
+func (s *Store) dropShard(shard string) {
 	for _, e := range s.objects[shard] {
 		s.unlink(e)
 		s.counted(e.scope.Value().cluster, -1)
@@ -274,13 +276,14 @@ func (s *store) dropShard(shard string) {
 	}
 }
 
-// referencing returns the dependents of cluster that hold value at one of
-// the paths with the given indices, each once, in no particular order.
-func (s *store) referencing(cluster logicalcluster.Name, paths []int, value string) []Dependent {
+// Referencing returns the dependents of cluster that hold value at one of
+// the paths with the given indices (into the paths the source is read
+// with), each once, in no particular order.
+func (s *Store) Referencing(cluster logicalcluster.Name, paths []int, value string) []kcp.Meta {
 	key := refKey{cluster: unique.Make(cluster), value: value}
 	s.lock.RLock()
 	defer s.lock.RUnlock()
-	var out []Dependent
+	var out []kcp.Meta
 	for _, e := range s.refs[key] {
 		if e.holds(key.value, paths) {
 			out = append(out, e.dependent())
@@ -289,23 +292,24 @@ func (s *store) referencing(cluster logicalcluster.Name, paths []int, value stri
 	return out
 }
 
-// shard returns the shard on which objects of cluster were seen, if any.
-// holds reports whether the store has objects of cluster.
-func (s *store) holds(cluster logicalcluster.Name) bool {
+// Holds reports whether the store has objects of cluster.
+func (s *Store) Holds(cluster logicalcluster.Name) bool {
 	s.lock.RLock()
 	defer s.lock.RUnlock()
 	return s.count[cluster] > 0
 }
 
-func (s *store) shard(cluster logicalcluster.Name) (string, bool) {
+// Shard returns the shard on which objects of cluster were last seen, if
+// any.
+func (s *Store) Shard(cluster logicalcluster.Name) (string, bool) {
 	s.lock.RLock()
 	defer s.lock.RUnlock()
 	shard, ok := s.shardOf[cluster]
 	return shard, ok
 }
 
-// len returns the number of dependents on all shards.
-func (s *store) len() int {
+// Len returns the number of dependents on all shards.
+func (s *Store) Len() int {
 	s.lock.RLock()
 	defer s.lock.RUnlock()
 	n := 0
@@ -315,17 +319,23 @@ func (s *store) len() int {
 	return n
 }
 
+// ForShard returns the cache.ReflectorStore of the reflector of one shard,
+// which calls synced after each complete list it stores.
+func (s *Store) ForShard(shard string, synced func()) cache.ReflectorStore {
+	return &shardStore{store: s, shard: shard, synced: synced}
+}
+
 // shardStore is the cache.ReflectorStore of one shard's reflector.
 type shardStore struct {
-	store  *store
+	store  *Store
 	shard  string
 	synced func()
 }
 
 var _ cache.ReflectorStore = &shardStore{}
 
-func asObject(obj any) (*object, error) {
-	o, ok := obj.(*object)
+func asObject(obj any) (*Object, error) {
+	o, ok := obj.(*Object)
 	if !ok {
 		return nil, fmt.Errorf("unexpected object of type %T", obj)
 	}

@@ -1,4 +1,4 @@
-package index
+package sources
 
 import (
 	"context"
@@ -6,25 +6,17 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kcp-dev/logicalcluster/v3"
 	apisv1alpha1 "github.com/kcp-dev/sdk/apis/apis/v1alpha1"
 	apisv1alpha2 "github.com/kcp-dev/sdk/apis/apis/v1alpha2"
 
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 )
 
-// PathProblem is a field path that can never hold a name in the schema of
-// the dependent type, and why.
-type PathProblem struct {
-	// Path is the field path.
-	Path fieldpath.Path
-	// Problem says where the path leaves the schema.
-	Problem string
-}
-
 // checkPaths reads the schema of the resource gvr as the APIExport export
-// serves it, in the export's workspace through r (the front-proxy): the
+// serves it, in the export's workspace through c (a front-proxy client of
+// that workspace): the
 // APIExport names the APIResourceSchema of each resource, which holds the
 // OpenAPI schema of each version. It returns the paths that can never hold a
 // name in that schema. (kcp v0.31's virtual workspaces serve OpenAPI v3 with
@@ -32,10 +24,9 @@ type PathProblem struct {
 // provider keeps it; the provider's grant to the webhook covers reading its
 // APIExport and APIResourceSchemas.) An error means the schema could not be
 // read; the caller then reports nothing.
-func checkPaths(ctx context.Context, r *reader, export logicalcluster.Name, exportName string, gvr schema.GroupVersionResource, paths []fieldpath.Path) ([]PathProblem, error) {
-	ws := export.Path().RequestPath()
+func checkPaths(ctx context.Context, c client.Reader, exportName string, gvr schema.GroupVersionResource, paths []fieldpath.Path) ([]PathProblem, error) {
 	apiExport := &apisv1alpha2.APIExport{}
-	if err := r.getJSON(ctx, []string{ws, "apis", apisv1alpha2.SchemeGroupVersion.Group, apisv1alpha2.SchemeGroupVersion.Version, "apiexports", exportName}, apiExport); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Name: exportName}, apiExport); err != nil {
 		return nil, fmt.Errorf("failed to read the APIExport %q: %w", exportName, err)
 	}
 	schemaName := ""
@@ -48,7 +39,7 @@ func checkPaths(ctx context.Context, r *reader, export logicalcluster.Name, expo
 		return nil, fmt.Errorf("the APIExport %q names no APIResourceSchema for %s", exportName, gvr.GroupResource())
 	}
 	ars := &apisv1alpha1.APIResourceSchema{}
-	if err := r.getJSON(ctx, []string{ws, "apis", apisv1alpha1.SchemeGroupVersion.Group, apisv1alpha1.SchemeGroupVersion.Version, "apiresourceschemas", schemaName}, ars); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Name: schemaName}, ars); err != nil {
 		return nil, fmt.Errorf("failed to read the APIResourceSchema %q: %w", schemaName, err)
 	}
 	for i := range ars.Spec.Versions {

@@ -1,0 +1,242 @@
+package index
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/url"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+
+	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
+	"github.com/opendefensecloud/dependency-controller/internal/index/live"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/vw"
+)
+
+// errNotInspected is what a read fails with while the APIExport of a source
+// has not been read yet (right after the source was added, e.g. when the
+// webhook starts): which shards serve it is not known, so nothing can be
+// read. It clears within a poll interval, and is retried.
+var errNotInspected = errors.New("the APIExport has not been read yet")
+
+// errRefused is what a read fails with when every shard's virtual workspace
+// refuses (403) a logical cluster that binds the export, as far as the
+// index knows: while a shard starts, its virtual workspace refuses
+// workspaces whose bindings it has not synced yet. It is retried; it never
+// means "no dependents".
+var errRefused = errors.New("every shard's virtual workspace refused a workspace that binds the export")
+
+// Causes of retries that are states of the index rather than errors of kcp;
+// the others are vw's.
+const (
+	CauseNotInspected = "not-inspected"
+	CauseRefused      = "refused"
+)
+
+// RetryCause reports whether a failed read is worth retrying, and why (see
+// vw.RetryCause; reads also wait for the index to have read the export, and
+// for a shard that is starting).
+func RetryCause(err error) (string, bool) {
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "", false
+	case errors.Is(err, errNotInspected):
+		return CauseNotInspected, true
+	case errors.Is(err, errRefused):
+		return CauseRefused, true
+	}
+	return vw.RetryCause(err)
+}
+
+// Backoff of retried reads: the first wait and its cap; each wait doubles,
+// with up to 50% jitter.
+const (
+	retryFirst = 20 * time.Millisecond
+	retryMax   = 500 * time.Millisecond
+	// retryAttempts bounds the attempts of a caller without a deadline.
+	retryAttempts = 5
+)
+
+// retry calls attempt until it succeeds, fails with an error that is not
+// worth retrying, or the next wait could pass the deadline of ctx (without
+// one, after retryAttempts attempts); it returns the last error.
+func (ix *Index) retry(ctx context.Context, attempt func() error) error {
+	deadline, hasDeadline := ctx.Deadline()
+	backoff := wait.Backoff{Duration: retryFirst, Factor: 2, Jitter: 0.5, Cap: retryMax, Steps: math.MaxInt32}
+	if !hasDeadline {
+		backoff.Steps = retryAttempts
+	}
+	var err error
+	attempts := 0
+	if waitErr := wait.ExponentialBackoffWithContext(ctx, backoff, func(context.Context) (bool, error) {
+		err = attempt()
+		attempts++
+		cause, retryable := RetryCause(err)
+		if !retryable {
+			return true, nil
+		}
+		// The longest next wait: the doubled wait with full jitter.
+		next := retryMax
+		if attempts < 5 {
+			next = min(retryFirst<<attempts, retryMax)
+		}
+		if hasDeadline && time.Until(deadline) < next+next/2+retryFirst {
+			return true, nil
+		}
+		if ix.opts.OnRetry != nil {
+			ix.opts.OnRetry(cause)
+		}
+		return false, nil
+	}); err == nil {
+		return waitErr
+	}
+	return err
+}
+
+// Confirm reads the dependents of src in cluster live, through the virtual
+// workspace of the shard that serves the cluster, and returns those that
+// hold name at one of paths, with how many dependents it read. A cluster
+// that does not bind the export has none. The scope read is namespace (the
+// namespace of the object they would reference) if the dependents are
+// namespaced, the whole cluster otherwise.
+//
+// The read is a consistent LIST, made after Confirm was called, so it sees
+// every dependent whose create returned before that; concurrent calls for
+// one scope share reads (see package live). Reads that fail for a reason
+// that clears by itself are retried within the deadline of ctx.
+//
+// It returns an error wrapping ErrVersionNotServed if the export does not
+// serve the version the rules name, and any error from reading.
+func (ix *Index) Confirm(ctx context.Context, src Source, paths []fieldpath.Path, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, int, error) {
+	var (
+		found   []kcp.Meta
+		scanned int
+	)
+	err := ix.retry(ctx, func() error {
+		// The scope is decided on every attempt: an attempt that failed
+		// because the export had not been read yet did not know it.
+		scope := live.Scope{Source: src, Cluster: cluster}
+		if ix.State(src).Namespaced {
+			scope.Namespace = namespace
+		}
+		var err error
+		found, scanned, err = ix.reads.Confirm(ctx, scope, paths, name)
+		return err
+	})
+	return found, scanned, err
+}
+
+// readScope lists a scope through the shard that serves its cluster.
+func (ix *Index) readScope(ctx context.Context, scope live.Scope, visit func(item []byte) error) error {
+	path := vw.ResourcePath(scope.Cluster.Path(), scope.Source.Resource, scope.Namespace)
+	return ix.onShardOf(scope.Source, scope.Cluster, func(r *vw.Reader, state State) error {
+		_, err := r.List(ctx, path, nil, visit)
+		switch {
+		case err == nil && state.Phase == PhaseVersionNotServed:
+			return fmt.Errorf("%w: %s", ErrVersionNotServed, state.Message)
+		case apierrors.IsNotFound(err):
+			return fmt.Errorf("%w: %s: %w", ErrVersionNotServed, state.Message, err)
+		}
+		return err
+	})
+}
+
+// maxObjectSize bounds what Lookup reads of one object; the API server
+// stores objects of at most a few MB.
+const maxObjectSize = 8 << 20
+
+// Lookup reads the objects of src named name in cluster live, through the
+// virtual workspace of the shard that serves the cluster: the object in
+// namespace, or, if namespace is empty and the resource is namespaced, the
+// objects of that name in every namespace. An object that does not exist is
+// not reported, nor is anything in a cluster that does not bind the export.
+// Reads that fail for a reason that clears by itself are retried within the
+// deadline of ctx. It returns an error wrapping ErrVersionNotServed if the
+// export does not serve the version the rules name.
+func (ix *Index) Lookup(ctx context.Context, src Source, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, error) {
+	var found []kcp.Meta
+	err := ix.retry(ctx, func() error {
+		return ix.onShardOf(src, cluster, func(r *vw.Reader, state State) error {
+			found = found[:0]
+			if state.Phase == PhaseVersionNotServed {
+				return fmt.Errorf("%w: %s", ErrVersionNotServed, state.Message)
+			}
+			add := func(raw []byte) error {
+				m, err := kcp.ReadMeta(raw)
+				if err != nil {
+					return fmt.Errorf("failed to read %s %q: %w", src.Resource.GroupResource(), name, err)
+				}
+				found = append(found, m)
+				return nil
+			}
+			if namespace == "" && state.Namespaced {
+				params := url.Values{"fieldSelector": {fields.OneTermEqualSelector("metadata.name", name).String()}}
+				_, err := r.List(ctx, vw.ResourcePath(cluster.Path(), src.Resource, ""), params, add)
+				return err
+			}
+			body, err := r.Get(ctx, append(vw.ResourcePath(cluster.Path(), src.Resource, namespace), name), nil)
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			defer vw.Drain(body)
+			raw, err := io.ReadAll(io.LimitReader(body, maxObjectSize))
+			if err != nil {
+				return fmt.Errorf("failed to read %s %q: %w", src.Resource.GroupResource(), name, err)
+			}
+			return add(raw)
+		})
+	})
+	return found, err
+}
+
+// onShardOf calls read with the reader of the virtual workspace of src on
+// the shard that serves cluster: the shard on which the index last saw the
+// cluster first, then the others, as long as read fails with 403, which
+// kcp's virtual workspace answers for a cluster that does not bind the
+// export on that shard (or lives on another one). A cluster that no shard
+// serves binds no export, so onShardOf then returns nil without reading.
+func (ix *Index) onShardOf(src Source, cluster logicalcluster.Name, read func(r *vw.Reader, state State) error) error {
+	w := ix.watch(src)
+	if w == nil {
+		return fmt.Errorf("%s is not watched", src)
+	}
+	state := w.State()
+	urls, inspected := w.Shards(cluster)
+	if !inspected {
+		return fmt.Errorf("%s: %w", src, errNotInspected)
+	}
+	for i, u := range urls {
+		r, err := ix.readers.For(u)
+		if err != nil {
+			return err
+		}
+		err = read(r, state)
+		if apierrors.IsForbidden(err) {
+			continue
+		}
+		if err == nil && i > 0 {
+			w.ReadThrough(cluster, u)
+		}
+		return err
+	}
+	if w.Store().Holds(cluster) {
+		// Every shard refused a workspace that the index holds dependents
+		// of: it binds the export, and a virtual workspace that is starting
+		// has not synced its bindings yet.
+		return fmt.Errorf("%s in logical cluster %s: %w", src, cluster, errRefused)
+	}
+	// No shard serves the cluster and the index holds nothing of it: it
+	// does not bind the export (any more), so it holds no dependents.
+	return nil
+}

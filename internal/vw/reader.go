@@ -1,0 +1,184 @@
+package vw
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+)
+
+// Reader reads one server (a shard's virtual workspace) with one client-go
+// REST client: connections are reused, error responses become API errors,
+// and nothing is rate limited on the client side, since reads are on the
+// admission path. Lists are streamed: memory per request is bounded by the
+// largest single object, not by the number of objects. Bodies are returned
+// raw, so that callers decode only what they need.
+type Reader struct {
+	client *rest.RESTClient
+}
+
+// NewReader returns a reader for the server at base (without a /clusters/
+// path) with the credentials of cfg.
+func NewReader(cfg *rest.Config, base string) (*Reader, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Host = base
+	cfg.APIPath = "/"
+	cfg.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+	cfg.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
+	c, err := rest.UnversionedRESTClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("failed to create REST client for %s: %w", base, err)
+	}
+	return &Reader{client: c}, nil
+}
+
+// Readers keeps one Reader per server URL, all with the same credentials.
+type Readers struct {
+	cfg *rest.Config
+
+	lock    sync.Mutex
+	readers map[string]*Reader
+}
+
+// NewReaders returns Readers with the credentials of cfg.
+func NewReaders(cfg *rest.Config) *Readers {
+	return &Readers{cfg: rest.CopyConfig(cfg), readers: map[string]*Reader{}}
+}
+
+// For returns the reader of the server at url.
+func (rs *Readers) For(url string) (*Reader, error) {
+	rs.lock.Lock()
+	defer rs.lock.Unlock()
+	if r, ok := rs.readers[url]; ok {
+		return r, nil
+	}
+	r, err := NewReader(rs.cfg, url)
+	if err != nil {
+		return nil, err
+	}
+	rs.readers[url] = r
+	return r, nil
+}
+
+// ResourcePath returns the path of gvr in cluster (or all clusters for
+// logicalcluster.Wildcard), in namespace if it is not empty.
+func ResourcePath(cluster logicalcluster.Path, gvr schema.GroupVersionResource, namespace string) []string {
+	segments := []string{cluster.RequestPath(), "apis", gvr.Group, gvr.Version}
+	if namespace != "" {
+		segments = append(segments, "namespaces", namespace)
+	}
+	return append(segments, gvr.Resource)
+}
+
+// Get sends a GET to the path and returns the body of a successful response,
+// which the caller closes with Drain.
+func (r *Reader) Get(ctx context.Context, path []string, params url.Values) (io.ReadCloser, error) {
+	// client-go's own retries would wait as long as a Retry-After says,
+	// whatever the deadline; callers retry within theirs.
+	req := r.client.Get().AbsPath(path...).SetHeader("Accept", "application/json").MaxRetries(0)
+	for k, vs := range params {
+		for _, v := range vs {
+			req = req.Param(k, v)
+		}
+	}
+	return req.Stream(ctx)
+}
+
+// List lists the objects at path and calls visit with each item's raw JSON;
+// the slice is only valid during the call. It returns the resourceVersion of
+// the list.
+func (r *Reader) List(ctx context.Context, path []string, params url.Values, visit func(item []byte) error) (string, error) {
+	body, err := r.Get(ctx, path, params)
+	if err != nil {
+		return "", err
+	}
+	defer Drain(body)
+	return StreamList(body, visit)
+}
+
+// Drain reads what is left of a body (up to 1 MiB), so that the connection
+// is reused, and closes it.
+func Drain(body io.ReadCloser) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, 1<<20))
+	_ = body.Close()
+}
+
+// StreamList decodes a JSON list ({"kind":..., "metadata":{...},
+// "items":[...]}) item by item and calls visit with each item's raw JSON. The
+// buffer passed to visit is reused for the next item. It returns the
+// resourceVersion of the list.
+func StreamList(r io.Reader, visit func(item []byte) error) (string, error) {
+	dec := json.NewDecoder(r)
+	if err := expectDelim(dec, '{'); err != nil {
+		return "", err
+	}
+	var (
+		rv   string
+		item json.RawMessage
+	)
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", fmt.Errorf("failed to decode list: %w", err)
+		}
+		switch key, _ := tok.(string); key {
+		case "metadata":
+			var meta metav1.ListMeta
+			if err := dec.Decode(&meta); err != nil {
+				return "", fmt.Errorf("failed to decode list metadata: %w", err)
+			}
+			rv = meta.ResourceVersion
+			continue
+		case "items":
+		default:
+			if err := dec.Decode(&item); err != nil { // skip apiVersion, kind
+				return "", fmt.Errorf("failed to decode list: %w", err)
+			}
+			continue
+		}
+		tok, err = dec.Token()
+		if err != nil {
+			return "", fmt.Errorf("failed to decode list: %w", err)
+		}
+		if tok == nil { // "items": null
+			continue
+		}
+		if d, ok := tok.(json.Delim); !ok || d != '[' {
+			return "", fmt.Errorf("failed to decode list: expected items to be a list, got %v", tok)
+		}
+		for dec.More() {
+			// RawMessage.UnmarshalJSON reuses the slice, so items share one buffer.
+			if err := dec.Decode(&item); err != nil {
+				return "", fmt.Errorf("failed to decode list item: %w", err)
+			}
+			if err := visit(item); err != nil {
+				return "", err
+			}
+		}
+		if err := expectDelim(dec, ']'); err != nil {
+			return "", err
+		}
+	}
+	return rv, expectDelim(dec, '}')
+}
+
+func expectDelim(dec *json.Decoder, want json.Delim) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return fmt.Errorf("failed to decode list: %w", err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != want {
+		return fmt.Errorf("failed to decode list: expected %q, got %v", want, tok)
+	}
+	return nil
+}
