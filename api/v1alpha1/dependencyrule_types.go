@@ -14,42 +14,6 @@ const (
 	ResourceDependencyRules = "dependencyrules"
 )
 
-// Condition types reported in DependencyRuleStatus.Conditions.
-const (
-	// ConditionReady summarizes the other conditions: True when every
-	// protected workspace was resolved and has its webhook installed, and
-	// the webhook reports no problem with the dependent type or with what
-	// the protected APIExports serve.
-	ConditionReady = "Ready"
-	// ConditionTargetsResolved is True when every apiExportRef.path of the
-	// rule was resolved to a logical cluster.
-	ConditionTargetsResolved = "TargetsResolved"
-	// ConditionWebhooksInstalled is True when the validating webhook is
-	// installed in every protected provider workspace.
-	ConditionWebhooksInstalled = "WebhooksInstalled"
-	// ConditionDependencyCycle is True when the types the rule connects are
-	// part of a cycle of references across all rules. It is a warning and
-	// does not affect Ready: objects on such a cycle can protect each other
-	// from deletion, and the skip-protection annotation breaks the cycle.
-	ConditionDependencyCycle = "DependencyCycle"
-	// ConditionDependentsIndexed is written by the webhook: True when it
-	// indexes the dependents of the rule through the dependent's APIExport
-	// on every shard, False (naming what to fix) when it cannot: the
-	// APIExport is not in the rule's workspace or does not serve the
-	// dependent type, or its provider has not granted the webhook read
-	// access to it.
-	ConditionDependentsIndexed = "DependentsIndexed"
-	// ConditionReferencesGuarded is written by the webhook: True when it
-	// can read the rule's protected objects through their APIExports, so
-	// that a dependent cannot be created with (or changed to) a reference
-	// to an object that is being deleted; False, naming what to fix, when
-	// it cannot: the provider of a protected type has not granted the
-	// webhook read access to its APIExport, or that APIExport does not
-	// serve the protected type in the version the rule names (then the
-	// rule does not protect that type from deletion either).
-	ConditionReferencesGuarded = "ReferencesGuarded"
-)
-
 // DependencyRuleSpec declares that objects of the dependent type reference
 // objects of each dependency type by name, at the given field path.
 //

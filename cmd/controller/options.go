@@ -9,14 +9,17 @@ import (
 	"github.com/spf13/pflag"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/opendefensecloud/dependency-controller/internal/command"
+	"github.com/opendefensecloud/dependency-controller/internal/controllerserver"
 )
 
 // options are the command line options of the controller.
 type options struct {
-	// APIExportName is the name of the APIExport serving DependencyRules in
-	// the workspace of the kubeconfig.
-	APIExportName string
-	// WebhookURL is the URL kcp calls for DELETE admission reviews.
+	// CommonOptions are the options the webhook has as well.
+	command.CommonOptions
+	// WebhookURL is the URL kcp calls for admission reviews.
 	WebhookURL string
 	// WebhookCABundleFile is a PEM file with the CA that signed the
 	// webhook's serving certificate; it is re-read when it changes.
@@ -25,54 +28,42 @@ type options struct {
 	WebhookTimeoutSeconds int32
 	// FailurePolicy is what kcp does when the webhook cannot be called.
 	FailurePolicy string
-	// MetricsBindAddress is where Prometheus metrics are served; 0 disables.
-	MetricsBindAddress string
-	// HealthProbeBindAddress is where /healthz and /readyz are served.
-	HealthProbeBindAddress string
 	// LeaderElect enables leader election, so that only one replica writes.
 	LeaderElect bool
 	// LeaderElectionNamespace is the namespace of the lease, in the
 	// workspace of the kubeconfig.
 	LeaderElectionNamespace string
-	// ResyncPeriod is how often everything is recomputed without an event.
-	ResyncPeriod time.Duration
 	// CABundleCheckInterval is how often the CA bundle file is re-read.
 	CABundleCheckInterval time.Duration
 }
 
+// newOptions returns the defaults.
 func newOptions() *options {
 	return &options{
-		APIExportName:           "dependencies.opendefense.cloud",
+		CommonOptions:           command.NewCommonOptions(10 * time.Minute),
 		WebhookTimeoutSeconds:   5,
 		FailurePolicy:           string(admissionregistrationv1.Fail),
-		MetricsBindAddress:      ":8080",
-		HealthProbeBindAddress:  ":8081",
 		LeaderElect:             true,
 		LeaderElectionNamespace: "default",
-		ResyncPeriod:            10 * time.Minute,
 		CABundleCheckInterval:   10 * time.Second,
 	}
 }
 
+// AddFlags implements command.Options.
 func (o *options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.APIExportName, "api-export-name", o.APIExportName, "Name of the APIExport (and its APIExportEndpointSlice) that serves DependencyRules, in the workspace the kubeconfig points at.")
+	o.CommonOptions.AddFlags(fs)
 	fs.StringVar(&o.WebhookURL, "webhook-url", o.WebhookURL, "HTTPS URL of the webhook's validating endpoint, as kcp reaches it, e.g. https://dependency-webhook.example.com:9443/validate.")
 	fs.StringVar(&o.WebhookCABundleFile, "webhook-ca-bundle", o.WebhookCABundleFile, "PEM file with the CA bundle that verifies the webhook's serving certificate; re-read when it changes. Empty: kcp uses its system roots.")
 	fs.Int32Var(&o.WebhookTimeoutSeconds, "webhook-timeout-seconds", o.WebhookTimeoutSeconds, "Seconds kcp waits for the webhook before applying the failure policy (1-30).")
-	fs.StringVar(&o.FailurePolicy, "failure-policy", o.FailurePolicy, "What kcp does when the webhook cannot be called: Fail (deletes of protected objects are refused) or Ignore (they are allowed).")
-	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address of the Prometheus metrics endpoint; 0 disables it.")
-	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "Address of the /healthz and /readyz endpoints.")
+	fs.StringVar(&o.FailurePolicy, "failure-policy", o.FailurePolicy, "What kcp does when the webhook cannot be called: Fail (deletes of protected objects, and creates and updates of dependents, are refused) or Ignore (they are allowed).")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Elect a leader among replicas; only the leader writes. The lease lives in the workspace of the kubeconfig.")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "Namespace of the leader election lease.")
-	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "How often all rules and webhook configurations are reconciled without an event.")
 	fs.DurationVar(&o.CABundleCheckInterval, "webhook-ca-bundle-check-interval", o.CABundleCheckInterval, "How often the CA bundle file is checked for changes.")
 }
 
+// Validate implements command.Options.
 func (o *options) Validate() error {
-	var errs []error
-	if o.APIExportName == "" {
-		errs = append(errs, errors.New("--api-export-name must not be empty"))
-	}
+	errs := []error{o.CommonOptions.Validate()}
 	if o.WebhookURL == "" {
 		errs = append(errs, errors.New("--webhook-url is required"))
 	} else if u, err := url.Parse(o.WebhookURL); err != nil || u.Scheme != "https" || u.Host == "" {
@@ -88,11 +79,29 @@ func (o *options) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("--failure-policy must be Fail or Ignore, got %q", o.FailurePolicy))
 	}
-	if o.ResyncPeriod < time.Second {
-		errs = append(errs, fmt.Errorf("--resync-period must be at least 1s, got %s", o.ResyncPeriod))
-	}
 	if o.CABundleCheckInterval < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("--webhook-ca-bundle-check-interval must be at least 100ms, got %s", o.CABundleCheckInterval))
 	}
 	return errors.Join(errs...)
+}
+
+// controllerOptions returns the options of the controller's assembly.
+func (o *options) controllerOptions() controllerserver.Options {
+	return controllerserver.Options{
+		APIExportName:         o.APIExportName,
+		WebhookURL:            o.WebhookURL,
+		WebhookCABundleFile:   o.WebhookCABundleFile,
+		CABundleCheckInterval: o.CABundleCheckInterval,
+		WebhookTimeoutSeconds: o.WebhookTimeoutSeconds,
+		FailurePolicy:         admissionregistrationv1.FailurePolicyType(o.FailurePolicy),
+		ResyncPeriod:          o.ResyncPeriod,
+	}
+}
+
+// managerOptions returns the options of the manager.
+func (o *options) managerOptions() manager.Options {
+	opts := o.ManagerOptions()
+	opts.LeaderElection = o.LeaderElect
+	opts.LeaderElectionNamespace = o.LeaderElectionNamespace
+	return opts
 }

@@ -1,6 +1,7 @@
 // Package command holds what the project's binaries share around their
-// run function: flags (including --kubeconfig and the logging flags),
-// option validation, logging setup, signal handling and exit codes.
+// run function: the options and flags both have (CommonOptions), the
+// --kubeconfig and logging flags, option validation, logging setup, signal
+// handling and exit codes.
 package command
 
 import (

@@ -3,8 +3,9 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -19,16 +20,16 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/kcp-dev/logicalcluster/v3"
 	"github.com/kcp-dev/multicluster-provider/envtest"
 	"github.com/kcp-dev/sdk/apis/core"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	depac "github.com/opendefensecloud/dependency-controller/api/v1alpha1/applyconfiguration"
 	"github.com/opendefensecloud/dependency-controller/internal/controller"
-	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/controllerserver"
+	"github.com/opendefensecloud/dependency-controller/internal/registry"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
 )
@@ -38,31 +39,42 @@ const (
 	interval = 200 * time.Millisecond
 )
 
-var webhookOpts = webhookconfig.Options{
-	URL:            "https://127.0.0.1:9443/validate",
-	CABundle:       []byte("-----BEGIN CERTIFICATE-----\ntest\n-----END CERTIFICATE-----\n"),
-	TimeoutSeconds: 4,
-	FailurePolicy:  admissionregistrationv1.Fail,
+// webhookURL is the webhook URL the controller configures by default.
+const webhookURL = "https://127.0.0.1:9443/validate"
+
+// controllerOptions are the options of the controller in the tests, with
+// the webhook's CA bundle in caFile.
+func controllerOptions(caFile string) controllerserver.Options {
+	return controllerserver.Options{
+		APIExportName:         kcpenv.DepCtrlExportName,
+		WebhookURL:            webhookURL,
+		WebhookCABundleFile:   caFile,
+		CABundleCheckInterval: 100 * time.Millisecond,
+		WebhookTimeoutSeconds: 4,
+		FailurePolicy:         admissionregistrationv1.Fail,
+		ResyncPeriod:          time.Hour,
+	}
 }
 
-// startController runs the controller, as cmd/controller does, against the
-// dep-ctrl workspace until the returned function is called.
-func startController(depCtrl logicalcluster.Path, opts webhookconfig.Options, triggers <-chan event.GenericEvent) (stop func()) {
-	return startControllerWith(depCtrl, func() webhookconfig.Options { return opts }, triggers)
+// writeCA writes the certificate of a new CA to path and returns it.
+func writeCA(path string) []byte {
+	GinkgoHelper()
+	ca, err := kcpenv.NewCA("webhook-ca")
+	Expect(err).NotTo(HaveOccurred())
+	Expect(os.WriteFile(path, ca.PEM, 0o600)).To(Succeed())
+	return ca.PEM
 }
 
-func startControllerWith(depCtrl logicalcluster.Path, opts func() webhookconfig.Options, triggers <-chan event.GenericEvent) (stop func()) {
-	ctx := context.Background()
+// startController runs the controller as cmd/controller does, assembled by
+// internal/controllerserver, against the dep-ctrl workspace until the
+// returned function is called.
+func startController(depCtrl logicalcluster.Path, opts controllerserver.Options) (stop func()) {
+	GinkgoHelper()
 	cfg := rest.CopyConfig(kcpConfig)
 	cfg.Host += depCtrl.RequestPath()
-	mgr, vw, err := kcp.NewManager(ctx, cfg, kcpenv.DepCtrlExportName, kcpenv.TestManagerOptions())
+	c, err := controllerserver.New(context.Background(), cfg, opts, kcpenv.TestManagerOptions())
 	Expect(err).NotTo(HaveOccurred())
-	Expect(controller.SetupWithManager(mgr, vw, controller.Options{
-		APIExportName: kcpenv.DepCtrlExportName,
-		Webhook:       opts,
-		ResyncPeriod:  time.Hour,
-	}, triggers)).To(Succeed())
-	stopManager := kcpenv.RunInBackground(mgr.Start)
+	stopManager := kcpenv.RunInBackground(c.Manager.Start)
 	return func() { Expect(stopManager()).To(Succeed()) }
 }
 
@@ -163,6 +175,9 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 	var (
 		depCtrl, compute, network, nested, storage logicalcluster.Path
 		stop                                       func()
+		// caFile holds the webhook's CA bundle, ca.
+		caFile string
+		ca     []byte
 	)
 
 	BeforeAll(func(ctx context.Context) {
@@ -176,7 +191,9 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 		team := workspace(ctx, org, "team", nil)
 		nested = workspace(ctx, team, "network", &depCtrl)
 
-		stop = startController(depCtrl, webhookOpts, nil)
+		caFile = filepath.Join(GinkgoT().TempDir(), "ca.crt")
+		ca = writeCA(caFile)
+		stop = startController(depCtrl, controllerOptions(caFile))
 		DeferCleanup(func() { stop() })
 	})
 
@@ -190,8 +207,8 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 		Expect(cfg.Labels).To(HaveKeyWithValue(webhookconfig.ManagedByLabel, webhookconfig.ManagedByValue))
 		Expect(cfg.Webhooks).To(HaveLen(1))
 		wh := cfg.Webhooks[0]
-		Expect(*wh.ClientConfig.URL).To(HavePrefix(webhookOpts.URL+"/"), "the URL names the provider workspace")
-		Expect(wh.ClientConfig.CABundle).To(Equal(webhookOpts.CABundle))
+		Expect(*wh.ClientConfig.URL).To(HavePrefix(webhookURL+"/"), "the URL names the provider workspace")
+		Expect(wh.ClientConfig.CABundle).To(Equal(ca))
 		Expect(wh.TimeoutSeconds).To(Equal(ptr.To[int32](4)))
 		Expect(wh.FailurePolicy).To(Equal(ptr.To(admissionregistrationv1.Fail)))
 		Expect(wh.SideEffects).To(Equal(ptr.To(admissionregistrationv1.SideEffectClassNone)))
@@ -274,6 +291,67 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 		expectProtects(ctx, nested, "storage.test.io/v1/volumes [DELETE]")
 	})
 
+	It("keeps what others add to a configuration, and takes back what it owns", func(ctx context.Context) {
+		cfg, err := getConfig(ctx, nested)
+		Expect(err).NotTo(HaveOccurred())
+		cfg.Labels["team"] = "storage"
+		cfg.Annotations["example.com/note"] = "added by hand"
+		cfg.Webhooks[0].Rules[0].Resources = []string{"snapshots"}
+		Expect(cli.Cluster(nested).Update(ctx, cfg, client.FieldOwner("kubectl-edit"))).To(Succeed())
+
+		expectProtects(ctx, nested, "storage.test.io/v1/volumes [DELETE]")
+		Consistently(func(g Gomega) {
+			got, err := getConfig(ctx, nested)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(got.Labels).To(HaveKeyWithValue("team", "storage"))
+			g.Expect(got.Labels).To(HaveKeyWithValue(webhookconfig.ManagedByLabel, webhookconfig.ManagedByValue))
+			g.Expect(got.Annotations).To(HaveKeyWithValue("example.com/note", "added by hand"))
+			g.Expect(got.Webhooks[0].Rules[0].Resources).To(Equal([]string{"volumes"}))
+		}).WithTimeout(2*time.Second).WithPolling(interval).Should(Succeed(), "the controller keeps the label and annotation someone else added")
+	})
+
+	It("keeps the conditions the webhook applies, and follows them in Ready", func(ctx context.Context) {
+		rule := newRule("indexed", "virtualmachines", dependency{network, "network.test.io", "vpcs", ".spec.vpcRef.name"})
+		Expect(cli.Cluster(compute).Create(ctx, rule)).To(Succeed())
+		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionReady, metav1.ConditionTrue)
+
+		// The webhook applies its conditions under its own field manager.
+		applyWebhookCondition := func(status metav1.ConditionStatus, reason, message string) {
+			GinkgoHelper()
+			got := &depv1alpha1.DependencyRule{}
+			Expect(cli.Cluster(compute).Get(ctx, client.ObjectKey{Name: rule.Name}, got)).To(Succeed())
+			ac := depac.DependencyRule(rule.Name).WithStatus(depac.DependencyRuleStatus().WithConditions(metav1.Condition{
+				Type: depv1alpha1.ConditionDependentsIndexed, Status: status, Reason: reason, Message: message,
+				ObservedGeneration: got.Generation, LastTransitionTime: metav1.Now(),
+			}))
+			Expect(cli.Cluster(compute).Status().Apply(ctx, ac, client.FieldOwner(registry.FieldOwner), client.ForceOwnership)).To(Succeed())
+		}
+		applyWebhookCondition(metav1.ConditionFalse, depv1alpha1.ReasonAccessDenied, "grant the webhook access")
+		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionReady, metav1.ConditionFalse, "grant the webhook access")
+
+		By("changing the spec, so that the controller applies all of its conditions again")
+		updateRule(ctx, compute, rule.Name, func(r *depv1alpha1.DependencyRule) {
+			r.Spec.Dependencies[0].FieldRef.Path = ".spec.vpc"
+		})
+		got := expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionReady, metav1.ConditionFalse, "grant the webhook access")
+		indexed := meta.FindStatusCondition(got.Status.Conditions, depv1alpha1.ConditionDependentsIndexed)
+		Expect(indexed).NotTo(BeNil(), "the controller's apply removed the webhook's condition")
+		Expect(indexed.Message).To(Equal("grant the webhook access"))
+		for _, mf := range got.ManagedFields {
+			if mf.Manager == controller.FieldOwner {
+				Expect(string(mf.FieldsV1.Raw)).NotTo(ContainSubstring(depv1alpha1.ConditionDependentsIndexed), "the controller owns the webhook's condition")
+			}
+			if mf.Manager == registry.FieldOwner {
+				Expect(string(mf.FieldsV1.Raw)).NotTo(ContainSubstring(depv1alpha1.ConditionReady), "the webhook owns the controller's condition")
+			}
+		}
+
+		applyWebhookCondition(metav1.ConditionTrue, depv1alpha1.ReasonIndexed, "indexed")
+		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionReady, metav1.ConditionTrue)
+		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionDependentsIndexed, metav1.ConditionTrue, "indexed")
+		Expect(cli.Cluster(compute).Delete(ctx, rule)).To(Succeed())
+	})
+
 	It("removes a stale configuration on restart when its rule was deleted while the controller was stopped", func(ctx context.Context) {
 		stop()
 		Expect(cli.Cluster(compute).Delete(ctx, &depv1alpha1.DependencyRule{ObjectMeta: metav1.ObjectMeta{Name: "vm-to-volume"}})).To(Succeed())
@@ -282,7 +360,7 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 			return err
 		}).WithTimeout(2*time.Second).Should(Succeed(), "nothing removes the configuration while the controller is stopped")
 
-		stop = startController(depCtrl, webhookOpts, nil)
+		stop = startController(depCtrl, controllerOptions(caFile))
 		expectNoConfig(ctx, nested)
 	})
 
@@ -307,24 +385,15 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 
 		By("restarting with another URL and CA bundle")
 		stop()
-		var lock sync.Mutex
-		current := webhookOpts
-		current.URL = "https://webhook.example:8443/validate"
-		current.CABundle = []byte("rotated")
-		triggers := make(chan event.GenericEvent, 1)
-		stop = startControllerWith(depCtrl, func() webhookconfig.Options {
-			lock.Lock()
-			defer lock.Unlock()
-			return current
-		}, triggers)
-		expectWebhook("https://webhook.example:8443/validate", []byte("rotated"))
+		opts := controllerOptions(caFile)
+		opts.WebhookURL = "https://webhook.example:8443/validate"
+		rotated := writeCA(caFile)
+		stop = startController(depCtrl, opts)
+		expectWebhook("https://webhook.example:8443/validate", rotated)
 
-		By("rotating the CA bundle while running: a trigger rolls it out without a restart")
-		lock.Lock()
-		current.CABundle = []byte("rotated again")
-		lock.Unlock()
-		triggers <- event.GenericEvent{Object: &metav1.PartialObjectMetadata{}}
-		expectWebhook("https://webhook.example:8443/validate", []byte("rotated again"))
+		By("rotating the CA bundle while running: the new bundle is rolled out without a restart")
+		rotatedAgain := writeCA(caFile)
+		expectWebhook("https://webhook.example:8443/validate", rotatedAgain)
 		Expect(cli.Cluster(compute).Delete(ctx, &depv1alpha1.DependencyRule{ObjectMeta: metav1.ObjectMeta{Name: "vm-to-vpc-2"}})).To(Succeed())
 		expectNoConfig(ctx, network)
 		expectNoConfig(ctx, nested)
@@ -410,7 +479,7 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 
 var _ = Describe("Controller startup", func() {
 	It("fails with a clear error when the kubeconfig does not point at a workspace", func(ctx context.Context) {
-		_, _, err := kcp.NewManager(ctx, rest.CopyConfig(kcpConfig), kcpenv.DepCtrlExportName, manager.Options{})
+		_, err := controllerserver.New(ctx, rest.CopyConfig(kcpConfig), controllerOptions(""), kcpenv.TestManagerOptions())
 		Expect(err).To(MatchError(ContainSubstring("does not point at a kcp workspace: it must end with /clusters/<workspace path>")))
 	})
 
@@ -418,12 +487,17 @@ var _ = Describe("Controller startup", func() {
 		empty := workspace(ctx, core.RootCluster.Path(), "not-dep-ctrl", nil)
 		cfg := rest.CopyConfig(kcpConfig)
 		cfg.Host += empty.RequestPath()
-		_, vw, err := kcp.NewManager(ctx, cfg, kcpenv.DepCtrlExportName, manager.Options{})
-		Expect(err).NotTo(HaveOccurred())
-		_, err = vw.URLs(ctx)
+		_, err := controllerserver.New(ctx, cfg, controllerOptions(""), kcpenv.TestManagerOptions())
 		Expect(err).To(MatchError(And(
 			ContainSubstring(`APIExportEndpointSlice "dependencies.opendefense.cloud" not found`),
 			ContainSubstring("is the kubeconfig pointing at the workspace of the APIExport"))))
+	})
+
+	It("fails with a clear error when the webhook's CA bundle is not a PEM certificate", func(ctx context.Context) {
+		caFile := filepath.Join(GinkgoT().TempDir(), "ca.crt")
+		Expect(os.WriteFile(caFile, []byte("not a certificate"), 0o600)).To(Succeed())
+		_, err := controllerserver.New(ctx, rest.CopyConfig(kcpConfig), controllerOptions(caFile), kcpenv.TestManagerOptions())
+		Expect(err).To(MatchError(ContainSubstring("contains no PEM certificate")))
 	})
 })
 

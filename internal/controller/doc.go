@@ -1,7 +1,8 @@
 // Package controller reconciles DependencyRules: it finds the workspaces of
 // the protected APIExports and keeps the validating webhook configuration in
-// each of them, and reports the outcome in every rule's status. See
-// Reconciler.
+// each of them (DELETE of the protected resources) and in the workspace of
+// every rule (CREATE and UPDATE of its dependents), and reports the outcome
+// in every rule's status. See Reconciler.
 package controller
 
 // Permissions of the controller in the dep-ctrl workspace, which hosts the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -13,17 +14,23 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	admissionregistrationv1ac "k8s.io/client-go/applyconfigurations/admissionregistration/v1"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
 	"github.com/kcp-dev/logicalcluster/v3"
+	apisv1alpha2 "github.com/kcp-dev/sdk/apis/apis/v1alpha2"
+	"github.com/kcp-dev/sdk/apis/core"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	depac "github.com/opendefensecloud/dependency-controller/api/v1alpha1/applyconfiguration"
 	"github.com/opendefensecloud/dependency-controller/internal/scheme"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 )
@@ -68,69 +75,129 @@ func testConfig(cluster logicalcluster.Name, path string, resources ...string) *
 	return inCluster(webhookconfig.Build(ws, cluster, testWebhook), cluster)
 }
 
-// fixture is a State whose clients are fake clients, one per workspace.
-type fixture struct {
-	state    *State
-	clients  map[logicalcluster.Name]client.WithWatch
-	recorder *events.FakeRecorder
+// testWorkspaces are the workspaces of the tests that bind the export, by
+// path.
+var testWorkspaces = map[string]logicalcluster.Name{
+	"root:compute": "c-compute", "root:net": "c-net", "root:storage": "c-storage", "root:old": "c-old", "root:late": "c-late",
 }
 
-// newFixture builds the state: workspaces maps paths to clusters (all of
-// which bind the export); objects are placed into the fake client of their
-// cluster.
-func newFixture(t *testing.T, workspaces map[string]logicalcluster.Name, funcs *interceptor.Funcs, objects ...client.Object) *fixture {
+// fixture is a set of workspaces, each with a fake client that serves as
+// its cache, its client and its live reader, and a fake manager that has
+// engaged some of them.
+type fixture struct {
+	clients  map[logicalcluster.Name]client.WithWatch
+	recorder *events.FakeRecorder
+	// webhook are the webhook client settings.
+	webhook webhookconfig.Options
+	// engaged are the clusters the manager has engaged; all by default.
+	engaged []logicalcluster.Name
+	// hidden hides objects from the caches, as if they had not reached
+	// them yet.
+	hidden func(client.Object) bool
+	// listErr makes the complete listing fail; listings counts them.
+	listErr  error
+	listings int
+}
+
+// newFixture creates the workspaces of testWorkspaces, each with its
+// APIBinding to the export, and places objects into the fake client of
+// their cluster.
+func newFixture(t *testing.T, funcs *interceptor.Funcs, objects ...client.Object) *fixture {
 	t.Helper()
-	f := &fixture{
-		state: &State{
-			Workspaces: workspaces,
-			Configs:    map[logicalcluster.Name]*admissionregistrationv1.ValidatingWebhookConfiguration{},
-			Clients:    map[logicalcluster.Name]client.Client{},
-		},
-		clients:  map[logicalcluster.Name]client.WithWatch{},
-		recorder: events.NewFakeRecorder(100),
-	}
+	f := &fixture{clients: map[logicalcluster.Name]client.WithWatch{}, recorder: events.NewFakeRecorder(100), webhook: testWebhook}
 	byCluster := map[logicalcluster.Name][]client.Object{}
-	for _, cluster := range workspaces {
-		byCluster[cluster] = nil
+	for path, cluster := range testWorkspaces {
+		binding := inCluster(&apisv1alpha2.APIBinding{ObjectMeta: metav1.ObjectMeta{
+			Name: "dependencies", Annotations: map[string]string{core.LogicalClusterPathAnnotationKey: path},
+		}}, cluster)
+		byCluster[cluster] = append(byCluster[cluster], binding)
 	}
 	for _, o := range objects {
 		cluster := logicalcluster.From(o)
 		byCluster[cluster] = append(byCluster[cluster], o)
-		switch o := o.(type) {
-		case *depv1alpha1.DependencyRule:
-			f.state.Rules = append(f.state.Rules, *o)
-		case *admissionregistrationv1.ValidatingWebhookConfiguration:
-			f.state.Configs[cluster] = o
-		}
 	}
 	for cluster, objs := range byCluster {
-		b := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(objs...).WithStatusSubresource(&depv1alpha1.DependencyRule{})
+		b := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(objs...).
+			WithStatusSubresource(&depv1alpha1.DependencyRule{}).WithReturnManagedFields()
 		if funcs != nil {
 			b = b.WithInterceptorFuncs(*funcs)
 		}
-		c := b.Build()
-		f.clients[cluster] = c
-		f.state.Clients[cluster] = c
+		f.clients[cluster] = b.Build()
+		f.engaged = append(f.engaged, cluster)
 	}
-	// The fake clients set resourceVersions; the state holds what they hold.
-	for cluster, cfg := range f.state.Configs {
-		if err := f.clients[cluster].Get(context.Background(), client.ObjectKeyFromObject(cfg), cfg); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range f.state.Rules {
-		r := &f.state.Rules[i]
-		if err := f.clients[logicalcluster.From(r)].Get(context.Background(), client.ObjectKeyFromObject(r), r); err != nil {
-			t.Fatal(err)
-		}
-	}
+	slices.Sort(f.engaged)
 	return f
 }
 
-func (f *fixture) reconciler() *Reconciler {
-	return NewReconciler(staticObserver{state: f.state}, func(context.Context, logicalcluster.Name) (events.EventRecorder, error) {
-		return f.recorder, nil
-	}, Options{APIExportName: "dependencies.opendefense.cloud", Webhook: func() webhookconfig.Options { return testWebhook }})
+// Engaged implements Clusters.
+func (f *fixture) Engaged() []logicalcluster.Name {
+	return f.engaged
+}
+
+// Get implements Clusters.
+func (f *fixture) Get(_ context.Context, cluster logicalcluster.Name) (*Cluster, error) {
+	c, ok := f.clients[cluster]
+	if !ok || !slices.Contains(f.engaged, cluster) {
+		return nil, fmt.Errorf("cluster %s: %w", cluster, multicluster.ErrClusterNotFound)
+	}
+	return &Cluster{Cache: hidingReader{c, f.hidden}, Client: c, Live: c, Recorder: f.recorder}, nil
+}
+
+// ListComplete implements CompleteLister: all rules and bindings of every
+// workspace, engaged or not.
+func (f *fixture) ListComplete(ctx context.Context) (*Listing, error) {
+	f.listings++
+	if f.listErr != nil {
+		return nil, f.listErr
+	}
+	listing := &Listing{Workspaces: map[string]logicalcluster.Name{}}
+	for _, cluster := range slices.Sorted(maps.Keys(f.clients)) {
+		bindings := &apisv1alpha2.APIBindingList{}
+		rules := &depv1alpha1.DependencyRuleList{}
+		if err := f.clients[cluster].List(ctx, bindings); err != nil {
+			return nil, err
+		}
+		if err := f.clients[cluster].List(ctx, rules); err != nil {
+			return nil, err
+		}
+		for _, b := range bindings.Items {
+			listing.Workspaces[b.Annotations[core.LogicalClusterPathAnnotationKey]] = cluster
+		}
+		listing.Rules = append(listing.Rules, rules.Items...)
+	}
+	sortRules(listing.Rules)
+	return listing, nil
+}
+
+// hidingReader is a cache that has not seen the objects that hidden
+// hides; the tests hide only objects that the controller gets by name.
+type hidingReader struct {
+	client.Reader
+	hidden func(client.Object) bool
+}
+
+func (h hidingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if err := h.Reader.Get(ctx, key, obj, opts...); err != nil {
+		return err
+	}
+	if h.hidden != nil && h.hidden(obj) {
+		return apierrors.NewNotFound(schema.GroupResource{}, key.Name)
+	}
+	return nil
+}
+
+// reconciler returns a reconciler that has caught up with the manager
+// already, unless startup is set.
+func (f *fixture) reconciler(startup bool) *Reconciler {
+	r := NewReconciler(f, f, Options{APIExportName: "dependencies.opendefense.cloud", Webhook: func() webhookconfig.Options { return f.webhook }})
+	r.caughtUp = !startup
+	return r
+}
+
+func (f *fixture) reconcile(t *testing.T) error {
+	t.Helper()
+	_, err := f.reconciler(false).Reconcile(context.Background(), mcreconcile.Request{})
+	return err
 }
 
 // protected returns what the configuration in cluster guards: the
@@ -167,10 +234,11 @@ func (f *fixture) protected(t *testing.T, cluster logicalcluster.Name) string {
 	return out
 }
 
-func (f *fixture) condition(t *testing.T, name, condType string) string {
+// condition returns the status and message of a condition of the rule "r".
+func (f *fixture) condition(t *testing.T, condType string) string {
 	t.Helper()
 	rule := &depv1alpha1.DependencyRule{}
-	if err := f.clients["c-compute"].Get(context.Background(), client.ObjectKey{Name: name}, rule); err != nil {
+	if err := f.clients["c-compute"].Get(context.Background(), client.ObjectKey{Name: "r"}, rule); err != nil {
 		t.Fatal(err)
 	}
 	c := meta.FindStatusCondition(rule.Status.Conditions, condType)
@@ -192,15 +260,7 @@ func (f *fixture) events() []string {
 	}
 }
 
-type staticObserver struct {
-	state *State
-	err   error
-}
-
-func (o staticObserver) Observe(context.Context) (*State, error) { return o.state, o.err }
-
 func TestReconcileActions(t *testing.T) {
-	workspaces := map[string]logicalcluster.Name{"root:compute": "c-compute", "root:net": "c-net", "root:storage": "c-storage", "root:old": "c-old"}
 	tests := []struct {
 		name    string
 		objects []client.Object
@@ -288,35 +348,25 @@ func TestReconcileActions(t *testing.T) {
 				testRule("r", "root:net/vpcs.net.io"),
 				inCluster(&admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: webhookconfig.Name}}, "c-net"),
 			},
-			want:      map[logicalcluster.Name]string{"c-net": "unmanaged"},
+			want:      map[logicalcluster.Name]string{"c-net": ""},
 			wantReady: "False",
 			wantErr:   "exists that is not managed by the dependency-controller",
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newFixture(t, workspaces, tt.funcs, tt.objects...)
-			// An unmanaged configuration is not observed as managed.
-			for cluster, cfg := range f.state.Configs {
-				if cfg.Labels[webhookconfig.ManagedByLabel] != webhookconfig.ManagedByValue {
-					delete(f.state.Configs, cluster)
-				}
-			}
-			err := f.reconciler().reconcile(context.Background(), f.state)
+			f := newFixture(t, tt.funcs, tt.objects...)
+			err := f.reconcile(t)
 			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
-				t.Errorf("reconcile() error = %v, want %q", err, tt.wantErr)
+				t.Errorf("Reconcile() error = %v, want %q", err, tt.wantErr)
 			}
 			for cluster, want := range tt.want {
-				got := f.protected(t, cluster)
-				if want == "unmanaged" {
-					want = ""
-				}
-				if got != want {
+				if got := f.protected(t, cluster); got != want {
 					t.Errorf("protected in %s = %q, want %q", cluster, got, want)
 				}
 			}
 			if tt.wantReady != "" {
-				if got := f.condition(t, "r", depv1alpha1.ConditionReady); !strings.HasPrefix(got, tt.wantReady) {
+				if got := f.condition(t, depv1alpha1.ConditionReady); !strings.HasPrefix(got, tt.wantReady) {
 					t.Errorf("Ready = %q, want %q", got, tt.wantReady)
 				}
 			}
@@ -324,62 +374,336 @@ func TestReconcileActions(t *testing.T) {
 	}
 }
 
-// An up-to-date configuration is not written again.
-func TestReconcileLeavesUpToDateConfigurations(t *testing.T) {
-	writes := 0
-	count := func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-		if _, ok := obj.(*admissionregistrationv1.ValidatingWebhookConfiguration); ok {
-			writes++
+// countWrites returns interceptor functions that count the writes of
+// webhook configurations by verb, and of subresources by name, into writes.
+func countWrites(writes map[string]int) *interceptor.Funcs {
+	isConfig := func(o any) bool {
+		switch o.(type) {
+		case *admissionregistrationv1.ValidatingWebhookConfiguration, *admissionregistrationv1ac.ValidatingWebhookConfigurationApplyConfiguration:
+			return true
 		}
-		return c.Update(ctx, obj, opts...)
+		return false
 	}
-	f := newFixture(t, map[string]logicalcluster.Name{"root:compute": "c-compute", "root:net": "c-net"}, &interceptor.Funcs{Update: count},
-		testRule("r", "root:net/vpcs.net.io"), testConfig("c-net", "root:net", "vpcs.net.io"))
-	if err := f.reconciler().reconcile(context.Background(), f.state); err != nil {
-		t.Fatal(err)
-	}
-	if writes != 0 {
-		t.Errorf("%d updates of an up-to-date configuration", writes)
+	return &interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if isConfig(obj) {
+				writes["create"]++
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if isConfig(obj) {
+				writes["update"]++
+			}
+			return c.Update(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if isConfig(obj) {
+				writes["patch"]++
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+		Apply: func(ctx context.Context, c client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+			if isConfig(obj) {
+				writes["apply"]++
+			}
+			return c.Apply(ctx, obj, opts...)
+		},
+		SubResourceApply: func(ctx context.Context, c client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
+			writes[sub]++
+			return c.SubResource(sub).Apply(ctx, obj, opts...)
+		},
 	}
 }
 
-// Without a complete view of every shard nothing is written or pruned.
-func TestReconcileWithoutCompleteViewChangesNothing(t *testing.T) {
-	f := newFixture(t, map[string]logicalcluster.Name{"root:compute": "c-compute", "root:old": "c-old"}, nil,
-		testConfig("c-old", "root:old", "things.old.io"))
-	r := f.reconciler()
-	r.observer = staticObserver{err: errors.New("failed to list DependencyRules through https://shard-1: connection refused")}
-	if _, err := r.Reconcile(context.Background(), mcreconcile.Request{}); err == nil || !strings.Contains(err.Error(), "shard-1") {
+// A configuration of the name that the controller does not manage, which
+// has not reached the cache yet, is not taken over: the create fails, and
+// the live read finds it.
+func TestReconcileDoesNotTakeOverAConfigurationTheCacheLacks(t *testing.T) {
+	foreign := inCluster(&admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{
+		Name: webhookconfig.Name, Labels: map[string]string{"owner": "someone"},
+	}}, "c-net")
+	writes := map[string]int{}
+	f := newFixture(t, countWrites(writes), testRule("r", "root:net/vpcs.net.io"), foreign)
+	f.hidden = func(o client.Object) bool { return o.GetLabels()["owner"] == "someone" }
+	before := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := f.clients["c-net"].Get(context.Background(), client.ObjectKey{Name: webhookconfig.Name}, before); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := f.reconcile(t); err == nil || !strings.Contains(err.Error(), "exists that is not managed by the dependency-controller") {
 		t.Errorf("Reconcile() error = %v", err)
 	}
-	if got := f.protected(t, "c-old"); got != "things.old.io" {
-		t.Errorf("a partial view pruned a configuration: %q", got)
+	after := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := f.clients["c-net"].Get(context.Background(), client.ObjectKey{Name: webhookconfig.Name}, after); err != nil {
+		t.Fatal(err)
+	}
+	if after.ResourceVersion != before.ResourceVersion || !maps.Equal(after.Labels, before.Labels) || len(after.Webhooks) != 0 {
+		t.Errorf("the foreign configuration was changed: %+v", after)
+	}
+	if want := map[string]int{"create": 2, "patch": 1, "status": 1}; !maps.Equal(writes, want) {
+		t.Errorf("writes %v, want %v: creates in both workspaces, the new configuration's managed fields upgraded", writes, want)
+	}
+}
+
+// An up-to-date configuration and status are not written again.
+func TestReconcileLeavesWhatIsUpToDate(t *testing.T) {
+	writes := map[string]int{}
+	f := newFixture(t, countWrites(writes), testRule("r", "root:net/vpcs.net.io"), testRule("r2", "root:storage/volumes.storage.io"))
+	if err := f.reconcile(t); err != nil {
+		t.Fatal(err)
+	}
+	// Three configurations, each created and its managed fields upgraded.
+	if want := map[string]int{"create": 3, "patch": 3, "status": 2}; !maps.Equal(writes, want) {
+		t.Errorf("first reconcile wrote %v, want %v", writes, want)
+	}
+	clear(writes)
+	if err := f.reconcile(t); err != nil {
+		t.Fatal(err)
+	}
+	if len(writes) != 0 {
+		t.Errorf("second reconcile wrote %v, want nothing", writes)
+	}
+	if f.listings != 0 {
+		t.Errorf("%d complete listings, want none: nothing was taken away", f.listings)
+	}
+
+	// A changed setting is applied once.
+	f.webhook.URL = "https://elsewhere/validate"
+	if err := f.reconcile(t); err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]int{"apply": 3}; !maps.Equal(writes, want) {
+		t.Errorf("reconcile after a new URL wrote %v, want %v", writes, want)
+	}
+}
+
+// The controller applies only its own part of the status, under its own
+// field manager, for the rule with the UID it computed the status for.
+func TestReconcileAppliesItsPartOfTheStatus(t *testing.T) {
+	var got *depac.DependencyRuleApplyConfiguration
+	var gotOpts client.SubResourceApplyOptions
+	f := newFixture(t, &interceptor.Funcs{SubResourceApply: func(ctx context.Context, c client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
+		got = obj.(*depac.DependencyRuleApplyConfiguration)
+		gotOpts.ApplyOpts(opts)
+		return nil
+	}}, withCondition(testRule("r", "root:net/vpcs.net.io"), depv1alpha1.ConditionDependentsIndexed, metav1.ConditionTrue, depv1alpha1.ReasonIndexed, "the webhook's"))
+	if err := f.reconcile(t); err != nil {
+		t.Fatal(err)
+	}
+	if got == nil {
+		t.Fatal("no status applied")
+	}
+	rule := &depv1alpha1.DependencyRule{}
+	if err := f.clients["c-compute"].Get(context.Background(), client.ObjectKey{Name: "r"}, rule); err != nil {
+		t.Fatal(err)
+	}
+	if *got.Name != "r" || got.UID == nil || *got.UID != rule.UID {
+		t.Errorf("applied to %v (UID %v), want r with UID %s", got.Name, got.UID, rule.UID)
+	}
+	var types []string
+	for _, c := range got.Status.Conditions {
+		types = append(types, *c.Type)
+	}
+	if want := controllerConditions; !slices.Equal(types, want) {
+		t.Errorf("applied conditions %v, want %v", types, want)
+	}
+	if *got.Status.ObservedGeneration != 1 || *got.Status.DependencyCount != 1 {
+		t.Errorf("applied observedGeneration %d, dependencyCount %d", *got.Status.ObservedGeneration, *got.Status.DependencyCount)
+	}
+	if gotOpts.FieldManager != FieldOwner || gotOpts.Force == nil || !*gotOpts.Force {
+		t.Errorf("applied as %q, force %v", gotOpts.FieldManager, gotOpts.Force)
+	}
+}
+
+// Nothing is taken away on the strength of the caches alone: a
+// configuration that the cached view no longer needs, or needs less of, is
+// kept while the complete listing still has a rule that needs it, and
+// nothing is written without the complete listing.
+func TestReconcileProvesWhatTheCachesLack(t *testing.T) {
+	late := testRule("late", "root:net/vpcs.net.io", "root:net/subnets.net.io", "root:compute/images.compute.io")
+	late = inCluster(late, "c-late")
+	tests := []struct {
+		name    string
+		objects []client.Object
+		listErr error
+		// notEngaged are the clusters the manager has not engaged.
+		notEngaged []logicalcluster.Name
+		// want is the protected resources per cluster afterwards.
+		want         map[logicalcluster.Name]string
+		wantListings int
+		wantErr      string
+	}{
+		{
+			name: "a configuration whose rule is in a workspace not engaged yet is not pruned",
+			objects: []client.Object{
+				late,
+				testConfig("c-net", "root:net", "subnets.net.io", "vpcs.net.io"),
+				testConfig("c-compute", "root:compute", "images.compute.io"),
+			},
+			notEngaged:   []logicalcluster.Name{"c-late"},
+			want:         map[logicalcluster.Name]string{"c-net": "subnets.net.io,vpcs.net.io", "c-compute": "images.compute.io"},
+			wantListings: 1,
+			wantErr:      "logical cluster c-late is not engaged yet",
+		},
+		{
+			name: "a configuration is not reduced to what the rules in the cache need",
+			objects: []client.Object{
+				late,
+				testRule("r", "root:net/vpcs.net.io"),
+				testConfig("c-net", "root:net", "subnets.net.io", "vpcs.net.io"),
+			},
+			notEngaged:   []logicalcluster.Name{"c-late"},
+			want:         map[logicalcluster.Name]string{"c-net": "subnets.net.io,vpcs.net.io"},
+			wantListings: 1,
+			wantErr:      "logical cluster c-late is not engaged yet",
+		},
+		{
+			name: "nothing is pruned or written when the complete listing fails",
+			objects: []client.Object{
+				late,
+				testRule("r", "root:storage/volumes.storage.io"),
+				testConfig("c-net", "root:net", "subnets.net.io", "vpcs.net.io"),
+			},
+			notEngaged:   []logicalcluster.Name{"c-late"},
+			listErr:      errors.New("failed to list DependencyRules through https://shard-1: connection refused"),
+			want:         map[logicalcluster.Name]string{"c-net": "subnets.net.io,vpcs.net.io", "c-storage": "none"},
+			wantListings: 1,
+			wantErr:      "shard-1",
+		},
+		{
+			name: "a configuration that the complete listing does not need either is pruned",
+			objects: []client.Object{
+				testRule("r", "root:net/vpcs.net.io"),
+				testConfig("c-net", "root:net", "vpcs.net.io"),
+				testConfig("c-old", "root:old", "things.old.io"),
+			},
+			notEngaged:   []logicalcluster.Name{"c-late"},
+			want:         map[logicalcluster.Name]string{"c-net": "vpcs.net.io", "c-old": "none"},
+			wantListings: 1,
+		},
+		{
+			name:         "what only adds protection needs no listing",
+			objects:      []client.Object{testRule("r", "root:net/vpcs.net.io"), testConfig("c-storage", "root:storage")},
+			want:         map[logicalcluster.Name]string{"c-net": "vpcs.net.io", "c-compute": "+virtualmachines.compute.io"},
+			wantListings: 0,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, nil, tt.objects...)
+			f.listErr = tt.listErr
+			f.engaged = slices.DeleteFunc(f.engaged, func(c logicalcluster.Name) bool { return slices.Contains(tt.notEngaged, c) })
+			err := f.reconcile(t)
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Errorf("Reconcile() error = %v, want %q", err, tt.wantErr)
+			}
+			for cluster, want := range tt.want {
+				if got := f.protected(t, cluster); got != want {
+					t.Errorf("protected in %s = %q, want %q", cluster, got, want)
+				}
+			}
+			if f.listings != tt.wantListings {
+				t.Errorf("%d complete listings, want %d", f.listings, tt.wantListings)
+			}
+		})
+	}
+}
+
+// A path or a cycle partner that only the caches lack is not reported as
+// missing.
+func TestReconcileProvesAbsencesBeforeReportingThem(t *testing.T) {
+	// r's dependency on images of root:compute and the late rule's on
+	// VirtualMachines make a cycle; the late rule is not in the caches.
+	cyclic := withCondition(testRule("r", "root:late/images.late.io", "root:compute/images.compute.io"),
+		depv1alpha1.ConditionDependencyCycle, metav1.ConditionTrue, depv1alpha1.ReasonCycleDetected, "a cycle")
+	partner := inCluster(testRule("late", "root:compute/virtualmachines.compute.io"), "c-late")
+	partner.Spec.Dependent = depv1alpha1.DependentResource{APIExportName: "compute.io", Group: "compute.io", Version: "v1", Kind: "Image", Resource: "images"}
+	f := newFixture(t, nil, cyclic, partner)
+	f.engaged = slices.DeleteFunc(f.engaged, func(c logicalcluster.Name) bool { return c == "c-late" })
+
+	err := f.reconcile(t)
+	if err == nil || !strings.Contains(err.Error(), "logical cluster c-late is not engaged yet") {
+		t.Errorf("Reconcile() error = %v", err)
+	}
+	if f.listings != 1 {
+		t.Errorf("%d complete listings, want 1", f.listings)
+	}
+	if got := f.condition(t, depv1alpha1.ConditionTargetsResolved); !strings.HasPrefix(got, "True") {
+		t.Errorf("TargetsResolved = %q: a path whose workspace binds the export, though not engaged yet, is resolved", got)
+	}
+	if got := f.condition(t, depv1alpha1.ConditionDependencyCycle); !strings.HasPrefix(got, "True") {
+		t.Errorf("DependencyCycle = %q: the cycle with a rule outside the caches is still reported", got)
+	}
+}
+
+// At startup the first reconcile waits until the manager has engaged every
+// workspace of the complete listing, and then decides from that listing.
+func TestReconcileWaitsForTheManagerAtStartup(t *testing.T) {
+	late := inCluster(testRule("late", "root:net/subnets.net.io"), "c-late")
+	f := newFixture(t, nil, testRule("r", "root:net/vpcs.net.io"), late, testConfig("c-net", "root:net", "subnets.net.io", "vpcs.net.io"))
+	all := f.engaged
+	f.engaged = slices.DeleteFunc(slices.Clone(all), func(c logicalcluster.Name) bool { return c == "c-late" })
+	r := f.reconciler(true)
+
+	res, err := r.Reconcile(context.Background(), mcreconcile.Request{})
+	if err != nil || res.RequeueAfter == 0 {
+		t.Errorf("Reconcile() = %+v, %v; want to be called again soon", res, err)
+	}
+	if got := f.protected(t, "c-net"); got != "subnets.net.io,vpcs.net.io" {
+		t.Errorf("protected in c-net = %q while the manager catches up", got)
+	}
+	if got := f.condition(t, depv1alpha1.ConditionReady); got != "missing" {
+		t.Errorf("status written while the manager catches up: Ready = %q", got)
+	}
+
+	f.engaged = all
+	if _, err := r.Reconcile(context.Background(), mcreconcile.Request{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.protected(t, "c-net"); got != "subnets.net.io,vpcs.net.io" {
+		t.Errorf("protected in c-net = %q", got)
+	}
+	if got := f.condition(t, depv1alpha1.ConditionReady); !strings.HasPrefix(got, "True") {
+		t.Errorf("Ready = %q", got)
+	}
+
+	// A workspace that is never engaged holds up the first reconcile only
+	// for a while.
+	f = newFixture(t, nil, testRule("r", "root:net/vpcs.net.io"), late)
+	f.engaged = slices.DeleteFunc(f.engaged, func(c logicalcluster.Name) bool { return c == "c-late" })
+	r = f.reconciler(true)
+	r.waitingSince = time.Now().Add(-engageTimeout)
+	if _, err := r.Reconcile(context.Background(), mcreconcile.Request{}); err == nil || !strings.Contains(err.Error(), "c-late is not engaged yet") {
+		t.Errorf("Reconcile() error = %v", err)
+	}
+	if got := f.protected(t, "c-net"); got != "subnets.net.io,vpcs.net.io" {
+		t.Errorf("protected in c-net = %q", got)
 	}
 }
 
 // Events are recorded once the status that they describe is written, and
 // not when writing it failed.
 func TestReconcileRecordsEventsAfterTheStatus(t *testing.T) {
-	failPatch := true
-	funcs := &interceptor.Funcs{SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-		if failPatch {
+	failApply := true
+	funcs := &interceptor.Funcs{SubResourceApply: func(ctx context.Context, c client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
+		if failApply {
 			return apierrors.NewServiceUnavailable("storage is (re)initializing")
 		}
-		return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		return c.SubResource(sub).Apply(ctx, obj, opts...)
 	}}
-	f := newFixture(t, map[string]logicalcluster.Name{"root:compute": "c-compute", "root:net": "c-net"}, funcs,
-		testRule("r", "root:net/vpcs.net.io", "root:missing/things.missing.io"))
+	f := newFixture(t, funcs, testRule("r", "root:net/vpcs.net.io", "root:missing/things.missing.io"))
 
-	if err := f.reconciler().reconcile(context.Background(), f.state); err == nil || !strings.Contains(err.Error(), "failed to update the status") {
-		t.Fatalf("reconcile() error = %v", err)
+	if err := f.reconcile(t); err == nil || !strings.Contains(err.Error(), "failed to update the status") {
+		t.Fatalf("Reconcile() error = %v", err)
 	}
 	if got := f.events(); len(got) != 0 {
 		t.Errorf("events recorded although the status was not written: %v", got)
 	}
 
-	failPatch = false
-	if err := f.reconciler().reconcile(context.Background(), f.state); err == nil {
-		t.Fatal("reconcile() succeeded with an unresolvable path")
+	failApply = false
+	if err := f.reconcile(t); err == nil {
+		t.Fatal("Reconcile() succeeded with an unresolvable path")
 	}
 	got := f.events()
 	if !slices.ContainsFunc(got, func(e string) bool {
@@ -389,15 +713,23 @@ func TestReconcileRecordsEventsAfterTheStatus(t *testing.T) {
 	}
 }
 
-// A rule whose status the webhook wrote meanwhile is reconciled again soon,
-// without an error.
-func TestReconcileRetriesStatusConflictsQuietly(t *testing.T) {
-	funcs := &interceptor.Funcs{SubResourcePatch: func(context.Context, client.Client, string, client.Object, client.Patch, ...client.SubResourcePatchOption) error {
-		return apierrors.NewConflict(schema.GroupResource{Group: depv1alpha1.GroupVersion.Group, Resource: "dependencyrules"}, "r", errors.New("the object has been modified"))
-	}}
-	f := newFixture(t, map[string]logicalcluster.Name{"root:compute": "c-compute", "root:net": "c-net"}, funcs, testRule("r", "root:net/vpcs.net.io"))
-	res, err := f.reconciler().Reconcile(context.Background(), mcreconcile.Request{})
-	if err != nil || res.RequeueAfter != time.Second {
-		t.Errorf("Reconcile() = %+v, %v; want a requeue after a second and no error", res, err)
+// The live reader reads typed objects past the cache.
+func TestLiveReader(t *testing.T) {
+	ctx := context.Background()
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(testConfig("c-net", "root:net", "vpcs.net.io")).Build()
+	live := liveReader{c}
+	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := live.Get(ctx, client.ObjectKey{Name: webhookconfig.Name}, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if !webhookconfig.IsManaged(cfg) || len(cfg.Webhooks) != 1 {
+		t.Errorf("Get() = %+v", cfg)
+	}
+	if err := live.Get(ctx, client.ObjectKey{Name: "other"}, cfg); !apierrors.IsNotFound(err) {
+		t.Errorf("Get() of a missing object: %v", err)
+	}
+	list := &admissionregistrationv1.ValidatingWebhookConfigurationList{}
+	if err := live.List(ctx, list); err != nil || len(list.Items) != 1 || list.Items[0].Name != webhookconfig.Name {
+		t.Errorf("List() = %+v, %v", list.Items, err)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
@@ -24,7 +23,6 @@ import (
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
-	"github.com/kcp-dev/logicalcluster/v3"
 	apisv1alpha2 "github.com/kcp-dev/sdk/apis/apis/v1alpha2"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
@@ -35,23 +33,20 @@ import (
 // workItem is the controller's only request; see Reconciler.
 var workItem = mcreconcile.Request{Request: reconcile.Request{NamespacedName: types.NamespacedName{Name: "all-dependency-rules"}}}
 
-// SetupWithManager adds the controller to the manager. It observes the state
-// through vw and records events through the manager's workspaces, and it
-// reconciles on events in every workspace that binds the APIExport:
-// DependencyRules (spec changes, creation, deletion), the managed
-// ValidatingWebhookConfigurations (to undo changes by others and to prune
-// configurations left behind while the controller was down) and APIBindings
-// (a workspace that binds the export may be protected now). Events on
-// triggers (e.g. a rotated CA bundle) reconcile as well.
-func SetupWithManager(mgr mcmanager.Manager, rules *vw.VirtualWorkspace, opts Options, triggers <-chan event.GenericEvent) error {
-	recorder := func(ctx context.Context, cluster logicalcluster.Name) (events.EventRecorder, error) {
-		cl, err := mgr.GetCluster(ctx, multicluster.ClusterName(cluster.String()))
-		if err != nil {
-			return nil, err
-		}
-		return cl.GetEventRecorder(ControllerName), nil
-	}
-	r := NewReconciler(NewObserver(rules), recorder, opts)
+// SetupWithManager adds the controller to the manager, whose clusters are
+// the workspaces that bind the APIExport and which engaged enumerates (the
+// Clusters of kcp's apiexport provider). The controller reads from the
+// manager's caches of those workspaces, writes through their clients,
+// records events through them, and proves what the caches lack with
+// complete listings through rules (see Reconciler). It reconciles on events
+// in every workspace that binds the APIExport: DependencyRules (spec
+// changes, creation, deletion, and changes of the conditions the webhook
+// writes), the managed ValidatingWebhookConfigurations (to undo changes by
+// others and to prune configurations left behind while the controller was
+// down) and APIBindings (a workspace that binds the export may be protected
+// now). Events on triggers (e.g. a rotated CA bundle) reconcile as well.
+func SetupWithManager(mgr mcmanager.Manager, engaged ClusterNamer, rules *vw.VirtualWorkspace, opts Options, triggers <-chan event.GenericEvent) error {
+	r := NewReconciler(NewClusters(mgr, engaged), NewCompleteLister(rules), opts)
 
 	b := mcbuilder.ControllerManagedBy(mgr).
 		Named(ControllerName).

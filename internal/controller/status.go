@@ -14,21 +14,6 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/depgraph"
 )
 
-// Condition reasons.
-const (
-	ReasonResolved          = "Resolved"
-	ReasonResolutionFailed  = "ResolutionFailed"
-	ReasonInstalled         = "Installed"
-	ReasonInstallFailed     = "InstallFailed"
-	ReasonTargetsUnresolved = "TargetsUnresolved"
-	ReasonProtecting        = "Protecting"
-	ReasonCycleDetected     = "CycleDetected"
-	ReasonNoCycle           = "NoCycle"
-	// ReasonAccessDenied is the reason the webhook writes when a provider
-	// has not granted it read access to its APIExport.
-	ReasonAccessDenied = "AccessDenied"
-)
-
 // results is what happened to every workspace in a reconcile.
 type results struct {
 	// installed holds, for every workspace that needs a webhook
@@ -85,33 +70,33 @@ func computeStatus(rule *depv1alpha1.DependencyRule, workspaces map[string]logic
 		meta.SetStatusCondition(&status.Conditions, c)
 	}
 
-	resolvedCond := metav1.Condition{Type: depv1alpha1.ConditionTargetsResolved, Status: metav1.ConditionTrue, Reason: ReasonResolved,
+	resolvedCond := metav1.Condition{Type: depv1alpha1.ConditionTargetsResolved, Status: metav1.ConditionTrue, Reason: depv1alpha1.ReasonResolved,
 		Message: "Resolved " + strings.Join(resolved, ", ")}
 	if len(unresolved) > 0 {
-		resolvedCond.Status, resolvedCond.Reason = metav1.ConditionFalse, ReasonResolutionFailed
+		resolvedCond.Status, resolvedCond.Reason = metav1.ConditionFalse, depv1alpha1.ReasonResolutionFailed
 		resolvedCond.Message = "Failed to resolve " + strings.Join(unresolved, "; ")
 	}
 	set(resolvedCond)
 
-	installedCond := metav1.Condition{Type: depv1alpha1.ConditionWebhooksInstalled, Status: metav1.ConditionTrue, Reason: ReasonInstalled,
+	installedCond := metav1.Condition{Type: depv1alpha1.ConditionWebhooksInstalled, Status: metav1.ConditionTrue, Reason: depv1alpha1.ReasonInstalled,
 		Message: "Webhook installed in " + strings.Join(installed, ", ")}
 	switch {
 	case len(failed) > 0:
-		installedCond.Status, installedCond.Reason = metav1.ConditionFalse, ReasonInstallFailed
+		installedCond.Status, installedCond.Reason = metav1.ConditionFalse, depv1alpha1.ReasonInstallFailed
 		installedCond.Message = "Failed to install the webhook in " + strings.Join(failed, "; ")
 		if len(installed) > 0 {
 			installedCond.Message += "; installed in " + strings.Join(installed, ", ")
 		}
 	case len(unresolved) > 0 && len(installed) == 0:
-		installedCond.Status, installedCond.Reason = metav1.ConditionFalse, ReasonTargetsUnresolved
+		installedCond.Status, installedCond.Reason = metav1.ConditionFalse, depv1alpha1.ReasonTargetsUnresolved
 		installedCond.Message = "No webhook installed: no protected workspace could be resolved"
 	case len(unresolved) > 0:
-		installedCond.Status, installedCond.Reason = metav1.ConditionFalse, ReasonTargetsUnresolved
+		installedCond.Status, installedCond.Reason = metav1.ConditionFalse, depv1alpha1.ReasonTargetsUnresolved
 		installedCond.Message = "Webhook installed in " + strings.Join(installed, ", ") + ", but not in the workspaces that could not be resolved"
 	}
 	set(installedCond)
 
-	ready := metav1.Condition{Type: depv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonProtecting,
+	ready := metav1.Condition{Type: depv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: depv1alpha1.ReasonProtecting,
 		Message: "Deletion protection is active in " + strings.Join(installed, ", ")}
 	switch {
 	case resolvedCond.Status != metav1.ConditionTrue:
@@ -132,19 +117,19 @@ func computeStatus(rule *depv1alpha1.DependencyRule, workspaces map[string]logic
 	// provider that has not granted the webhook read access only loses the
 	// check of new references; deletes are still protected.)
 	if guarded := meta.FindStatusCondition(status.Conditions, depv1alpha1.ConditionReferencesGuarded); guarded != nil &&
-		guarded.Status == metav1.ConditionFalse && guarded.Reason != ReasonAccessDenied && ready.Status == metav1.ConditionTrue {
+		guarded.Status == metav1.ConditionFalse && guarded.Reason != depv1alpha1.ReasonAccessDenied && ready.Status == metav1.ConditionTrue {
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, guarded.Reason, guarded.Message
 	}
 	set(ready)
 
-	cycle := metav1.Condition{Type: depv1alpha1.ConditionDependencyCycle, Status: metav1.ConditionFalse, Reason: ReasonNoCycle,
+	cycle := metav1.Condition{Type: depv1alpha1.ConditionDependencyCycle, Status: metav1.ConditionFalse, Reason: depv1alpha1.ReasonNoCycle,
 		Message: "The referenced types do not form a cycle with other rules"}
 	if len(cycles) > 0 {
 		names := make([]string, 0, len(cycles))
 		for _, c := range cycles {
 			names = append(names, c.String())
 		}
-		cycle.Status, cycle.Reason = metav1.ConditionTrue, ReasonCycleDetected
+		cycle.Status, cycle.Reason = metav1.ConditionTrue, depv1alpha1.ReasonCycleDetected
 		cycle.Message = fmt.Sprintf("Dependency cycle: %s. Objects on a cycle can protect each other from deletion; delete one of them with the %s=true annotation to break it",
 			strings.Join(names, "; "), depv1alpha1.AnnotationSkipProtection)
 	}

@@ -51,10 +51,10 @@ func TestComputeStatus(t *testing.T) {
 			workspaces: map[string]logicalcluster.Name{"root:net": "c-net", "root:org:storage": "c-storage"},
 			results:    results{installed: map[logicalcluster.Name]error{"c-net": nil, "c-storage": nil}},
 			want: map[string]wantCondition{
-				depv1alpha1.ConditionTargetsResolved:   {metav1.ConditionTrue, ReasonResolved, []string{"root:net (c-net)", "root:org:storage (c-storage)"}},
-				depv1alpha1.ConditionWebhooksInstalled: {metav1.ConditionTrue, ReasonInstalled, []string{"root:net, root:org:storage"}},
-				depv1alpha1.ConditionReady:             {metav1.ConditionTrue, ReasonProtecting, []string{"root:net, root:org:storage"}},
-				depv1alpha1.ConditionDependencyCycle:   {metav1.ConditionFalse, ReasonNoCycle, nil},
+				depv1alpha1.ConditionTargetsResolved:   {metav1.ConditionTrue, depv1alpha1.ReasonResolved, []string{"root:net (c-net)", "root:org:storage (c-storage)"}},
+				depv1alpha1.ConditionWebhooksInstalled: {metav1.ConditionTrue, depv1alpha1.ReasonInstalled, []string{"root:net, root:org:storage"}},
+				depv1alpha1.ConditionReady:             {metav1.ConditionTrue, depv1alpha1.ReasonProtecting, []string{"root:net, root:org:storage"}},
+				depv1alpha1.ConditionDependencyCycle:   {metav1.ConditionFalse, depv1alpha1.ReasonNoCycle, nil},
 			},
 		},
 		{
@@ -63,9 +63,9 @@ func TestComputeStatus(t *testing.T) {
 			workspaces: net,
 			results:    results{installed: installedNet, unresolved: map[string]error{"root:gone": errors.New(`no workspace at root:gone binds the APIExport`)}},
 			want: map[string]wantCondition{
-				depv1alpha1.ConditionTargetsResolved:   {metav1.ConditionFalse, ReasonResolutionFailed, []string{`root:gone: no workspace at root:gone binds the APIExport`}},
-				depv1alpha1.ConditionWebhooksInstalled: {metav1.ConditionFalse, ReasonTargetsUnresolved, []string{"installed in root:net", "could not be resolved"}},
-				depv1alpha1.ConditionReady:             {metav1.ConditionFalse, ReasonResolutionFailed, []string{"root:gone"}},
+				depv1alpha1.ConditionTargetsResolved:   {metav1.ConditionFalse, depv1alpha1.ReasonResolutionFailed, []string{`root:gone: no workspace at root:gone binds the APIExport`}},
+				depv1alpha1.ConditionWebhooksInstalled: {metav1.ConditionFalse, depv1alpha1.ReasonTargetsUnresolved, []string{"installed in root:net", "could not be resolved"}},
+				depv1alpha1.ConditionReady:             {metav1.ConditionFalse, depv1alpha1.ReasonResolutionFailed, []string{"root:gone"}},
 			},
 		},
 		{
@@ -73,8 +73,8 @@ func TestComputeStatus(t *testing.T) {
 			rule:    ruleWithPaths(1, "root:gone"),
 			results: results{unresolved: map[string]error{"root:gone": errors.New("nope")}},
 			want: map[string]wantCondition{
-				depv1alpha1.ConditionWebhooksInstalled: {metav1.ConditionFalse, ReasonTargetsUnresolved, []string{"no protected workspace could be resolved"}},
-				depv1alpha1.ConditionReady:             {metav1.ConditionFalse, ReasonResolutionFailed, nil},
+				depv1alpha1.ConditionWebhooksInstalled: {metav1.ConditionFalse, depv1alpha1.ReasonTargetsUnresolved, []string{"no protected workspace could be resolved"}},
+				depv1alpha1.ConditionReady:             {metav1.ConditionFalse, depv1alpha1.ReasonResolutionFailed, nil},
 			},
 		},
 		{
@@ -83,9 +83,9 @@ func TestComputeStatus(t *testing.T) {
 			workspaces: map[string]logicalcluster.Name{"root:net": "c-net", "root:unbound": "c-unbound"},
 			results:    results{installed: map[logicalcluster.Name]error{"c-net": nil, "c-unbound": errors.New("does not bind the APIExport")}},
 			want: map[string]wantCondition{
-				depv1alpha1.ConditionTargetsResolved:   {metav1.ConditionTrue, ReasonResolved, nil},
-				depv1alpha1.ConditionWebhooksInstalled: {metav1.ConditionFalse, ReasonInstallFailed, []string{"root:unbound: does not bind the APIExport", "installed in root:net"}},
-				depv1alpha1.ConditionReady:             {metav1.ConditionFalse, ReasonInstallFailed, []string{"root:unbound"}},
+				depv1alpha1.ConditionTargetsResolved:   {metav1.ConditionTrue, depv1alpha1.ReasonResolved, nil},
+				depv1alpha1.ConditionWebhooksInstalled: {metav1.ConditionFalse, depv1alpha1.ReasonInstallFailed, []string{"root:unbound: does not bind the APIExport", "installed in root:net"}},
+				depv1alpha1.ConditionReady:             {metav1.ConditionFalse, depv1alpha1.ReasonInstallFailed, []string{"root:unbound"}},
 			},
 		},
 		{
@@ -94,8 +94,8 @@ func TestComputeStatus(t *testing.T) {
 			workspaces: net,
 			results:    results{installed: map[logicalcluster.Name]error{"c-net": nil, "c-compute": errors.New("forbidden")}},
 			want: map[string]wantCondition{
-				depv1alpha1.ConditionWebhooksInstalled: {metav1.ConditionFalse, ReasonInstallFailed, []string{"the rule's own workspace", "forbidden", "installed in root:net"}},
-				depv1alpha1.ConditionReady:             {metav1.ConditionFalse, ReasonInstallFailed, nil},
+				depv1alpha1.ConditionWebhooksInstalled: {metav1.ConditionFalse, depv1alpha1.ReasonInstallFailed, []string{"the rule's own workspace", "forbidden", "installed in root:net"}},
+				depv1alpha1.ConditionReady:             {metav1.ConditionFalse, depv1alpha1.ReasonInstallFailed, nil},
 			},
 		},
 		{
@@ -103,8 +103,8 @@ func TestComputeStatus(t *testing.T) {
 			rule:       ruleWithPaths(1, "root:net"),
 			workspaces: net,
 			want: map[string]wantCondition{
-				depv1alpha1.ConditionTargetsResolved: {metav1.ConditionFalse, ReasonResolutionFailed, []string{"not resolved yet"}},
-				depv1alpha1.ConditionReady:           {metav1.ConditionFalse, ReasonResolutionFailed, nil},
+				depv1alpha1.ConditionTargetsResolved: {metav1.ConditionFalse, depv1alpha1.ReasonResolutionFailed, []string{"not resolved yet"}},
+				depv1alpha1.ConditionReady:           {metav1.ConditionFalse, depv1alpha1.ReasonResolutionFailed, nil},
 			},
 		},
 		{
@@ -113,7 +113,7 @@ func TestComputeStatus(t *testing.T) {
 			workspaces: net,
 			results:    results{installed: installedNet},
 			want: map[string]wantCondition{
-				depv1alpha1.ConditionWebhooksInstalled: {metav1.ConditionTrue, ReasonInstalled, nil},
+				depv1alpha1.ConditionWebhooksInstalled: {metav1.ConditionTrue, depv1alpha1.ReasonInstalled, nil},
 				depv1alpha1.ConditionReady:             {metav1.ConditionFalse, "AccessDenied", []string{"grant the webhook's user get"}},
 			},
 		},
@@ -123,7 +123,7 @@ func TestComputeStatus(t *testing.T) {
 			workspaces: net,
 			results:    results{installed: installedNet},
 			want: map[string]wantCondition{
-				depv1alpha1.ConditionReady: {metav1.ConditionTrue, ReasonProtecting, nil},
+				depv1alpha1.ConditionReady: {metav1.ConditionTrue, depv1alpha1.ReasonProtecting, nil},
 			},
 		},
 		{
@@ -138,11 +138,11 @@ func TestComputeStatus(t *testing.T) {
 		},
 		{
 			name:       "a protected provider that has not granted read access keeps the rule Ready: only new references go unchecked",
-			rule:       withCondition(ruleWithPaths(1, "root:net"), depv1alpha1.ConditionReferencesGuarded, metav1.ConditionFalse, ReasonAccessDenied, "grant"),
+			rule:       withCondition(ruleWithPaths(1, "root:net"), depv1alpha1.ConditionReferencesGuarded, metav1.ConditionFalse, depv1alpha1.ReasonAccessDenied, "grant"),
 			workspaces: net,
 			results:    results{installed: installedNet},
 			want: map[string]wantCondition{
-				depv1alpha1.ConditionReady: {metav1.ConditionTrue, ReasonProtecting, nil},
+				depv1alpha1.ConditionReady: {metav1.ConditionTrue, depv1alpha1.ReasonProtecting, nil},
 			},
 		},
 		{
@@ -152,8 +152,8 @@ func TestComputeStatus(t *testing.T) {
 			results:    results{installed: installedNet},
 			cycles:     []depgraph.Cycle{{{Group: "c.io", Resource: "vms"}, {Group: "n.io", Resource: "vpcs"}}},
 			want: map[string]wantCondition{
-				depv1alpha1.ConditionDependencyCycle: {metav1.ConditionTrue, ReasonCycleDetected, []string{"vms.c.io → vpcs.n.io → vms.c.io", depv1alpha1.AnnotationSkipProtection}},
-				depv1alpha1.ConditionReady:           {metav1.ConditionTrue, ReasonProtecting, nil},
+				depv1alpha1.ConditionDependencyCycle: {metav1.ConditionTrue, depv1alpha1.ReasonCycleDetected, []string{"vms.c.io → vpcs.n.io → vms.c.io", depv1alpha1.AnnotationSkipProtection}},
+				depv1alpha1.ConditionReady:           {metav1.ConditionTrue, depv1alpha1.ReasonProtecting, nil},
 			},
 		},
 	}

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	depac "github.com/opendefensecloud/dependency-controller/api/v1alpha1/applyconfiguration"
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 )
@@ -28,14 +29,20 @@ type SourceStates interface {
 	Changes() <-chan struct{}
 }
 
+// FieldOwner is the field manager under which the webhook applies its
+// conditions to the status of rules.
+const FieldOwner = "dependency-webhook"
+
 // StatusReporter writes the DependentsIndexed and ReferencesGuarded
 // conditions of every registered rule from what the index knows about the
-// rule's dependent type and its protected types: whenever
-// the index reports a change, and every interval to repair lost writes. It
-// writes only a condition that differs, with optimistic locking, so that it
-// never overwrites what the controller wrote meanwhile. It is a
-// manager.Runnable that runs on every replica; replicas that see the same
-// state write nothing.
+// rule's dependent type and its protected types: whenever the index reports
+// a change, and every interval to repair lost writes. It applies exactly
+// these two conditions with server-side apply under its own field manager
+// (FieldOwner): conditions are a list map keyed by type, so that the
+// controller's conditions, which the controller applies under its own, are
+// never touched. It writes only when a condition differs from what the
+// manager's cache holds. It is a manager.Runnable that runs on every
+// replica; replicas that see the same state write nothing.
 type StatusReporter struct {
 	mgr      mcmanager.Manager
 	registry *Registry
@@ -72,19 +79,21 @@ func (s *StatusReporter) NeedLeaderElection() bool {
 func (s *StatusReporter) reportAll(ctx context.Context) {
 	logger := log.FromContext(ctx).WithName("status")
 	for _, r := range s.registry.Rules() {
-		if err := s.report(ctx, r); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+		if err := s.report(ctx, r); err != nil && !apierrors.IsNotFound(err) {
 			logger.V(1).Info("Failed to report the index state on a rule", "rule", r.Key, "error", err)
 		}
 	}
 }
 
-// ReasonFieldPathNotInSchema is the reason of a DependentsIndexed condition
-// for a rule with a field path that can never hold a name in the schema of
-// its dependent type.
-const ReasonFieldPathNotInSchema = "FieldPathNotInSchema"
+// ReasonFieldPathNotInSchema is depv1alpha1.ReasonFieldPathNotInSchema,
+// under the name the webhook's tests use.
+const ReasonFieldPathNotInSchema = depv1alpha1.ReasonFieldPathNotInSchema
 
 // IndexedCondition returns the DependentsIndexed condition of a rule with the
-// given field paths whose dependent source is in state.
+// given field paths whose dependent source is in state. Its reason is that
+// of depv1alpha1 for the state's phase, which is the phase's name, except
+// for a synced source (ReasonIndexed) and a path not in the schema
+// (ReasonFieldPathNotInSchema).
 func IndexedCondition(state index.State, paths []fieldpath.Path, generation int64) metav1.Condition {
 	c := metav1.Condition{Type: depv1alpha1.ConditionDependentsIndexed, Reason: string(state.Phase), Message: state.Message, ObservedGeneration: generation}
 	var problems []string
@@ -94,14 +103,14 @@ func IndexedCondition(state index.State, paths []fieldpath.Path, generation int6
 		}
 	}
 	if len(problems) > 0 && state.Phase.Effective() {
-		c.Status, c.Reason = metav1.ConditionFalse, ReasonFieldPathNotInSchema
+		c.Status, c.Reason = metav1.ConditionFalse, depv1alpha1.ReasonFieldPathNotInSchema
 		c.Message = fmt.Sprintf("the schema of %s, as its APIExport serves it, cannot hold a name at %s; the rule never finds a reference there",
 			state.Kind, strings.Join(problems, "; "))
 		return c
 	}
 	switch state.Phase {
 	case index.PhaseSynced:
-		c.Status, c.Reason = metav1.ConditionTrue, "Indexed"
+		c.Status, c.Reason = metav1.ConditionTrue, depv1alpha1.ReasonIndexed
 	case index.PhaseSyncing:
 		c.Status = metav1.ConditionUnknown
 	case index.PhaseVersionNotServed:
@@ -118,7 +127,9 @@ func IndexedCondition(state index.State, paths []fieldpath.Path, generation int6
 }
 
 // GuardedCondition returns the ReferencesGuarded condition of a rule with
-// guard g, whose target sources are in the states that states returns.
+// guard g, whose target sources are in the states that states returns. A
+// target whose source is in a phase with a problem gives the condition that
+// phase's name as its reason, as in IndexedCondition.
 func GuardedCondition(g Guard, states func(index.Source) index.State, generation int64) metav1.Condition {
 	c := metav1.Condition{Type: depv1alpha1.ConditionReferencesGuarded, ObservedGeneration: generation}
 	var guarded, syncing, problems []string
@@ -151,17 +162,18 @@ func GuardedCondition(g Guard, states func(index.Source) index.State, generation
 	case len(problems) > 0:
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, reason, strings.Join(problems, "; ")
 	case len(syncing) > 0:
-		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, string(index.PhaseSyncing), "Checking access to "+strings.Join(syncing, ", ")
+		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "Checking access to "+strings.Join(syncing, ", ")
 	case len(guarded) == 0:
-		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, "TargetsUnresolved", "No protected workspace binds the dependencies APIExport yet"
+		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, depv1alpha1.ReasonTargetsUnresolved, "No protected workspace binds the dependencies APIExport yet"
 	default:
-		c.Status, c.Reason = metav1.ConditionTrue, "Guarded"
+		c.Status, c.Reason = metav1.ConditionTrue, depv1alpha1.ReasonGuarded
 		c.Message = "New references to objects that are being deleted are refused: " + strings.Join(guarded, ", ")
 	}
 	return c
 }
 
-// report writes the conditions of one rule if they differ.
+// report applies the conditions of one rule if they differ from those in
+// the manager's cache.
 func (s *StatusReporter) report(ctx context.Context, r *Rule) error {
 	cl, err := s.mgr.GetCluster(ctx, multicluster.ClusterName(r.Key.Cluster))
 	if err != nil {
@@ -183,20 +195,33 @@ func (s *StatusReporter) report(ctx context.Context, r *Rule) error {
 	if g, ok := s.registry.GuardOf(r.Key); ok {
 		want = append(want, GuardedCondition(g, s.states.State, rule.Generation))
 	}
-	updated := rule.DeepCopy()
-	changed := false
-	for _, w := range want {
-		if have := meta.FindStatusCondition(rule.Status.Conditions, w.Type); have != nil &&
-			have.Status == w.Status && have.Reason == w.Reason && have.Message == w.Message && have.ObservedGeneration == w.ObservedGeneration {
-			continue
-		}
-		meta.SetStatusCondition(&updated.Status.Conditions, w)
-		changed = true
-	}
+	conditions, changed := ownConditions(rule.Status.Conditions, want)
 	if !changed {
 		return nil
 	}
-	return c.Status().Patch(ctx, updated, client.MergeFromWithOptions(rule, client.MergeFromWithOptimisticLock{}))
+	// The UID makes the apply fail rather than write these conditions onto
+	// a rule of the same name that replaced this one meanwhile.
+	ac := depac.DependencyRule(rule.Name).WithUID(rule.UID).WithStatus(depac.DependencyRuleStatus().WithConditions(conditions...))
+	if err := c.Status().Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("failed to apply the status of DependencyRule %s: %w", r.Key, err)
+	}
+	return nil
+}
+
+// ownConditions returns the conditions want as they are to be applied to a
+// rule whose status has the conditions current: each keeps the last
+// transition time it has in current unless its status changes. changed
+// reports whether any differs from current in status, reason, message or
+// observed generation, or is missing there.
+func ownConditions(current, want []metav1.Condition) (conditions []metav1.Condition, changed bool) {
+	merged := slices.Clone(current)
+	for _, w := range want {
+		if meta.SetStatusCondition(&merged, w) {
+			changed = true
+		}
+		conditions = append(conditions, *meta.FindStatusCondition(merged, w.Type))
+	}
+	return conditions, changed
 }
 
 // Rules returns the registered rules.

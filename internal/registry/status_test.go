@@ -1,8 +1,11 @@
 package registry
 
 import (
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -19,10 +22,10 @@ func TestIndexedCondition(t *testing.T) {
 		wantReason  string
 		wantMessage string
 	}{
-		{index.State{Phase: index.PhaseSynced, Message: "Indexing"}, metav1.ConditionTrue, "Indexed", "Indexing"},
-		{index.State{Phase: index.PhaseSyncing, Message: "Listing"}, metav1.ConditionUnknown, "Syncing", "Listing"},
-		{index.State{Phase: index.PhaseAccessDenied, Message: "grant it"}, metav1.ConditionFalse, "AccessDenied", "grant it; until then the rule has no effect"},
-		{index.State{Phase: index.PhaseVersionNotServed, Message: "served in v2"}, metav1.ConditionFalse, "VersionNotServed", "served in v2; deletes that the rule protects are refused"},
+		{index.State{Phase: index.PhaseSynced, Message: "Indexing"}, metav1.ConditionTrue, depv1alpha1.ReasonIndexed, "Indexing"},
+		{index.State{Phase: index.PhaseSyncing, Message: "Listing"}, metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "Listing"},
+		{index.State{Phase: index.PhaseAccessDenied, Message: "grant it"}, metav1.ConditionFalse, depv1alpha1.ReasonAccessDenied, "grant it; until then the rule has no effect"},
+		{index.State{Phase: index.PhaseVersionNotServed, Message: "served in v2"}, metav1.ConditionFalse, depv1alpha1.ReasonVersionNotServed, "served in v2; deletes that the rule protects are refused"},
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.state.Phase), func(t *testing.T) {
@@ -43,7 +46,7 @@ func TestIndexedConditionNamesFieldPathsNotInSchema(t *testing.T) {
 		{Path: bad, Problem: `.spec has no field "vpcReff"`}, {Path: others, Problem: `.spec has no field "other"`},
 	}}
 	c := IndexedCondition(state, []fieldpath.Path{good, bad}, 1)
-	if c.Status != metav1.ConditionFalse || c.Reason != ReasonFieldPathNotInSchema ||
+	if c.Status != metav1.ConditionFalse || c.Reason != depv1alpha1.ReasonFieldPathNotInSchema ||
 		!strings.Contains(c.Message, `.spec.vpcReff.name: .spec has no field "vpcReff"`) || strings.Contains(c.Message, "other") {
 		t.Errorf("IndexedCondition() = %+v", c)
 	}
@@ -76,33 +79,33 @@ func TestGuardedCondition(t *testing.T) {
 			name:       "every target readable",
 			guard:      guard(vpcSource, subnetSource, vpcSource),
 			states:     map[index.Source]index.State{vpcSource: {Phase: index.PhaseSynced}, subnetSource: {Phase: index.PhaseSynced}},
-			wantStatus: metav1.ConditionTrue, wantReason: "Guarded",
+			wantStatus: metav1.ConditionTrue, wantReason: depv1alpha1.ReasonGuarded,
 			wantParts: []string{"vpcs.network.io of the APIExport c-net/network.io", "subnets.network.io"},
 		},
 		{
 			name:       "a provider that has not granted access: new references go unchecked",
 			guard:      guard(vpcSource, subnetSource),
 			states:     map[index.Source]index.State{vpcSource: {Phase: index.PhaseSynced}, subnetSource: {Phase: index.PhaseAccessDenied, Message: "grant it"}},
-			wantStatus: metav1.ConditionFalse, wantReason: "AccessDenied",
+			wantStatus: metav1.ConditionFalse, wantReason: depv1alpha1.ReasonAccessDenied,
 			wantParts: []string{"subnets.network.io of the APIExport c-net/network.io: grant it", "new references to them are not checked"},
 		},
 		{
 			name:       "an export that does not serve the target: nothing of it is protected",
 			guard:      guard(vpcSource),
 			states:     map[index.Source]index.State{vpcSource: {Phase: index.PhaseResourceNotExported, Message: `the APIExport "network.io" does not export vpcs.network.io`}},
-			wantStatus: metav1.ConditionFalse, wantReason: "ResourceNotExported",
+			wantStatus: metav1.ConditionFalse, wantReason: depv1alpha1.ReasonResourceNotExported,
 			wantParts: []string{"does not export vpcs.network.io", "not protected by this rule"},
 		},
 		{
 			name:       "still checking",
 			guard:      guard(vpcSource),
 			states:     map[index.Source]index.State{vpcSource: {Phase: index.PhaseSyncing}},
-			wantStatus: metav1.ConditionUnknown, wantReason: "Syncing",
+			wantStatus: metav1.ConditionUnknown, wantReason: depv1alpha1.ReasonSyncing,
 		},
 		{
 			name:       "no protected workspace binds the export yet",
 			guard:      guard(index.Source{}),
-			wantStatus: metav1.ConditionUnknown, wantReason: "TargetsUnresolved",
+			wantStatus: metav1.ConditionUnknown, wantReason: depv1alpha1.ReasonTargetsUnresolved,
 		},
 	}
 	for _, tt := range tests {
@@ -114,6 +117,99 @@ func TestGuardedCondition(t *testing.T) {
 			for _, p := range tt.wantParts {
 				if !strings.Contains(c.Message, p) {
 					t.Errorf("message %q does not contain %q", c.Message, p)
+				}
+			}
+		})
+	}
+}
+
+// The reasons that name the phase of a source are the names of the phases,
+// as the API documents them; the webhook writes them as string(phase).
+func TestPhaseReasonsAreTheAPIsReasons(t *testing.T) {
+	for phase, reason := range map[index.Phase]string{
+		index.PhaseSyncing:             depv1alpha1.ReasonSyncing,
+		index.PhaseExportNotFound:      depv1alpha1.ReasonExportNotFound,
+		index.PhaseAccessDenied:        depv1alpha1.ReasonAccessDenied,
+		index.PhaseResourceNotExported: depv1alpha1.ReasonResourceNotExported,
+		index.PhaseVersionNotServed:    depv1alpha1.ReasonVersionNotServed,
+	} {
+		if string(phase) != reason {
+			t.Errorf("phase %q has the reason %q in the API", phase, reason)
+		}
+		if c := IndexedCondition(index.State{Phase: phase, Message: "m"}, nil, 1); c.Reason != reason {
+			t.Errorf("IndexedCondition() in phase %s: reason %q, want %q", phase, c.Reason, reason)
+		}
+	}
+}
+
+func TestOwnConditions(t *testing.T) {
+	earlier := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	cond := func(typ string, status metav1.ConditionStatus, reason, message string, generation int64) metav1.Condition {
+		return metav1.Condition{Type: typ, Status: status, Reason: reason, Message: message, ObservedGeneration: generation}
+	}
+	current := []metav1.Condition{
+		{Type: depv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: depv1alpha1.ReasonProtecting, Message: "controller's", LastTransitionTime: earlier, ObservedGeneration: 2},
+		{Type: depv1alpha1.ConditionDependentsIndexed, Status: metav1.ConditionTrue, Reason: depv1alpha1.ReasonIndexed, Message: "m", LastTransitionTime: earlier, ObservedGeneration: 2},
+	}
+	tests := []struct {
+		name        string
+		want        []metav1.Condition
+		wantChanged bool
+		// wantKept are the types whose last transition time must stay.
+		wantKept []string
+	}{
+		{
+			name:     "unchanged",
+			want:     []metav1.Condition{cond(depv1alpha1.ConditionDependentsIndexed, metav1.ConditionTrue, depv1alpha1.ReasonIndexed, "m", 2)},
+			wantKept: []string{depv1alpha1.ConditionDependentsIndexed},
+		},
+		{
+			name:        "a new message keeps the transition time",
+			want:        []metav1.Condition{cond(depv1alpha1.ConditionDependentsIndexed, metav1.ConditionTrue, depv1alpha1.ReasonIndexed, "new", 2)},
+			wantChanged: true,
+			wantKept:    []string{depv1alpha1.ConditionDependentsIndexed},
+		},
+		{
+			name:        "a new generation",
+			want:        []metav1.Condition{cond(depv1alpha1.ConditionDependentsIndexed, metav1.ConditionTrue, depv1alpha1.ReasonIndexed, "m", 3)},
+			wantChanged: true,
+			wantKept:    []string{depv1alpha1.ConditionDependentsIndexed},
+		},
+		{
+			name:        "a new status is a transition",
+			want:        []metav1.Condition{cond(depv1alpha1.ConditionDependentsIndexed, metav1.ConditionFalse, depv1alpha1.ReasonAccessDenied, "m", 2)},
+			wantChanged: true,
+		},
+		{
+			name: "a missing condition",
+			want: []metav1.Condition{
+				cond(depv1alpha1.ConditionDependentsIndexed, metav1.ConditionTrue, depv1alpha1.ReasonIndexed, "m", 2),
+				cond(depv1alpha1.ConditionReferencesGuarded, metav1.ConditionTrue, depv1alpha1.ReasonGuarded, "g", 2),
+			},
+			wantChanged: true,
+			wantKept:    []string{depv1alpha1.ConditionDependentsIndexed},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := slices.Clone(current)
+			got, changed := ownConditions(current, tt.want)
+			if changed != tt.wantChanged {
+				t.Errorf("changed = %v, want %v", changed, tt.wantChanged)
+			}
+			if !reflect.DeepEqual(current, before) {
+				t.Errorf("ownConditions() modified the current conditions")
+			}
+			if len(got) != len(tt.want) {
+				t.Fatalf("ownConditions() = %+v, want only the conditions asked for", got)
+			}
+			for i, c := range got {
+				w := tt.want[i]
+				if c.Type != w.Type || c.Status != w.Status || c.Reason != w.Reason || c.Message != w.Message || c.ObservedGeneration != w.ObservedGeneration {
+					t.Errorf("condition %d = %+v, want %+v", i, c, w)
+				}
+				if kept := slices.Contains(tt.wantKept, c.Type); kept != c.LastTransitionTime.Equal(&earlier) || c.LastTransitionTime.IsZero() {
+					t.Errorf("condition %s: last transition time %s, kept = %v", c.Type, c.LastTransitionTime, kept)
 				}
 			}
 		})

@@ -3,12 +3,14 @@
 // protected by any DependencyRule (a DELETE webhook) or dependents of its
 // own rules (a CREATE and UPDATE webhook that refuses new references to
 // objects being deleted). The desired state is computed from the complete
-// set of rules every time; nothing here remembers earlier results.
+// set of rules every time, as the apply configuration of the fields the
+// controller owns; nothing here remembers earlier results.
 package webhookconfig
 
 import (
 	"bytes"
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -18,7 +20,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/utils/ptr"
+	"k8s.io/apimachinery/pkg/util/sets"
+	admissionregistrationv1ac "k8s.io/client-go/applyconfigurations/admissionregistration/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	"k8s.io/client-go/util/csaupgrade"
 
 	"github.com/kcp-dev/logicalcluster/v3"
 
@@ -136,116 +141,182 @@ func WebhookURL(base string, cluster logicalcluster.Name) string {
 	return strings.TrimSuffix(base, "/") + "/" + cluster.String()
 }
 
-// Build returns the desired configuration for a workspace (logical cluster
-// cluster): a webhook with a DELETE rule per protected group and resource,
-// and one with a CREATE and UPDATE rule per dependent group and resource,
-// each listing every version that rules name; a webhook with no rules is
-// left out.
-func Build(ws *Workspace, cluster logicalcluster.Name, opts Options) *admissionregistrationv1.ValidatingWebhookConfiguration {
-	var caBundle []byte
-	if len(opts.CABundle) > 0 {
-		caBundle = bytes.Clone(opts.CABundle)
-	}
-	webhook := func(name string, resources []schema.GroupVersionResource, ops ...admissionregistrationv1.OperationType) admissionregistrationv1.ValidatingWebhook {
-		return admissionregistrationv1.ValidatingWebhook{
-			Name: name,
-			ClientConfig: admissionregistrationv1.WebhookClientConfig{
-				URL:      ptr.To(WebhookURL(opts.URL, cluster)),
-				CABundle: caBundle,
-			},
-			Rules:                   rules(resources, ops),
-			FailurePolicy:           ptr.To(opts.FailurePolicy),
-			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-			TimeoutSeconds:          ptr.To(opts.TimeoutSeconds),
-			AdmissionReviewVersions: []string{"v1"},
-			NamespaceSelector:       &metav1.LabelSelector{},
-			ObjectSelector:          &metav1.LabelSelector{},
+// Configuration returns the apply configuration of the webhook
+// configuration of a workspace (logical cluster cluster): exactly the fields
+// the controller owns, which server-side apply sets and keeps, leaving every
+// other field to the server's defaults or to whoever else sets it. It has a
+// webhook with a DELETE rule per protected group and resource, and one with
+// a CREATE and UPDATE rule per dependent group and resource, each listing
+// every version that rules name; a webhook with no rules is left out.
+func Configuration(ws *Workspace, cluster logicalcluster.Name, opts Options) *admissionregistrationv1ac.ValidatingWebhookConfigurationApplyConfiguration {
+	webhook := func(name string, resources []schema.GroupVersionResource, ops ...admissionregistrationv1.OperationType) *admissionregistrationv1ac.ValidatingWebhookApplyConfiguration {
+		clientConfig := admissionregistrationv1ac.WebhookClientConfig().WithURL(WebhookURL(opts.URL, cluster))
+		if len(opts.CABundle) > 0 {
+			clientConfig.WithCABundle(bytes.Clone(opts.CABundle)...)
 		}
+		return admissionregistrationv1ac.ValidatingWebhook().
+			WithName(name).
+			WithClientConfig(clientConfig).
+			WithRules(rules(resources, ops)...).
+			WithFailurePolicy(opts.FailurePolicy).
+			// Equivalent (v1's default, stated as the intent): kcp also
+			// calls the webhook for versions of a resource that no rule
+			// names, converted to one that a rule names.
+			WithMatchPolicy(admissionregistrationv1.Equivalent).
+			WithSideEffects(admissionregistrationv1.SideEffectClassNone).
+			WithTimeoutSeconds(opts.TimeoutSeconds).
+			WithAdmissionReviewVersions("v1").
+			// Empty selectors: every namespace and object. Owning them
+			// means that a selector someone else sets, which would narrow
+			// the protection, is taken back.
+			WithNamespaceSelector(metav1ac.LabelSelector()).
+			WithObjectSelector(metav1ac.LabelSelector())
 	}
-	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{
-		TypeMeta: metav1.TypeMeta{
-			APIVersion: admissionregistrationv1.SchemeGroupVersion.String(),
-			Kind:       "ValidatingWebhookConfiguration",
-		},
-		ObjectMeta: metav1.ObjectMeta{
-			Name:   Name,
-			Labels: map[string]string{ManagedByLabel: ManagedByValue},
-		},
-	}
+	cfg := admissionregistrationv1ac.ValidatingWebhookConfiguration(Name).
+		WithLabels(map[string]string{ManagedByLabel: ManagedByValue})
 	if !ws.Path.Empty() {
-		cfg.Annotations = map[string]string{WorkspacePathAnnotation: ws.Path.String()}
+		cfg.WithAnnotations(map[string]string{WorkspacePathAnnotation: ws.Path.String()})
 	}
 	if len(ws.Protected) > 0 {
-		cfg.Webhooks = append(cfg.Webhooks, webhook(WebhookName, ws.Protected, admissionregistrationv1.Delete))
+		cfg.WithWebhooks(webhook(WebhookName, ws.Protected, admissionregistrationv1.Delete))
 	}
 	if len(ws.Dependents) > 0 {
-		cfg.Webhooks = append(cfg.Webhooks, webhook(ReferencesWebhookName, ws.Dependents, admissionregistrationv1.Create, admissionregistrationv1.Update))
+		cfg.WithWebhooks(webhook(ReferencesWebhookName, ws.Dependents, admissionregistrationv1.Create, admissionregistrationv1.Update))
+	}
+	return cfg
+}
+
+// Build returns the configuration of Configuration as an object, for tests
+// and tools that create it directly, as the controller would.
+func Build(ws *Workspace, cluster logicalcluster.Name, opts Options) *admissionregistrationv1.ValidatingWebhookConfiguration {
+	raw, err := json.Marshal(Configuration(ws, cluster, opts))
+	if err != nil {
+		panic(fmt.Sprintf("failed to encode a ValidatingWebhookConfiguration: %v", err)) // cannot happen: plain data
+	}
+	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := json.Unmarshal(raw, cfg); err != nil {
+		panic(fmt.Sprintf("failed to decode a ValidatingWebhookConfiguration: %v", err)) // cannot happen: the same type
 	}
 	return cfg
 }
 
 // rules returns one rule per group and resource with ops, listing every
 // version of it in resources (which are sorted).
-func rules(resources []schema.GroupVersionResource, ops []admissionregistrationv1.OperationType) []admissionregistrationv1.RuleWithOperations {
-	var out []admissionregistrationv1.RuleWithOperations
+func rules(resources []schema.GroupVersionResource, ops []admissionregistrationv1.OperationType) []*admissionregistrationv1ac.RuleWithOperationsApplyConfiguration {
+	var out []*admissionregistrationv1ac.RuleWithOperationsApplyConfiguration
 	for _, gvr := range resources {
 		if n := len(out); n > 0 {
-			last := &out[n-1]
+			last := out[n-1]
 			if last.APIGroups[0] == gvr.Group && last.Resources[0] == gvr.Resource {
-				last.APIVersions = append(last.APIVersions, gvr.Version)
+				last.WithAPIVersions(gvr.Version)
 				continue
 			}
 		}
-		out = append(out, admissionregistrationv1.RuleWithOperations{
-			Operations: slices.Clone(ops),
-			Rule: admissionregistrationv1.Rule{
-				APIGroups:   []string{gvr.Group},
-				APIVersions: []string{gvr.Version},
-				Resources:   []string{gvr.Resource},
-				Scope:       ptr.To(admissionregistrationv1.AllScopes),
-			},
-		})
+		// The scope is all scopes, the default. The rules are an atomic
+		// list, which the controller owns as a whole as stored, defaults
+		// included, so stating it also keeps what it applies equal to what
+		// it owns.
+		out = append(out, admissionregistrationv1ac.RuleWithOperations().
+			WithOperations(ops...).
+			WithAPIGroups(gvr.Group).
+			WithAPIVersions(gvr.Version).
+			WithResources(gvr.Resource).
+			WithScope(admissionregistrationv1.AllScopes))
 	}
 	return out
 }
 
-// NeedsUpdate reports whether existing differs from desired in anything this
-// controller owns: its labels, annotations and webhooks. Fields defaulted by
-// the server are compared after defaulting desired the same way.
-func NeedsUpdate(existing, desired *admissionregistrationv1.ValidatingWebhookConfiguration) bool {
-	for k, v := range desired.Labels {
-		if existing.Labels[k] != v {
-			return true
-		}
-	}
-	for k, v := range desired.Annotations {
-		if existing.Annotations[k] != v {
-			return true
-		}
-	}
-	return !equality.Semantic.DeepEqual(existing.Webhooks, desired.Webhooks)
+// IsManaged reports whether cfg carries the label of the configurations
+// that the controller manages. Only those are written or deleted.
+func IsManaged(cfg *admissionregistrationv1.ValidatingWebhookConfiguration) bool {
+	return cfg.Labels[ManagedByLabel] == ManagedByValue
 }
 
-// Merge returns a copy of existing with the fields this controller owns set
-// as in desired; everything else of existing (other labels, annotations,
-// metadata) is kept.
-func Merge(existing, desired *admissionregistrationv1.ValidatingWebhookConfiguration) *admissionregistrationv1.ValidatingWebhookConfiguration {
-	merged := existing.DeepCopy()
-	if merged.Labels == nil {
-		merged.Labels = map[string]string{}
+// UpToDate reports whether applying desired under fieldManager would
+// change nothing: the fields that fieldManager applied to existing, as its
+// managed fields record them, are exactly desired; fieldManager owns nothing
+// through an update besides (see UpgradeManagedFieldsPatch); and existing
+// has no webhook of the controller's that desired lacks. A field that
+// someone else changed or took over counts as a difference. It is false if
+// the managed fields cannot be read.
+func UpToDate(existing *admissionregistrationv1.ValidatingWebhookConfiguration, desired *admissionregistrationv1ac.ValidatingWebhookConfigurationApplyConfiguration, fieldManager string) bool {
+	for _, mf := range existing.ManagedFields {
+		if mf.Manager == fieldManager && mf.Operation == metav1.ManagedFieldsOperationUpdate {
+			return false
+		}
 	}
-	for k, v := range desired.Labels {
-		merged.Labels[k] = v
+	for _, wh := range existing.Webhooks {
+		if (wh.Name == WebhookName || wh.Name == ReferencesWebhookName) &&
+			!slices.ContainsFunc(desired.Webhooks, func(d admissionregistrationv1ac.ValidatingWebhookApplyConfiguration) bool { return *d.Name == wh.Name }) {
+			return false
+		}
 	}
-	if merged.Annotations == nil {
-		merged.Annotations = map[string]string{}
+	owned, err := admissionregistrationv1ac.ExtractValidatingWebhookConfiguration(existing, fieldManager)
+	if err != nil {
+		return false
 	}
-	for k, v := range desired.Annotations {
-		merged.Annotations[k] = v
+	return equality.Semantic.DeepEqual(owned, desired)
+}
+
+// UpgradeManagedFieldsPatch returns a JSON patch that folds what
+// fieldManager owns of existing through updates into what it owns through
+// applies, or nil if it owns nothing through updates. kcp's virtual
+// workspace executes an apply as a create or an update of the object it
+// computes, which the shard records as an update by fieldManager besides
+// its apply; a field that only that update owns would outlive its omission
+// from later applies, such as the webhook of a workspace that needs it no
+// more. The patch fails with a conflict if existing is not the current
+// version.
+func UpgradeManagedFieldsPatch(existing *admissionregistrationv1.ValidatingWebhookConfiguration, fieldManager string) ([]byte, error) {
+	patch, err := csaupgrade.UpgradeManagedFieldsPatch(existing, sets.New(fieldManager), fieldManager)
+	if err != nil {
+		return nil, fmt.Errorf("failed to fold the fields %s owns through updates into its applied ones: %w", fieldManager, err)
 	}
-	merged.Webhooks = desired.DeepCopy().Webhooks
-	return merged
+	return patch, nil
+}
+
+// guarded is one operation on one version of a resource that a webhook of
+// the configuration is called for.
+type guarded struct {
+	webhook                  string
+	operation                admissionregistrationv1.OperationType
+	group, version, resource string
+}
+
+// Reduces reports whether replacing existing with the configuration of ws
+// (nil: deleting it) stops the webhook from being called for an operation
+// on a resource version that existing has it called for: whether the change
+// takes protection away. Changes of the client settings (URL, CA bundle,
+// timeout, failure policy) do not count.
+func Reduces(existing *admissionregistrationv1.ValidatingWebhookConfiguration, ws *Workspace) bool {
+	keep := map[guarded]bool{}
+	if ws != nil {
+		add := func(webhook string, resources []schema.GroupVersionResource, ops ...admissionregistrationv1.OperationType) {
+			for _, gvr := range resources {
+				for _, op := range ops {
+					keep[guarded{webhook, op, gvr.Group, gvr.Version, gvr.Resource}] = true
+				}
+			}
+		}
+		add(WebhookName, ws.Protected, admissionregistrationv1.Delete)
+		add(ReferencesWebhookName, ws.Dependents, admissionregistrationv1.Create, admissionregistrationv1.Update)
+	}
+	for _, wh := range existing.Webhooks {
+		for _, r := range wh.Rules {
+			for _, op := range r.Operations {
+				for _, g := range r.APIGroups {
+					for _, v := range r.APIVersions {
+						for _, res := range r.Resources {
+							if !keep[guarded{wh.Name, op, g, v, res}] {
+								return true
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return false
 }
 
 // Describe returns a short description of the resources protected in a

@@ -1,6 +1,7 @@
 package webhookconfig
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"reflect"
@@ -10,11 +11,15 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/kcp-dev/logicalcluster/v3"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/scheme"
 )
 
 type dep struct{ path, group, version, resource, field string }
@@ -133,6 +138,9 @@ func TestBuild(t *testing.T) {
 	}
 	got := Build(ws, "c-net", opts)
 
+	if got.Kind != "ValidatingWebhookConfiguration" || got.APIVersion != "admissionregistration.k8s.io/v1" {
+		t.Errorf("unexpected type: %+v", got.TypeMeta)
+	}
 	if got.Name != Name || got.Labels[ManagedByLabel] != ManagedByValue || got.Annotations[WorkspacePathAnnotation] != "root:org:net" {
 		t.Errorf("unexpected metadata: %+v", got.ObjectMeta)
 	}
@@ -190,17 +198,39 @@ func deleteRule(group, resource string, versions ...string) admissionregistratio
 	return opRule([]admissionregistrationv1.OperationType{admissionregistrationv1.Delete}, group, resource, versions...)
 }
 
-func TestNeedsUpdateAndMerge(t *testing.T) {
-	opts := Options{URL: "https://a/validate", TimeoutSeconds: 5, FailurePolicy: admissionregistrationv1.Fail}
-	target := Workspace{Path: logicalcluster.NewPath("root:net"), Protected: []schema.GroupVersionResource{gvr("net.io", "v1", "vpcs")}}
-	desired := Build(&target, "c-net", opts)
+// fieldManager is the field manager under which the tests apply.
+const fieldManager = "dependency-controller"
 
-	existing := desired.DeepCopy()
-	existing.ResourceVersion = "42"
-	existing.Labels["team"] = "network"
-	existing.Annotations["note"] = "kept"
-	if NeedsUpdate(existing, desired) {
-		t.Errorf("an unchanged configuration with extra labels needs no update")
+// applied applies the configuration of ws to a fake client, as the
+// controller does, and returns the client and the object as the server
+// returns it, with its managed fields.
+func applied(t *testing.T, ws *Workspace, opts Options) (client.Client, *admissionregistrationv1.ValidatingWebhookConfiguration) {
+	t.Helper()
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithReturnManagedFields().Build()
+	if err := c.Apply(context.Background(), Configuration(ws, "c-net", opts), client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
+		t.Fatal(err)
+	}
+	return c, get(t, c)
+}
+
+func get(t *testing.T, c client.Client) *admissionregistrationv1.ValidatingWebhookConfiguration {
+	t.Helper()
+	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := c.Get(context.Background(), client.ObjectKey{Name: Name}, cfg); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestUpToDate(t *testing.T) {
+	opts := Options{URL: "https://a/validate", CABundle: []byte("CA"), TimeoutSeconds: 5, FailurePolicy: admissionregistrationv1.Fail}
+	target := Workspace{Path: logicalcluster.NewPath("root:net"), Protected: []schema.GroupVersionResource{gvr("net.io", "v1", "vpcs")}}
+	_, existing := applied(t, &target, opts)
+	if !UpToDate(existing, Configuration(&target, "c-net", opts), fieldManager) {
+		t.Fatalf("the configuration just applied is not up to date")
+	}
+	if UpToDate(existing, Configuration(&target, "c-net", opts), "someone-else") {
+		t.Errorf("up to date for a field manager that owns nothing")
 	}
 
 	tests := []struct {
@@ -209,36 +239,144 @@ func TestNeedsUpdateAndMerge(t *testing.T) {
 	}{
 		{"URL changed", func(o *Options, _ *Workspace) { o.URL = "https://b/validate" }},
 		{"CA bundle rotated", func(o *Options, _ *Workspace) { o.CABundle = []byte("new CA") }},
+		{"CA bundle dropped", func(o *Options, _ *Workspace) { o.CABundle = nil }},
 		{"timeout changed", func(o *Options, _ *Workspace) { o.TimeoutSeconds = 3 }},
 		{"failure policy changed", func(o *Options, _ *Workspace) { o.FailurePolicy = admissionregistrationv1.Ignore }},
 		{"resource added", func(_ *Options, w *Workspace) { w.Protected = append(w.Protected, gvr("net.io", "v1", "subnets")) }},
+		{"version added", func(_ *Options, w *Workspace) { w.Protected = append(w.Protected, gvr("net.io", "v2", "vpcs")) }},
 		{"resource removed", func(_ *Options, w *Workspace) { w.Protected = nil }},
 		{"dependent added", func(_ *Options, w *Workspace) { w.Dependents = append(w.Dependents, vms) }},
+		{"workspace path changed", func(_ *Options, w *Workspace) { w.Path = logicalcluster.NewPath("root:org:net") }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			o, tg := opts, target
-			tg.Protected = append([]schema.GroupVersionResource(nil), target.Protected...)
-			tt.change(&o, &tg)
-			changed := Build(&tg, "c-net", o)
-			if !NeedsUpdate(existing, changed) {
-				t.Fatalf("NeedsUpdate() = false")
-			}
-			merged := Merge(existing, changed)
-			if NeedsUpdate(merged, changed) {
-				t.Errorf("merged configuration still needs an update")
-			}
-			if merged.ResourceVersion != "42" || merged.Labels["team"] != "network" || merged.Annotations["note"] != "kept" {
-				t.Errorf("Merge() dropped fields it does not own: %+v", merged.ObjectMeta)
+			o, ws := opts, target
+			ws.Protected = slices.Clone(target.Protected)
+			tt.change(&o, &ws)
+			if UpToDate(existing, Configuration(&ws, "c-net", o), fieldManager) {
+				t.Errorf("UpToDate() = true")
 			}
 		})
 	}
+}
 
-	t.Run("label removed by someone else", func(t *testing.T) {
-		tampered := existing.DeepCopy()
-		delete(tampered.Annotations, WorkspacePathAnnotation)
-		if !NeedsUpdate(tampered, desired) {
-			t.Errorf("NeedsUpdate() = false for a missing annotation")
+// What others change is kept by the controller's next apply, unless it is
+// a field the controller owns: then the apply takes it back.
+func TestApplyKeepsWhatOthersSet(t *testing.T) {
+	ctx := context.Background()
+	opts := Options{URL: "https://a/validate", TimeoutSeconds: 5, FailurePolicy: admissionregistrationv1.Fail}
+	ws := &Workspace{Path: logicalcluster.NewPath("root:net"), Protected: []schema.GroupVersionResource{gvr("net.io", "v1", "vpcs")}}
+	c, cfg := applied(t, ws, opts)
+
+	edit := func(manager string, mutate func(*admissionregistrationv1.ValidatingWebhookConfiguration)) {
+		t.Helper()
+		mutate(cfg)
+		if err := c.Update(ctx, cfg, client.FieldOwner(manager)); err != nil {
+			t.Fatal(err)
 		}
+		cfg = get(t, c)
+	}
+	edit("kubectl-label", func(cfg *admissionregistrationv1.ValidatingWebhookConfiguration) { cfg.Labels["team"] = "network" })
+	if !UpToDate(cfg, Configuration(ws, "c-net", opts), fieldManager) {
+		t.Errorf("a label that someone else added makes the configuration out of date")
+	}
+	edit("kubectl-edit", func(cfg *admissionregistrationv1.ValidatingWebhookConfiguration) {
+		cfg.Webhooks[0].Rules[0].Resources = []string{"snapshots"}
 	})
+	if UpToDate(cfg, Configuration(ws, "c-net", opts), fieldManager) {
+		t.Fatalf("a configuration whose rules someone else changed is up to date")
+	}
+
+	if err := c.Apply(ctx, Configuration(ws, "c-net", opts), client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
+		t.Fatal(err)
+	}
+	cfg = get(t, c)
+	if got := cfg.Webhooks[0].Rules[0].Resources; !slices.Equal(got, []string{"vpcs"}) {
+		t.Errorf("resources after the apply = %v, want the controller's", got)
+	}
+	if cfg.Labels["team"] != "network" || cfg.Labels[ManagedByLabel] != ManagedByValue {
+		t.Errorf("labels after the apply = %v, want someone else's label kept", cfg.Labels)
+	}
+	if !UpToDate(cfg, Configuration(ws, "c-net", opts), fieldManager) {
+		t.Errorf("not up to date right after the apply")
+	}
+}
+
+// kcp's virtual workspace creates an applied object with a create, which
+// the shard records as an update by the field manager. Until that is folded
+// into the applied fields, the configuration is not up to date, and an
+// apply could not remove a webhook that only the update owns.
+func TestUpgradeManagedFields(t *testing.T) {
+	ctx := context.Background()
+	opts := Options{URL: "https://a/validate", TimeoutSeconds: 5, FailurePolicy: admissionregistrationv1.Fail}
+	both := &Workspace{Path: logicalcluster.NewPath("root:net"), Protected: []schema.GroupVersionResource{gvr("net.io", "v1", "vpcs")}, Dependents: []schema.GroupVersionResource{vms}}
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithReturnManagedFields().Build()
+	if err := c.Create(ctx, Build(both, "c-net", opts), client.FieldOwner(fieldManager)); err != nil {
+		t.Fatal(err)
+	}
+	cfg := get(t, c)
+	if UpToDate(cfg, Configuration(both, "c-net", opts), fieldManager) {
+		t.Errorf("up to date while the field manager owns its fields through an update")
+	}
+
+	patch, err := UpgradeManagedFieldsPatch(cfg, fieldManager)
+	if err != nil || patch == nil {
+		t.Fatalf("UpgradeManagedFieldsPatch() = %s, %v", patch, err)
+	}
+	if err := c.Patch(ctx, cfg, client.RawPatch(types.JSONPatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+	cfg = get(t, c)
+	for _, mf := range cfg.ManagedFields {
+		if mf.Operation != metav1.ManagedFieldsOperationApply {
+			t.Errorf("managed fields entry %s/%s left after the upgrade", mf.Manager, mf.Operation)
+		}
+	}
+	if patch, err := UpgradeManagedFieldsPatch(cfg, fieldManager); err != nil || patch != nil {
+		t.Errorf("UpgradeManagedFieldsPatch() of an upgraded object = %s, %v; want nothing to do", patch, err)
+	}
+
+	// Now an apply removes what the workspace needs no more.
+	protectedOnly := &Workspace{Path: both.Path, Protected: both.Protected}
+	if UpToDate(cfg, Configuration(protectedOnly, "c-net", opts), fieldManager) {
+		t.Errorf("up to date although it has a webhook that the desired configuration lacks")
+	}
+	if err := c.Apply(ctx, Configuration(protectedOnly, "c-net", opts), client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
+		t.Fatal(err)
+	}
+	cfg = get(t, c)
+	if len(cfg.Webhooks) != 1 || cfg.Webhooks[0].Name != WebhookName {
+		t.Errorf("webhooks after the apply: %+v", cfg.Webhooks)
+	}
+	if !UpToDate(cfg, Configuration(protectedOnly, "c-net", opts), fieldManager) {
+		t.Errorf("not up to date after the apply")
+	}
+}
+
+func TestReduces(t *testing.T) {
+	vpcs, vpcsV2, subnets := gvr("net.io", "v1", "vpcs"), gvr("net.io", "v2", "vpcs"), gvr("net.io", "v1", "subnets")
+	opts := Options{URL: "https://a/validate", TimeoutSeconds: 5, FailurePolicy: admissionregistrationv1.Fail}
+	existing := Build(&Workspace{Protected: []schema.GroupVersionResource{vpcs, vpcsV2}, Dependents: []schema.GroupVersionResource{vms}}, "c-net", opts)
+	tests := []struct {
+		name string
+		ws   *Workspace
+		want bool
+	}{
+		{"the same", &Workspace{Protected: []schema.GroupVersionResource{vpcs, vpcsV2}, Dependents: []schema.GroupVersionResource{vms}}, false},
+		{"more", &Workspace{Protected: []schema.GroupVersionResource{subnets, vpcs, vpcsV2}, Dependents: []schema.GroupVersionResource{vms}}, false},
+		{"deleted", nil, true},
+		{"a version less", &Workspace{Protected: []schema.GroupVersionResource{vpcs}, Dependents: []schema.GroupVersionResource{vms}}, true},
+		{"no check of new references", &Workspace{Protected: []schema.GroupVersionResource{vpcs, vpcsV2}}, true},
+		{"a resource moved to the other webhook", &Workspace{Protected: []schema.GroupVersionResource{vpcs, vpcsV2, vms}}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Reduces(existing, tt.ws); got != tt.want {
+				t.Errorf("Reduces() = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	if Reduces(&admissionregistrationv1.ValidatingWebhookConfiguration{}, nil) {
+		t.Errorf("deleting a configuration without webhooks takes protection away")
+	}
 }

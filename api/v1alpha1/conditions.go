@@ -1,0 +1,121 @@
+package v1alpha1
+
+// The conditions of a DependencyRule, in DependencyRuleStatus.Conditions.
+// Two processes write them, each applying only its own conditions with
+// server-side apply under its own field manager: the controller writes
+// Ready, TargetsResolved, WebhooksInstalled and DependencyCycle, the webhook
+// writes DependentsIndexed and ReferencesGuarded.
+
+// Condition types written by the controller.
+const (
+	// ConditionReady summarizes the other conditions: True when every
+	// protected workspace was resolved and has its webhook installed, and
+	// the webhook reports no problem with the dependent type or with what
+	// the protected APIExports serve. When False, its reason and message
+	// are those of the condition that is not satisfied.
+	ConditionReady = "Ready"
+	// ConditionTargetsResolved is True when every apiExportRef.path of the
+	// rule was resolved to a logical cluster.
+	ConditionTargetsResolved = "TargetsResolved"
+	// ConditionWebhooksInstalled is True when the validating webhook is
+	// installed in every protected provider workspace and in the rule's own
+	// workspace.
+	ConditionWebhooksInstalled = "WebhooksInstalled"
+	// ConditionDependencyCycle is True when the types the rule connects are
+	// part of a cycle of references across all rules. It is a warning and
+	// does not affect Ready: objects on such a cycle can protect each other
+	// from deletion, and the skip-protection annotation breaks the cycle.
+	ConditionDependencyCycle = "DependencyCycle"
+)
+
+// Condition types written by the webhook.
+const (
+	// ConditionDependentsIndexed is True when the webhook indexes the
+	// dependents of the rule through the dependent's APIExport on every
+	// shard, False (naming what to fix) when it cannot: the APIExport is not
+	// in the rule's workspace or does not serve the dependent type, its
+	// provider has not granted the webhook read access to it, or a field
+	// path of the rule is not in the dependent's schema.
+	ConditionDependentsIndexed = "DependentsIndexed"
+	// ConditionReferencesGuarded is True when the webhook can read the
+	// rule's protected objects through their APIExports, so that a dependent
+	// cannot be created with (or changed to) a reference to an object that
+	// is being deleted; False, naming what to fix, when it cannot: the
+	// provider of a protected type has not granted the webhook read access
+	// to its APIExport, or that APIExport does not serve the protected type
+	// in the version the rule names (then the rule does not protect that
+	// type from deletion either).
+	ConditionReferencesGuarded = "ReferencesGuarded"
+)
+
+// Reasons of the conditions that the controller writes.
+const (
+	// ReasonResolved (TargetsResolved=True): every apiExportRef.path names a
+	// workspace that binds the dependencies APIExport.
+	ReasonResolved = "Resolved"
+	// ReasonResolutionFailed (TargetsResolved=False, and Ready=False): an
+	// apiExportRef.path names no workspace that binds the dependencies
+	// APIExport.
+	ReasonResolutionFailed = "ResolutionFailed"
+	// ReasonInstalled (WebhooksInstalled=True): the webhook configuration is
+	// in place in every workspace the rule needs it in.
+	ReasonInstalled = "Installed"
+	// ReasonInstallFailed (WebhooksInstalled=False, and Ready=False): the
+	// webhook configuration could not be written in a workspace.
+	ReasonInstallFailed = "InstallFailed"
+	// ReasonTargetsUnresolved (WebhooksInstalled=False, and Ready=False): the
+	// webhook configuration is missing in workspaces that could not be
+	// resolved. The webhook uses it for ReferencesGuarded=Unknown when no
+	// protected workspace binds the dependencies APIExport yet.
+	ReasonTargetsUnresolved = "TargetsUnresolved"
+	// ReasonProtecting (Ready=True): deletion protection is active in every
+	// protected workspace.
+	ReasonProtecting = "Protecting"
+	// ReasonCycleDetected (DependencyCycle=True): the rule's types are on a
+	// cycle of references.
+	ReasonCycleDetected = "CycleDetected"
+	// ReasonNoCycle (DependencyCycle=False): the rule's types are on no
+	// cycle of references.
+	ReasonNoCycle = "NoCycle"
+)
+
+// Reasons of the conditions that the webhook writes. Besides these, the
+// reasons of DependentsIndexed and ReferencesGuarded name the state of the
+// webhook's watch of a type (see below); Ready takes them over when such a
+// state means that the rule does not protect what it names.
+const (
+	// ReasonIndexed (DependentsIndexed=True): the webhook watches the
+	// dependents of the rule.
+	ReasonIndexed = "Indexed"
+	// ReasonFieldPathNotInSchema (DependentsIndexed=False): a field path of
+	// the rule can never hold a name in the schema of its dependent type.
+	ReasonFieldPathNotInSchema = "FieldPathNotInSchema"
+	// ReasonGuarded (ReferencesGuarded=True): the webhook can read every
+	// protected type of the rule, and refuses new references to objects
+	// that are being deleted.
+	ReasonGuarded = "Guarded"
+)
+
+// Reasons of DependentsIndexed and ReferencesGuarded that name the state of
+// the webhook's watch of a type through its APIExport.
+const (
+	// ReasonSyncing (Unknown): the webhook is still listing the type, or
+	// checking access to it.
+	ReasonSyncing = "Syncing"
+	// ReasonExportNotFound (False): the APIExport that the rule names for the
+	// type does not exist in the workspace it names.
+	ReasonExportNotFound = "ExportNotFound"
+	// ReasonAccessDenied (False): the provider has not granted the webhook
+	// read access to its APIExport. For a protected type this only turns off
+	// the check of new references; deletes stay protected, and Ready is not
+	// affected.
+	ReasonAccessDenied = "AccessDenied"
+	// ReasonResourceNotExported (False): the APIExport does not export the
+	// resource the rule names.
+	ReasonResourceNotExported = "ResourceNotExported"
+	// ReasonVersionNotServed (False): the APIExport serves the resource, but
+	// not in the version the rule names. For the dependent type, deletes the
+	// rule protects are refused in workspaces that bind the export, since
+	// they cannot be checked.
+	ReasonVersionNotServed = "VersionNotServed"
+)

@@ -1,0 +1,120 @@
+// Package controllerserver assembles the controller binary: a multicluster
+// manager over the dependencies APIExport, the reconciler that installs the
+// webhook configurations in provider workspaces and reports on every rule,
+// the watcher that rolls a rotated CA bundle of the webhook out, and health
+// checks. cmd/controller runs what New returns; the tests run the same.
+package controllerserver
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+
+	"github.com/opendefensecloud/dependency-controller/internal/cabundle"
+	"github.com/opendefensecloud/dependency-controller/internal/controller"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/vw"
+	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
+)
+
+// Options configure the controller.
+type Options struct {
+	// APIExportName is the APIExport serving DependencyRules, in the
+	// workspace of the kubeconfig.
+	APIExportName string
+	// WebhookURL is the HTTPS URL of the webhook's validating endpoint, as
+	// kcp reaches it; every configuration calls it with the logical cluster
+	// of its workspace appended.
+	WebhookURL string
+	// WebhookCABundleFile is a PEM file with the CA bundle that verifies the
+	// webhook's serving certificate, re-read every CABundleCheckInterval; a
+	// change is rolled out to every configuration at once. Empty means none:
+	// kcp verifies with its system roots.
+	WebhookCABundleFile string
+	// CABundleCheckInterval is how often WebhookCABundleFile is re-read.
+	CABundleCheckInterval time.Duration
+	// WebhookTimeoutSeconds is how long kcp waits for the webhook (1 to 30).
+	WebhookTimeoutSeconds int32
+	// FailurePolicy is what kcp does when the webhook cannot be called.
+	FailurePolicy admissionregistrationv1.FailurePolicyType
+	// ResyncPeriod is how often everything is reconciled without an event.
+	ResyncPeriod time.Duration
+}
+
+// Controller is the assembled controller.
+type Controller struct {
+	// Manager runs everything; start it.
+	Manager mcmanager.Manager
+}
+
+// New assembles the controller with the credentials of cfg, which must point
+// at the workspace of the APIExport; it fails, saying what to fix, if cfg
+// does not or that workspace has no APIExportEndpointSlice for the export.
+// mgrOpts configure the manager; its leader election ID defaults to
+// controller.ControllerName.
+func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Options) (*Controller, error) {
+	webhook := func() webhookconfig.Options {
+		return webhookconfig.Options{URL: opts.WebhookURL, TimeoutSeconds: opts.WebhookTimeoutSeconds, FailurePolicy: opts.FailurePolicy}
+	}
+	var triggers <-chan event.GenericEvent
+	var caWatcher *cabundle.Watcher
+	if opts.WebhookCABundleFile != "" {
+		var err error
+		if caWatcher, err = cabundle.New(opts.WebhookCABundleFile, opts.CABundleCheckInterval); err != nil {
+			return nil, fmt.Errorf("invalid CA bundle of the webhook: %w", err)
+		}
+		triggers = caWatcher.Changes()
+		withoutCA := webhook
+		webhook = func() webhookconfig.Options {
+			o := withoutCA()
+			o.CABundle = caWatcher.Bundle()
+			return o
+		}
+	}
+
+	if mgrOpts.LeaderElectionID == "" {
+		mgrOpts.LeaderElectionID = controller.ControllerName
+	}
+	mgr, provider, err := kcp.NewManager(ctx, cfg, opts.APIExportName, mgrOpts)
+	if err != nil {
+		return nil, err
+	}
+	rules, err := vw.NewVirtualWorkspace(cfg, opts.APIExportName)
+	if err != nil {
+		return nil, err
+	}
+	// Fail early, saying what to fix, if the kubeconfig does not point at
+	// the workspace of the APIExport.
+	if _, err := rules.URLs(ctx); err != nil {
+		return nil, err
+	}
+	if err := controller.SetupWithManager(mgr, provider.Clusters, rules, controller.Options{
+		APIExportName: opts.APIExportName,
+		Webhook:       webhook,
+		ResyncPeriod:  opts.ResyncPeriod,
+	}, triggers); err != nil {
+		return nil, err
+	}
+	if caWatcher != nil {
+		if err := mgr.GetLocalManager().Add(caWatcher); err != nil {
+			return nil, fmt.Errorf("failed to add the CA bundle watcher: %w", err)
+		}
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("failed to add the health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("failed to add the readiness check: %w", err)
+	}
+	log.FromContext(ctx).Info("Controller assembled", "apiExport", opts.APIExportName, "webhookURL", opts.WebhookURL, "caBundle", opts.WebhookCABundleFile)
+	return &Controller{Manager: mgr}, nil
+}
