@@ -84,8 +84,8 @@ manifests: controller-gen apigen ## Generate the CRD and RBAC roles (config/crd,
 	hack/apigen.sh $(APIGEN) config/crd/bases config/kcp
 
 .PHONY: generate
-generate: controller-gen ## Generate deepcopy code (zz_generated.deepcopy.go).
-	$(CONTROLLER_GEN) object paths="./api/..."
+generate: controller-gen ## Generate deepcopy code (zz_generated.deepcopy.go) and apply configurations (api/v1alpha1/applyconfiguration) for server-side apply.
+	$(CONTROLLER_GEN) object applyconfiguration paths="./api/..."
 
 .PHONY: fmt
 fmt: ## Run gofmt on the code.

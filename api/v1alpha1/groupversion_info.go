@@ -3,6 +3,7 @@
 // of its resource types references resources of other providers by name.
 //
 // +kubebuilder:object:generate=true
+// +kubebuilder:ac:generate=true
 // +groupName=dependencies.opendefense.cloud
 package v1alpha1
 
@@ -14,6 +15,9 @@ import (
 var (
 	// GroupVersion is the group version used to register these objects.
 	GroupVersion = schema.GroupVersion{Group: "dependencies.opendefense.cloud", Version: "v1alpha1"}
+
+	// SchemeGroupVersion is GroupVersion under the name generated code uses.
+	SchemeGroupVersion = GroupVersion
 
 	// SchemeBuilder is used to add go types to the GroupVersionKind scheme.
 	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}

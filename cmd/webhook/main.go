@@ -13,8 +13,6 @@ import (
 
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/opendefensecloud/dependency-controller/internal/cabundle"
@@ -49,6 +47,15 @@ func run(ctx context.Context, cfg *rest.Config, opts *options) error {
 	} else {
 		ctrl.Log.Info("No --client-ca-file: any caller that reaches the webhook's port is served; isolate it (docs/operations.md#security)")
 	}
+	mgrOpts := opts.ManagerOptions()
+	mgrOpts.WebhookServer = ctrlwebhook.NewServer(ctrlwebhook.Options{
+		Host:     opts.BindAddress,
+		Port:     opts.Port,
+		CertDir:  opts.CertDir,
+		CertName: opts.CertName,
+		KeyName:  opts.KeyName,
+		TLSOpts:  tlsOpts,
+	})
 	wh, err := webhookserver.New(ctx, cfg, webhookserver.Options{
 		APIExportName:     opts.APIExportName,
 		FrontProxyURL:     opts.FrontProxyURL,
@@ -57,18 +64,7 @@ func run(ctx context.Context, cfg *rest.Config, opts *options) error {
 		MaxBlockers:       opts.MaxBlockers,
 		ResyncPeriod:      opts.ResyncPeriod,
 		IndexPollInterval: opts.IndexPollInterval,
-	}, manager.Options{
-		Metrics:                metricsserver.Options{BindAddress: opts.MetricsBindAddress},
-		HealthProbeBindAddress: opts.HealthProbeBindAddress,
-		WebhookServer: ctrlwebhook.NewServer(ctrlwebhook.Options{
-			Host:     opts.BindAddress,
-			Port:     opts.Port,
-			CertDir:  opts.CertDir,
-			CertName: opts.CertName,
-			KeyName:  opts.KeyName,
-			TLSOpts:  tlsOpts,
-		}),
-	})
+	}, mgrOpts)
 	if err != nil {
 		return err
 	}

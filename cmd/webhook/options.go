@@ -9,14 +9,14 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/opendefensecloud/dependency-controller/internal/command"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 )
 
 // options are the command line options of the webhook.
 type options struct {
-	// APIExportName is the name of the APIExport serving DependencyRules in
-	// the workspace of the kubeconfig.
-	APIExportName string
+	// CommonOptions are the options the controller has as well.
+	command.CommonOptions
 	// FrontProxyURL is the kcp URL through which the APIExportEndpointSlices
 	// of the dependents' APIExports are read.
 	FrontProxyURL string
@@ -43,20 +43,14 @@ type options struct {
 	RequestTimeout time.Duration
 	// MaxBlockers is how many blocking objects a denial names.
 	MaxBlockers int
-	// ResyncPeriod is how often all rules are listed again.
-	ResyncPeriod time.Duration
 	// IndexPollInterval is how often the dependents' APIExports are read
 	// again: shards added or removed, access granted or revoked.
 	IndexPollInterval time.Duration
-	// MetricsBindAddress is where Prometheus metrics are served; 0 disables.
-	MetricsBindAddress string
-	// HealthProbeBindAddress is where /healthz and /readyz are served.
-	HealthProbeBindAddress string
 }
 
 func newOptions() *options {
 	return &options{
-		APIExportName:          "dependencies.opendefense.cloud",
+		CommonOptions:          command.NewCommonOptions(5 * time.Minute),
 		Port:                   9443,
 		CertDir:                "/tmp/k8s-webhook-server/serving-certs",
 		CertName:               "tls.crt",
@@ -64,16 +58,13 @@ func newOptions() *options {
 		Path:                   "/validate",
 		RequestTimeout:         4 * time.Second,
 		MaxBlockers:            webhook.DefaultMaxBlockers,
-		ResyncPeriod:           5 * time.Minute,
 		IndexPollInterval:      10 * time.Second,
 		ClientCACheckInterval:  10 * time.Second,
-		MetricsBindAddress:     ":8080",
-		HealthProbeBindAddress: ":8081",
 	}
 }
 
 func (o *options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.APIExportName, "api-export-name", o.APIExportName, "Name of the APIExport (and its APIExportEndpointSlice) that serves DependencyRules, in the workspace the kubeconfig points at.")
+	o.CommonOptions.AddFlags(fs)
 	fs.StringVar(&o.FrontProxyURL, "front-proxy-url", o.FrontProxyURL, "kcp URL through which the APIExportEndpointSlices of the dependents' APIExports are read. Default: the kubeconfig's server without its /clusters/... path.")
 	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "Address the HTTPS server listens on; empty for all addresses.")
 	fs.IntVar(&o.Port, "port", o.Port, "Port of the HTTPS server.")
@@ -86,17 +77,11 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Path, "path", o.Path, "HTTP path of the validating endpoint; kcp calls <path>/<logical cluster of the provider workspace>, as the controller configures it.")
 	fs.DurationVar(&o.RequestTimeout, "request-timeout", o.RequestTimeout, "Upper bound of the time for reading per admission request; the webhook also answers within four fifths of the timeout kcp sends with each request (--webhook-timeout-seconds of the controller).")
 	fs.IntVar(&o.MaxBlockers, "max-blockers", o.MaxBlockers, "Number of blocking objects a denial names; the rest are counted.")
-	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "How often all DependencyRules are listed again to repair missed events.")
 	fs.DurationVar(&o.IndexPollInterval, "index-poll-interval", o.IndexPollInterval, "How often the APIExports of dependent types are read again: shards added or removed, access granted or revoked.")
-	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address of the Prometheus metrics endpoint; 0 disables it.")
-	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "Address of the /healthz and /readyz endpoints.")
 }
 
 func (o *options) Validate() error {
-	var errs []error
-	if o.APIExportName == "" {
-		errs = append(errs, errors.New("--api-export-name must not be empty"))
-	}
+	errs := []error{o.CommonOptions.Validate()}
 	if o.FrontProxyURL != "" {
 		if u, err := url.Parse(o.FrontProxyURL); err != nil || u.Scheme != "https" || u.Host == "" || strings.Contains(u.Path, "/clusters/") {
 			errs = append(errs, fmt.Errorf("--front-proxy-url %q must be an https:// URL without a /clusters/ path", o.FrontProxyURL))
@@ -122,9 +107,6 @@ func (o *options) Validate() error {
 	}
 	if o.MaxBlockers < 1 {
 		errs = append(errs, fmt.Errorf("--max-blockers must be at least 1, got %d", o.MaxBlockers))
-	}
-	if o.ResyncPeriod < time.Second {
-		errs = append(errs, fmt.Errorf("--resync-period must be at least 1s, got %s", o.ResyncPeriod))
 	}
 	if o.IndexPollInterval < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("--index-poll-interval must be at least 100ms, got %s", o.IndexPollInterval))

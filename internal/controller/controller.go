@@ -26,9 +26,10 @@ import (
 	"github.com/kcp-dev/logicalcluster/v3"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
-	depac "github.com/opendefensecloud/dependency-controller/api/v1alpha1/applyconfiguration"
+	depac "github.com/opendefensecloud/dependency-controller/api/v1alpha1/applyconfiguration/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/depgraph"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	rulestatus "github.com/opendefensecloud/dependency-controller/internal/status"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 )
 
@@ -419,13 +420,12 @@ func (r *Reconciler) updateStatus(ctx context.Context, state *State, rule *depv1
 	if err != nil {
 		return fmt.Errorf("failed to update the status of DependencyRule %s: %w", key, err)
 	}
-	apply := depac.DependencyRuleStatus().WithObservedGeneration(status.ObservedGeneration).WithDependencyCount(status.DependencyCount)
+	own := make([]metav1.Condition, 0, len(controllerConditions))
 	for _, t := range controllerConditions {
-		apply.WithConditions(*meta.FindStatusCondition(status.Conditions, t))
+		own = append(own, *meta.FindStatusCondition(status.Conditions, t))
 	}
-	// The UID makes the apply fail rather than write this status onto a
-	// rule of the same name that replaced this one meanwhile.
-	ac := depac.DependencyRule(rule.Name).WithUID(rule.UID).WithStatus(apply)
+	ac := rulestatus.Apply(rule.Name, rule.UID,
+		depac.DependencyRuleStatus().WithObservedGeneration(status.ObservedGeneration).WithDependencyCount(status.DependencyCount), own...)
 	if err := cl.Client.Status().Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil // deleted meanwhile

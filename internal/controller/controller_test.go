@@ -26,10 +26,11 @@ import (
 	"github.com/kcp-dev/sdk/apis/core"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
-	depac "github.com/opendefensecloud/dependency-controller/api/v1alpha1/applyconfiguration"
+	depac "github.com/opendefensecloud/dependency-controller/api/v1alpha1/applyconfiguration/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/controller"
 	"github.com/opendefensecloud/dependency-controller/internal/controllerserver"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
+	rulestatus "github.com/opendefensecloud/dependency-controller/internal/status"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
 )
@@ -320,10 +321,10 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 			GinkgoHelper()
 			got := &depv1alpha1.DependencyRule{}
 			Expect(cli.Cluster(compute).Get(ctx, client.ObjectKey{Name: rule.Name}, got)).To(Succeed())
-			ac := depac.DependencyRule(rule.Name).WithStatus(depac.DependencyRuleStatus().WithConditions(metav1.Condition{
+			ac := rulestatus.Apply(rule.Name, got.UID, depac.DependencyRuleStatus(), metav1.Condition{
 				Type: depv1alpha1.ConditionDependentsIndexed, Status: status, Reason: reason, Message: message,
 				ObservedGeneration: got.Generation, LastTransitionTime: metav1.Now(),
-			}))
+			})
 			Expect(cli.Cluster(compute).Status().Apply(ctx, ac, client.FieldOwner(registry.FieldOwner), client.ForceOwnership)).To(Succeed())
 		}
 		applyWebhookCondition(metav1.ConditionFalse, depv1alpha1.ReasonAccessDenied, "grant the webhook access")

@@ -17,9 +17,10 @@ import (
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
-	depac "github.com/opendefensecloud/dependency-controller/api/v1alpha1/applyconfiguration"
+	depac "github.com/opendefensecloud/dependency-controller/api/v1alpha1/applyconfiguration/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
+	rulestatus "github.com/opendefensecloud/dependency-controller/internal/status"
 )
 
 // SourceStates tells what the index knows about a source; *index.Index
@@ -84,10 +85,6 @@ func (s *StatusReporter) reportAll(ctx context.Context) {
 		}
 	}
 }
-
-// ReasonFieldPathNotInSchema is depv1alpha1.ReasonFieldPathNotInSchema,
-// under the name the webhook's tests use.
-const ReasonFieldPathNotInSchema = depv1alpha1.ReasonFieldPathNotInSchema
 
 // IndexedCondition returns the DependentsIndexed condition of a rule with the
 // given field paths whose dependent source is in state. Its reason is that
@@ -199,9 +196,7 @@ func (s *StatusReporter) report(ctx context.Context, r *Rule) error {
 	if !changed {
 		return nil
 	}
-	// The UID makes the apply fail rather than write these conditions onto
-	// a rule of the same name that replaced this one meanwhile.
-	ac := depac.DependencyRule(rule.Name).WithUID(rule.UID).WithStatus(depac.DependencyRuleStatus().WithConditions(conditions...))
+	ac := rulestatus.Apply(rule.Name, rule.UID, depac.DependencyRuleStatus(), conditions...)
 	if err := c.Status().Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("failed to apply the status of DependencyRule %s: %w", r.Key, err)
 	}

@@ -480,7 +480,7 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 	It("reports a field path that the dependent's schema cannot hold, and keeps working for the other rules", func(ctx context.Context) {
 		typo := vpcRule(network, "typo-references", depv1alpha1.DependentResource{APIExportName: "compute.test.io", Group: "compute.test.io", Version: "v1", Kind: "VirtualMachine", Resource: "virtualmachines"}, ".sepc.vpcRef.name")
 		Expect(cli.Cluster(compute).Create(ctx, typo)).To(Succeed())
-		expectIndexed(ctx, compute, typo.Name, metav1.ConditionFalse, registry.ReasonFieldPathNotInSchema, `.sepc.vpcRef.name: there is no field "sepc"`)
+		expectIndexed(ctx, compute, typo.Name, metav1.ConditionFalse, depv1alpha1.ReasonFieldPathNotInSchema, `.sepc.vpcRef.name: there is no field "sepc"`)
 		expectIndexed(ctx, compute, rule.Name, metav1.ConditionTrue, "Indexed")
 		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-typo", nil))
 		create(ctx, consumer, newObject(vmGVR, "default", "vm-typo", map[string]any{"vpcRef": map[string]any{"name": "vpc-typo"}}))
