@@ -50,16 +50,16 @@ type options struct {
 
 func newOptions() *options {
 	return &options{
-		CommonOptions:          command.NewCommonOptions(5 * time.Minute),
-		Port:                   9443,
-		CertDir:                "/tmp/k8s-webhook-server/serving-certs",
-		CertName:               "tls.crt",
-		KeyName:                "tls.key",
-		Path:                   "/validate",
-		RequestTimeout:         4 * time.Second,
-		MaxBlockers:            webhook.DefaultMaxBlockers,
-		IndexPollInterval:      10 * time.Second,
-		ClientCACheckInterval:  10 * time.Second,
+		CommonOptions:         command.NewCommonOptions(5 * time.Minute),
+		Port:                  9443,
+		CertDir:               "/tmp/k8s-webhook-server/serving-certs",
+		CertName:              "tls.crt",
+		KeyName:               "tls.key",
+		Path:                  "/validate",
+		RequestTimeout:        4 * time.Second,
+		MaxBlockers:           webhook.DefaultMaxBlockers,
+		IndexPollInterval:     10 * time.Second,
+		ClientCACheckInterval: 10 * time.Second,
 	}
 }
 

@@ -2,41 +2,117 @@ package index
 
 import (
 	"fmt"
-	"reflect"
+	"os"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
-	"unique"
 
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
 
 	"github.com/kcp-dev/logicalcluster/v3"
 
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
+	"github.com/opendefensecloud/dependency-controller/internal/fieldpath/fieldpathtest"
+	"github.com/opendefensecloud/dependency-controller/internal/index/store"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 )
 
-var testSource = Source{Export: kcp.ObjectKey{Cluster: "provider", Name: "compute.io"}, Resource: vms}
-
 var (
-	vpcRef = fieldpath.MustParse(".spec.vpcRef.name")
-	nics   = fieldpath.MustParse(".spec.nics[*].vpc")
-	backup = fieldpath.MustParse(".spec.backupVPC")
+	vms        = schema.GroupVersionResource{Group: "compute.io", Version: "v1", Resource: "virtualmachines"}
+	testSource = Source{Export: kcp.ObjectKey{Cluster: "provider", Name: "compute.io"}, Resource: vms}
+
+	vpcRef = fieldpathtest.MustParse(".spec.vpcRef.name")
+	nics   = fieldpathtest.MustParse(".spec.nics[*].vpc")
+	backup = fieldpathtest.MustParse(".spec.backupVPC")
 )
 
-// newTestIndex returns an index with testSource registered (not watched),
-// and the reflector stores of two shards.
-func newTestIndex(paths ...fieldpath.Path) (*Index, *shardStore, *shardStore) {
-	ix := &Index{sources: map[Source]*sourceWatch{}}
-	sw := &sourceWatch{src: testSource, paths: paths, store: newStore(), state: State{Phase: PhaseSynced}}
-	ix.sources[testSource] = sw
-	return ix, &shardStore{store: sw.store, shard: "shard-1", synced: func() {}}, &shardStore{store: sw.store, shard: "shard-2", synced: func() {}}
+// fakeWatch is the watch of a source as the index sees it: a state, the
+// paths and store of its dependents, and the virtual workspace URLs of its
+// export, the shard of a cluster first (as sources.Watch orders them).
+type fakeWatch struct {
+	paths []fieldpath.Path
+	store *store.Store
+
+	lock      sync.Mutex
+	state     State
+	urls      []string
+	inspected bool
+	// readThrough records the calls of ReadThrough.
+	readThrough map[logicalcluster.Name]string
+	// onShards, if set, is called (without the lock) after each call of
+	// Shards.
+	onShards func()
+}
+
+func newFakeWatch(state State, paths ...fieldpath.Path) *fakeWatch {
+	return &fakeWatch{paths: paths, store: store.New(), state: state, readThrough: map[logicalcluster.Name]string{}}
+}
+
+func (w *fakeWatch) State() State {
+	w.lock.Lock()
+	defer w.lock.Unlock()
+	return w.state
+}
+
+func (w *fakeWatch) setState(state State) {
+	w.lock.Lock()
+	defer w.lock.Unlock()
+	w.state = state
+}
+
+func (w *fakeWatch) Paths() []fieldpath.Path { return w.paths }
+
+func (w *fakeWatch) Store() *store.Store { return w.store }
+
+func (w *fakeWatch) Shards(cluster logicalcluster.Name) ([]string, bool) {
+	w.lock.Lock()
+	urls, inspected := slices.Clone(w.urls), w.inspected
+	hint, hinted := w.readThrough[cluster]
+	onShards := w.onShards
+	w.lock.Unlock()
+	if shard, ok := w.store.Shard(cluster); ok {
+		hint, hinted = shard, true
+	}
+	if i := slices.Index(urls, hint); hinted && i > 0 {
+		urls[0], urls[i] = urls[i], urls[0]
+	}
+	if onShards != nil {
+		onShards()
+	}
+	return urls, inspected
+}
+
+func (w *fakeWatch) ReadThrough(cluster logicalcluster.Name, url string) {
+	w.lock.Lock()
+	defer w.lock.Unlock()
+	w.readThrough[cluster] = url
+}
+
+func (w *fakeWatch) readThroughOf(cluster logicalcluster.Name) string {
+	w.lock.Lock()
+	defer w.lock.Unlock()
+	return w.readThrough[cluster]
+}
+
+// newTestIndex returns an index, built as New builds it, that watches
+// testSource through w.
+func newTestIndex(t testing.TB, w *fakeWatch, opts Options) *Index {
+	t.Helper()
+	ix, err := New(&rest.Config{}, "", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	close(done)
+	ix.watches[testSource] = &running{watch: w, cancel: func() {}, done: done}
+	return ix
 }
 
 // dependent returns what a reflector would hand the store: cluster,
 // namespace/name (namespace optional), and the raw JSON spec.
-func dependent(t *testing.T, paths []fieldpath.Path, cluster, nsName, spec string, terminating bool) *object {
+func dependent(t testing.TB, paths []fieldpath.Path, cluster, nsName, spec string, terminating bool) *store.Object {
 	t.Helper()
 	ns, name, ok := strings.Cut(nsName, "/")
 	if !ok {
@@ -49,15 +125,16 @@ func dependent(t *testing.T, paths []fieldpath.Path, cluster, nsName, spec strin
 	if terminating {
 		meta += `,"deletionTimestamp":"2026-01-01T00:00:00Z"`
 	}
-	o, err := decodeObject([]byte(`{"metadata":{`+meta+`},"spec":`+spec+`}`), paths)
+	o, err := store.Decode([]byte(`{"metadata":{`+meta+`},"spec":`+spec+`}`), paths)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return o
 }
 
-// names renders hits as cluster/namespace/name (terminating marked), sorted.
-func names(deps []Dependent) []string {
+// names renders dependents as cluster/namespace/name (terminating marked),
+// sorted.
+func names(deps []kcp.Meta) []string {
 	out := make([]string, 0, len(deps))
 	for _, d := range deps {
 		s := d.Cluster.String() + "/" + d.Namespace + "/" + d.Name
@@ -72,8 +149,10 @@ func names(deps []Dependent) []string {
 
 func TestIndexHits(t *testing.T) {
 	paths := []fieldpath.Path{vpcRef, nics, backup}
-	ix, shard1, shard2 := newTestIndex(paths...)
-	add := func(s *shardStore, cluster, nsName, spec string, terminating bool) {
+	w := newFakeWatch(State{Phase: PhaseSynced}, paths...)
+	ix := newTestIndex(t, w, Options{})
+	shard1, shard2 := w.store.ForShard("shard-1", func() {}), w.store.ForShard("shard-2", func() {})
+	add := func(s interface{ Add(any) error }, cluster, nsName, spec string, terminating bool) {
 		t.Helper()
 		if err := s.Add(dependent(t, paths, cluster, nsName, spec, terminating)); err != nil {
 			t.Fatal(err)
@@ -103,9 +182,11 @@ func TestIndexHits(t *testing.T) {
 			name: "cluster scope: every namespace", paths: paths, cluster: "c1",
 			want: []string{"c1//gateway", "c1/default/vm-1", "c1/default/vm-2", "c1/default/vm-both", "c1/default/vm-dying (terminating)", "c1/other/vm-3"},
 		},
+		{name: "another namespace", paths: paths, cluster: "c1", namespace: "other", want: []string{"c1//gateway", "c1/other/vm-3"}},
 		{name: "only the paths asked for", paths: []fieldpath.Path{nics}, cluster: "c1", namespace: "default", want: []string{"c1/default/vm-2", "c1/default/vm-both"}},
+		{name: "paths asked for in another order", paths: []fieldpath.Path{backup, nics}, cluster: "c1", want: []string{"c1//gateway", "c1/default/vm-2", "c1/default/vm-both"}},
 		{name: "other clusters are apart", paths: paths, cluster: "c2", namespace: "default", want: []string{"c2/default/vm-1"}},
-		{name: "a path the source does not read", paths: []fieldpath.Path{fieldpath.MustParse(".spec.other")}, cluster: "c1", want: []string{}},
+		{name: "a path the source does not read", paths: []fieldpath.Path{fieldpathtest.MustParse(".spec.other")}, cluster: "c1", want: []string{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -143,7 +224,7 @@ func TestIndexHits(t *testing.T) {
 	if got := names(ix.Hits(testSource, paths, "c2", "", "vpc-a")); len(got) != 1 {
 		t.Errorf("Replace on shard-1 touched shard-2: %v", got)
 	}
-	if shard, _ := ix.sources[testSource].store.shard("c2"); shard != "shard-2" {
+	if shard, _ := w.store.Shard("c2"); shard != "shard-2" {
 		t.Errorf("shard of c2 = %q", shard)
 	}
 	if ix.Len() != 2 {
@@ -154,68 +235,37 @@ func TestIndexHits(t *testing.T) {
 	}
 }
 
-// The store keeps nothing of a dependent but what decisions need.
-func TestStoreKeepsOnlyWhatDecisionsNeed(t *testing.T) {
-	paths := []fieldpath.Path{vpcRef}
-	_, shard, _ := newTestIndex(paths...)
-	o := dependent(t, paths, "c1", "default/vm-1", `{"vpcRef":{"name":"vpc-a"},"userData":"`+strings.Repeat("x", 4096)+`"}`, false)
-	if err := shard.Add(o); err != nil {
-		t.Fatal(err)
+// The state of a source is its watch's; Synced waits for every source that
+// is Syncing.
+func TestStateAndSynced(t *testing.T) {
+	w := newFakeWatch(State{Phase: PhaseSyncing, Message: "Listing"})
+	ix := newTestIndex(t, w, Options{})
+	if err := ix.Synced(); err == nil {
+		t.Error("Synced() before the index started")
 	}
-	e := shard.store.objects["shard-1"][objKey{scope: unique.Make(scope{cluster: "c1", namespace: "default"}), name: "vm-1"}]
-	if e == nil {
-		t.Fatal("vm-1 is not stored")
+	ix.ctx = t.Context()
+	if err := ix.Synced(); err == nil || !strings.Contains(err.Error(), "Listing") || !strings.Contains(err.Error(), testSource.String()) {
+		t.Errorf("Synced() with a source Syncing = %v", err)
 	}
-	want := entry{scope: unique.Make(scope{cluster: "c1", namespace: "default"}), name: "vm-1", uid: uid{other: unique.Make("uid-vm-1")},
-		refs: []ref{{path: 0, value: "vpc-a"}}}
-	if !reflect.DeepEqual(*e, want) {
-		t.Errorf("stored %+v, want %+v", *e, want)
+	for _, phase := range []Phase{PhaseSynced, PhaseAccessDenied, PhaseVersionNotServed} {
+		w.setState(State{Phase: phase})
+		if err := ix.Synced(); err != nil {
+			t.Errorf("Synced() with a source %s = %v", phase, err)
+		}
+		if got := ix.State(testSource); got.Phase != phase {
+			t.Errorf("State() = %+v, want %s", got, phase)
+		}
 	}
-	if got, want := e.dependent(), (Dependent{Cluster: "c1", Namespace: "default", Name: "vm-1", UID: "uid-vm-1"}); got != want {
-		t.Errorf("dependent() = %+v, want %+v", got, want)
+	if got := ix.State(Source{Export: testSource.Export, Resource: vms.GroupResource().WithVersion("v2")}); got.Phase != PhaseSyncing {
+		t.Errorf("State() of a source that is not watched = %+v, want Syncing", got)
 	}
 }
 
-func TestUIDs(t *testing.T) {
-	for _, s := range []types.UID{"5f1c1a2e-0000-4000-8000-000000000001", "5F1C1A2E-0000-4000-8000-000000000001", "not-a-uuid", ""} {
-		if got := newUID(s).String(); got != s {
-			t.Errorf("newUID(%q).String() = %q", s, got)
-		}
+// skipKnownBug skips a test that fails because of a bug in production code,
+// until it is fixed; KNOWN_BUGS=1 runs it.
+func skipKnownBug(t *testing.T, bug string) {
+	t.Helper()
+	if os.Getenv("KNOWN_BUGS") == "" {
+		t.Skip("known bug (KNOWN_BUGS=1 runs this test): " + bug)
 	}
-	if u := newUID("5f1c1a2e-0000-4000-8000-000000000001"); u.other != (unique.Handle[string]{}) {
-		t.Errorf("a UUID is not kept as its bytes: %+v", u)
-	}
-}
-
-func TestStoreConcurrentAccess(t *testing.T) {
-	paths := []fieldpath.Path{vpcRef}
-	ix, shard, _ := newTestIndex(paths...)
-	objs := make([]*object, 100)
-	for i := range objs {
-		objs[i] = dependent(t, paths, "c1", fmt.Sprintf("default/vm-%d", i), fmt.Sprintf(`{"vpcRef":{"name":"vpc-%d"}}`, i%5), false)
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for i := range 2000 {
-			o := objs[i%len(objs)]
-			if i%7 == 0 {
-				_ = shard.Delete(o)
-			} else {
-				_ = shard.Add(o)
-			}
-		}
-	})
-	for range 3 {
-		wg.Go(func() {
-			for i := range 2000 {
-				for _, d := range ix.Hits(testSource, paths, "c1", "default", fmt.Sprintf("vpc-%d", i%5)) {
-					if d.Cluster != "c1" || d.Namespace != "default" {
-						t.Errorf("inconsistent hit %+v", d)
-						return
-					}
-				}
-			}
-		})
-	}
-	wg.Wait()
 }
