@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -9,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/opendefensecloud/dependency-controller/internal/command"
@@ -104,4 +106,14 @@ func (o *options) managerOptions() manager.Options {
 	opts.LeaderElection = o.LeaderElect
 	opts.LeaderElectionNamespace = o.LeaderElectionNamespace
 	return opts
+}
+
+// Build implements command.Options: the controller as controllerserver
+// assembles it.
+func (o *options) Build(ctx context.Context, cfg *rest.Config) (manager.Runnable, error) {
+	c, err := controllerserver.New(ctx, cfg, o.controllerOptions(), o.managerOptions())
+	if err != nil {
+		return nil, err
+	}
+	return c.Manager, nil
 }

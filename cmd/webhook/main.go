@@ -6,13 +6,13 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/opendefensecloud/dependency-controller/internal/cabundle"
@@ -22,60 +22,56 @@ import (
 )
 
 func main() {
-	opts := newOptions()
-	command.Main("webhook", opts, func(ctx context.Context, cfg *rest.Config) error {
-		return run(ctx, cfg, opts)
-	})
+	command.Main("webhook", newOptions())
 }
 
-func run(ctx context.Context, cfg *rest.Config, opts *options) error {
-	for _, f := range []string{opts.CertName, opts.KeyName} {
-		if _, err := os.Stat(filepath.Join(opts.CertDir, f)); err != nil {
-			return fmt.Errorf("serving certificate: %w", err)
+// Build implements command.Options: the webhook as webhookserver assembles
+// it, serving HTTPS with the certificate in --cert-dir.
+func (o *options) Build(ctx context.Context, cfg *rest.Config) (manager.Runnable, error) {
+	for _, f := range []string{o.CertName, o.KeyName} {
+		if _, err := os.Stat(filepath.Join(o.CertDir, f)); err != nil {
+			return nil, fmt.Errorf("serving certificate: %w", err)
 		}
 	}
 	// HTTP/2 is off: its stream multiplexing has been the vector of several
 	// denial-of-service vulnerabilities (CVE-2023-44487).
 	tlsOpts := []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
 	var clientCA *cabundle.Watcher
-	if opts.ClientCAFile != "" {
+	if o.ClientCAFile != "" {
 		var err error
-		if clientCA, err = cabundle.New(opts.ClientCAFile, opts.ClientCACheckInterval); err != nil {
-			return fmt.Errorf("invalid --client-ca-file: %w", err)
+		if clientCA, err = cabundle.New(o.ClientCAFile, o.ClientCACheckInterval); err != nil {
+			return nil, fmt.Errorf("invalid --client-ca-file: %w", err)
 		}
-		tlsOpts = append(tlsOpts, webhook.ClientAuth(clientCA.Bundle, opts.AllowedClientNames))
+		tlsOpts = append(tlsOpts, webhook.ClientAuth(clientCA.Bundle, o.AllowedClientNames))
 	} else {
 		ctrl.Log.Info("No --client-ca-file: any caller that reaches the webhook's port is served; isolate it (docs/operations.md#security)")
 	}
-	mgrOpts := opts.ManagerOptions()
+	mgrOpts := o.ManagerOptions()
 	mgrOpts.WebhookServer = ctrlwebhook.NewServer(ctrlwebhook.Options{
-		Host:     opts.BindAddress,
-		Port:     opts.Port,
-		CertDir:  opts.CertDir,
-		CertName: opts.CertName,
-		KeyName:  opts.KeyName,
+		Host:     o.BindAddress,
+		Port:     o.Port,
+		CertDir:  o.CertDir,
+		CertName: o.CertName,
+		KeyName:  o.KeyName,
 		TLSOpts:  tlsOpts,
 	})
 	wh, err := webhookserver.New(ctx, cfg, webhookserver.Options{
-		APIExportName:     opts.APIExportName,
-		FrontProxyURL:     opts.FrontProxyURL,
-		Path:              opts.Path,
-		RequestTimeout:    opts.RequestTimeout,
-		MaxBlockers:       opts.MaxBlockers,
-		ResyncPeriod:      opts.ResyncPeriod,
-		IndexPollInterval: opts.IndexPollInterval,
+		APIExportName:     o.APIExportName,
+		FrontProxyURL:     o.FrontProxyURL,
+		Path:              o.Path,
+		RequestTimeout:    o.RequestTimeout,
+		MaxBlockers:       o.MaxBlockers,
+		ResyncPeriod:      o.ResyncPeriod,
+		IndexPollInterval: o.IndexPollInterval,
 	}, mgrOpts)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if clientCA != nil {
 		if err := wh.Manager.GetLocalManager().Add(clientCA); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	ctrl.Log.WithName("setup").Info("Starting webhook", "port", opts.Port, "path", opts.Path)
-	if err := wh.Manager.Start(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		return fmt.Errorf("manager stopped: %w", err)
-	}
-	return nil
+	ctrl.Log.WithName("setup").Info("Serving", "port", o.Port, "path", o.Path)
+	return wh.Manager, nil
 }
