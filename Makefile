@@ -141,7 +141,7 @@ test-e2e: build kcp ginkgo helm ## Run the e2e suite: both binaries as processes
 # package's testdata/fuzz/<Target>/ by go test; commit them, and they run as
 # regression cases in `make test` from then on.
 FUZZ_TARGETS ?= ./internal/fieldpath/:FuzzParse ./internal/fieldpath/:FuzzResolveJSON \
-	./internal/index/:FuzzStreamList ./internal/index/:FuzzDecodeObject ./internal/webhook/:FuzzAdmissionHandler
+	./internal/vw/:FuzzStreamList ./internal/index/store/:FuzzDecodeObject ./internal/webhook/:FuzzAdmissionHandler
 FUZZTIME ?= 30s
 
 .PHONY: fuzz
@@ -157,7 +157,7 @@ measure: build kcp ## Measure on a real kcp: single DELETEs (1,000 and 10,000 de
 
 .PHONY: bench
 bench: ## Run the Go benchmarks of the DELETE hot path (field paths, list decoding, index, validator).
-	go test -run='^$$' -bench=. -benchmem ./internal/fieldpath/ ./internal/index/ ./internal/webhook/
+	go test -run='^$$' -bench=. -benchmem ./internal/fieldpath/ ./internal/vw/ ./internal/index/... ./internal/webhook/
 
 ##@ Build
 

@@ -2,7 +2,6 @@ package index
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -261,11 +260,3 @@ func TestStateAndSynced(t *testing.T) {
 	}
 }
 
-// skipKnownBug skips a test that fails because of a bug in production code,
-// until it is fixed; KNOWN_BUGS=1 runs it.
-func skipKnownBug(t *testing.T, bug string) {
-	t.Helper()
-	if os.Getenv("KNOWN_BUGS") == "" {
-		t.Skip("known bug (KNOWN_BUGS=1 runs this test): " + bug)
-	}
-}

@@ -66,39 +66,34 @@ const (
 )
 
 // retry calls attempt until it succeeds, fails with an error that is not
-// worth retrying, or the next wait could pass the deadline of ctx (without
-// one, after retryAttempts attempts); it returns the last error.
+// worth retrying, or the next wait would pass the deadline of ctx (without
+// one, after retryAttempts attempts); it returns the last error. It waits
+// between attempts as wait.Backoff says, and reports each retry to
+// Options.OnRetry.
 func (ix *Index) retry(ctx context.Context, attempt func() error) error {
 	deadline, hasDeadline := ctx.Deadline()
 	backoff := wait.Backoff{Duration: retryFirst, Factor: 2, Jitter: 0.5, Cap: retryMax, Steps: math.MaxInt32}
-	if !hasDeadline {
-		backoff.Steps = retryAttempts
-	}
-	var err error
-	attempts := 0
-	if waitErr := wait.ExponentialBackoffWithContext(ctx, backoff, func(context.Context) (bool, error) {
-		err = attempt()
-		attempts++
+	for attempts := 1; ; attempts++ {
+		err := attempt()
 		cause, retryable := RetryCause(err)
 		if !retryable {
-			return true, nil
+			return err
 		}
-		// The longest next wait: the doubled wait with full jitter.
-		next := retryMax
-		if attempts < 5 {
-			next = min(retryFirst<<attempts, retryMax)
-		}
-		if hasDeadline && time.Until(deadline) < next+next/2+retryFirst {
-			return true, nil
+		next := backoff.Step()
+		if hasDeadline && time.Until(deadline) < next+retryFirst || !hasDeadline && attempts >= retryAttempts {
+			return err
 		}
 		if ix.opts.OnRetry != nil {
 			ix.opts.OnRetry(cause)
 		}
-		return false, nil
-	}); err == nil {
-		return waitErr
+		t := time.NewTimer(next)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
 	}
-	return err
 }
 
 // Confirm reads the dependents of src in cluster live, through the virtual
@@ -134,8 +129,17 @@ func (ix *Index) Confirm(ctx context.Context, src Source, paths []fieldpath.Path
 	return found, scanned, err
 }
 
-// readScope lists a scope through the shard that serves its cluster.
+// readScope lists a scope through the shard that serves its cluster. The
+// read ends when the index stops, too.
 func (ix *Index) readScope(ctx context.Context, scope live.Scope, visit func(item []byte) error) error {
+	ix.lock.Lock()
+	base := ix.ctx
+	ix.lock.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if base != nil {
+		defer context.AfterFunc(base, cancel)()
+	}
 	path := vw.ResourcePath(scope.Cluster.Path(), scope.Source.Resource, scope.Namespace)
 	return ix.onShardOf(scope.Source, scope.Cluster, func(r *vw.Reader, state State) error {
 		_, err := r.List(ctx, path, nil, visit)
@@ -164,6 +168,7 @@ const maxObjectSize = 8 << 20
 func (ix *Index) Lookup(ctx context.Context, src Source, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, error) {
 	var found []kcp.Meta
 	err := ix.retry(ctx, func() error {
+		found = found[:0]
 		return ix.onShardOf(src, cluster, func(r *vw.Reader, state State) error {
 			found = found[:0]
 			if state.Phase == PhaseVersionNotServed {

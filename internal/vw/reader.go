@@ -3,6 +3,7 @@ package vw
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -118,6 +119,16 @@ func Drain(body io.ReadCloser) {
 // buffer passed to visit is reused for the next item. It returns the
 // resourceVersion of the list.
 func StreamList(r io.Reader, visit func(item []byte) error) (string, error) {
+	rv, err := streamList(r, visit)
+	if errors.Is(err, io.EOF) {
+		// The body ended before the list did: a connection cut off
+		// mid-stream, which is worth a retry (see RetryCause).
+		return "", fmt.Errorf("%w: %w", io.ErrUnexpectedEOF, err)
+	}
+	return rv, err
+}
+
+func streamList(r io.Reader, visit func(item []byte) error) (string, error) {
 	dec := json.NewDecoder(r)
 	if err := expectDelim(dec, '{'); err != nil {
 		return "", err

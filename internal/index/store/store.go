@@ -60,7 +60,8 @@ type uid struct {
 }
 
 func newUID(s types.UID) uid {
-	if u, err := uuid.Parse(string(s)); err == nil && u.String() == string(s) {
+	// The all-zero UUID is kept as a string: its 16 bytes mean "no UID".
+	if u, err := uuid.Parse(string(s)); err == nil && u.String() == string(s) && u != (uuid.UUID{}) {
 		return uid{uuid: u}
 	}
 	if s == "" {

@@ -1,0 +1,428 @@
+package index
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+
+	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
+	"github.com/opendefensecloud/dependency-controller/internal/index/store"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/vw"
+)
+
+// fakeShard serves the virtual workspace of one shard: the objects of the
+// clusters it hosts, 403 for any other cluster.
+type fakeShard struct {
+	clusters map[string]string // cluster -> list body
+	objects  map[string]string // cluster/namespace/name -> object body
+	lock     sync.Mutex
+	requests []string
+	// failures answer the next requests, one each.
+	failures []func(w http.ResponseWriter)
+}
+
+func (s *fakeShard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.lock.Lock()
+	s.requests = append(s.requests, r.URL.Path+"?"+r.URL.RawQuery)
+	var fail func(w http.ResponseWriter)
+	if len(s.failures) > 0 {
+		fail, s.failures = s.failures[0], s.failures[1:]
+	}
+	s.lock.Unlock()
+	if fail != nil {
+		fail(w)
+		return
+	}
+	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/clusters/"), "/")
+	list, ok := s.clusters[parts[0]]
+	if !ok {
+		status(http.StatusForbidden, "Forbidden", "", "")(w)
+		return
+	}
+	// /clusters/<c>/apis/<g>/<v>/namespaces/<ns>/<resource>[/<name>] or
+	// /clusters/<c>/apis/<g>/<v>/<resource>[/<name>]
+	name := ""
+	switch {
+	case len(parts) == 8:
+		name = parts[0] + "/" + parts[5] + "/" + parts[7]
+	case len(parts) == 6 && parts[4] != "namespaces":
+		name = parts[0] + "//" + parts[5]
+	}
+	if name != "" {
+		if obj, ok := s.objects[name]; ok {
+			fmt.Fprint(w, obj)
+			return
+		}
+		status(http.StatusNotFound, "NotFound", "", "")(w)
+		return
+	}
+	fmt.Fprint(w, list)
+}
+
+// failNext makes the next requests fail, one with each of failures.
+func (s *fakeShard) failNext(failures ...func(w http.ResponseWriter)) {
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	s.failures = append(s.failures, failures...)
+}
+
+func (s *fakeShard) requested() []string {
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	return slices.Clone(s.requests)
+}
+
+func status(code int, reason, message string, retryAfter string) func(w http.ResponseWriter) {
+	return func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/json")
+		if retryAfter != "" {
+			w.Header().Set("Retry-After", retryAfter)
+		}
+		w.WriteHeader(code)
+		fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":%q,"message":%q,"code":%d}`, reason, message, code)
+	}
+}
+
+// routedIndex returns an index whose source testSource (namespaced) is
+// served by the given shards, inspected or not, and the watch of it.
+func routedIndex(t testing.TB, inspected bool, opts Options, shards ...*fakeShard) (*Index, *fakeWatch) {
+	t.Helper()
+	w := newFakeWatch(State{Phase: PhaseSynced, Namespaced: true}, vpcRef)
+	w.inspected = inspected
+	for _, s := range shards {
+		srv := httptest.NewServer(s)
+		t.Cleanup(srv.Close)
+		w.urls = append(w.urls, srv.URL)
+	}
+	return newTestIndex(t, w, opts), w
+}
+
+// causes collects the causes of retries that an index reports.
+type causes struct {
+	lock sync.Mutex
+	all  []string
+}
+
+func (c *causes) add(cause string) {
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	c.all = append(c.all, cause)
+}
+
+func (c *causes) get() []string {
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	return slices.Clone(c.all)
+}
+
+func TestConfirmAndLookupFindTheShardOfTheCluster(t *testing.T) {
+	shard1 := &fakeShard{clusters: map[string]string{"c1": `{"items":[{"metadata":{"name":"vm-1"}}]}`}}
+	shard2 := &fakeShard{
+		clusters: map[string]string{"c2": `{"items":[{"metadata":{"name":"vm-2","namespace":"default","uid":"u2"},"spec":{"vpcRef":{"name":"vpc-a"}}}]}`},
+		objects: map[string]string{
+			"c2/default/vpc-a": `{"metadata":{"name":"vpc-a","namespace":"default","uid":"v1","deletionTimestamp":"2026-01-01T00:00:00Z","annotations":{"kcp.io/cluster":"c2"}}}`,
+			"c2//gateway":      `{"metadata":{"name":"gateway","uid":"g1"}}`,
+		},
+	}
+	var retries causes
+	ix, w := routedIndex(t, true, Options{OnRetry: retries.add}, shard1, shard2)
+	ctx := context.Background()
+
+	seen, scanned, err := ix.Confirm(ctx, testSource, []fieldpath.Path{vpcRef}, "c2", "default", "vpc-a")
+	if want := []kcp.Meta{{Cluster: "c2", Namespace: "default", Name: "vm-2", UID: "u2"}}; err != nil || scanned != 1 || !reflect.DeepEqual(seen, want) {
+		t.Fatalf("Confirm(c2) = %v, %d, %v; want vm-2 from the second shard", seen, scanned, err)
+	}
+	if r1, r2 := shard1.requested(), shard2.requested(); len(r1) != 1 || len(r2) != 1 {
+		t.Errorf("requests: shard 1 %v, shard 2 %v", r1, r2)
+	}
+	if got := w.readThroughOf("c2"); got != w.urls[1] {
+		t.Errorf("c2 was read through %q, recorded %q", w.urls[1], got)
+	}
+	// The shard that served c2 is asked first from now on.
+	if _, err := ix.Lookup(ctx, testSource, "c2", "default", "vpc-a"); err != nil {
+		t.Fatal(err)
+	}
+	if r1 := shard1.requested(); len(r1) != 1 {
+		t.Errorf("the first shard was asked again: %v", r1)
+	}
+
+	found, err := ix.Lookup(ctx, testSource, "c2", "default", "vpc-a")
+	if want := []kcp.Meta{{Cluster: "c2", Namespace: "default", Name: "vpc-a", UID: "v1", Terminating: true}}; err != nil || !reflect.DeepEqual(found, want) {
+		t.Errorf("Lookup(vpc-a) = %+v, %v; want %+v", found, err, want)
+	}
+	if found, err := ix.Lookup(ctx, testSource, "c2", "default", "missing"); err != nil || len(found) != 0 {
+		t.Errorf("Lookup(missing) = %+v, %v; want nothing", found, err)
+	}
+	// A namespaced target of a cluster-scoped dependent is looked for by
+	// name in every namespace.
+	if _, err := ix.Lookup(ctx, testSource, "c2", "", "vpc-a"); err != nil {
+		t.Fatal(err)
+	}
+	r2 := shard2.requested()
+	if last := r2[len(r2)-1]; !strings.Contains(last, "fieldSelector=metadata.name%3Dvpc-a") || strings.Contains(last, "/namespaces/") {
+		t.Errorf("lookup across namespaces = %s", last)
+	}
+	// A cluster-scoped target is read by name.
+	w.setState(State{Phase: PhaseSynced})
+	found, err = ix.Lookup(ctx, testSource, "c2", "", "gateway")
+	if want := []kcp.Meta{{Name: "gateway", UID: "g1"}}; err != nil || !reflect.DeepEqual(found, want) {
+		t.Errorf("Lookup(gateway) = %+v, %v; want %+v", found, err, want)
+	}
+	r2 = shard2.requested()
+	if last := r2[len(r2)-1]; last != "/clusters/c2/apis/compute.io/v1/virtualmachines/gateway?" {
+		t.Errorf("lookup of a cluster-scoped object = %s", last)
+	}
+
+	// A cluster that no shard serves binds no export: nothing to read.
+	if seen, _, err := ix.Confirm(ctx, testSource, []fieldpath.Path{vpcRef}, "c3", "default", "vpc-a"); err != nil || seen != nil {
+		t.Errorf("Confirm(c3) = %v, %v", seen, err)
+	}
+	if found, err := ix.Lookup(ctx, testSource, "c3", "default", "vpc-a"); err != nil || len(found) != 0 {
+		t.Errorf("Lookup(c3) = %v, %v", found, err)
+	}
+	if got := w.readThroughOf("c3"); got != "" {
+		t.Errorf("c3 was recorded as read through %q", got)
+	}
+	if got := retries.get(); len(got) != 0 {
+		t.Errorf("retries reported: %v", got)
+	}
+	// A source that is not watched cannot be read.
+	other := Source{Export: testSource.Export, Resource: vms.GroupResource().WithVersion("v2")}
+	if _, _, err := ix.Confirm(ctx, other, []fieldpath.Path{vpcRef}, "c2", "default", "vpc-a"); err == nil {
+		t.Error("Confirm() of a source that is not watched succeeded")
+	}
+	if _, err := ix.Lookup(ctx, other, "c2", "default", "vpc-a"); err == nil {
+		t.Error("Lookup() of a source that is not watched succeeded")
+	}
+}
+
+// Confirm reads the namespace of the object only if the dependents are
+// namespaced: cluster-scoped dependents are read in the whole cluster,
+// whatever namespace is given.
+func TestConfirmReadsTheScopeOfTheSource(t *testing.T) {
+	shard := &fakeShard{clusters: map[string]string{"c1": `{"items":[{"metadata":{"name":"gateway","uid":"g1"},"spec":{"vpcRef":{"name":"vpc-a"}}}]}`}}
+	ix, w := routedIndex(t, true, Options{}, shard)
+	ctx := context.Background()
+	tests := []struct {
+		name       string
+		namespaced bool
+		namespace  string
+		want       string
+	}{
+		{"cluster-scoped dependents, with a namespace", false, "default", "/clusters/c1/apis/compute.io/v1/virtualmachines?"},
+		{"cluster-scoped dependents, without one", false, "", "/clusters/c1/apis/compute.io/v1/virtualmachines?"},
+		{"namespaced dependents, with a namespace", true, "default", "/clusters/c1/apis/compute.io/v1/namespaces/default/virtualmachines?"},
+		{"namespaced dependents of a cluster-scoped object", true, "", "/clusters/c1/apis/compute.io/v1/virtualmachines?"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w.setState(State{Phase: PhaseSynced, Namespaced: tt.namespaced})
+			deps, scanned, err := ix.Confirm(ctx, testSource, []fieldpath.Path{vpcRef}, "c1", tt.namespace, "vpc-a")
+			if want := []kcp.Meta{{Cluster: "c1", Name: "gateway", UID: "g1"}}; err != nil || scanned != 1 || !reflect.DeepEqual(deps, want) {
+				t.Errorf("Confirm() = %v, %d, %v; want %v", deps, scanned, err, want)
+			}
+			r := shard.requested()
+			if last := r[len(r)-1]; last != tt.want {
+				t.Errorf("read %s, want %s", last, tt.want)
+			}
+		})
+	}
+}
+
+// The scope is decided on every attempt: a read retried because the export
+// had not been read yet reads the scope the export says.
+func TestConfirmDecidesTheScopeOnEveryAttempt(t *testing.T) {
+	shard := &fakeShard{clusters: map[string]string{"c1": `{"items":[]}`}}
+	var retries causes
+	ix, w := routedIndex(t, false, Options{OnRetry: retries.add}, shard)
+	w.setState(State{Phase: PhaseSyncing})
+	// The export is read right after the first attempt.
+	w.onShards = func() {
+		w.lock.Lock()
+		defer w.lock.Unlock()
+		w.inspected, w.state = true, State{Phase: PhaseSynced, Namespaced: true}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, _, err := ix.Confirm(ctx, testSource, []fieldpath.Path{vpcRef}, "c1", "default", "vpc-a"); err != nil {
+		t.Fatal(err)
+	}
+	if r := shard.requested(); !slices.Equal(r, []string{"/clusters/c1/apis/compute.io/v1/namespaces/default/virtualmachines?"}) {
+		t.Errorf("requests %v, want one read of the namespace", r)
+	}
+	if got := retries.get(); !slices.Equal(got, []string{CauseNotInspected}) {
+		t.Errorf("retries reported %v, want one %s", got, CauseNotInspected)
+	}
+}
+
+// A read that fails for a reason that clears by itself is retried within
+// the request, and reported.
+func TestConfirmAndLookupRetry(t *testing.T) {
+	initializing := status(http.StatusServiceUnavailable, "ServiceUnavailable", "storage is (re)initializing", "1")
+	shard := &fakeShard{
+		clusters: map[string]string{"c1": `{"items":[{"metadata":{"name":"vm-1","namespace":"default","uid":"u1"},"spec":{"vpcRef":{"name":"vpc-a"}}}]}`},
+		objects:  map[string]string{"c1/default/vpc-a": `{"metadata":{"name":"vpc-a","namespace":"default","uid":"v1"}}`},
+	}
+	shard.failNext(initializing)
+	var retries causes
+	ix, _ := routedIndex(t, true, Options{OnRetry: retries.add}, shard)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	deps, scanned, err := ix.Confirm(ctx, testSource, []fieldpath.Path{vpcRef}, "c1", "default", "vpc-a")
+	if want := []kcp.Meta{{Cluster: "c1", Namespace: "default", Name: "vm-1", UID: "u1"}}; err != nil || scanned != 1 || !reflect.DeepEqual(deps, want) {
+		t.Errorf("Confirm() = %v, %d, %v; want %v", deps, scanned, err, want)
+	}
+	if got := retries.get(); !slices.Equal(got, []string{vw.CauseUnavailable}) {
+		t.Errorf("Confirm retries reported %v, want one %s", got, vw.CauseUnavailable)
+	}
+	if r := shard.requested(); len(r) != 2 {
+		t.Errorf("Confirm made %d requests, want 2: %v", len(r), r)
+	}
+	shard.failNext(initializing, initializing)
+	found, err := ix.Lookup(ctx, testSource, "c1", "default", "vpc-a")
+	if want := []kcp.Meta{{Namespace: "default", Name: "vpc-a", UID: "v1"}}; err != nil || !reflect.DeepEqual(found, want) {
+		t.Errorf("Lookup() = %v, %v; want %v", found, err, want)
+	}
+	if got := retries.get(); !slices.Equal(got, []string{vw.CauseUnavailable, vw.CauseUnavailable, vw.CauseUnavailable}) {
+		t.Errorf("retries reported %v, want three %s", got, vw.CauseUnavailable)
+	}
+	if r := shard.requested(); len(r) != 5 {
+		t.Errorf("Lookup made %d requests, want 3", len(r)-2)
+	}
+	// A failure that a retry does not change is not retried.
+	shard.failNext(status(http.StatusInternalServerError, "InternalError", "boom", ""))
+	if _, _, err := ix.Confirm(ctx, testSource, []fieldpath.Path{vpcRef}, "c1", "default", "vpc-a"); err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Errorf("Confirm() after an internal error = %v", err)
+	}
+	if got := retries.get(); len(got) != 3 || len(shard.requested()) != 6 {
+		t.Errorf("an internal error was retried: %v", got)
+	}
+}
+
+// Before the APIExport of a source has been read, which shards serve it is
+// not known: a read fails (after retries), it never finds "nothing".
+func TestReadsBeforeTheExportWasReadFail(t *testing.T) {
+	var retries causes
+	ix, _ := routedIndex(t, false, Options{OnRetry: retries.add})
+	ctx := context.Background()
+	err := confirmErr(ix, "c1")
+	if !errors.Is(err, errNotInspected) {
+		t.Errorf("Confirm() error = %v, want errNotInspected", err)
+	}
+	if _, err := ix.Lookup(ctx, testSource, "c1", "default", "vpc-a"); !errors.Is(err, errNotInspected) {
+		t.Errorf("Lookup() error = %v, want errNotInspected", err)
+	}
+	if cause, retry := RetryCause(err); !retry || cause != CauseNotInspected {
+		t.Errorf("RetryCause() = %q, %v; want a retry", cause, retry)
+	}
+	if got := retries.get(); len(got) < 2 || slices.ContainsFunc(got, func(c string) bool { return c != CauseNotInspected }) {
+		t.Errorf("retries reported %v, want some %s", got, CauseNotInspected)
+	}
+}
+
+// While a shard starts, its virtual workspace refuses workspaces whose
+// bindings it has not synced yet. A workspace that the index has seen
+// dependents of binds the export: every shard refusing it is a reason to
+// retry, never "no dependents".
+func TestReadsOfAKnownClusterThatEveryShardRefusesFail(t *testing.T) {
+	shard := &fakeShard{clusters: map[string]string{}}
+	var retries causes
+	ix, w := routedIndex(t, true, Options{OnRetry: retries.add}, shard)
+	vm := &store.Object{ObjectMeta: metav1.ObjectMeta{Name: "vm-1", Namespace: "default", UID: "u1"}, Cluster: "c1"}
+	shardStore := w.store.ForShard(w.urls[0], func() {})
+	if err := shardStore.Add(vm); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	err := confirmErr(ix, "c1")
+	if !errors.Is(err, errRefused) {
+		t.Fatalf("Confirm() error = %v, want errRefused", err)
+	}
+	if cause, retry := RetryCause(err); !retry || cause != CauseRefused {
+		t.Errorf("RetryCause() = %q, %v; want a retry", cause, retry)
+	}
+	if got := retries.get(); len(got) < 2 || slices.ContainsFunc(got, func(c string) bool { return c != CauseRefused }) {
+		t.Errorf("retries reported %v, want some %s", got, CauseRefused)
+	}
+	if _, err := ix.Lookup(ctx, testSource, "c1", "default", "vpc-a"); !errors.Is(err, errRefused) {
+		t.Errorf("Lookup() error = %v, want errRefused", err)
+	}
+	// A workspace the index knows nothing of does not bind the export.
+	if err := confirmErr(ix, "c9"); err != nil {
+		t.Errorf("Confirm(unknown cluster) = %v, want nil", err)
+	}
+	// Once its dependents are gone (the workspace unbound the export),
+	// neither does the first one: its deletes are not refused forever.
+	if err := shardStore.Delete(vm); err != nil {
+		t.Fatal(err)
+	}
+	if err := confirmErr(ix, "c1"); err != nil {
+		t.Errorf("Confirm(cluster without dependents any more) = %v, want nil", err)
+	}
+	// A complete listing counts anew.
+	if err := shardStore.Replace([]any{vm, &store.Object{ObjectMeta: metav1.ObjectMeta{Name: "vm-2"}, Cluster: "c2"}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := confirmErr(ix, "c1"); !errors.Is(err, errRefused) {
+		t.Errorf("Confirm() after a listing with dependents of c1 = %v, want errRefused", err)
+	}
+	if err := shardStore.Replace(nil, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := confirmErr(ix, "c1"); err != nil {
+		t.Errorf("Confirm() after an empty listing = %v, want nil", err)
+	}
+}
+
+// The objects of a version that the export does not serve cannot be read:
+// reads fail with ErrVersionNotServed, and are not retried.
+func TestReadsOfAVersionNotServedFail(t *testing.T) {
+	shard := &fakeShard{clusters: map[string]string{"c1": `{"items":[]}`}}
+	var retries causes
+	ix, w := routedIndex(t, true, Options{OnRetry: retries.add}, shard)
+	w.setState(State{Phase: PhaseVersionNotServed, Namespaced: true, Message: "the APIExport serves v2"})
+	ctx := context.Background()
+	if _, _, err := ix.Confirm(ctx, testSource, []fieldpath.Path{vpcRef}, "c1", "default", "vpc-a"); !errors.Is(err, ErrVersionNotServed) || !strings.Contains(err.Error(), "serves v2") {
+		t.Errorf("Confirm() = %v, want ErrVersionNotServed", err)
+	}
+	n := len(shard.requested())
+	if _, err := ix.Lookup(ctx, testSource, "c1", "default", "vpc-a"); !errors.Is(err, ErrVersionNotServed) {
+		t.Errorf("Lookup() = %v, want ErrVersionNotServed", err)
+	}
+	if len(shard.requested()) != n {
+		t.Error("Lookup() read a version that is not served")
+	}
+	// A workspace that does not bind the export has nothing to read.
+	if _, _, err := ix.Confirm(ctx, testSource, []fieldpath.Path{vpcRef}, "c9", "default", "vpc-a"); err != nil {
+		t.Errorf("Confirm(c9) = %v", err)
+	}
+	// A list that the shard does not find is of a version it does not serve.
+	w.setState(State{Phase: PhaseSynced, Namespaced: true})
+	shard.failNext(status(http.StatusNotFound, "NotFound", "the server could not find the requested resource", ""))
+	if _, _, err := ix.Confirm(ctx, testSource, []fieldpath.Path{vpcRef}, "c1", "default", "vpc-a"); !errors.Is(err, ErrVersionNotServed) {
+		t.Errorf("Confirm() of a list not found = %v, want ErrVersionNotServed", err)
+	}
+	if got := retries.get(); len(got) != 0 {
+		t.Errorf("retries reported: %v", got)
+	}
+}
+
+// confirmErr returns the error of confirming that nothing in the default
+// namespace of cluster references vpc-a.
+func confirmErr(ix *Index, cluster logicalcluster.Name) error {
+	_, _, err := ix.Confirm(context.Background(), testSource, []fieldpath.Path{vpcRef}, cluster, "default", "vpc-a")
+	return err
+}
