@@ -21,7 +21,6 @@ import (
 
 	"github.com/opendefensecloud/dependency-controller/internal/cabundle"
 	"github.com/opendefensecloud/dependency-controller/internal/controller"
-	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/vw"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 )
@@ -84,20 +83,16 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 	if mgrOpts.LeaderElectionID == "" {
 		mgrOpts.LeaderElectionID = controller.ControllerName
 	}
-	mgr, provider, err := kcp.NewManager(ctx, cfg, opts.APIExportName, mgrOpts)
-	if err != nil {
-		return nil, err
-	}
-	rules, err := vw.NewVirtualWorkspace(cfg, opts.APIExportName)
+	mgr, err := vw.NewManager(ctx, cfg, opts.APIExportName, mgrOpts)
 	if err != nil {
 		return nil, err
 	}
 	// Fail early, saying what to fix, if the kubeconfig does not point at
 	// the workspace of the APIExport.
-	if _, err := rules.URLs(ctx); err != nil {
+	if _, err := mgr.Export.URLs(ctx); err != nil {
 		return nil, err
 	}
-	if err := controller.SetupWithManager(mgr, provider.Clusters, rules, controller.Options{
+	if err := controller.SetupWithManager(mgr, mgr.Provider.Clusters, mgr.Export, controller.Options{
 		APIExportName: opts.APIExportName,
 		Webhook:       webhook,
 		ResyncPeriod:  opts.ResyncPeriod,

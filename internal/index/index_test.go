@@ -259,4 +259,3 @@ func TestStateAndSynced(t *testing.T) {
 		t.Errorf("State() of a source that is not watched = %+v, want Syncing", got)
 	}
 }
-

@@ -136,7 +136,7 @@ func (r *RuleReconciler) Reconcile(ctx context.Context, req mcreconcile.Request)
 // BindingHandler records the path of every workspace that binds the
 // APIExport, and forgets the rules of a workspace that stops binding it, for
 // which no further events arrive. Pass it to the APIExport provider
-// (kcp.NewManager).
+// (vw.NewManager).
 type BindingHandler struct {
 	Registry *Registry
 }

@@ -1,5 +1,6 @@
 // Package vw reaches kcp's APIExport virtual workspaces, and the front-proxy
-// around them: the URLs an APIExportEndpointSlice lists (one per shard),
+// around them: a binary's multicluster manager over the virtual workspace of
+// the APIExport that serves DependencyRules, the URLs an APIExportEndpointSlice lists (one per shard),
 // controller-runtime clients per server and logical cluster that share one
 // connection pool and need no discovery, complete listings of the
 // DependencyRules of every shard, discovery of what an export serves, and

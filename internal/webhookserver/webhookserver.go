@@ -83,15 +83,11 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 
 	reg := registry.New()
 	readiness := registry.NewReadiness()
-	mgr, _, err := kcp.NewManager(ctx, cfg, opts.APIExportName, mgrOpts, registry.BindingHandler{Registry: reg})
+	mgr, err := vw.NewManager(ctx, cfg, opts.APIExportName, mgrOpts, registry.BindingHandler{Registry: reg})
 	if err != nil {
 		return nil, err
 	}
-	rules, err := vw.NewVirtualWorkspace(cfg, opts.APIExportName)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := rules.URLs(ctx); err != nil {
+	if _, err := mgr.Export.URLs(ctx); err != nil {
 		// Not fatal: the webhook serves (denying deletes with a retry
 		// message) and keeps trying, so that it recovers once RBAC is
 		// applied or kcp is reachable, instead of crash-looping.
@@ -112,7 +108,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 	if err := mgr.GetLocalManager().Add(ix); err != nil {
 		return nil, err
 	}
-	if err := registry.SetupWithManager(mgr, rules, reg, readiness, opts.ResyncPeriod); err != nil {
+	if err := registry.SetupWithManager(mgr, mgr.Export, reg, readiness, opts.ResyncPeriod); err != nil {
 		return nil, err
 	}
 	if err := mgr.GetLocalManager().Add(registry.NewStatusReporter(mgr, reg, ix, time.Minute)); err != nil {
