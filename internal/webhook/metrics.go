@@ -25,7 +25,7 @@ func NewMetrics(reg prometheus.Registerer, rules, indexed func() int) (*Metrics,
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dependency_webhook_decisions_total",
-			Help: "Admission decisions on DELETE requests, by outcome: allowed, denied (still referenced), bypassed (skip-protection annotation) or error (request malformed, rules not loaded, or dependents could not be read); and by how they were reached: index (from the index alone) or live (dependents read live), empty when no dependent was looked at.",
+			Help: "Admission decisions on DELETE requests, by outcome: allowed, denied (still referenced), bypassed (skip-protection annotation) or error (request malformed, rules not loaded, or dependents could not be read); and by how they were reached: index (from the index alone), live (dependents read live) or teardown (an item of kcp's own deletion of a namespace, workspace or binding, allowed from the index alone), empty when no dependent was looked at.",
 		}, []string{"outcome", "via"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "dependency_webhook_decision_duration_seconds",

@@ -562,3 +562,105 @@ func TestDeniedMessage(t *testing.T) {
 		t.Errorf("deniedMessage() =\n  %s\nwant\n  %s", got, want)
 	}
 }
+
+// teardownItem is a DELETE as kcp's namespace controller sends it for an
+// item of a DeleteCollection: no name in the request, kcp's own user.
+func teardownItem(req admission.Request) admission.Request {
+	req.Name = ""
+	req.UserInfo = authenticationv1.UserInfo{Username: "system:apiserver", Groups: []string{"system:masters"}}
+	return req
+}
+
+// Items of kcp's teardown are decided from the index alone once every
+// dependent type is indexed; everything else keeps its confirming read.
+func TestTeardownItemsAreDecidedFromTheIndex(t *testing.T) {
+	vmRule := staticRules{vpcs.GroupResource(): {entry("p/vm", vms, "VirtualMachine", ".spec.vpcRef.name")}}
+	vmRefs := func(vpc string) map[string]any { return map[string]any{"vpcRef": map[string]any{"name": vpc}} }
+	item := teardownItem(deleteRequest(vpcs, consumer, "default", "vpc-a", nil))
+	tests := []struct {
+		name        string
+		req         admission.Request
+		setup       func(*fakeDependents)
+		wantAllowed bool
+		wantCalls   []string
+		wantVia     string
+	}{
+		{
+			name:        "a miss allows without a live read",
+			req:         item,
+			wantAllowed: true, wantCalls: []string{}, wantVia: viaTeardown,
+		},
+		{
+			name:      "an indexed dependent denies, so that dependents go first",
+			req:       item,
+			setup:     func(f *fakeDependents) { f.add(consumer, vms, object("default", "vm-1", vmRefs("vpc-a"))) },
+			wantCalls: []string{}, wantVia: viaIndex,
+		},
+		{
+			name: "an indexed dependent that is being deleted does not deny",
+			req:  item,
+			setup: func(f *fakeDependents) {
+				vm := object("default", "vm-1", vmRefs("vpc-a"))
+				vm["metadata"].(map[string]any)["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+				f.add(consumer, vms, vm)
+			},
+			wantAllowed: true, wantCalls: []string{}, wantVia: viaTeardown,
+		},
+		{
+			name: "while a dependent type is still being listed, the miss is read live",
+			req:  item,
+			setup: func(f *fakeDependents) {
+				f.states = map[schema.GroupVersionResource]index.State{vms: {Phase: index.PhaseSyncing, Namespaced: true}}
+				f.addLive(vms, object("default", "vm-new", vmRefs("vpc-a")))
+			},
+			wantCalls: []string{"consumer virtualmachines ns=default"}, wantVia: viaLive,
+		},
+		{
+			name: "a user's DeleteCollection item keeps the confirming read",
+			req: func() admission.Request {
+				r := item
+				r.UserInfo = authenticationv1.UserInfo{Username: "alice", Groups: []string{"system:authenticated"}}
+				return r
+			}(),
+			setup:     func(f *fakeDependents) { f.addLive(vms, object("default", "vm-new", vmRefs("vpc-a"))) },
+			wantCalls: []string{"consumer virtualmachines ns=default"}, wantVia: viaLive,
+		},
+		{
+			name: "a single DELETE by kcp itself (the garbage collector names the object) keeps the confirming read",
+			req: func() admission.Request {
+				r := item
+				r.Name = "vpc-a"
+				return r
+			}(),
+			wantAllowed: true, wantCalls: []string{"consumer virtualmachines ns=default"}, wantVia: viaLive,
+		},
+		{
+			name: "the system:apiserver user without kcp's group keeps the confirming read",
+			req: func() admission.Request {
+				r := item
+				r.UserInfo.Groups = nil
+				return r
+			}(),
+			wantAllowed: true, wantCalls: []string{"consumer virtualmachines ns=default"}, wantVia: viaLive,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			deps := &fakeDependents{}
+			if tt.setup != nil {
+				tt.setup(deps)
+			}
+			v := NewDeletionValidator(vmRule, loaded(true), deps)
+			resp, d := v.handle(WithProvider(context.Background(), provider), tt.req)
+			if resp.Allowed != tt.wantAllowed {
+				t.Fatalf("allowed = %v, want %v (result %+v)", resp.Allowed, tt.wantAllowed, resp.Result)
+			}
+			if d.via != tt.wantVia {
+				t.Errorf("decided via %q, want %q", d.via, tt.wantVia)
+			}
+			if strings.Join(deps.calls, "; ") != strings.Join(tt.wantCalls, "; ") {
+				t.Errorf("live reads = %v, want %v", deps.calls, tt.wantCalls)
+			}
+		})
+	}
+}

@@ -413,6 +413,47 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 		}
 	})
 
+	It("decides the items of kcp's own namespace deletion from the index: dependents first, no live reads", func(ctx context.Context) {
+		c := cli.Cluster(consumer)
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "teardown"}}
+		Expect(c.Create(ctx, ns)).To(Succeed())
+		for i := range 3 {
+			vpc := fmt.Sprintf("vpc-td-%d", i)
+			create(ctx, consumer, newObject(vpcGVR, ns.Name, vpc, nil))
+			create(ctx, consumer, newObject(vmGVR, ns.Name, fmt.Sprintf("vm-td-%d", i), map[string]any{"vpcRef": map[string]any{"name": vpc}}))
+		}
+		create(ctx, consumer, newObject(vpcGVR, ns.Name, "vpc-td-unreferenced", nil))
+		By("waiting until the index holds the dependents")
+		before, err := wh.Decisions("denied", "index")
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func(g Gomega) {
+			expectDenied(ctx, consumer, vpcGVR, ns.Name, "vpc-td-2", "VirtualMachine/teardown/vm-td-2")
+			after, err := wh.Decisions("denied", "index")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(after).To(BeNumerically(">", before))
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+
+		teardownBefore, err := wh.Decisions("allowed", "teardown")
+		Expect(err).NotTo(HaveOccurred())
+		liveBefore, err := wh.Decisions("allowed", "live")
+		Expect(err).NotTo(HaveOccurred())
+		By("deleting the namespace")
+		Expect(c.Delete(ctx, ns)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(ns), &corev1.Namespace{}))
+		}).WithTimeout(2*timeout).WithPolling(interval).Should(BeTrue(), "the namespace was not deleted")
+
+		// kcp's namespace controller sent each VPC as an item of a
+		// DeleteCollection (no name, as system:apiserver): all four were
+		// allowed from the index, none after a live read.
+		teardownAfter, err := wh.Decisions("allowed", "teardown")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(teardownAfter-teardownBefore).To(BeNumerically(">=", 4), "VPCs allowed as teardown items")
+		liveAfter, err := wh.Decisions("allowed", "live")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(liveAfter).To(Equal(liveBefore), "a teardown item was confirmed with a live read")
+	})
+
 	It("reports a rule whose provider has not granted the webhook access to its dependents, and gives it no effect", func(ctx context.Context) {
 		volumeRule := vpcRule(network, "volume-references", depv1alpha1.DependentResource{APIExportName: "storage.test.io", Group: "storage.test.io", Version: "v1", Kind: "Volume", Resource: "volumes"}, ".spec.vpc")
 		Expect(cli.Cluster(storage).Create(ctx, volumeRule)).To(Succeed())
