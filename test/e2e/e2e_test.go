@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +24,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -278,6 +281,100 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 			}
 		}
 		Expect(remaining).To(Equal(pairs))
+	})
+
+	It("tears the race namespaces down in dependency order: no VPC goes before the VM that references it", func(ctx context.Context) {
+		// kcp's namespace controller deletes each namespace's content as
+		// DeleteCollection items, which the webhook decides from the index
+		// alone. The order is observed through watches of both types in each
+		// consumer: the resourceVersion of a DELETED event is the revision of
+		// the deletion, and both types of one workspace share its shard's
+		// revisions.
+		cfg, err := topo.AdminConfig()
+		Expect(err).NotTo(HaveOccurred())
+		type watched struct {
+			ws      logicalcluster.Path
+			gvr     schema.GroupVersionResource
+			lock    sync.Mutex
+			deleted map[string]int64 // namespace/name -> revision of the deletion
+		}
+		watchCtx, stopWatches := context.WithCancel(ctx)
+		defer stopWatches()
+		var all []*watched
+		for _, ws := range []logicalcluster.Path{consumerA, consumerB} {
+			wsCfg := rest.CopyConfig(cfg)
+			wsCfg.Host += ws.RequestPath()
+			dyn, err := dynamic.NewForConfig(wsCfg)
+			Expect(err).NotTo(HaveOccurred())
+			for _, gvr := range []schema.GroupVersionResource{vms, vpcs} {
+				w := &watched{ws: ws, gvr: gvr, deleted: map[string]int64{}}
+				all = append(all, w)
+				list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+				Expect(err).NotTo(HaveOccurred())
+				events, err := dyn.Resource(gvr).Watch(watchCtx, metav1.ListOptions{ResourceVersion: list.GetResourceVersion()})
+				Expect(err).NotTo(HaveOccurred())
+				go func() {
+					defer GinkgoRecover()
+					defer events.Stop()
+					for ev := range events.ResultChan() {
+						if ev.Type != watch.Deleted {
+							continue
+						}
+						obj := ev.Object.(*unstructured.Unstructured)
+						rv, err := strconv.ParseInt(obj.GetResourceVersion(), 10, 64)
+						Expect(err).NotTo(HaveOccurred())
+						w.lock.Lock()
+						w.deleted[obj.GetNamespace()+"/"+obj.GetName()] = rv
+						w.lock.Unlock()
+					}
+				}()
+			}
+		}
+
+		start := time.Now()
+		for _, ws := range []logicalcluster.Path{consumerA, consumerB} {
+			for n := range 20 {
+				ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("race-%d", n)}}
+				Expect(cli.Cluster(ws).Delete(ctx, ns)).To(Succeed())
+			}
+		}
+		Eventually(func(g Gomega) {
+			for _, ws := range []logicalcluster.Path{consumerA, consumerB} {
+				for n := range 20 {
+					err := cli.Cluster(ws).Get(ctx, client.ObjectKey{Name: fmt.Sprintf("race-%d", n)}, &corev1.Namespace{})
+					g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "namespace race-%d of %s still exists", n, ws)
+				}
+			}
+		}).WithTimeout(5 * time.Minute).WithPolling(time.Second).Should(Succeed())
+		GinkgoWriter.Printf("teardown: 40 namespaces with 1,000 VPCs and 1,000 VMs deleted in %s\n", time.Since(start).Round(time.Millisecond))
+
+		By("checking that every VM was deleted before the VPC it referenced")
+		deletedAt := func(ws logicalcluster.Path, gvr schema.GroupVersionResource, key string) (int64, bool) {
+			for _, w := range all {
+				if w.ws == ws && w.gvr == gvr {
+					w.lock.Lock()
+					defer w.lock.Unlock()
+					rv, ok := w.deleted[key]
+					return rv, ok
+				}
+			}
+			return 0, false
+		}
+		var wrong []string
+		Eventually(func(g Gomega) {
+			wrong = nil
+			for i := range 1000 {
+				ws, ns := []logicalcluster.Path{consumerA, consumerB}[i%2], fmt.Sprintf("race-%d", (i/2)%20)
+				vmAt, ok := deletedAt(ws, vms, fmt.Sprintf("%s/vm-%04d", ns, i))
+				g.Expect(ok).To(BeTrue(), "no deletion of vm-%04d seen", i)
+				vpcAt, ok := deletedAt(ws, vpcs, fmt.Sprintf("%s/vpc-%04d", ns, i))
+				g.Expect(ok).To(BeTrue(), "no deletion of vpc-%04d seen", i)
+				if vpcAt < vmAt {
+					wrong = append(wrong, fmt.Sprintf("%s vpc-%04d deleted at %d, before vm-%04d at %d", ws, i, vpcAt, i, vmAt))
+				}
+			}
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		Expect(wrong).To(BeEmpty(), "VPCs deleted while a VM referenced them")
 	})
 
 	It("reads nothing but what providers granted: the webhook's identity cannot read Secrets", func(ctx context.Context) {
