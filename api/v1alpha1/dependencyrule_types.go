@@ -9,9 +9,6 @@ const (
 	// even while dependents still reference it. The webhook allows such a
 	// delete with a warning and records the bypass in the audit log.
 	AnnotationSkipProtection = "dependencies.opendefense.cloud/skip-protection"
-
-	// ResourceDependencyRules is the plural resource name of DependencyRule.
-	ResourceDependencyRules = "dependencyrules"
 )
 
 // DependencyRuleSpec declares that objects of the dependent type reference

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/opendefensecloud/dependency-controller/internal/cabundle"
@@ -66,6 +67,10 @@ func (o *options) Build(ctx context.Context, cfg *rest.Config) (manager.Runnable
 	}, mgrOpts)
 	if err != nil {
 		return nil, err
+	}
+	// The manager serves controller-runtime's registry.
+	if err := ctrlmetrics.Registry.Register(wh.Metrics); err != nil {
+		return nil, fmt.Errorf("failed to register the webhook's metrics: %w", err)
 	}
 	if clientCA != nil {
 		if err := wh.Manager.GetLocalManager().Add(clientCA); err != nil {

@@ -6,7 +6,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics are the webhook's Prometheus metrics. A nil *Metrics records
+// Metrics are the webhook's Prometheus metrics, a prometheus.Collector that
+// the binary registers where it serves metrics. A nil *Metrics records
 // nothing.
 type Metrics struct {
 	decisions *prometheus.CounterVec
@@ -18,10 +19,9 @@ type Metrics struct {
 	refChecks *prometheus.CounterVec
 }
 
-// NewMetrics creates the metrics and registers them with reg. rules reports
-// the number of registered DependencyRules, indexed the number of
-// dependents in the index.
-func NewMetrics(reg prometheus.Registerer, rules, indexed func() int) (*Metrics, error) {
+// NewMetrics creates the metrics. rules reports the number of registered
+// DependencyRules, indexed the number of dependents in the index.
+func NewMetrics(rules, indexed func() int) *Metrics {
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dependency_webhook_decisions_total",
@@ -54,12 +54,26 @@ func NewMetrics(reg prometheus.Registerer, rules, indexed func() int) (*Metrics,
 			Help: "Admission decisions on CREATE and UPDATE requests of dependents, by outcome: allowed, denied (a new reference to an object that is being deleted) or error (request malformed, rules not loaded, or the referenced object could not be read).",
 		}, []string{"outcome"}),
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.scanned, m.rules, m.indexed, m.retries, m.refChecks} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	return m
+}
+
+// collectors are the metrics one by one.
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.decisions, m.latency, m.scanned, m.rules, m.indexed, m.retries, m.refChecks}
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.collectors() {
+		c.Describe(ch)
 	}
-	return m, nil
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range m.collectors() {
+		c.Collect(ch)
+	}
 }
 
 // referenceChecked counts a decision on a CREATE or UPDATE.

@@ -11,15 +11,12 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
@@ -52,10 +49,6 @@ type Options struct {
 	// IndexPollInterval is how often the APIExports of the dependents are
 	// read again (shards, grants).
 	IndexPollInterval time.Duration
-	// MetricsRegistry receives the webhook's metrics; nil means
-	// controller-runtime's registry, which the manager serves. A process
-	// that runs more than one webhook gives each its own.
-	MetricsRegistry prometheus.Registerer
 }
 
 // Webhook is the assembled webhook.
@@ -65,6 +58,9 @@ type Webhook struct {
 	// Ready is the readiness check: the rules are loaded and the
 	// dependents of every rule have been listed once.
 	Ready func(*http.Request) error
+	// Metrics are the webhook's own metrics; the binary registers them
+	// where the manager serves metrics.
+	Metrics *webhook.Metrics
 }
 
 // New assembles the webhook with the credentials of cfg, which must point
@@ -127,14 +123,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 		return nil, err
 	}
 
-	metricsRegistry := opts.MetricsRegistry
-	if metricsRegistry == nil {
-		metricsRegistry = ctrlmetrics.Registry
-	}
-	metrics, err = webhook.NewMetrics(metricsRegistry, reg.Len, ix.Len)
-	if err != nil {
-		return nil, fmt.Errorf("failed to register metrics: %w", err)
-	}
+	metrics = webhook.NewMetrics(reg.Len, ix.Len)
 	handler := webhook.Handler{
 		Deletion: webhook.NewDeletionValidator(reg, readiness, ix,
 			webhook.WithTimeout(opts.RequestTimeout), webhook.WithMaxBlockers(opts.MaxBlockers), webhook.WithMetrics(metrics)),
@@ -144,7 +133,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 		return nil, err
 	}
 	logger.Info("Webhook assembled", "path", opts.Path, "frontProxy", frontProxy)
-	return &Webhook{Manager: mgr, Ready: ready}, nil
+	return &Webhook{Manager: mgr, Ready: ready, Metrics: metrics}, nil
 }
 
 // identity returns the user name the credentials of cfg authenticate as,

@@ -109,7 +109,7 @@ var _ = Describe("DependencyRule API", func() {
 		Expect(export.Spec.Resources).To(ConsistOf(
 			SatisfyAll(
 				HaveField("Group", depv1alpha1.GroupVersion.Group),
-				HaveField("Name", depv1alpha1.ResourceDependencyRules),
+				HaveField("Name", "dependencyrules"),
 			),
 		))
 		Expect(export.Spec.PermissionClaims).To(ContainElement(SatisfyAll(

@@ -81,9 +81,11 @@ func StartWebhook(ctx context.Context, depCtrl *rest.Config, certDir string, tls
 		MaxBlockers:       10,
 		ResyncPeriod:      time.Minute,
 		IndexPollInterval: time.Second,
-		MetricsRegistry:   metrics,
 	}, opts)
 	if err != nil {
+		return nil, err
+	}
+	if err := metrics.Register(wh.Metrics); err != nil {
 		return nil, err
 	}
 	w := &Webhook{URL: fmt.Sprintf("https://127.0.0.1:%d/validate", port), CABundle: ca, Metrics: metrics, Stop: RunInBackground(wh.Manager.Start)}

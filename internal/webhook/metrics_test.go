@@ -1,0 +1,46 @@
+package webhook
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// The metrics are one collector that a registry takes whole, and record
+// what the validators report.
+func TestMetricsCollector(t *testing.T) {
+	m := NewMetrics(func() int { return 3 }, func() int { return 42 })
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(m); err != nil {
+		t.Fatal(err)
+	}
+	m.observe(decision{outcome: DecisionAllowed, via: viaTeardown}, time.Millisecond)
+	m.observe(decision{outcome: DecisionDenied, via: viaLive, scanned: 7}, time.Millisecond)
+	m.Retried("unavailable")
+	m.referenceChecked(DecisionDenied)
+
+	tests := []struct {
+		collector prometheus.Collector
+		want      float64
+	}{
+		{m.decisions.WithLabelValues(DecisionAllowed, viaTeardown), 1},
+		{m.decisions.WithLabelValues(DecisionDenied, viaLive), 1},
+		{m.retries.WithLabelValues("unavailable"), 1},
+		{m.refChecks.WithLabelValues(DecisionDenied), 1},
+		{m.rules, 3},
+		{m.indexed, 42},
+	}
+	for _, tt := range tests {
+		if got := testutil.ToFloat64(tt.collector); got != tt.want {
+			t.Errorf("%v = %v, want %v", tt.collector, got, tt.want)
+		}
+	}
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 9 {
+		t.Errorf("gathered %d series (%v), want 9: two decisions with their latencies, one histogram of scans, the rest one each", n, err)
+	}
+	var none *Metrics
+	none.observe(decision{outcome: DecisionAllowed}, time.Millisecond) // records nothing, and does not panic
+	none.Retried("timeout")
+}
