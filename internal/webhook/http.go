@@ -62,8 +62,9 @@ func withCallerTimeout(ctx context.Context, timeout time.Duration) context.Conte
 func withBudget(ctx context.Context, limit time.Duration) (context.Context, context.CancelFunc) {
 	budget := limit
 	if u, _ := ctx.Value(requestKey{}).(fromURL); u.timeout > 0 {
-		if b := u.timeout - max(u.timeout/5, 100*time.Millisecond); budget <= 0 || b < budget {
-			budget = max(b, u.timeout/2)
+		b := max(u.timeout-max(u.timeout/5, 100*time.Millisecond), u.timeout/2)
+		if budget <= 0 || b < budget {
+			budget = b
 		}
 	}
 	if budget <= 0 {
@@ -88,11 +89,14 @@ func withBudget(ctx context.Context, limit time.Duration) (context.Context, cont
 // answered with code 400 without reaching handler.
 func NewAdmissionHandler(path string, handler admission.Handler) http.Handler {
 	prefix := strings.TrimSuffix(path, "/") + "/"
+	providerOf := func(r *http.Request) logicalcluster.Name {
+		return logicalcluster.Name(strings.TrimPrefix(r.URL.Path, prefix))
+	}
 	wh := &admission.Webhook{
 		Handler:      wellFormed{handler},
 		RecoverPanic: ptr.To(true),
 		WithContextFunc: func(ctx context.Context, r *http.Request) context.Context {
-			ctx = WithProvider(ctx, logicalcluster.Name(strings.TrimPrefix(r.URL.Path, prefix)))
+			ctx = WithProvider(ctx, providerOf(r))
 			if t, err := time.ParseDuration(r.URL.Query().Get("timeout")); err == nil && t > 0 {
 				ctx = withCallerTimeout(ctx, t)
 			}
@@ -100,8 +104,7 @@ func NewAdmissionHandler(path string, handler admission.Handler) http.Handler {
 		},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		provider := logicalcluster.Name(strings.TrimPrefix(r.URL.Path, prefix))
-		if !strings.HasPrefix(r.URL.Path, prefix) || !provider.IsValid() {
+		if !strings.HasPrefix(r.URL.Path, prefix) || !providerOf(r).IsValid() {
 			http.Error(w, fmt.Sprintf("no webhook at %s: the path must be %s<logical cluster of the provider workspace>", r.URL.Path, prefix), http.StatusNotFound)
 			return
 		}

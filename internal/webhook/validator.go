@@ -232,7 +232,7 @@ func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (
 	// once every dependent type is indexed on every shard: nothing can be
 	// created in a namespace that is being deleted, and an object the index
 	// has not seen yet is torn down with the rest.
-	if teardown(req) && v.allSynced(groups) {
+	if teardown(req) && !slices.ContainsFunc(groups, func(g *dependentGroup) bool { return !g.synced }) {
 		logger.V(1).Info("Allowed an item of kcp's teardown from the index", "took", v.now().Sub(start))
 		return admission.Allowed(""), decision{outcome: DecisionAllowed, via: viaTeardown}
 	}
@@ -263,17 +263,6 @@ func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (
 		return admission.Allowed(""), decision{outcome: DecisionAllowed, via: viaLive, scanned: scanned}
 	}
 	return v.deny(logger, target, namespace, name, blockers), decision{outcome: DecisionDenied, via: viaLive, scanned: scanned}
-}
-
-// allSynced reports whether the dependents of every group are indexed on
-// every shard.
-func (v *DeletionValidator) allSynced(groups []*dependentGroup) bool {
-	for _, g := range groups {
-		if v.dependents.State(g.src).Phase != index.PhaseSynced {
-			return false
-		}
-	}
-	return true
 }
 
 // deny answers that the object is still referenced by blockers.
@@ -309,6 +298,8 @@ type dependentGroup struct {
 	// one: a namespaced target is referenced from its own namespace, and by
 	// cluster-scoped dependents; a cluster-scoped target from anywhere.
 	namespace string
+	// synced is set when the index has listed the source on every shard.
+	synced bool
 }
 
 // groupByDependent groups the entries by dependent source, leaving out
@@ -324,7 +315,7 @@ func (v *DeletionValidator) groupByDependent(entries []registry.Entry, namespace
 			if !state.Phase.Effective() {
 				continue
 			}
-			g = &dependentGroup{src: e.Dependent, kind: e.DependentKind}
+			g = &dependentGroup{src: e.Dependent, kind: e.DependentKind, synced: state.Phase == index.PhaseSynced}
 			if state.Kind != "" {
 				g.kind = state.Kind
 			}
