@@ -9,6 +9,52 @@ const (
 	// even while dependents still reference it. The webhook allows such a
 	// delete with a warning and records the bypass in the audit log.
 	AnnotationSkipProtection = "dependencies.opendefense.cloud/skip-protection"
+
+	// LabelDeletionRequested on a protected object records that its
+	// deletion was requested while objects still referenced it, under a rule
+	// with the Replay deletion policy: the webhook deletes it once nothing
+	// references it any more. Removing the label cancels the deletion.
+	LabelDeletionRequested = "deletion.dependencies.opendefense.cloud/requested"
+	// AnnotationDeletionRequest holds, next to LabelDeletionRequested, the
+	// request that is replayed: who asked, when, and with which
+	// propagation policy (a DeletionRequest in JSON).
+	AnnotationDeletionRequest = "deletion.dependencies.opendefense.cloud/request"
+
+	// LabelUnreferenced on a protected object says that the webhook proved
+	// that nothing referenced it (see docs/architecture.md, "Marks"); its
+	// DELETE then does not reach the webhook. Anything that adds a reference
+	// to the object removes the label first.
+	LabelUnreferenced = "dependencies.opendefense.cloud/unreferenced"
+)
+
+// DeletionRequest is a deletion that the webhook replays once nothing
+// references the object; it is stored as JSON in the
+// AnnotationDeletionRequest annotation.
+type DeletionRequest struct {
+	// User is the name of the user whose DELETE was deferred.
+	User string `json:"user"`
+	// RequestedAt is when the DELETE was deferred.
+	RequestedAt metav1.Time `json:"requestedAt"`
+	// PropagationPolicy is the propagation policy of the DELETE, empty for
+	// the resource's default; the replayed DELETE uses it.
+	// +optional
+	PropagationPolicy *metav1.DeletionPropagation `json:"propagationPolicy,omitempty"`
+}
+
+// DeletionPolicy says what becomes of a DELETE of a protected object that
+// dependents still reference.
+// +kubebuilder:validation:Enum=Deny;Replay
+type DeletionPolicy string
+
+const (
+	// DeletionPolicyDeny refuses the DELETE; the user deletes again once the
+	// dependents are gone. This is the default.
+	DeletionPolicyDeny DeletionPolicy = "Deny"
+	// DeletionPolicyReplay refuses the DELETE too, so that the object's
+	// provider does not start tearing it down, but records it on the object
+	// (LabelDeletionRequested) and deletes the object, with the propagation
+	// policy of the request, once nothing references it any more.
+	DeletionPolicyReplay DeletionPolicy = "Replay"
 )
 
 // DependencyRuleSpec declares that objects of the dependent type reference
@@ -31,6 +77,15 @@ type DependencyRuleSpec struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=32
 	Dependencies []Dependency `json:"dependencies"`
+
+	// DeletionPolicy says what becomes of a DELETE of an object that a
+	// dependent of this rule still references: Deny (the default) refuses
+	// it; Replay refuses it too, records it on the object, and deletes the
+	// object once nothing references it any more, so that a whole stack can
+	// be deleted in one command. Replay needs the protected provider's
+	// consent to the webhook patching and deleting its objects.
+	// +optional
+	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
 }
 
 // DependentResource identifies the resource type holding references.

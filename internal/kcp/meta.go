@@ -35,6 +35,13 @@ type Meta struct {
 	// SkipProtection is set when the object carries the skip-protection
 	// annotation with the value "true".
 	SkipProtection bool
+	// DeletionRequested is set when the object carries the
+	// deletion-requested label (any value): its deletion is deferred until
+	// nothing references it.
+	DeletionRequested bool
+	// Unreferenced is the value of the unreferenced label, empty without
+	// it.
+	Unreferenced string
 }
 
 // metaFields are the fields ReadMeta reads, and how each is kept.
@@ -51,6 +58,8 @@ var metaFields = []struct {
 	{[]string{"metadata", "deletionTimestamp"}, func(m *Meta, _ string) { m.Terminating = true }},
 	{[]string{"metadata", "annotations", logicalcluster.AnnotationKey}, func(m *Meta, v string) { m.Cluster = logicalcluster.Name(v) }},
 	{[]string{"metadata", "annotations", depv1alpha1.AnnotationSkipProtection}, func(m *Meta, v string) { m.SkipProtection = v == "true" }},
+	{[]string{"metadata", "labels", depv1alpha1.LabelDeletionRequested}, func(m *Meta, _ string) { m.DeletionRequested = true }},
+	{[]string{"metadata", "labels", depv1alpha1.LabelUnreferenced}, func(m *Meta, v string) { m.Unreferenced = v }},
 }
 
 // metaPaths are the paths of metaFields, as jsonparser takes them.

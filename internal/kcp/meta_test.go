@@ -68,6 +68,18 @@ func TestReadMeta(t *testing.T) {
 			want: Meta{Name: "vm-é\n", Namespace: "a/b"},
 		},
 		{
+			name: "deletion requested and unreferenced labels",
+			raw: `{"metadata":{"name":"vpc-1","labels":{"deletion.dependencies.opendefense.cloud/requested":"",
+				"dependencies.opendefense.cloud/unreferenced":"a1b2"}}}`,
+			want: Meta{Name: "vpc-1", DeletionRequested: true, Unreferenced: "a1b2"},
+		},
+		{
+			name: "the labels' keys as annotations mean nothing",
+			raw: `{"metadata":{"name":"vpc-1","annotations":{"deletion.dependencies.opendefense.cloud/requested":"true",
+				"dependencies.opendefense.cloud/unreferenced":"a1b2"}}}`,
+			want: Meta{Name: "vpc-1"},
+		},
+		{
 			name: "a bookmark carries only a resourceVersion",
 			raw:  `{"kind":"VirtualMachine","metadata":{"resourceVersion":"77"}}`,
 			want: Meta{ResourceVersion: "77"},

@@ -11,6 +11,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
@@ -18,7 +19,8 @@ import (
 	"github.com/kcp-dev/logicalcluster/v3"
 )
 
-// Reader reads one server (a shard's virtual workspace) with one client-go
+// Reader reads (and, for the few writes the webhook makes, patches and
+// deletes) one server (a shard's virtual workspace) with one client-go
 // REST client: connections are reused, error responses become API errors,
 // and nothing is rate limited on the client side, since reads are on the
 // admission path. Lists are streamed: memory per request is bounded by the
@@ -105,6 +107,23 @@ func (r *Reader) List(ctx context.Context, path []string, params url.Values, vis
 	}
 	defer Drain(body)
 	return StreamList(body, visit)
+}
+
+// Patch sends a PATCH of type pt with body to the path. Only the outcome
+// is returned; the response body is discarded.
+func (r *Reader) Patch(ctx context.Context, path []string, pt types.PatchType, body []byte) error {
+	return r.client.Patch(pt).AbsPath(path...).Body(body).MaxRetries(0).Do(ctx).Error()
+}
+
+// Delete sends a DELETE with opts to the path. Only the outcome is
+// returned.
+func (r *Reader) Delete(ctx context.Context, path []string, opts metav1.DeleteOptions) error {
+	opts.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "DeleteOptions"}
+	body, err := json.Marshal(opts)
+	if err != nil {
+		return fmt.Errorf("failed to encode the delete options: %w", err)
+	}
+	return r.client.Delete().AbsPath(path...).SetHeader("Content-Type", "application/json").Body(body).MaxRetries(0).Do(ctx).Error()
 }
 
 // Drain reads what is left of a body (up to 1 MiB), so that the connection

@@ -2,6 +2,10 @@
 
 package v1alpha1
 
+import (
+	apiv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+)
+
 // DependencyRuleSpecApplyConfiguration represents a declarative configuration of the DependencyRuleSpec type for use
 // with apply.
 //
@@ -17,6 +21,13 @@ type DependencyRuleSpecApplyConfiguration struct {
 	// object of one of these types cannot be deleted while an object of the
 	// dependent type in the same workspace references it.
 	Dependencies []DependencyApplyConfiguration `json:"dependencies,omitempty"`
+	// DeletionPolicy says what becomes of a DELETE of an object that a
+	// dependent of this rule still references: Deny (the default) refuses
+	// it; Replay refuses it too, records it on the object, and deletes the
+	// object once nothing references it any more, so that a whole stack can
+	// be deleted in one command. Replay needs the protected provider's
+	// consent to the webhook patching and deleting its objects.
+	DeletionPolicy *apiv1alpha1.DeletionPolicy `json:"deletionPolicy,omitempty"`
 }
 
 // DependencyRuleSpecApplyConfiguration constructs a declarative configuration of the DependencyRuleSpec type for use with
@@ -43,5 +54,13 @@ func (b *DependencyRuleSpecApplyConfiguration) WithDependencies(values ...*Depen
 		}
 		b.Dependencies = append(b.Dependencies, *values[i])
 	}
+	return b
+}
+
+// WithDeletionPolicy sets the DeletionPolicy field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the DeletionPolicy field is set to the value of the last call.
+func (b *DependencyRuleSpecApplyConfiguration) WithDeletionPolicy(value apiv1alpha1.DeletionPolicy) *DependencyRuleSpecApplyConfiguration {
+	b.DeletionPolicy = &value
 	return b
 }
