@@ -79,7 +79,7 @@ manifests: controller-gen apigen ## Generate the CRD and RBAC roles (config/crd,
 	$(CONTROLLER_GEN) crd paths="./api/..." output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=dependency-controller paths="./internal/controller/..." \
 		output:rbac:artifacts:config=config/rbac/controller
-	$(CONTROLLER_GEN) rbac:roleName=dependency-webhook paths="./internal/registry/..." \
+	$(CONTROLLER_GEN) rbac:roleName=dependency-webhook paths="./internal/registry/...;./internal/replay/..." \
 		output:rbac:artifacts:config=config/rbac/webhook
 	hack/apigen.sh $(APIGEN) config/crd/bases config/kcp
 

@@ -30,11 +30,6 @@ type options struct {
 	WebhookTimeoutSeconds int32
 	// FailurePolicy is what kcp does when the webhook cannot be called.
 	FailurePolicy string
-	// LeaderElect enables leader election, so that only one replica writes.
-	LeaderElect bool
-	// LeaderElectionNamespace is the namespace of the lease, in the
-	// workspace of the kubeconfig.
-	LeaderElectionNamespace string
 	// CABundleCheckInterval is how often the CA bundle file is re-read.
 	CABundleCheckInterval time.Duration
 }
@@ -42,12 +37,10 @@ type options struct {
 // newOptions returns the defaults.
 func newOptions() *options {
 	return &options{
-		CommonOptions:           command.NewCommonOptions(10 * time.Minute),
-		WebhookTimeoutSeconds:   5,
-		FailurePolicy:           string(admissionregistrationv1.Fail),
-		LeaderElect:             true,
-		LeaderElectionNamespace: "default",
-		CABundleCheckInterval:   10 * time.Second,
+		CommonOptions:         command.NewCommonOptions(10 * time.Minute),
+		WebhookTimeoutSeconds: 5,
+		FailurePolicy:         string(admissionregistrationv1.Fail),
+		CABundleCheckInterval: 10 * time.Second,
 	}
 }
 
@@ -58,8 +51,6 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.WebhookCABundleFile, "webhook-ca-bundle", o.WebhookCABundleFile, "PEM file with the CA bundle that verifies the webhook's serving certificate; re-read when it changes. Empty: kcp uses its system roots.")
 	fs.Int32Var(&o.WebhookTimeoutSeconds, "webhook-timeout-seconds", o.WebhookTimeoutSeconds, "Seconds kcp waits for the webhook before applying the failure policy (1-30).")
 	fs.StringVar(&o.FailurePolicy, "failure-policy", o.FailurePolicy, "What kcp does when the webhook cannot be called: Fail (deletes of protected objects, and creates and updates of dependents, are refused) or Ignore (they are allowed).")
-	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Elect a leader among replicas; only the leader writes. The lease lives in the workspace of the kubeconfig.")
-	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "Namespace of the leader election lease.")
 	fs.DurationVar(&o.CABundleCheckInterval, "webhook-ca-bundle-check-interval", o.CABundleCheckInterval, "How often the CA bundle file is checked for changes.")
 }
 
@@ -100,18 +91,10 @@ func (o *options) controllerOptions() controllerserver.Options {
 	}
 }
 
-// managerOptions returns the options of the manager.
-func (o *options) managerOptions() manager.Options {
-	opts := o.ManagerOptions()
-	opts.LeaderElection = o.LeaderElect
-	opts.LeaderElectionNamespace = o.LeaderElectionNamespace
-	return opts
-}
-
 // Build implements command.Options: the controller as controllerserver
 // assembles it.
 func (o *options) Build(ctx context.Context, cfg *rest.Config) (manager.Runnable, error) {
-	c, err := controllerserver.New(ctx, cfg, o.controllerOptions(), o.managerOptions())
+	c, err := controllerserver.New(ctx, cfg, o.controllerOptions(), o.ManagerOptions())
 	if err != nil {
 		return nil, err
 	}

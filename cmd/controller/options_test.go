@@ -21,7 +21,7 @@ func TestOptions(t *testing.T) {
 			name: "defaults with the required URL",
 			args: []string{"--webhook-url=https://webhook.example:9443/validate"},
 			check: func(t *testing.T, o *options) {
-				c, m := o.controllerOptions(), o.managerOptions()
+				c, m := o.controllerOptions(), o.ManagerOptions()
 				if c.APIExportName != "dependencies.opendefense.cloud" || c.ResyncPeriod != 10*time.Minute || c.WebhookTimeoutSeconds != 5 ||
 					c.FailurePolicy != admissionregistrationv1.Fail || c.WebhookCABundleFile != "" || c.CABundleCheckInterval != 10*time.Second {
 					t.Errorf("controller options = %+v", c)
@@ -39,7 +39,7 @@ func TestOptions(t *testing.T) {
 				"--failure-policy=Ignore", "--leader-elect=false", "--leader-election-namespace=kcp", "--webhook-ca-bundle-check-interval=1s",
 			},
 			check: func(t *testing.T, o *options) {
-				c, m := o.controllerOptions(), o.managerOptions()
+				c, m := o.controllerOptions(), o.ManagerOptions()
 				if c.APIExportName != "deps.example.io" || c.ResyncPeriod != time.Minute || c.WebhookURL != "https://webhook.example/validate" ||
 					c.WebhookCABundleFile != "/ca/ca.crt" || c.WebhookTimeoutSeconds != 10 || c.FailurePolicy != admissionregistrationv1.Ignore ||
 					c.CABundleCheckInterval != time.Second {

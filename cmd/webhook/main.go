@@ -64,6 +64,7 @@ func (o *options) Build(ctx context.Context, cfg *rest.Config) (manager.Runnable
 		MaxBlockers:       o.MaxBlockers,
 		ResyncPeriod:      o.ResyncPeriod,
 		IndexPollInterval: o.IndexPollInterval,
+		ReplayInterval:    o.ReplayInterval,
 	}, mgrOpts)
 	if err != nil {
 		return nil, err

@@ -46,6 +46,9 @@ type options struct {
 	// IndexPollInterval is how often the dependents' APIExports are read
 	// again: shards added or removed, access granted or revoked.
 	IndexPollInterval time.Duration
+	// ReplayInterval is how often deferred deletions are listed again
+	// without a change of the index.
+	ReplayInterval time.Duration
 }
 
 func newOptions() *options {
@@ -59,6 +62,7 @@ func newOptions() *options {
 		RequestTimeout:        4 * time.Second,
 		MaxBlockers:           webhook.DefaultMaxBlockers,
 		IndexPollInterval:     10 * time.Second,
+		ReplayInterval:        30 * time.Second,
 		ClientCACheckInterval: 10 * time.Second,
 	}
 }
@@ -77,6 +81,7 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Path, "path", o.Path, "HTTP path of the validating endpoint; kcp calls <path>/<logical cluster of the provider workspace>, as the controller configures it.")
 	fs.DurationVar(&o.RequestTimeout, "request-timeout", o.RequestTimeout, "Upper bound of the time for reading per admission request; the webhook also answers within four fifths of the timeout kcp sends with each request (--webhook-timeout-seconds of the controller).")
 	fs.IntVar(&o.MaxBlockers, "max-blockers", o.MaxBlockers, "Number of blocking objects a denial names; the rest are counted.")
+	fs.DurationVar(&o.ReplayInterval, "replay-interval", o.ReplayInterval, "How often the elected replica lists deferred deletions again when nothing changed in the index; a change of the index lists them at once (at most every 2s).")
 	fs.DurationVar(&o.IndexPollInterval, "index-poll-interval", o.IndexPollInterval, "How often the APIExports of dependent types are read again: shards added or removed, access granted or revoked.")
 }
 
@@ -107,6 +112,9 @@ func (o *options) Validate() error {
 	}
 	if o.MaxBlockers < 1 {
 		errs = append(errs, fmt.Errorf("--max-blockers must be at least 1, got %d", o.MaxBlockers))
+	}
+	if o.ReplayInterval < time.Second {
+		errs = append(errs, fmt.Errorf("--replay-interval must be at least 1s, got %s", o.ReplayInterval))
 	}
 	if o.IndexPollInterval < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("--index-poll-interval must be at least 100ms, got %s", o.IndexPollInterval))

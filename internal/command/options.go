@@ -32,6 +32,13 @@ type CommonOptions struct {
 	// ResyncPeriod is how often a binary reads everything again without an
 	// event, repairing what missed events left behind.
 	ResyncPeriod time.Duration
+	// LeaderElect enables leader election among the replicas of a binary:
+	// only the leader writes (the controller everything, the webhook the
+	// deletions it replays); every webhook replica answers requests.
+	LeaderElect bool
+	// LeaderElectionNamespace is the namespace of the lease, in the
+	// workspace of the kubeconfig.
+	LeaderElectionNamespace string
 }
 
 // NewCommonOptions returns the defaults of the common options, with
@@ -39,10 +46,12 @@ type CommonOptions struct {
 // the binaries.
 func NewCommonOptions(resyncPeriod time.Duration) CommonOptions {
 	return CommonOptions{
-		APIExportName:          DefaultAPIExportName,
-		MetricsBindAddress:     ":8080",
-		HealthProbeBindAddress: ":8081",
-		ResyncPeriod:           resyncPeriod,
+		APIExportName:           DefaultAPIExportName,
+		MetricsBindAddress:      ":8080",
+		HealthProbeBindAddress:  ":8081",
+		ResyncPeriod:            resyncPeriod,
+		LeaderElect:             true,
+		LeaderElectionNamespace: "default",
 	}
 }
 
@@ -52,6 +61,8 @@ func (o *CommonOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.APIExportName, "api-export-name", o.APIExportName, "Name of the APIExport (and its APIExportEndpointSlice) that serves DependencyRules, in the workspace the kubeconfig points at.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address of the Prometheus metrics endpoint; 0 disables it.")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "Address of the /healthz and /readyz endpoints.")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Elect a leader among replicas; only the leader writes (the controller: webhook configurations and status; the webhook: replayed deletions). The lease lives in the workspace of the kubeconfig.")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", o.LeaderElectionNamespace, "Namespace of the leader election lease.")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "How often everything is read again without an event, to repair missed events: the controller reconciles all rules and webhook configurations, the webhook lists all DependencyRules.")
 }
 
@@ -68,10 +79,13 @@ func (o *CommonOptions) Validate() error {
 }
 
 // ManagerOptions returns the manager options that the common options
-// determine: where metrics and health probes are served.
+// determine: where metrics and health probes are served, and leader
+// election (each binary names its own lease).
 func (o *CommonOptions) ManagerOptions() manager.Options {
 	return manager.Options{
-		Metrics:                metricsserver.Options{BindAddress: o.MetricsBindAddress},
-		HealthProbeBindAddress: o.HealthProbeBindAddress,
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		HealthProbeBindAddress:  o.HealthProbeBindAddress,
+		LeaderElection:          o.LeaderElect,
+		LeaderElectionNamespace: o.LeaderElectionNamespace,
 	}
 }

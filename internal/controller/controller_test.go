@@ -212,7 +212,7 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 		Expect(wh.ClientConfig.CABundle).To(Equal(ca))
 		Expect(wh.TimeoutSeconds).To(Equal(ptr.To[int32](4)))
 		Expect(wh.FailurePolicy).To(Equal(ptr.To(admissionregistrationv1.Fail)))
-		Expect(wh.SideEffects).To(Equal(ptr.To(admissionregistrationv1.SideEffectClassNone)))
+		Expect(wh.SideEffects).To(Equal(ptr.To(admissionregistrationv1.SideEffectClassNoneOnDryRun)), "a deferred deletion is recorded, except in a dry run")
 		Expect(wh.AdmissionReviewVersions).To(Equal([]string{"v1"}))
 
 		By("checking new references of VirtualMachines in the rule's own workspace, which serves them")

@@ -119,6 +119,7 @@ type Index struct {
 	desired map[Source][]fieldpath.Path
 	watches map[Source]*running
 	changed chan struct{}
+	updates chan struct{}
 }
 
 // New returns an index that reads with the credentials of cfg: endpoint
@@ -138,10 +139,11 @@ func New(cfg *rest.Config, frontProxy string, opts Options) (*Index, error) {
 		desired: map[Source][]fieldpath.Path{},
 		watches: map[Source]*running{},
 		changed: make(chan struct{}, 1),
+		updates: make(chan struct{}, 1),
 	}
 	ix.cfg = sources.Config{
 		Clients: clients, FrontProxy: frontProxy, Readers: ix.readers,
-		PollInterval: opts.PollInterval, Identity: opts.Identity, Notify: ix.notify,
+		PollInterval: opts.PollInterval, Identity: opts.Identity, Notify: ix.notify, Changed: ix.updated,
 	}
 	ix.reads = live.New(ix.readScope, opts.ReadTimeout)
 	return ix, nil
@@ -213,6 +215,20 @@ func (ix *Index) notify() {
 	case ix.changed <- struct{}{}:
 	default:
 	}
+}
+
+func (ix *Index) updated() {
+	select {
+	case ix.updates <- struct{}{}:
+	default:
+	}
+}
+
+// Updates receives a value whenever indexed dependents may have changed;
+// values are coalesced, so one receive may stand for many changes. It has
+// one receiver (the replay of deferred deletions).
+func (ix *Index) Updates() <-chan struct{} {
+	return ix.updates
 }
 
 // Changes receives a value whenever the state of a source may have changed.

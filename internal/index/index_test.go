@@ -46,7 +46,7 @@ type fakeWatch struct {
 }
 
 func newFakeWatch(state State, paths ...fieldpath.Path) *fakeWatch {
-	return &fakeWatch{paths: paths, store: store.New(), state: state, readThrough: map[logicalcluster.Name]string{}}
+	return &fakeWatch{paths: paths, store: store.New(nil), state: state, readThrough: map[logicalcluster.Name]string{}}
 }
 
 func (w *fakeWatch) State() State {

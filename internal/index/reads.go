@@ -245,3 +245,29 @@ func (ix *Index) onShardOf(src Source, cluster logicalcluster.Name, read func(r 
 	// does not bind the export (any more), so it holds no dependents.
 	return nil
 }
+
+// List lists the objects of src that match the label selector in every
+// workspace, through the virtual workspace of every shard, and calls visit
+// with each item's raw JSON (only valid during the call).
+func (ix *Index) List(ctx context.Context, src Source, selector string, visit func(item []byte) error) error {
+	w := ix.watch(src)
+	if w == nil {
+		return fmt.Errorf("%s is not watched", src)
+	}
+	urls, inspected := w.Shards("")
+	if !inspected {
+		return fmt.Errorf("%s: %w", src, errNotInspected)
+	}
+	path := vw.ResourcePath(logicalcluster.Wildcard, src.Resource, "")
+	params := url.Values{"labelSelector": {selector}}
+	for _, u := range urls {
+		r, err := ix.readers.For(u)
+		if err != nil {
+			return err
+		}
+		if _, err := r.List(ctx, path, params, visit); err != nil {
+			return fmt.Errorf("failed to list %s through %s: %w", src, u, err)
+		}
+	}
+	return nil
+}

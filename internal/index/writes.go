@@ -2,8 +2,13 @@ package index
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/url"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kcp-dev/logicalcluster/v3"
@@ -11,30 +16,72 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/vw"
 )
 
-// The webhook writes protected objects in two cases only, both with the
-// consent of their provider (patch and delete on its APIExport's content):
-// it records a deferred deletion on an object and replays it, and it marks
+// The webhook writes protected objects in few cases, each with the consent
+// of their provider (patch or delete on its APIExport's content): it
+// records a deferred deletion on an object and replays it, and it marks
 // objects that nothing references. The writes go, like reads, through the
 // virtual workspace of the object's APIExport on the shard that serves the
-// workspace, and are retried within the deadline of ctx while they fail for
-// a reason that clears by itself.
+// workspace, and are retried within the deadline of ctx while they fail
+// for a reason that clears by itself.
 
 // Patch patches the object of src named name in cluster (in namespace, if
-// the resource is namespaced) with body, a patch of type pt.
+// the resource is namespaced) with body, a patch of type pt. An object that
+// does not exist is a NotFound error.
 func (ix *Index) Patch(ctx context.Context, src Source, cluster logicalcluster.Name, namespace, name string, pt types.PatchType, body []byte) error {
-	return ix.retry(ctx, func() error {
-		return ix.onShardOf(src, cluster, func(r *vw.Reader, _ State) error {
-			return r.Patch(ctx, append(vw.ResourcePath(cluster.Path(), src.Resource, namespace), name), pt, body)
-		})
+	return ix.write(ctx, src, cluster, namespace, name, func(r *vw.Reader, path []string) error {
+		return r.Patch(ctx, path, pt, body)
 	})
 }
 
 // Delete deletes the object of src named name in cluster (in namespace, if
-// the resource is namespaced) with opts.
+// the resource is namespaced) with opts. An object that does not exist is a
+// NotFound error.
 func (ix *Index) Delete(ctx context.Context, src Source, cluster logicalcluster.Name, namespace, name string, opts metav1.DeleteOptions) error {
+	return ix.write(ctx, src, cluster, namespace, name, func(r *vw.Reader, path []string) error {
+		return r.Delete(ctx, path, opts)
+	})
+}
+
+// writeFailed carries the error of a write out of onShardOf, which would
+// take a 403 (a webhook's denial, or a missing grant) for a shard that does
+// not serve the workspace and try the next one.
+type writeFailed struct{ err error }
+
+func (w writeFailed) Error() string { return w.err.Error() }
+
+// write finds the shard that serves cluster by reading the object there
+// (kcp's virtual workspace refuses, with 403, a workspace that a shard
+// does not serve), then writes it on that shard with do. Only the read
+// tells shards apart; whatever the write answers is its outcome.
+func (ix *Index) write(ctx context.Context, src Source, cluster logicalcluster.Name, namespace, name string, do func(r *vw.Reader, path []string) error) error {
 	return ix.retry(ctx, func() error {
-		return ix.onShardOf(src, cluster, func(r *vw.Reader, _ State) error {
-			return r.Delete(ctx, append(vw.ResourcePath(cluster.Path(), src.Resource, namespace), name), opts)
+		wrote := false
+		err := ix.onShardOf(src, cluster, func(r *vw.Reader, _ State) error {
+			path := append(vw.ResourcePath(cluster.Path(), src.Resource, namespace), name)
+			params := url.Values{"fieldSelector": {fields.OneTermEqualSelector("metadata.name", name).String()}}
+			// A list of one name answers 200 also when the object is gone,
+			// so that 403 means only "not this shard".
+			if _, err := r.List(ctx, path[:len(path)-1], params, func([]byte) error { return nil }); err != nil {
+				return err
+			}
+			wrote = true
+			if err := do(r, path); err != nil {
+				return writeFailed{err}
+			}
+			return nil
 		})
+		var failed writeFailed
+		if errors.As(err, &failed) {
+			return failed.err
+		}
+		if err == nil && !wrote {
+			// No shard serves the workspace for this export: it does not
+			// bind it, so the object does not exist.
+			return apierrors.NewNotFound(src.Resource.GroupResource(), name)
+		}
+		if err != nil {
+			return fmt.Errorf("failed to find the shard of %s in %s: %w", src, cluster, err)
+		}
+		return nil
 	})
 }

@@ -29,6 +29,7 @@ import (
 	"cmp"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,6 +69,10 @@ type Rule struct {
 	// References are the protected resources and where the dependent
 	// references them.
 	References []Reference
+	// Replay is set when the rule's deletion policy is Replay: a DELETE of
+	// an object it protects that its dependents still reference is
+	// recorded and replayed once nothing references the object.
+	Replay bool
 	// Invalid lists field paths that did not parse. The API server rejects
 	// them, so this only happens for rules stored before validation existed.
 	Invalid []string
@@ -137,6 +142,12 @@ type Entry struct {
 	DependentKind string
 	// Paths are the field paths that hold the target's name, sorted.
 	Paths []fieldpath.Path
+	// Target is the protected resource as its provider serves it, in the
+	// version the rule names: through it deferred deletions are recorded
+	// and replayed.
+	Target index.Source
+	// Replay is set when the rule defers deletions (see Rule.Replay).
+	Replay bool
 }
 
 // FromDependencyRule extracts the metadata of a rule.
@@ -151,6 +162,7 @@ func FromDependencyRule(rule *depv1alpha1.DependencyRule) *Rule {
 			Resource: schema.GroupVersionResource{Group: rule.Spec.Dependent.Group, Version: rule.Spec.Dependent.Version, Resource: rule.Spec.Dependent.Resource},
 		},
 		DependentKind: rule.Spec.Dependent.Kind,
+		Replay:        rule.Spec.DeletionPolicy == depv1alpha1.DeletionPolicyReplay,
 	}
 	for _, d := range rule.Spec.Dependencies {
 		p, err := fieldpath.Parse(d.FieldRef.Path)
@@ -197,7 +209,10 @@ type snapshot struct {
 	guards map[Target][]Guard
 	// guardOf is the guard of each rule.
 	guardOf map[kcp.ObjectKey]Guard
-	rules   int
+	// replay are the protected resources of rules that defer deletions,
+	// each resource of a provider once.
+	replay []index.Source
+	rules  int
 }
 
 // Registry is a thread-safe store of rule metadata. The zero value is not
@@ -397,6 +412,13 @@ func (r *Registry) GuardOf(key kcp.ObjectKey) (Guard, bool) {
 	return g, ok
 }
 
+// ReplayTargets returns the protected resources, as their providers serve
+// them, of which some rule defers deletions: one source per resource of a
+// provider, sorted. The result is shared and must not be modified.
+func (r *Registry) ReplayTargets() []index.Source {
+	return r.current.Load().replay
+}
+
 // Len returns the number of registered rules.
 func (r *Registry) Len() int {
 	return r.current.Load().rules
@@ -432,7 +454,7 @@ func (r *Registry) publish() {
 			target := Target{Cluster: cluster, Resource: ref.Target}
 			e, ok := byTarget[target]
 			if !ok {
-				e = &Entry{Rule: rule.Key, Dependent: rule.Dependent, DependentKind: rule.DependentKind}
+				e = &Entry{Rule: rule.Key, Dependent: rule.Dependent, DependentKind: rule.DependentKind, Target: targetSource, Replay: rule.Replay}
 				byTarget[target] = e
 			}
 			e.Paths = append(e.Paths, ref.Path)
@@ -447,7 +469,11 @@ func (r *Registry) publish() {
 	}
 	for _, entries := range s.byTarget {
 		slices.SortFunc(entries, func(a, b Entry) int { return a.Rule.Compare(b.Rule) })
+		if i := slices.IndexFunc(entries, func(e Entry) bool { return e.Replay }); i >= 0 {
+			s.replay = append(s.replay, entries[i].Target)
+		}
 	}
+	slices.SortFunc(s.replay, func(a, b index.Source) int { return strings.Compare(a.String(), b.String()) })
 	for _, guards := range s.guards {
 		slices.SortFunc(guards, func(a, b Guard) int { return a.Rule.Compare(b.Rule) })
 	}

@@ -17,7 +17,23 @@ type Metrics struct {
 	indexed   prometheus.GaugeFunc
 	retries   *prometheus.CounterVec
 	refChecks *prometheus.CounterVec
+	deferrals *prometheus.CounterVec
+	replays   *prometheus.CounterVec
 }
+
+// Outcomes of deferring a deletion, the values of the result label of
+// dependency_webhook_deletions_deferred_total.
+const (
+	// DeferredRecorded: the request was recorded on the object.
+	DeferredRecorded = "recorded"
+	// DeferredAlready: the object's deletion was deferred before.
+	DeferredAlready = "already"
+	// DeferredDryRun: a dry run; nothing was recorded.
+	DeferredDryRun = "dry-run"
+	// DeferredFailed: the request could not be recorded (no consent to
+	// patch, or kcp failed); the DELETE is denied as under Deny.
+	DeferredFailed = "failed"
+)
 
 // NewMetrics creates the metrics. rules reports the number of registered
 // DependencyRules, indexed the number of dependents in the index.
@@ -53,13 +69,21 @@ func NewMetrics(rules, indexed func() int) *Metrics {
 			Name: "dependency_webhook_reference_checks_total",
 			Help: "Admission decisions on CREATE and UPDATE requests of dependents, by outcome: allowed, denied (a new reference to an object that is being deleted) or error (request malformed, rules not loaded, or the referenced object could not be read).",
 		}, []string{"outcome"}),
+		deferrals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dependency_webhook_deletions_deferred_total",
+			Help: "Denied DELETEs under rules with the Replay deletion policy, by result: recorded (the object will be deleted once nothing references it), already (it was recorded before), dry-run (nothing recorded) or failed (could not be recorded).",
+		}, []string{"result"}),
+		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dependency_webhook_deletions_replayed_total",
+			Help: "Attempts to replay a deferred deletion, by result: deleted, refused (still referenced, or changed meanwhile; tried again), cancelled (the label was removed) or error (tried again).",
+		}, []string{"result"}),
 	}
 	return m
 }
 
 // collectors are the metrics one by one.
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.decisions, m.latency, m.scanned, m.rules, m.indexed, m.retries, m.refChecks}
+	return []prometheus.Collector{m.decisions, m.latency, m.scanned, m.rules, m.indexed, m.retries, m.refChecks, m.deferrals, m.replays}
 }
 
 // Describe implements prometheus.Collector.
@@ -88,6 +112,21 @@ func (m *Metrics) referenceChecked(outcome string) {
 func (m *Metrics) Retried(cause string) {
 	if m != nil {
 		m.retries.WithLabelValues(cause).Inc()
+	}
+}
+
+// deferred counts a deferral.
+func (m *Metrics) deferred(result string) {
+	if m != nil {
+		m.deferrals.WithLabelValues(result).Inc()
+	}
+}
+
+// Replayed counts an attempt to replay a deferred deletion; pass it as the
+// replayer's OnResult.
+func (m *Metrics) Replayed(result string) {
+	if m != nil {
+		m.replays.WithLabelValues(result).Inc()
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -23,6 +24,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
+	"github.com/opendefensecloud/dependency-controller/internal/replay"
 )
 
 // Audit annotation keys. kcp prefixes them with the webhook's name.
@@ -31,6 +33,7 @@ const (
 	AuditBlockers         = "blockers"
 	AuditSkipProtectionBy = "skip-protection-user"
 	AuditFailedRule       = "failed-rule"
+	AuditDeferred         = "deferred"
 )
 
 // Decisions on a DELETE request: the values of the decision audit annotation
@@ -80,6 +83,12 @@ type Dependents interface {
 	Confirm(ctx context.Context, src index.Source, paths []fieldpath.Path, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, int, error)
 }
 
+// Recorder records deferred deletions on objects; replay.Recorder
+// implements it.
+type Recorder interface {
+	Record(ctx context.Context, target index.Source, obj kcp.Meta, request depv1alpha1.DeletionRequest) error
+}
+
 // DeletionValidator is an admission.Handler that denies the deletion of an
 // object while objects in the same workspace still reference it, as
 // declared by DependencyRules.
@@ -96,6 +105,7 @@ type DeletionValidator struct {
 	maxBlockers int
 	timeout     time.Duration
 	metrics     *Metrics
+	recorder    Recorder
 	now         func() time.Time
 }
 
@@ -117,6 +127,12 @@ func WithTimeout(d time.Duration) Option {
 // WithMetrics records decisions in m.
 func WithMetrics(m *Metrics) Option {
 	return func(v *DeletionValidator) { v.metrics = m }
+}
+
+// WithRecorder defers deletions under rules with the Replay deletion policy:
+// a denied DELETE is recorded on the object through r.
+func WithRecorder(r Recorder) Option {
+	return func(v *DeletionValidator) { v.recorder = r }
 }
 
 // NewDeletionValidator returns a validator that finds rules in rules, waits
@@ -218,14 +234,14 @@ func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (
 
 	self := selfRef{target: target, namespace: namespace, name: name, uid: obj.UID}
 	groups := v.groupByDependent(entries, namespace)
+	denial := denial{logger: logger, req: req, target: target, obj: obj, source: entries[0].Target, deferrable: v.recorder != nil && !teardown(req)}
 
 	// 6. Dependents in the index that reference the object deny at once.
-	var blockers []Blocker
 	for _, g := range groups {
-		blockers = append(blockers, v.blocking(g, self, v.dependents.Hits(g.src, g.paths, cluster, g.namespace, name))...)
+		denial.add(g, v.blocking(g, self, v.dependents.Hits(g.src, g.paths, cluster, g.namespace, name)))
 	}
-	if len(blockers) > 0 {
-		return v.deny(logger, target, namespace, name, blockers), decision{outcome: DecisionDenied, via: viaIndex}
+	if len(denial.blockers) > 0 {
+		return v.deny(ctx, denial), decision{outcome: DecisionDenied, via: viaIndex}
 	}
 
 	// 7. An item of kcp's teardown is allowed without a confirming read
@@ -244,7 +260,7 @@ func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (
 	for _, g := range groups {
 		found, n, err := v.dependents.Confirm(ctx, g.src, g.paths, cluster, g.namespace, name)
 		scanned += n
-		blockers = append(blockers, v.blocking(g, self, found)...)
+		denial.add(g, v.blocking(g, self, found))
 		if errors.Is(err, index.ErrVersionNotServed) {
 			resp := admission.Denied(fmt.Sprintf("cannot check whether %s %q is still referenced: %v", target, name, err))
 			resp.AuditAnnotations = map[string]string{AuditDecision: DecisionError, AuditFailedRule: g.rules[0].String()}
@@ -258,20 +274,91 @@ func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (
 			return resp, decision{outcome: DecisionError, via: viaLive, scanned: scanned}
 		}
 	}
-	if len(blockers) == 0 {
+	if len(denial.blockers) == 0 {
 		logger.V(1).Info("Allowed deletion", "scanned", scanned, "took", v.now().Sub(start))
 		return admission.Allowed(""), decision{outcome: DecisionAllowed, via: viaLive, scanned: scanned}
 	}
-	return v.deny(logger, target, namespace, name, blockers), decision{outcome: DecisionDenied, via: viaLive, scanned: scanned}
+	return v.deny(ctx, denial), decision{outcome: DecisionDenied, via: viaLive, scanned: scanned}
 }
 
-// deny answers that the object is still referenced by blockers.
-func (v *DeletionValidator) deny(logger logr.Logger, target schema.GroupResource, namespace, name string, blockers []Blocker) admission.Response {
-	msg := deniedMessage(target, namespace, name, blockers, v.maxBlockers)
-	logger.V(1).Info("Denied deletion", "blockers", len(blockers))
+// denial collects the blockers of a DELETE, and whether the deletion may
+// be deferred.
+type denial struct {
+	logger   logr.Logger
+	req      admission.Request
+	target   schema.GroupResource
+	obj      *subject
+	blockers []Blocker
+	// source is the protected resource as its provider serves it.
+	source index.Source
+	// deferrable is set while every dependent type that blocks is one
+	// whose rules all defer deletions (and a recorder is set, and the
+	// request is not an item of kcp's teardown).
+	deferrable bool
+}
+
+// add adds blockers found among the dependents of g.
+func (d *denial) add(g *dependentGroup, blockers []Blocker) {
+	if len(blockers) > 0 {
+		d.blockers = append(d.blockers, blockers...)
+		d.deferrable = d.deferrable && g.replay
+	}
+}
+
+// deny answers that the object is still referenced by the blockers, and
+// defers the deletion if every blocking rule says so.
+func (v *DeletionValidator) deny(ctx context.Context, d denial) admission.Response {
+	name := d.obj.Name
+	if name == "" {
+		name = d.req.Name
+	}
+	slices.SortFunc(d.blockers, compareBlockers)
+	d.blockers = slices.Compact(d.blockers)
+	msg := deniedMessage(d.target, d.obj.Namespace, name, d.blockers, v.maxBlockers)
+	audit := map[string]string{AuditDecision: DecisionDenied, AuditBlockers: strconv.Itoa(len(d.blockers))}
+	if d.deferrable {
+		var deferred bool
+		msg, deferred = v.deferDeletion(ctx, d, msg)
+		if deferred {
+			audit[AuditDeferred] = "true"
+		}
+	}
+	d.logger.V(1).Info("Denied deletion", "blockers", len(d.blockers), "deferred", audit[AuditDeferred] != "")
 	resp := admission.Denied(msg)
-	resp.AuditAnnotations = map[string]string{AuditDecision: DecisionDenied, AuditBlockers: strconv.Itoa(len(blockers))}
+	resp.AuditAnnotations = audit
 	return resp
+}
+
+// deferDeletion records the request on the object (not for a dry run, nor
+// twice) and returns the denial message saying so, and whether the deletion
+// is deferred.
+func (v *DeletionValidator) deferDeletion(ctx context.Context, d denial, msg string) (string, bool) {
+	dependents := "its dependent is"
+	if n := len(d.blockers); n > 1 {
+		dependents = fmt.Sprintf("its %d dependents are", n)
+	}
+	cancel := fmt.Sprintf("remove its label %s to cancel", depv1alpha1.LabelDeletionRequested)
+	switch {
+	case d.req.DryRun != nil && *d.req.DryRun:
+		v.metrics.deferred(DeferredDryRun)
+		return fmt.Sprintf("%s; its deletion would be deferred until %s gone", msg, dependents), false
+	case d.obj.DeletionRequested:
+		v.metrics.deferred(DeferredAlready)
+		return fmt.Sprintf("%s; its deletion is deferred already: it will be deleted once %s gone (%s)", msg, dependents, cancel), true
+	}
+	request, err := replay.Request(d.req.UserInfo.Username, metav1.NewTime(v.now()), d.req.Options.Raw)
+	if err == nil {
+		ctx, stop := withBudget(ctx, v.timeout)
+		defer stop()
+		err = v.recorder.Record(ctx, d.source, d.obj.Meta, request)
+	}
+	if err != nil {
+		v.metrics.deferred(DeferredFailed)
+		d.logger.Error(err, "Failed to defer a deletion")
+		return fmt.Sprintf("%s; its deletion could not be deferred (%v)", msg, err), false
+	}
+	v.metrics.deferred(DeferredRecorded)
+	return fmt.Sprintf("%s; its deletion is deferred: it will be deleted once %s gone (%s)", msg, dependents, cancel), true
 }
 
 // selfRef identifies the object being deleted, which never blocks itself.
@@ -300,6 +387,8 @@ type dependentGroup struct {
 	namespace string
 	// synced is set when the index has listed the source on every shard.
 	synced bool
+	// replay is set when every rule of the group defers deletions.
+	replay bool
 }
 
 // groupByDependent groups the entries by dependent source, leaving out
@@ -315,7 +404,7 @@ func (v *DeletionValidator) groupByDependent(entries []registry.Entry, namespace
 			if !state.Phase.Effective() {
 				continue
 			}
-			g = &dependentGroup{src: e.Dependent, kind: e.DependentKind, synced: state.Phase == index.PhaseSynced}
+			g = &dependentGroup{src: e.Dependent, kind: e.DependentKind, synced: state.Phase == index.PhaseSynced, replay: true}
 			if state.Kind != "" {
 				g.kind = state.Kind
 			}
@@ -325,6 +414,7 @@ func (v *DeletionValidator) groupByDependent(entries []registry.Entry, namespace
 		}
 		g.rules = append(g.rules, e.Rule)
 		g.paths = append(g.paths, e.Paths...)
+		g.replay = g.replay && e.Replay
 	}
 	for _, g := range groups {
 		g.paths = compactPaths(g.paths)
@@ -356,4 +446,21 @@ func (v *DeletionValidator) blocking(g *dependentGroup, self selfRef, deps []kcp
 		}
 	}
 	return out
+}
+
+// Referenced reports whether the index holds a dependent, not being
+// deleted, that references obj, an object of target (a protected resource
+// as its provider serves it), under the rules that protect it. It reads
+// nothing live: a miss is no proof, and whoever acts on it deletes through
+// kcp, whose admission asks Handle.
+func (v *DeletionValidator) Referenced(target index.Source, obj kcp.Meta) bool {
+	gr := target.Resource.GroupResource()
+	entries := v.rules.Find(registry.Target{Cluster: target.Export.Cluster, Resource: gr})
+	self := selfRef{target: gr, namespace: obj.Namespace, name: obj.Name, uid: obj.UID}
+	for _, g := range v.groupByDependent(entries, obj.Namespace) {
+		if len(v.blocking(g, self, v.dependents.Hits(g.src, g.paths, obj.Cluster, g.namespace, obj.Name))) > 0 {
+			return true
+		}
+	}
+	return false
 }

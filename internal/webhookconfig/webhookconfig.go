@@ -149,7 +149,7 @@ func WebhookURL(base string, cluster logicalcluster.Name) string {
 // a CREATE and UPDATE rule per dependent group and resource, each listing
 // every version that rules name; a webhook with no rules is left out.
 func Configuration(ws *Workspace, cluster logicalcluster.Name, opts Options) *admissionregistrationv1ac.ValidatingWebhookConfigurationApplyConfiguration {
-	webhook := func(name string, resources []schema.GroupVersionResource, ops ...admissionregistrationv1.OperationType) *admissionregistrationv1ac.ValidatingWebhookApplyConfiguration {
+	webhook := func(name string, resources []schema.GroupVersionResource, sideEffects admissionregistrationv1.SideEffectClass, ops ...admissionregistrationv1.OperationType) *admissionregistrationv1ac.ValidatingWebhookApplyConfiguration {
 		clientConfig := admissionregistrationv1ac.WebhookClientConfig().WithURL(WebhookURL(opts.URL, cluster))
 		if len(opts.CABundle) > 0 {
 			clientConfig.WithCABundle(bytes.Clone(opts.CABundle)...)
@@ -163,7 +163,7 @@ func Configuration(ws *Workspace, cluster logicalcluster.Name, opts Options) *ad
 			// calls the webhook for versions of a resource that no rule
 			// names, converted to one that a rule names.
 			WithMatchPolicy(admissionregistrationv1.Equivalent).
-			WithSideEffects(admissionregistrationv1.SideEffectClassNone).
+			WithSideEffects(sideEffects).
 			WithTimeoutSeconds(opts.TimeoutSeconds).
 			WithAdmissionReviewVersions("v1").
 			// Empty selectors: every namespace and object. Owning them
@@ -178,10 +178,12 @@ func Configuration(ws *Workspace, cluster logicalcluster.Name, opts Options) *ad
 		cfg.WithAnnotations(map[string]string{WorkspacePathAnnotation: ws.Path.String()})
 	}
 	if len(ws.Protected) > 0 {
-		cfg.WithWebhooks(webhook(WebhookName, ws.Protected, admissionregistrationv1.Delete))
+		// A denied DELETE under a rule with the Replay deletion policy is
+		// recorded on the object, except in a dry run.
+		cfg.WithWebhooks(webhook(WebhookName, ws.Protected, admissionregistrationv1.SideEffectClassNoneOnDryRun, admissionregistrationv1.Delete))
 	}
 	if len(ws.Dependents) > 0 {
-		cfg.WithWebhooks(webhook(ReferencesWebhookName, ws.Dependents, admissionregistrationv1.Create, admissionregistrationv1.Update))
+		cfg.WithWebhooks(webhook(ReferencesWebhookName, ws.Dependents, admissionregistrationv1.SideEffectClassNone, admissionregistrationv1.Create, admissionregistrationv1.Update))
 	}
 	return cfg
 }

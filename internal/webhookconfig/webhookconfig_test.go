@@ -144,13 +144,13 @@ func TestBuild(t *testing.T) {
 	if got.Name != Name || got.Labels[ManagedByLabel] != ManagedByValue || got.Annotations[WorkspacePathAnnotation] != "root:org:net" {
 		t.Errorf("unexpected metadata: %+v", got.ObjectMeta)
 	}
-	webhook := func(name string, rules ...admissionregistrationv1.RuleWithOperations) admissionregistrationv1.ValidatingWebhook {
+	webhook := func(name string, sideEffects admissionregistrationv1.SideEffectClass, rules ...admissionregistrationv1.RuleWithOperations) admissionregistrationv1.ValidatingWebhook {
 		return admissionregistrationv1.ValidatingWebhook{
 			Name:                    name,
 			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://webhook.example:9443/validate/c-net"), CABundle: []byte("PEM")},
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
 			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			SideEffects:             ptr.To(sideEffects),
 			TimeoutSeconds:          ptr.To[int32](5),
 			AdmissionReviewVersions: []string{"v1"},
 			NamespaceSelector:       &metav1.LabelSelector{},
@@ -159,11 +159,12 @@ func TestBuild(t *testing.T) {
 		}
 	}
 	want := []admissionregistrationv1.ValidatingWebhook{
-		webhook(WebhookName,
+		// A DELETE under a Replay rule is recorded, except in a dry run.
+		webhook(WebhookName, admissionregistrationv1.SideEffectClassNoneOnDryRun,
 			opRule([]admissionregistrationv1.OperationType{admissionregistrationv1.Delete}, "net.io", "subnets", "v1"),
 			deleteRule("net.io", "vpcs", "v1", "v2"),
 			deleteRule("other.io", "vpcs", "v1")),
-		webhook(ReferencesWebhookName,
+		webhook(ReferencesWebhookName, admissionregistrationv1.SideEffectClassNone,
 			opRule([]admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}, "net.io", "routers", "v1", "v2")),
 	}
 	if !reflect.DeepEqual(got.Webhooks, want) {

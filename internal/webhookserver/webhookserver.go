@@ -17,12 +17,14 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
+	"github.com/opendefensecloud/dependency-controller/internal/replay"
 	"github.com/opendefensecloud/dependency-controller/internal/vw"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 )
@@ -49,7 +51,14 @@ type Options struct {
 	// IndexPollInterval is how often the APIExports of the dependents are
 	// read again (shards, grants).
 	IndexPollInterval time.Duration
+	// ReplayInterval is how often deferred deletions are listed again
+	// without a change of the index; default 30s.
+	ReplayInterval time.Duration
 }
+
+// LeaseName is the name of the lease of the webhook replica that replays
+// deferred deletions.
+const LeaseName = "dependency-webhook"
 
 // Webhook is the assembled webhook.
 type Webhook struct {
@@ -65,8 +74,12 @@ type Webhook struct {
 
 // New assembles the webhook with the credentials of cfg, which must point
 // at the workspace of the APIExport. mgrOpts configure the manager; its
-// webhook server serves the admission handler.
+// webhook server serves the admission handler. Every replica serves
+// requests; with mgrOpts.LeaderElection, one of them, elected with a lease
+// in the workspace of cfg, replays deferred deletions.
 func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Options) (*Webhook, error) {
+	elect, electIn := mgrOpts.LeaderElection, mgrOpts.LeaderElectionNamespace
+	mgrOpts.LeaderElection = false
 	base, _, err := kcp.WorkspaceConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -124,16 +137,48 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 	}
 
 	metrics = webhook.NewMetrics(reg.Len, ix.Len)
+	deletion := webhook.NewDeletionValidator(reg, readiness, ix,
+		webhook.WithTimeout(opts.RequestTimeout), webhook.WithMaxBlockers(opts.MaxBlockers), webhook.WithMetrics(metrics),
+		webhook.WithRecorder(replay.Recorder{Patcher: ix}))
 	handler := webhook.Handler{
-		Deletion: webhook.NewDeletionValidator(reg, readiness, ix,
-			webhook.WithTimeout(opts.RequestTimeout), webhook.WithMaxBlockers(opts.MaxBlockers), webhook.WithMetrics(metrics)),
+		Deletion:   deletion,
 		References: webhook.NewReferenceValidator(reg, readiness, ix, opts.RequestTimeout, metrics),
+	}
+	replayer := replay.New(reg, ix, deletion, replay.Options{Interval: opts.ReplayInterval, OnResult: metrics.Replayed})
+	if err := addElected(mgr.GetLocalManager(), cfg, elect, electIn, replayer); err != nil {
+		return nil, err
 	}
 	if err := webhook.Serve(mgr, opts.Path, handler); err != nil {
 		return nil, err
 	}
 	logger.Info("Webhook assembled", "path", opts.Path, "frontProxy", frontProxy)
 	return &Webhook{Manager: mgr, Ready: ready, Metrics: metrics}, nil
+}
+
+// addElected adds r, which must run on one replica only, to mgr: as it is
+// without leader election, else under a manager of its own that holds the
+// lease LeaseName in namespace. The webhook's own manager cannot elect: its
+// provider of workspaces would then run on the leader only, and the other
+// replicas would never load the rules.
+func addElected(mgr manager.Manager, cfg *rest.Config, elect bool, namespace string, r manager.Runnable) error {
+	if !elect {
+		return mgr.Add(r)
+	}
+	elected, err := manager.New(cfg, manager.Options{
+		LeaderElection:                true,
+		LeaderElectionID:              LeaseName,
+		LeaderElectionNamespace:       namespace,
+		LeaderElectionReleaseOnCancel: true,
+		Metrics:                       metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:        "0",
+	})
+	if err != nil {
+		return fmt.Errorf("failed to set up leader election: %w", err)
+	}
+	if err := elected.Add(r); err != nil {
+		return err
+	}
+	return mgr.Add(manager.RunnableFunc(elected.Start))
 }
 
 // identity returns the user name the credentials of cfg authenticate as,

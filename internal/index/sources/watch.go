@@ -38,6 +38,9 @@ type Config struct {
 	Identity string
 	// Notify is called whenever the state of a watch may have changed.
 	Notify func()
+	// Changed, if set, is called after the dependents in a watch's store
+	// changed (added, updated, removed, or listed again).
+	Changed func()
 }
 
 // schemaCheckInterval is how often the schema of a watched source is read
@@ -90,7 +93,7 @@ type Watch struct {
 // object. Run starts it.
 func NewWatch(src Source, paths []fieldpath.Path, cfg Config) *Watch {
 	return &Watch{
-		src: src, paths: paths, cfg: cfg, store: store.New(), done: make(chan struct{}),
+		src: src, paths: paths, cfg: cfg, store: store.New(cfg.Changed), done: make(chan struct{}),
 		state:  State{Phase: PhaseSyncing, Message: fmt.Sprintf("Reading the APIExport %q", src.Export.Name)},
 		shards: map[string]*shardWatch{}, readThrough: map[logicalcluster.Name]string{},
 	}

@@ -42,7 +42,7 @@ func fill(b *testing.B, s *Store, paths []fieldpath.Path, n int) {
 func BenchmarkHits(b *testing.B) {
 	paths := []fieldpath.Path{vpcRef, nics}
 	for _, n := range []int{1000, 10000, 100000} {
-		s := New()
+		s := New(nil)
 		fill(b, s, paths, n)
 		o, err := Decode([]byte(vmJSON(n, "vpc-target")), paths)
 		if err != nil {
@@ -81,7 +81,7 @@ func BenchmarkIndexMemory(b *testing.B) {
 				var before, after runtime.MemStats
 				runtime.GC()
 				runtime.ReadMemStats(&before)
-				s := New()
+				s := New(nil)
 				shard := s.ForShard("shard-1", func() {})
 				for i := range n {
 					o, err := Decode([]byte(vmJSON(i, tc.vpc(i))), paths)

@@ -106,12 +106,22 @@ type Store struct {
 	shardOf map[logicalcluster.Name]string
 	// count is the number of objects of each cluster that has any.
 	count map[logicalcluster.Name]int
+	// changed, if not nil, is called after every change, without the lock.
+	changed func()
 }
 
-// New returns an empty store.
-func New() *Store {
+// New returns an empty store that calls changed (if not nil) after every
+// change of its contents.
+func New(changed func()) *Store {
 	return &Store{objects: map[string]map[objKey]*entry{}, refs: map[refKey][]*entry{}, shardOf: map[logicalcluster.Name]string{},
-		count: map[logicalcluster.Name]int{}}
+		count: map[logicalcluster.Name]int{}, changed: changed}
+}
+
+// notify calls the changed hook.
+func (s *Store) notify() {
+	if s.changed != nil {
+		s.changed()
+	}
 }
 
 // counted adds d to the number of objects of cluster.
@@ -350,8 +360,9 @@ func (s *shardStore) Add(obj any) error {
 		return err
 	}
 	s.store.lock.Lock()
-	defer s.store.lock.Unlock()
 	s.store.put(s.shard, toEntry(o))
+	s.store.lock.Unlock()
+	s.store.notify()
 	return nil
 }
 
@@ -367,8 +378,9 @@ func (s *shardStore) Delete(obj any) error {
 		return err
 	}
 	s.store.lock.Lock()
-	defer s.store.lock.Unlock()
 	s.store.remove(s.shard, objKey{scope: scopeOf(o), name: o.Name})
+	s.store.lock.Unlock()
+	s.store.notify()
 	return nil
 }
 
@@ -389,6 +401,7 @@ func (s *shardStore) Replace(list []any, _ string) error {
 	}
 	s.store.lock.Unlock()
 	s.synced()
+	s.store.notify()
 	return nil
 }
 

@@ -73,7 +73,7 @@ func add(t *testing.T, s cache.ReflectorStore, o *Object) {
 func TestStoreReferencing(t *testing.T) {
 	paths := []fieldpath.Path{vpcRef, nics, backup}
 	all := []int{0, 1, 2}
-	s := New()
+	s := New(nil)
 	syncs := 0
 	shard1, shard2 := s.ForShard("shard-1", func() { syncs++ }), s.ForShard("shard-2", func() { syncs++ })
 	put := func(shard cache.ReflectorStore, cluster, nsName, spec string, terminating bool) {
@@ -207,7 +207,7 @@ func TestStoreReferencing(t *testing.T) {
 // Holds counts the dependents of each cluster: a cluster holds dependents
 // as long as one of them is indexed on any shard.
 func TestStoreHolds(t *testing.T) {
-	s := New()
+	s := New(nil)
 	shard1, shard2 := s.ForShard("shard-1", func() {}), s.ForShard("shard-2", func() {})
 	vm1 := dependent(t, nil, "c1", "default/vm-1", `{}`, false)
 	vm2 := dependent(t, nil, "c2", "vm-2", `{}`, false)
@@ -250,7 +250,7 @@ func TestStoreHolds(t *testing.T) {
 
 // The store hands the reflector an error for anything but an Object.
 func TestShardStoreRejectsOtherObjects(t *testing.T) {
-	shard := New().ForShard("shard-1", func() { t.Error("a failed Replace reported a complete list") })
+	shard := New(nil).ForShard("shard-1", func() { t.Error("a failed Replace reported a complete list") })
 	if err := shard.Add("not an object"); err == nil {
 		t.Error("Add accepted a string")
 	}
@@ -271,7 +271,7 @@ func TestShardStoreRejectsOtherObjects(t *testing.T) {
 // The store keeps nothing of a dependent but what decisions need.
 func TestStoreKeepsOnlyWhatDecisionsNeed(t *testing.T) {
 	paths := []fieldpath.Path{vpcRef}
-	s := New()
+	s := New(nil)
 	shard := s.ForShard("shard-1", func() {})
 	o := dependent(t, paths, "c1", "default/vm-1", `{"vpcRef":{"name":"vpc-a"},"userData":"`+strings.Repeat("x", 4096)+`"}`, false)
 	add(t, shard, o)
@@ -292,7 +292,7 @@ func TestStoreKeepsOnlyWhatDecisionsNeed(t *testing.T) {
 // A name that many dependents reference is stored once.
 func TestStoreSharesReferencedNames(t *testing.T) {
 	paths := []fieldpath.Path{vpcRef, nics}
-	s := New()
+	s := New(nil)
 	shard := s.ForShard("shard-1", func() {})
 	add(t, shard, dependent(t, paths, "c1", "default/vm-1", `{"vpcRef":{"name":"vpc-a"}}`, false))
 	add(t, shard, dependent(t, paths, "c1", "default/vm-2", `{"vpcRef":{"name":"vpc-b"},"nics":[{"vpc":"vpc-a"}]}`, false))
@@ -322,7 +322,7 @@ func TestUIDs(t *testing.T) {
 
 func TestStoreConcurrentAccess(t *testing.T) {
 	paths := []fieldpath.Path{vpcRef}
-	s := New()
+	s := New(nil)
 	shard := s.ForShard("shard-1", func() {})
 	objs := make([]*Object, 100)
 	for i := range objs {

@@ -1,0 +1,314 @@
+package replay
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/buger/jsonparser"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+
+	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+)
+
+// Index is what the Replayer needs of the index; *index.Index implements
+// it.
+type Index interface {
+	// List lists the objects of src matching a label selector everywhere.
+	List(ctx context.Context, src index.Source, selector string, visit func(item []byte) error) error
+	// Lookup reads an object live.
+	Lookup(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, error)
+	// Delete deletes an object through kcp's admission.
+	Delete(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, opts metav1.DeleteOptions) error
+	// Updates receives a value when indexed dependents may have changed.
+	Updates() <-chan struct{}
+}
+
+// Targets lists the protected resources of which some rule defers
+// deletions; *registry.Registry implements it.
+type Targets interface {
+	ReplayTargets() []index.Source
+}
+
+// References tells whether the index holds a dependent that references an
+// object; *webhook.DeletionValidator implements it.
+type References interface {
+	Referenced(target index.Source, obj kcp.Meta) bool
+}
+
+// Results of a replay attempt, for the metrics.
+const (
+	// ResultDeleted: the replayed DELETE was admitted (or the object was
+	// already gone).
+	ResultDeleted = "deleted"
+	// ResultRefused: the DELETE was refused, in the main because a
+	// dependent still references the object; it is tried again later.
+	ResultRefused = "refused"
+	// ResultCancelled: the object no longer carries the label.
+	ResultCancelled = "cancelled"
+	// ResultError: the object could not be read or deleted; tried again.
+	ResultError = "error"
+)
+
+// Options configure a Replayer.
+type Options struct {
+	// Interval is how often all recorded deletions are listed again
+	// without a change of the index. Default 30s.
+	Interval time.Duration
+	// Workers is how many deletions are tried at once. Default 8.
+	Workers int
+	// Timeout bounds one attempt (read and delete). Default 30s.
+	Timeout time.Duration
+	// OnResult, if set, is called with the result of every attempt.
+	OnResult func(result string)
+}
+
+// minPass is the least time between two passes over the recorded
+// deletions, and minRelist between two listings, however often the index
+// changes.
+const (
+	minPass   = 100 * time.Millisecond
+	minRelist = 2 * time.Second
+)
+
+// key identifies an object whose deletion is deferred.
+type key struct {
+	src       index.Source
+	cluster   logicalcluster.Name
+	namespace string
+	name      string
+}
+
+// deferred is what the listing found of a recorded deletion.
+type deferred struct {
+	meta   kcp.Meta
+	policy *metav1.DeletionPropagation
+}
+
+// Replayer deletes the objects whose deletion was deferred, each once the
+// index holds no dependent that references it. It runs on the elected
+// leader only: it is a manager.LeaderElectionRunnable.
+type Replayer struct {
+	targets    Targets
+	index      Index
+	references References
+	opts       Options
+
+	lock    sync.Mutex
+	pending map[key]deferred
+}
+
+// New returns a Replayer.
+func New(targets Targets, ix Index, references References, opts Options) *Replayer {
+	if opts.Interval <= 0 {
+		opts.Interval = 30 * time.Second
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 8
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 30 * time.Second
+	}
+	return &Replayer{targets: targets, index: ix, references: references, opts: opts, pending: map[key]deferred{}}
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (r *Replayer) NeedLeaderElection() bool {
+	return true
+}
+
+// Start implements manager.Runnable: it replays until ctx is done.
+func (r *Replayer) Start(ctx context.Context) error {
+	logger := log.FromContext(ctx).WithName("replay")
+	ctx = log.IntoContext(ctx, logger)
+	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[key](200*time.Millisecond, 30*time.Second),
+		workqueue.TypedRateLimitingQueueConfig[key]{Name: "replay"})
+	var wg sync.WaitGroup
+	for range r.opts.Workers {
+		wg.Go(func() {
+			for r.next(ctx, queue) {
+			}
+		})
+	}
+	logger.Info("Replaying deferred deletions")
+
+	ticker := time.NewTicker(r.opts.Interval)
+	defer ticker.Stop()
+	var listed time.Time
+	relist := true
+	for {
+		if relist && time.Since(listed) >= minRelist {
+			r.list(ctx)
+			listed, relist = time.Now(), false
+		}
+		r.enqueue(queue)
+		select {
+		case <-ctx.Done():
+			queue.ShutDown()
+			wg.Wait()
+			return nil
+		case <-ticker.C:
+			relist = true
+		case <-r.index.Updates():
+			// Dependents changed: some recorded deletions may be free to
+			// go, and new ones may have been recorded meanwhile.
+			relist = true
+			time.Sleep(minPass)
+		}
+	}
+}
+
+// list reads every recorded deletion of the resources whose rules defer
+// deletions. A resource that cannot be listed keeps what was known of it.
+func (r *Replayer) list(ctx context.Context) {
+	logger := log.FromContext(ctx)
+	selector := depv1alpha1.LabelDeletionRequested
+	found := map[key]deferred{}
+	listed := map[index.Source]bool{}
+	for _, src := range r.targets.ReplayTargets() {
+		err := r.index.List(ctx, src, selector, func(raw []byte) error {
+			m, err := kcp.ReadMeta(raw)
+			if err != nil {
+				return err
+			}
+			if m.Terminating || !m.DeletionRequested {
+				return nil
+			}
+			d := deferred{meta: m}
+			if s, err := jsonparser.GetString(raw, "metadata", "annotations", depv1alpha1.AnnotationDeletionRequest); err == nil {
+				var req depv1alpha1.DeletionRequest
+				if json.Unmarshal([]byte(s), &req) == nil {
+					d.policy = req.PropagationPolicy
+				}
+			}
+			found[key{src: src, cluster: m.Cluster, namespace: m.Namespace, name: m.Name}] = d
+			return nil
+		})
+		if err != nil {
+			logger.Error(err, "Failed to list deferred deletions", "resource", src)
+			continue
+		}
+		listed[src] = true
+	}
+	r.lock.Lock()
+	defer r.lock.Unlock()
+	for k := range r.pending {
+		if listed[k.src] {
+			delete(r.pending, k)
+		}
+	}
+	for k, d := range found {
+		r.pending[k] = d
+	}
+}
+
+// enqueue queues every recorded deletion that the index holds no
+// dependents of.
+func (r *Replayer) enqueue(queue workqueue.TypedRateLimitingInterface[key]) {
+	r.lock.Lock()
+	defer r.lock.Unlock()
+	for k, d := range r.pending {
+		if !r.references.Referenced(k.src, d.meta) {
+			queue.Add(k)
+		}
+	}
+}
+
+// next processes one queued deletion; it returns false once the queue
+// is shut down.
+func (r *Replayer) next(ctx context.Context, queue workqueue.TypedRateLimitingInterface[key]) bool {
+	k, shutdown := queue.Get()
+	if shutdown {
+		return false
+	}
+	defer queue.Done(k)
+	result, err := r.replay(ctx, k)
+	if r.opts.OnResult != nil && result != "" {
+		r.opts.OnResult(result)
+	}
+	switch result {
+	case ResultRefused, ResultError:
+		if err != nil && result == ResultError {
+			log.FromContext(ctx).Error(err, "Failed to replay a deferred deletion", "resource", k.src, "cluster", k.cluster, "namespace", k.namespace, "name", k.name)
+		}
+		queue.AddRateLimited(k)
+	default:
+		queue.Forget(k)
+	}
+	return true
+}
+
+// replay tries to delete one object whose deletion is deferred: it reads
+// the object, and deletes it if it still carries the label, with the
+// resourceVersion and UID it read as preconditions, so that a label removed
+// meanwhile cancels the deletion.
+func (r *Replayer) replay(ctx context.Context, k key) (string, error) {
+	r.lock.Lock()
+	d, ok := r.pending[k]
+	r.lock.Unlock()
+	if !ok || r.references.Referenced(k.src, d.meta) {
+		// Gone from the listing, or still referenced: the next change of
+		// the index queues it again.
+		return "", nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
+	defer cancel()
+	logger := log.FromContext(ctx).WithValues("resource", k.src, "cluster", k.cluster, "namespace", k.namespace, "name", k.name)
+
+	found, err := r.index.Lookup(ctx, k.src, k.cluster, k.namespace, k.name)
+	if err != nil {
+		return ResultError, fmt.Errorf("failed to read the object: %w", err)
+	}
+	var obj *kcp.Meta
+	for i := range found {
+		if found[i].Namespace == k.namespace && found[i].Name == k.name {
+			obj = &found[i]
+		}
+	}
+	switch {
+	case obj == nil || obj.Terminating:
+		r.drop(k)
+		return ResultDeleted, nil
+	case !obj.DeletionRequested:
+		r.drop(k)
+		logger.Info("Deferred deletion cancelled")
+		return ResultCancelled, nil
+	}
+	opts := metav1.DeleteOptions{
+		Preconditions:     &metav1.Preconditions{UID: &obj.UID, ResourceVersion: &obj.ResourceVersion},
+		PropagationPolicy: d.policy,
+	}
+	err = r.index.Delete(ctx, k.src, k.cluster, k.namespace, k.name, opts)
+	switch {
+	case err == nil, apierrors.IsNotFound(err):
+		r.drop(k)
+		logger.V(1).Info("Replayed a deferred deletion")
+		return ResultDeleted, nil
+	case apierrors.IsConflict(err):
+		// Changed since it was read (perhaps the label was removed): read
+		// it again.
+		return ResultRefused, nil
+	case apierrors.IsForbidden(err):
+		logger.V(1).Info("Replayed deletion refused; trying again later", "reason", err.Error())
+		return ResultRefused, nil
+	}
+	return ResultError, fmt.Errorf("failed to delete the object: %w", err)
+}
+
+// drop forgets a deferred deletion.
+func (r *Replayer) drop(k key) {
+	r.lock.Lock()
+	defer r.lock.Unlock()
+	delete(r.pending, k)
+}
