@@ -188,7 +188,7 @@ func (r *Replayer) list(ctx context.Context) {
 			d := deferred{meta: m}
 			if s, err := jsonparser.GetString(raw, "metadata", "annotations", depv1alpha1.AnnotationDeletionRequest); err == nil {
 				var req depv1alpha1.DeletionRequest
-				if json.Unmarshal([]byte(s), &req) == nil {
+				if json.Unmarshal([]byte(s), &req) == nil && req.PropagationPolicy != nil && *req.PropagationPolicy != "" {
 					d.policy = req.PropagationPolicy
 				}
 			}

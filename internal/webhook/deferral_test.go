@@ -115,8 +115,10 @@ func TestDeletionsUnderReplayRulesAreDeferred(t *testing.T) {
 				r.OldObject.Raw, _ = json.Marshal(obj)
 				return r
 			}(),
-			setup:        func(f *fakeDependents) { f.add(consumer, vms, object("default", "vm-1", vmRefs("vpc-a"))) },
-			wantMessage:  []string{"its deletion is deferred already"},
+			setup: func(f *fakeDependents) { f.add(consumer, vms, object("default", "vm-1", vmRefs("vpc-a"))) },
+			// The same answer: the DELETE that recorded it is admitted again
+			// by kcp on the recorded state.
+			wantMessage:  []string{"its deletion is deferred: it will be deleted once its dependent is gone"},
 			wantDeferred: true,
 		},
 		{

@@ -343,8 +343,11 @@ func (v *DeletionValidator) deferDeletion(ctx context.Context, d denial, msg str
 		v.metrics.deferred(DeferredDryRun)
 		return fmt.Sprintf("%s; its deletion would be deferred until %s gone", msg, dependents), false
 	case d.obj.DeletionRequested:
+		// Also the answer to the DELETE that recorded it: the record
+		// changes the object, so kcp admits that DELETE again on the new
+		// state before it answers.
 		v.metrics.deferred(DeferredAlready)
-		return fmt.Sprintf("%s; its deletion is deferred already: it will be deleted once %s gone (%s)", msg, dependents, cancel), true
+		return fmt.Sprintf("%s; its deletion is deferred: it will be deleted once %s gone (%s)", msg, dependents, cancel), true
 	}
 	request, err := replay.Request(d.req.UserInfo.Username, metav1.NewTime(v.now()), d.req.Options.Raw)
 	if err == nil {

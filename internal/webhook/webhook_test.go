@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -516,6 +517,93 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 		err = cli.Cluster(consumer).Patch(ctx, vm, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"nics":[{"vpc":"vpc-doomed"}]}}`)))
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "adding a reference to vpc-doomed: %v", err)
 		Expect(err.Error()).To(ContainSubstring(`VirtualMachine "vm-held" cannot reference vpcs "vpc-doomed": it is being deleted`))
+	})
+
+	It("defers the deletion of a referenced Subnet under a Replay rule and deletes it once its VMs are gone; removing the label cancels it", func(ctx context.Context) {
+		By("granting the webhook patch and delete on the network export, as config/samples/network-provider/webhook-access.yaml does")
+		grant, err := kcpenv.ReadYAMLFile(filepath.Join(kcpenv.RepoRoot(), "config/samples/network-provider/webhook-access.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(kcpenv.Apply(ctx, cli.Cluster(network), grant...)).To(Succeed())
+		replayRule := &depv1alpha1.DependencyRule{
+			ObjectMeta: metav1.ObjectMeta{Name: "subnet-references"},
+			Spec: depv1alpha1.DependencyRuleSpec{
+				Dependent: depv1alpha1.DependentResource{APIExportName: "compute.test.io", Group: "compute.test.io", Version: "v1", Kind: "VirtualMachine", Resource: "virtualmachines"},
+				Dependencies: []depv1alpha1.Dependency{
+					{APIExportRef: depv1alpha1.APIExportReference{Path: network.String(), Name: "network.test.io"}, Group: "network.test.io", Version: "v1", Resource: "subnets", FieldRef: depv1alpha1.FieldReference{Path: ".spec.subnet"}},
+				},
+				DeletionPolicy: depv1alpha1.DeletionPolicyReplay,
+			},
+		}
+		Expect(cli.Cluster(compute).Create(ctx, replayRule)).To(Succeed())
+		DeferCleanup(func(ctx context.Context) { Expect(cli.Cluster(compute).Delete(ctx, replayRule)).To(Succeed()) })
+		installWebhookConfig(ctx, network, networkCluster, "dependency-replay", wh.URL, wh.CABundle, subnetGVR)
+		DeferCleanup(func(ctx context.Context) {
+			Expect(cli.Cluster(network).Delete(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "dependency-replay"}})).To(Succeed())
+		})
+
+		for _, name := range []string{"subnet-a", "subnet-b"} {
+			create(ctx, consumer, newObject(subnetGVR, "default", name, nil))
+		}
+		create(ctx, consumer, newObject(vmGVR, "default", "vm-s1", map[string]any{"subnet": "subnet-a"}))
+		create(ctx, consumer, newObject(vmGVR, "default", "vm-s2", map[string]any{"subnet": "subnet-a"}))
+		create(ctx, consumer, newObject(vmGVR, "default", "vm-s3", map[string]any{"subnet": "subnet-b"}))
+		labelOf := func(name string) (string, bool) {
+			GinkgoHelper()
+			got := newObject(subnetGVR, "default", name, nil)
+			Expect(cli.Cluster(consumer).Get(ctx, client.ObjectKeyFromObject(got), got)).To(Succeed())
+			v, ok := got.GetLabels()[depv1alpha1.LabelDeletionRequested]
+			return v, ok
+		}
+
+		By("answering a dry run with what would happen, recording nothing")
+		Eventually(func(g Gomega) {
+			err := deleteObject(ctx, cli.Cluster(consumer), subnetGVR, "default", "subnet-a", client.DryRunAll)
+			g.Expect(err).To(HaveOccurred())
+			g.Expect(err.Error()).To(ContainSubstring("its deletion would be deferred until its 2 dependents are gone"))
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		_, recorded := labelOf("subnet-a")
+		Expect(recorded).To(BeFalse(), "a dry run recorded the deletion")
+
+		By("refusing the DELETE, so that the provider does not start tearing the Subnet down, and recording it")
+		err = deleteObject(ctx, cli.Cluster(consumer), subnetGVR, "default", "subnet-a", client.PropagationPolicy(metav1.DeletePropagationForeground))
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "deleting subnet-a: %v", err)
+		Expect(err.Error()).To(ContainSubstring("VirtualMachine/default/vm-s1, VirtualMachine/default/vm-s2"))
+		Expect(err.Error()).To(ContainSubstring("its deletion is deferred: it will be deleted once its 2 dependents are gone (remove its label " + depv1alpha1.LabelDeletionRequested + " to cancel)"))
+		got := newObject(subnetGVR, "default", "subnet-a", nil)
+		Expect(cli.Cluster(consumer).Get(ctx, client.ObjectKeyFromObject(got), got)).To(Succeed())
+		Expect(got.GetLabels()).To(HaveKeyWithValue(depv1alpha1.LabelDeletionRequested, "true"))
+		var request depv1alpha1.DeletionRequest
+		Expect(json.Unmarshal([]byte(got.GetAnnotations()[depv1alpha1.AnnotationDeletionRequest]), &request)).To(Succeed())
+		Expect(request.User).NotTo(BeEmpty())
+		Expect(request.PropagationPolicy).To(Equal(ptr.To(metav1.DeletePropagationForeground)))
+		Expect(got.GetDeletionTimestamp()).To(BeNil())
+
+		By("deferring subnet-b too, then cancelling it by removing the label")
+		err = deleteObject(ctx, cli.Cluster(consumer), subnetGVR, "default", "subnet-b")
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("its deletion is deferred"))
+		Expect(cli.Cluster(consumer).Patch(ctx, newObject(subnetGVR, "default", "subnet-b", nil), client.RawPatch(types.MergePatchType,
+			[]byte(`{"metadata":{"labels":{"`+depv1alpha1.LabelDeletionRequested+`":null}}}`)))).To(Succeed())
+
+		By("keeping subnet-a while one VM still references it")
+		Expect(deleteObject(ctx, cli.Cluster(consumer), vmGVR, "default", "vm-s1")).To(Succeed())
+		Consistently(func() error {
+			return cli.Cluster(consumer).Get(ctx, client.ObjectKeyFromObject(got), newObject(subnetGVR, "default", "subnet-a", nil))
+		}).WithTimeout(3 * time.Second).WithPolling(interval).Should(Succeed())
+
+		By("deleting subnet-a once the last VM is gone, and not subnet-b, whose deletion was cancelled")
+		Expect(deleteObject(ctx, cli.Cluster(consumer), vmGVR, "default", "vm-s2")).To(Succeed())
+		Expect(deleteObject(ctx, cli.Cluster(consumer), vmGVR, "default", "vm-s3")).To(Succeed())
+		Eventually(func() bool {
+			err := cli.Cluster(consumer).Get(ctx, client.ObjectKeyFromObject(got), newObject(subnetGVR, "default", "subnet-a", nil))
+			return apierrors.IsNotFound(err)
+		}).WithTimeout(timeout).WithPolling(interval).Should(BeTrue(), "subnet-a was not deleted")
+		Consistently(func() error {
+			return cli.Cluster(consumer).Get(ctx, client.ObjectKey{Namespace: "default", Name: "subnet-b"}, newObject(subnetGVR, "default", "subnet-b", nil))
+		}).WithTimeout(3 * time.Second).WithPolling(interval).Should(Succeed(), "subnet-b was deleted although its deletion was cancelled")
+		replayed, err := wh.Replayed("deleted")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(replayed).To(BeNumerically(">=", 1))
 	})
 
 	It("reports a field path that the dependent's schema cannot hold, and keeps working for the other rules", func(ctx context.Context) {

@@ -81,6 +81,7 @@ func StartWebhook(ctx context.Context, depCtrl *rest.Config, certDir string, tls
 		MaxBlockers:       10,
 		ResyncPeriod:      time.Minute,
 		IndexPollInterval: time.Second,
+		ReplayInterval:    5 * time.Second,
 	}, opts)
 	if err != nil {
 		return nil, err
@@ -161,6 +162,28 @@ func (w *Webhook) Decisions(outcome, via string) (float64, error) {
 			}
 			if labels["outcome"] == outcome && labels["via"] == via {
 				return m.GetCounter().GetValue(), nil
+			}
+		}
+	}
+	return 0, nil
+}
+
+// Replayed returns how many attempts to replay a deferred deletion had the
+// result (deleted, refused, cancelled, error).
+func (w *Webhook) Replayed(result string) (float64, error) {
+	families, err := w.Metrics.Gather()
+	if err != nil {
+		return 0, err
+	}
+	for _, f := range families {
+		if f.GetName() != "dependency_webhook_deletions_replayed_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					return m.GetCounter().GetValue(), nil
+				}
 			}
 		}
 	}
