@@ -159,6 +159,60 @@ func updateRule(ctx context.Context, mutate func(*depv1alpha1.DependencyRule)) {
 	}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
 }
 
+// watchDeletions watches the resources in the workspaces until the spec
+// ends, and returns a function that tells at which revision the object
+// (namespace/name) was deleted. The resourceVersion of a DELETED event is the
+// revision of the deletion, and the types of one workspace share its
+// shard's revisions, so revisions order deletions within a workspace.
+func watchDeletions(ctx context.Context, workspaces []logicalcluster.Path, resources ...schema.GroupVersionResource) func(ws logicalcluster.Path, gvr schema.GroupVersionResource, key string) (int64, bool) {
+	GinkgoHelper()
+	cfg, err := topo.AdminConfig()
+	Expect(err).NotTo(HaveOccurred())
+	type watchKey struct {
+		ws  logicalcluster.Path
+		gvr schema.GroupVersionResource
+	}
+	var lock sync.Mutex
+	deleted := map[watchKey]map[string]int64{}
+	watchCtx, stop := context.WithCancel(context.Background())
+	DeferCleanup(stop)
+	for _, ws := range workspaces {
+		wsCfg := rest.CopyConfig(cfg)
+		wsCfg.Host += ws.RequestPath()
+		dyn, err := dynamic.NewForConfig(wsCfg)
+		Expect(err).NotTo(HaveOccurred())
+		for _, gvr := range resources {
+			k := watchKey{ws, gvr}
+			deleted[k] = map[string]int64{}
+			list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+			Expect(err).NotTo(HaveOccurred())
+			events, err := dyn.Resource(gvr).Watch(watchCtx, metav1.ListOptions{ResourceVersion: list.GetResourceVersion()})
+			Expect(err).NotTo(HaveOccurred())
+			go func() {
+				defer GinkgoRecover()
+				defer events.Stop()
+				for ev := range events.ResultChan() {
+					if ev.Type != watch.Deleted {
+						continue
+					}
+					obj := ev.Object.(*unstructured.Unstructured)
+					rv, err := strconv.ParseInt(obj.GetResourceVersion(), 10, 64)
+					Expect(err).NotTo(HaveOccurred())
+					lock.Lock()
+					deleted[k][obj.GetNamespace()+"/"+obj.GetName()] = rv
+					lock.Unlock()
+				}
+			}()
+		}
+	}
+	return func(ws logicalcluster.Path, gvr schema.GroupVersionResource, key string) (int64, bool) {
+		lock.Lock()
+		defer lock.Unlock()
+		rv, ok := deleted[watchKey{ws, gvr}][key]
+		return rv, ok
+	}
+}
+
 var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 	It("installs the webhook configuration in the nested network provider workspace when the rule is created", func(ctx context.Context) {
 		Expect(cli.Cluster(compute).Create(ctx, sampleRule())).To(Succeed())
@@ -290,46 +344,7 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 		// consumer: the resourceVersion of a DELETED event is the revision of
 		// the deletion, and both types of one workspace share its shard's
 		// revisions.
-		cfg, err := topo.AdminConfig()
-		Expect(err).NotTo(HaveOccurred())
-		type watched struct {
-			ws      logicalcluster.Path
-			gvr     schema.GroupVersionResource
-			lock    sync.Mutex
-			deleted map[string]int64 // namespace/name -> revision of the deletion
-		}
-		watchCtx, stopWatches := context.WithCancel(ctx)
-		defer stopWatches()
-		var all []*watched
-		for _, ws := range []logicalcluster.Path{consumerA, consumerB} {
-			wsCfg := rest.CopyConfig(cfg)
-			wsCfg.Host += ws.RequestPath()
-			dyn, err := dynamic.NewForConfig(wsCfg)
-			Expect(err).NotTo(HaveOccurred())
-			for _, gvr := range []schema.GroupVersionResource{vms, vpcs} {
-				w := &watched{ws: ws, gvr: gvr, deleted: map[string]int64{}}
-				all = append(all, w)
-				list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
-				Expect(err).NotTo(HaveOccurred())
-				events, err := dyn.Resource(gvr).Watch(watchCtx, metav1.ListOptions{ResourceVersion: list.GetResourceVersion()})
-				Expect(err).NotTo(HaveOccurred())
-				go func() {
-					defer GinkgoRecover()
-					defer events.Stop()
-					for ev := range events.ResultChan() {
-						if ev.Type != watch.Deleted {
-							continue
-						}
-						obj := ev.Object.(*unstructured.Unstructured)
-						rv, err := strconv.ParseInt(obj.GetResourceVersion(), 10, 64)
-						Expect(err).NotTo(HaveOccurred())
-						w.lock.Lock()
-						w.deleted[obj.GetNamespace()+"/"+obj.GetName()] = rv
-						w.lock.Unlock()
-					}
-				}()
-			}
-		}
+		deletedAt := watchDeletions(ctx, []logicalcluster.Path{consumerA, consumerB}, vms, vpcs)
 
 		start := time.Now()
 		for _, ws := range []logicalcluster.Path{consumerA, consumerB} {
@@ -349,17 +364,6 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 		GinkgoWriter.Printf("teardown: 40 namespaces with 1,000 VPCs and 1,000 VMs deleted in %s\n", time.Since(start).Round(time.Millisecond))
 
 		By("checking that every VM was deleted before the VPC it referenced")
-		deletedAt := func(ws logicalcluster.Path, gvr schema.GroupVersionResource, key string) (int64, bool) {
-			for _, w := range all {
-				if w.ws == ws && w.gvr == gvr {
-					w.lock.Lock()
-					defer w.lock.Unlock()
-					rv, ok := w.deleted[key]
-					return rv, ok
-				}
-			}
-			return 0, false
-		}
 		var wrong []string
 		Eventually(func(g Gomega) {
 			wrong = nil
@@ -375,6 +379,126 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 			}
 		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
 		Expect(wrong).To(BeEmpty(), "VPCs deleted while a VM referenced them")
+	})
+
+	It("deletes a whole stack in one go under a Replay rule, in dependency order, finishing after the replaying webhook is killed; removing the label cancels", func(ctx context.Context) {
+		const n, ns = 60, "stack"
+		workspaces := []logicalcluster.Path{consumerA, consumerB}
+		inStack := func(o *unstructured.Unstructured) *unstructured.Unstructured {
+			o.SetNamespace(ns)
+			return o
+		}
+		updateRule(ctx, func(r *depv1alpha1.DependencyRule) { r.Spec.DeletionPolicy = depv1alpha1.DeletionPolicyReplay })
+		DeferCleanup(func(ctx context.Context) {
+			updateRule(ctx, func(r *depv1alpha1.DependencyRule) { r.Spec.DeletionPolicy = "" })
+		})
+		for _, ws := range workspaces {
+			Expect(client.IgnoreAlreadyExists(cli.Cluster(ws).Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))).To(Succeed())
+			for i := range n {
+				create(ctx, ws, inStack(vpc(fmt.Sprintf("vpc-%02d", i))), inStack(vm(fmt.Sprintf("vm-%02d", i), fmt.Sprintf("vpc-%02d", i))))
+			}
+			// Two VMs on vpc-00; vpc-keep's deletion is cancelled.
+			create(ctx, ws, inStack(vm("vm-extra", "vpc-00")), inStack(vpc("vpc-keep")), inStack(vm("vm-keep", "vpc-keep")))
+		}
+		deletedAt := watchDeletions(ctx, workspaces, vms, vpcs)
+		Eventually(func(g Gomega) {
+			err := cli.Cluster(consumerA).Delete(ctx, inStack(vpc("vpc-00")), client.DryRunAll)
+			g.Expect(err).To(HaveOccurred())
+			g.Expect(err.Error()).To(ContainSubstring("its deletion would be deferred until its 2 dependents are gone"))
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed(), "the webhook has not taken the Replay policy up")
+
+		By("deleting every VPC first, as kubectl delete vpcs,virtualmachines --all does: each is refused and recorded")
+		for _, ws := range workspaces {
+			names := []string{"vpc-keep"}
+			for i := range n {
+				names = append(names, fmt.Sprintf("vpc-%02d", i))
+			}
+			for _, name := range names {
+				err := cli.Cluster(ws).Delete(ctx, inStack(vpc(name)))
+				Expect(apierrors.IsForbidden(err)).To(BeTrue(), "deleting %s in %s: %v", name, ws, err)
+				Expect(err.Error()).To(ContainSubstring("its deletion is deferred: it will be deleted once"))
+			}
+			Expect(mergePatch(ctx, ws, inStack(vpc("vpc-keep")), `{"metadata":{"labels":{"`+depv1alpha1.LabelDeletionRequested+`":null}}}`)).To(Succeed())
+		}
+
+		By("deleting the first half of the VMs: their VPCs follow")
+		deleteVMs := func(from, to int) {
+			GinkgoHelper()
+			for _, ws := range workspaces {
+				for i := from; i < to; i++ {
+					Expect(cli.Cluster(ws).Delete(ctx, inStack(vm(fmt.Sprintf("vm-%02d", i), "")))).To(Succeed())
+				}
+			}
+		}
+		gone := func(ws logicalcluster.Path, name string) bool {
+			err := cli.Cluster(ws).Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, inStack(vpc(name)))
+			return apierrors.IsNotFound(err)
+		}
+		deleteVMs(1, n/2)
+		Eventually(func(g Gomega) {
+			for _, ws := range workspaces {
+				for i := 1; i < n/2; i++ {
+					g.Expect(gone(ws, fmt.Sprintf("vpc-%02d", i))).To(BeTrue(), "vpc-%02d in %s", i, ws)
+				}
+			}
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+
+		By("killing the webhook, deleting the other VMs while it is down, and restarting it: it finds the recorded VPCs and deletes them")
+		webhookProc.Kill()
+		deleteVMs(n/2, n)
+		Expect(webhookProc.Start()).To(Succeed())
+		Eventually(webhookProc.Ready).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		Eventually(func(g Gomega) {
+			for _, ws := range workspaces {
+				for i := 1; i < n; i++ {
+					g.Expect(gone(ws, fmt.Sprintf("vpc-%02d", i))).To(BeTrue(), "vpc-%02d in %s", i, ws)
+				}
+			}
+		}).WithTimeout(2 * time.Minute).WithPolling(interval).Should(Succeed())
+
+		By("keeping vpc-00 while vm-extra references it, then deleting it")
+		for _, ws := range workspaces {
+			Expect(gone(ws, "vpc-00")).To(BeFalse(), "vpc-00 in %s went while vm-extra referenced it", ws)
+			Expect(cli.Cluster(ws).Delete(ctx, inStack(vm("vm-00", "")))).To(Succeed())
+			Expect(cli.Cluster(ws).Delete(ctx, inStack(vm("vm-extra", "")))).To(Succeed())
+			Expect(cli.Cluster(ws).Delete(ctx, inStack(vm("vm-keep", "")))).To(Succeed())
+		}
+		Eventually(func(g Gomega) {
+			for _, ws := range workspaces {
+				g.Expect(gone(ws, "vpc-00")).To(BeTrue(), "vpc-00 in %s", ws)
+			}
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+
+		By("checking, through each consumer's watches, that no VPC went before a VM that referenced it")
+		var wrong []string
+		Eventually(func(g Gomega) {
+			wrong = nil
+			for _, ws := range workspaces {
+				for i := range n {
+					vpcAt, ok := deletedAt(ws, vpcs, fmt.Sprintf("%s/vpc-%02d", ns, i))
+					g.Expect(ok).To(BeTrue(), "no deletion of vpc-%02d seen in %s", i, ws)
+					referencing := []string{fmt.Sprintf("vm-%02d", i)}
+					if i == 0 {
+						referencing = append(referencing, "vm-extra")
+					}
+					for _, v := range referencing {
+						vmAt, ok := deletedAt(ws, vms, ns+"/"+v)
+						g.Expect(ok).To(BeTrue(), "no deletion of %s seen in %s", v, ws)
+						if vpcAt < vmAt {
+							wrong = append(wrong, fmt.Sprintf("%s: vpc-%02d deleted at %d, before %s at %d", ws, i, vpcAt, v, vmAt))
+						}
+					}
+				}
+			}
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		Expect(wrong).To(BeEmpty(), "VPCs deleted while a VM referenced them")
+
+		By("leaving vpc-keep, whose deletion was cancelled")
+		Consistently(func(g Gomega) {
+			for _, ws := range workspaces {
+				g.Expect(gone(ws, "vpc-keep")).To(BeFalse(), "vpc-keep in %s", ws)
+			}
+		}).WithTimeout(5 * time.Second).WithPolling(interval).Should(Succeed())
 	})
 
 	It("reads nothing but what providers granted: the webhook's identity cannot read Secrets", func(ctx context.Context) {
