@@ -600,7 +600,7 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 		}).WithTimeout(timeout).WithPolling(interval).Should(BeTrue(), "subnet-a was not deleted")
 		Consistently(func() error {
 			return cli.Cluster(consumer).Get(ctx, client.ObjectKey{Namespace: "default", Name: "subnet-b"}, newObject(subnetGVR, "default", "subnet-b", nil))
-		}).WithTimeout(3 * time.Second).WithPolling(interval).Should(Succeed(), "subnet-b was deleted although its deletion was cancelled")
+		}).WithTimeout(3*time.Second).WithPolling(interval).Should(Succeed(), "subnet-b was deleted although its deletion was cancelled")
 		replayed, err := wh.Replayed("deleted")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(replayed).To(BeNumerically(">=", 1))
