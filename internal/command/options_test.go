@@ -17,17 +17,17 @@ func TestCommonOptionsFlags(t *testing.T) {
 	}{
 		{
 			name: "defaults",
-			want: CommonOptions{APIExportName: DefaultAPIExportName, MetricsBindAddress: ":8080", HealthProbeBindAddress: ":8081", ResyncPeriod: 7 * time.Minute},
+			want: CommonOptions{APIExportName: DefaultAPIExportName, MetricsBindAddress: ":8080", HealthProbeBindAddress: ":8081", ResyncPeriod: 7 * time.Minute, LeaderElect: true, LeaderElectionNamespace: "default"},
 		},
 		{
 			name: "every flag",
-			args: []string{"--api-export-name=deps.example.io", "--metrics-bind-address=0", "--health-probe-bind-address=:9000", "--resync-period=30s"},
-			want: CommonOptions{APIExportName: "deps.example.io", MetricsBindAddress: "0", HealthProbeBindAddress: ":9000", ResyncPeriod: 30 * time.Second},
+			args: []string{"--api-export-name=deps.example.io", "--metrics-bind-address=0", "--health-probe-bind-address=:9000", "--resync-period=30s", "--leader-elect=false", "--leader-election-namespace=leases"},
+			want: CommonOptions{APIExportName: "deps.example.io", MetricsBindAddress: "0", HealthProbeBindAddress: ":9000", ResyncPeriod: 30 * time.Second, LeaderElectionNamespace: "leases"},
 		},
 		{
 			name:    "every invalid option is reported, naming its flag",
 			args:    []string{"--api-export-name=", "--resync-period=10ms"},
-			want:    CommonOptions{MetricsBindAddress: ":8080", HealthProbeBindAddress: ":8081", ResyncPeriod: 10 * time.Millisecond},
+			want:    CommonOptions{MetricsBindAddress: ":8080", HealthProbeBindAddress: ":8081", ResyncPeriod: 10 * time.Millisecond, LeaderElect: true, LeaderElectionNamespace: "default"},
 			wantErr: []string{"--api-export-name must not be empty", "--resync-period must be at least 1s, got 10ms"},
 		},
 	}

@@ -411,8 +411,11 @@ func checkCommon(t *testing.T, r *rendered, serving string, ca helmchart.FileSou
 		t.Error("the selectors of the controller and the webhook overlap")
 	}
 
-	if v, _ := c.Flag("leader-elect"); v != "true" {
-		t.Errorf("--leader-elect=%s, want true", v)
+	for name, inv := range map[string]helmchart.Invocation{"controller": c, "webhook": w} {
+		// The webhook elects the replica that replays deferred deletions.
+		if v, _ := inv.Flag("leader-elect"); v != "true" {
+			t.Errorf("%s: --leader-elect=%s, want true", name, v)
+		}
 	}
 
 	// Both read kcp through a kubeconfig mounted from a Secret.

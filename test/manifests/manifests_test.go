@@ -168,12 +168,19 @@ func TestDepCtrlWorkspace(t *testing.T) {
 		}
 	}
 	if allows(webhook, "apis.kcp.io", "apiexports/content", "update") || allows(webhook, "apis.kcp.io", "apiexports/content", "delete") {
-		t.Errorf("the webhook only reads through the virtual workspace, and patches the status of rules")
+		t.Errorf("the webhook only reads through the dependencies export's virtual workspace, and patches the status of rules")
+	}
+	// Its lease, in its own workspace, elects the replica that replays
+	// deferred deletions.
+	if !allows(webhook, "coordination.k8s.io", "leases", "update") {
+		t.Errorf("the webhook cannot hold its lease")
 	}
 }
 
-// The webhook is granted read access by each provider for its own
-// APIExport only (config/samples/*/webhook-access.yaml), never broadly.
+// The webhook is granted access by each provider for its own APIExport
+// only (config/samples/*/webhook-access.yaml), never broadly: reads, and
+// patch and delete of the export's objects (deferred deletion), nothing
+// else.
 func TestWebhookAccessSamples(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join(configDir, "samples", "*", "webhook-access.yaml"))
 	if err != nil || len(files) == 0 {
@@ -198,9 +205,13 @@ func TestWebhookAccessSamples(t *testing.T) {
 				if len(r.Resources) > 0 && len(r.ResourceNames) == 0 && !schemasOnly {
 					t.Errorf("rule %+v is not limited to the provider's export by name", r)
 				}
+				// Writes only on the export's content: patch records a
+				// deferred deletion (or a mark), delete replays it.
+				content := slices.Equal(r.Resources, []string{"apiexports/content"})
 				for _, v := range r.Verbs {
-					if v != "get" && v != "list" && v != "watch" && v != "access" {
-						t.Errorf("rule %+v grants %q; the webhook only reads", r, v)
+					write := v == "patch" || v == "delete"
+					if v != "get" && v != "list" && v != "watch" && v != "access" && !(write && content) {
+						t.Errorf("rule %+v grants %q; the webhook reads, and patches and deletes only objects of the export", r, v)
 					}
 				}
 			}
