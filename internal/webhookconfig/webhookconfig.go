@@ -18,6 +18,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -28,6 +29,7 @@ import (
 	"github.com/kcp-dev/logicalcluster/v3"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/marks"
 )
 
 const (
@@ -78,6 +80,31 @@ type Workspace struct {
 	// Dependents are the resources served by the workspace's APIExports
 	// that its own rules name as dependents, sorted and without duplicates.
 	Dependents []schema.GroupVersionResource
+	// Cleared are the fingerprints (see package marks) of the protected
+	// resources whose objects the DELETE webhook skips when they carry the
+	// unreferenced label with that value, sorted: those whose every rule
+	// reports ReferencesGuarded=True for its current generation and none
+	// is being deleted. See Qualifies.
+	Cleared []string
+}
+
+// Qualifies reports whether the clearances of a protected resource may
+// keep its objects from the DELETE webhook under rules, all the rules that
+// protect it: every rule reports ReferencesGuarded=True for its current
+// generation (the webhook can read the objects, so it removes a clearance
+// before it admits a new reference, and it was able to write them), and no
+// rule is being deleted (its clearances are being removed).
+func Qualifies(rules []*depv1alpha1.DependencyRule) bool {
+	if len(rules) == 0 {
+		return false
+	}
+	for _, rule := range rules {
+		c := meta.FindStatusCondition(rule.Status.Conditions, depv1alpha1.ConditionReferencesGuarded)
+		if c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != rule.Generation || rule.DeletionTimestamp != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // Desired computes from all rules what every workspace needs: the resources
@@ -101,6 +128,12 @@ func Desired(rules []depv1alpha1.DependencyRule, workspaces map[string]logicalcl
 		return ws
 	}
 	unresolved := map[string]bool{}
+	// The rules that protect each resource of each workspace.
+	type protected struct {
+		cluster  logicalcluster.Name
+		resource schema.GroupResource
+	}
+	protecting := map[protected][]*depv1alpha1.DependencyRule{}
 	for i := range rules {
 		rule := &rules[i]
 		d := rule.Spec.Dependent
@@ -114,13 +147,29 @@ func Desired(rules []depv1alpha1.DependencyRule, workspaces map[string]logicalcl
 			}
 			ws := get(cluster)
 			ws.Protected = append(ws.Protected, schema.GroupVersionResource{Group: dep.Group, Version: dep.Version, Resource: dep.Resource})
+			p := protected{cluster, schema.GroupResource{Group: dep.Group, Resource: dep.Resource}}
+			if !slices.Contains(protecting[p], rule) {
+				protecting[p] = append(protecting[p], rule)
+			}
 		}
+	}
+	for p, rs := range protecting {
+		if !Qualifies(rs) {
+			continue
+		}
+		covered := make([]marks.Rule, 0, len(rs))
+		for _, rule := range rs {
+			covered = append(covered, marks.RuleOf(rule))
+		}
+		ws := desired[p.cluster]
+		ws.Cleared = append(ws.Cleared, marks.Fingerprint(p.cluster, p.resource, covered))
 	}
 	for _, ws := range desired {
 		slices.SortFunc(ws.Protected, compareGVR)
 		ws.Protected = slices.Compact(ws.Protected)
 		slices.SortFunc(ws.Dependents, compareGVR)
 		ws.Dependents = slices.Compact(ws.Dependents)
+		slices.Sort(ws.Cleared)
 	}
 	paths := make([]logicalcluster.Path, 0, len(unresolved))
 	for _, p := range slices.Sorted(maps.Keys(unresolved)) {
@@ -166,11 +215,22 @@ func Configuration(ws *Workspace, cluster logicalcluster.Name, opts Options) *ad
 			WithSideEffects(admissionregistrationv1.SideEffectClassNone).
 			WithTimeoutSeconds(opts.TimeoutSeconds).
 			WithAdmissionReviewVersions("v1").
-			// Empty selectors: every namespace and object. Owning them
-			// means that a selector someone else sets, which would narrow
-			// the protection, is taken back.
+			// An empty namespace selector: every namespace. Owning the
+			// selectors means that a selector someone else sets, which
+			// would narrow the protection, is taken back.
 			WithNamespaceSelector(metav1ac.LabelSelector()).
 			WithObjectSelector(metav1ac.LabelSelector())
+	}
+	deletion := func() *admissionregistrationv1ac.ValidatingWebhookApplyConfiguration {
+		wh := webhook(WebhookName, ws.Protected, admissionregistrationv1.Delete)
+		if len(ws.Cleared) > 0 {
+			// kcp matches the selector against the stored object on
+			// DELETE: an object cleared under the current rules does not
+			// reach the webhook. NotIn with no values is invalid, so
+			// without clearances the selector stays empty.
+			wh.WithObjectSelector(ObjectSelector(ws.Cleared))
+		}
+		return wh
 	}
 	cfg := admissionregistrationv1ac.ValidatingWebhookConfiguration(Name).
 		WithLabels(map[string]string{ManagedByLabel: ManagedByValue})
@@ -178,12 +238,40 @@ func Configuration(ws *Workspace, cluster logicalcluster.Name, opts Options) *ad
 		cfg.WithAnnotations(map[string]string{WorkspacePathAnnotation: ws.Path.String()})
 	}
 	if len(ws.Protected) > 0 {
-		cfg.WithWebhooks(webhook(WebhookName, ws.Protected, admissionregistrationv1.Delete))
+		cfg.WithWebhooks(deletion())
 	}
 	if len(ws.Dependents) > 0 {
 		cfg.WithWebhooks(webhook(ReferencesWebhookName, ws.Dependents, admissionregistrationv1.Create, admissionregistrationv1.Update))
 	}
 	return cfg
+}
+
+// ObjectSelector returns the object selector of the DELETE webhook that
+// lets objects carrying the unreferenced label with one of the
+// fingerprints cleared pass without calling the webhook.
+func ObjectSelector(cleared []string) *metav1ac.LabelSelectorApplyConfiguration {
+	return metav1ac.LabelSelector().WithMatchExpressions(metav1ac.LabelSelectorRequirement().
+		WithKey(depv1alpha1.LabelUnreferenced).
+		WithOperator(metav1.LabelSelectorOpNotIn).
+		WithValues(cleared...))
+}
+
+// Skipped returns the fingerprints whose clearances the DELETE webhook of
+// cfg skips (the values of its NotIn requirement on the unreferenced
+// label), or nil.
+func Skipped(cfg *admissionregistrationv1.ValidatingWebhookConfiguration) []string {
+	var out []string
+	for _, wh := range cfg.Webhooks {
+		if wh.Name != WebhookName || wh.ObjectSelector == nil {
+			continue
+		}
+		for _, req := range wh.ObjectSelector.MatchExpressions {
+			if req.Key == depv1alpha1.LabelUnreferenced && req.Operator == metav1.LabelSelectorOpNotIn {
+				out = append(out, req.Values...)
+			}
+		}
+	}
+	return out
 }
 
 // Build returns the configuration of Configuration as an object, for tests
