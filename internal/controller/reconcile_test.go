@@ -743,7 +743,10 @@ func TestLiveReader(t *testing.T) {
 func TestReconcileClearances(t *testing.T) {
 	guarded := func(r *depv1alpha1.DependencyRule, status metav1.ConditionStatus) *depv1alpha1.DependencyRule {
 		r.UID = types.UID("uid-" + r.Name)
-		r.Status.Conditions = []metav1.Condition{{Type: depv1alpha1.ConditionReferencesGuarded, Status: status, ObservedGeneration: r.Generation, Reason: "R", LastTransitionTime: metav1.Now()}}
+		r.Status.Conditions = []metav1.Condition{
+			{Type: depv1alpha1.ConditionReferencesGuarded, Status: status, ObservedGeneration: r.Generation, Reason: "R", LastTransitionTime: metav1.Now()},
+			{Type: depv1alpha1.ConditionWebhooksInstalled, Status: metav1.ConditionTrue, ObservedGeneration: r.Generation, Reason: "R", LastTransitionTime: metav1.Now()},
+		}
 		return r
 	}
 	fp := func(rules ...*depv1alpha1.DependencyRule) string {

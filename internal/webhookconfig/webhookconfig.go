@@ -90,18 +90,24 @@ type Workspace struct {
 
 // Qualifies reports whether the clearances of a protected resource may
 // keep its objects from the DELETE webhook under rules, all the rules that
-// protect it: every rule reports ReferencesGuarded=True for its current
-// generation (the webhook can read the objects, so it removes a clearance
-// before it admits a new reference, and it was able to write them), and no
-// rule is being deleted (its clearances are being removed).
+// protect it: every rule reports, for its current generation,
+// ReferencesGuarded=True (the webhook can read the objects, so it removes a
+// clearance before it admits a new reference) and WebhooksInstalled=True
+// (kcp calls that check for every new reference), and no rule is being
+// deleted (its clearances are being removed).
 func Qualifies(rules []*depv1alpha1.DependencyRule) bool {
 	if len(rules) == 0 {
 		return false
 	}
 	for _, rule := range rules {
-		c := meta.FindStatusCondition(rule.Status.Conditions, depv1alpha1.ConditionReferencesGuarded)
-		if c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != rule.Generation || rule.DeletionTimestamp != nil {
+		if rule.DeletionTimestamp != nil {
 			return false
+		}
+		for _, t := range []string{depv1alpha1.ConditionReferencesGuarded, depv1alpha1.ConditionWebhooksInstalled} {
+			c := meta.FindStatusCondition(rule.Status.Conditions, t)
+			if c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != rule.Generation {
+				return false
+			}
 		}
 	}
 	return true
@@ -223,11 +229,13 @@ func Configuration(ws *Workspace, cluster logicalcluster.Name, opts Options) *ad
 	}
 	deletion := func() *admissionregistrationv1ac.ValidatingWebhookApplyConfiguration {
 		wh := webhook(WebhookName, ws.Protected, admissionregistrationv1.Delete)
-		if len(ws.Cleared) > 0 {
+		if len(ws.Cleared) > 0 && opts.FailurePolicy == admissionregistrationv1.Fail {
 			// kcp matches the selector against the stored object on
 			// DELETE: an object cleared under the current rules does not
 			// reach the webhook. NotIn with no values is invalid, so
-			// without clearances the selector stays empty.
+			// without clearances the selector stays empty. With the
+			// failure policy Ignore, a new reference can pass without the
+			// check that removes the clearance, so none is honoured.
 			wh.WithObjectSelector(ObjectSelector(ws.Cleared))
 		}
 		return wh

@@ -390,9 +390,16 @@ func TestDesiredCleared(t *testing.T) {
 	// observed; the rule is at generation 2.
 	guarded := func(r depv1alpha1.DependencyRule, status metav1.ConditionStatus, observed int64) depv1alpha1.DependencyRule {
 		r.UID, r.Generation = types.UID("uid-"+r.Name), 2
-		r.Status.Conditions = []metav1.Condition{{Type: depv1alpha1.ConditionReferencesGuarded, Status: status, ObservedGeneration: observed, Reason: "R"}}
+		r.Status.Conditions = []metav1.Condition{
+			{Type: depv1alpha1.ConditionReferencesGuarded, Status: status, ObservedGeneration: observed, Reason: "R"},
+			{Type: depv1alpha1.ConditionWebhooksInstalled, Status: metav1.ConditionTrue, ObservedGeneration: 2, Reason: "R"},
+		}
 		return r
 	}
+	notInstalled := guarded(rule("c1", "a", vpcsDep), metav1.ConditionTrue, 2)
+	notInstalled.Status.Conditions[1].Status = metav1.ConditionFalse
+	installedBefore := guarded(rule("c1", "a", vpcsDep), metav1.ConditionTrue, 2)
+	installedBefore.Status.Conditions[1].ObservedGeneration = 1
 	fp := func(resource string, rules ...depv1alpha1.DependencyRule) string {
 		var covered []marks.Rule
 		for i := range rules {
@@ -421,6 +428,8 @@ func TestDesiredCleared(t *testing.T) {
 			want:  []string{fp("subnets", a)},
 		},
 		{name: "a rule being deleted", rules: []depv1alpha1.DependencyRule{a, deleting}, want: []string{fp("subnets", a)}},
+		{name: "the check of new references not installed", rules: []depv1alpha1.DependencyRule{notInstalled}},
+		{name: "the check of new references installed for an older generation", rules: []depv1alpha1.DependencyRule{installedBefore}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -460,6 +469,11 @@ func TestConfigurationObjectSelector(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ws := &Workspace{Protected: []schema.GroupVersionResource{vpcs}, Dependents: []schema.GroupVersionResource{vms}, Cleared: tt.cleared}
+			ignore := opts
+			ignore.FailurePolicy = admissionregistrationv1.Ignore
+			if got := Build(ws, "c-net", ignore).Webhooks[0].ObjectSelector; !reflect.DeepEqual(got, &metav1.LabelSelector{}) {
+				t.Errorf("with failure policy Ignore, the DELETE webhook's objectSelector = %+v, want the empty one", got)
+			}
 			cfg := Build(ws, "c-net", opts)
 			if len(cfg.Webhooks) != 2 {
 				t.Fatalf("want 2 webhooks, got %d", len(cfg.Webhooks))
