@@ -17,7 +17,17 @@ type Metrics struct {
 	indexed   prometheus.GaugeFunc
 	retries   *prometheus.CounterVec
 	refChecks *prometheus.CounterVec
+	marked    *prometheus.CounterVec
+	unmarked  *prometheus.CounterVec
 }
+
+// Reasons for removing a mark, besides the cleaner's (see package
+// cleaner).
+const (
+	// UnmarkedNewReference: the reference guard removed the mark before it
+	// admitted a new reference to the object.
+	UnmarkedNewReference = "new-reference"
+)
 
 // NewMetrics creates the metrics. rules reports the number of registered
 // DependencyRules, indexed the number of dependents in the index.
@@ -53,13 +63,21 @@ func NewMetrics(rules, indexed func() int) *Metrics {
 			Name: "dependency_webhook_reference_checks_total",
 			Help: "Admission decisions on CREATE and UPDATE requests of dependents, by outcome: allowed, denied (a new reference to an object that is being deleted) or error (request malformed, rules not loaded, or the referenced object could not be read).",
 		}, []string{"outcome"}),
+		marked: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dependency_webhook_marks_written_total",
+			Help: "Unreferenced marks written on protected objects, by state: pending (no reference in the index; the proof starts) or cleared (no reference in a live read after the delay; the object's DELETE no longer reaches the webhook).",
+		}, []string{"state"}),
+		unmarked: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dependency_webhook_marks_removed_total",
+			Help: "Unreferenced marks removed from protected objects, by reason: new-reference (a dependent is being created or changed to reference the object), referenced (the index or a live read found a reference) or stale (the rules changed, or one is being deleted).",
+		}, []string{"reason"}),
 	}
 	return m
 }
 
 // collectors are the metrics one by one.
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.decisions, m.latency, m.scanned, m.rules, m.indexed, m.retries, m.refChecks}
+	return []prometheus.Collector{m.decisions, m.latency, m.scanned, m.rules, m.indexed, m.retries, m.refChecks, m.marked, m.unmarked}
 }
 
 // Describe implements prometheus.Collector.
@@ -80,6 +98,20 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 func (m *Metrics) referenceChecked(outcome string) {
 	if m != nil {
 		m.refChecks.WithLabelValues(outcome).Inc()
+	}
+}
+
+// Marked counts a mark written, by state; the cleaner calls it.
+func (m *Metrics) Marked(state string) {
+	if m != nil {
+		m.marked.WithLabelValues(state).Inc()
+	}
+}
+
+// Unmarked counts a mark removed, by reason.
+func (m *Metrics) Unmarked(reason string) {
+	if m != nil {
+		m.unmarked.WithLabelValues(reason).Inc()
 	}
 }
 
