@@ -64,6 +64,8 @@ func (o *options) Build(ctx context.Context, cfg *rest.Config) (manager.Runnable
 		MaxBlockers:       o.MaxBlockers,
 		ResyncPeriod:      o.ResyncPeriod,
 		IndexPollInterval: o.IndexPollInterval,
+		UnreferencedAfter: o.UnreferencedAfter,
+		MarksInterval:     o.MarksInterval,
 	}, mgrOpts)
 	if err != nil {
 		return nil, err

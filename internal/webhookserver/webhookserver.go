@@ -1,7 +1,8 @@
 // Package webhookserver assembles the webhook binary: a multicluster manager
 // over the dependencies APIExport, the rule registry and what keeps it
-// current, the index of dependents and what reports its state on rules, and
-// the admission handler with its health checks. cmd/webhook runs what New
+// current, the index of dependents and what reports its state on rules, the
+// admission handler with its health checks, and the cleaner that marks
+// objects nothing references. cmd/webhook runs what New
 // returns; the tests run the same.
 package webhookserver
 
@@ -20,6 +21,7 @@ import (
 
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
+	"github.com/opendefensecloud/dependency-controller/internal/cleaner"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
@@ -49,6 +51,14 @@ type Options struct {
 	// IndexPollInterval is how often the APIExports of the dependents are
 	// read again (shards, grants).
 	IndexPollInterval time.Duration
+	// UnreferencedAfter is how long a protected object must stay
+	// unreferenced, with its pending mark, before the webhook clears it,
+	// so that its DELETE no longer reaches the webhook; 0 turns marks off.
+	// See cleaner.Options.Delay.
+	UnreferencedAfter time.Duration
+	// MarksInterval is how often the objects of every protected resource
+	// are listed to mark them; default 30s.
+	MarksInterval time.Duration
 }
 
 // Webhook is the assembled webhook.
@@ -131,6 +141,15 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 	}
 	if err := webhook.Serve(mgr, opts.Path, handler); err != nil {
 		return nil, err
+	}
+	if opts.UnreferencedAfter > 0 {
+		// One replica writes marks: the cleaner needs leader election.
+		c := cleaner.New(reg, readiness, ix, cleaner.ManagerFinalizers{Manager: mgr}, cleaner.Options{
+			Delay: opts.UnreferencedAfter, Interval: opts.MarksInterval, Timeout: opts.RequestTimeout, Metrics: metrics,
+		})
+		if err := mgr.GetLocalManager().Add(c); err != nil {
+			return nil, err
+		}
 	}
 	logger.Info("Webhook assembled", "path", opts.Path, "frontProxy", frontProxy)
 	return &Webhook{Manager: mgr, Ready: ready, Metrics: metrics}, nil

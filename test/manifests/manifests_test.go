@@ -173,7 +173,8 @@ func TestDepCtrlWorkspace(t *testing.T) {
 }
 
 // The webhook is granted read access by each provider for its own
-// APIExport only (config/samples/*/webhook-access.yaml), never broadly.
+// APIExport only (config/samples/*/webhook-access.yaml), never broadly; a
+// provider of protected types grants patch on its export's content too.
 func TestWebhookAccessSamples(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join(configDir, "samples", "*", "webhook-access.yaml"))
 	if err != nil || len(files) == 0 {
@@ -198,9 +199,12 @@ func TestWebhookAccessSamples(t *testing.T) {
 				if len(r.Resources) > 0 && len(r.ResourceNames) == 0 && !schemasOnly {
 					t.Errorf("rule %+v is not limited to the provider's export by name", r)
 				}
+				// Besides reading, a provider of protected types lets the
+				// webhook patch its objects: the unreferenced marks.
+				marks := slices.Equal(r.Resources, []string{"apiexports/content"})
 				for _, v := range r.Verbs {
-					if v != "get" && v != "list" && v != "watch" && v != "access" {
-						t.Errorf("rule %+v grants %q; the webhook only reads", r, v)
+					if v != "get" && v != "list" && v != "watch" && v != "access" && (v != "patch" || !marks) {
+						t.Errorf("rule %+v grants %q; the webhook only reads, and patches the objects of the export", r, v)
 					}
 				}
 			}
