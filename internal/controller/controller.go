@@ -343,6 +343,13 @@ func (r *Reconciler) install(ctx context.Context, state *State, cluster logicalc
 	if err := upgradeManagedFields(ctx, cl, existing); err != nil {
 		return err
 	}
+	if patch := webhookconfig.DropSelectorPatch(existing, ws, opts); patch != nil {
+		// Every DELETE reaches the webhook again; see DropSelectorPatch.
+		if err := cl.Client.Patch(ctx, existing, client.RawPatch(types.JSONPatchType, patch)); err != nil {
+			return r.writeError(err)
+		}
+		logger.Info("Every DELETE reaches the webhook again: no protected resource of the workspace has clearances that qualify")
+	}
 	desired := webhookconfig.Configuration(ws, cluster, opts)
 	if webhookconfig.UpToDate(existing, desired, FieldOwner) {
 		return nil

@@ -793,3 +793,25 @@ func TestReconcileClearances(t *testing.T) {
 		})
 	}
 }
+
+// A configuration that skips clearances loses its object selector when the
+// rules stop qualifying (server-side apply cannot empty the atomic
+// selector).
+func TestReconcileDropsClearances(t *testing.T) {
+	r := testRule("r", "root:net/vpcs.net.io")
+	r.UID = "uid-r"
+	cfg := inCluster(webhookconfig.Build(&webhookconfig.Workspace{
+		Path: logicalcluster.NewPath("root:net"), Protected: []schema.GroupVersionResource{{Group: "net.io", Version: "v1", Resource: "vpcs"}}, Cleared: []string{"0123456789abcdef"},
+	}, "c-net", testWebhook), "c-net")
+	f := newFixture(t, nil, r, cfg)
+	if err := f.reconcile(t); err != nil {
+		t.Fatal(err)
+	}
+	got := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := f.clients["c-net"].Get(context.Background(), client.ObjectKey{Name: webhookconfig.Name}, got); err != nil {
+		t.Fatal(err)
+	}
+	if skipped := webhookconfig.Skipped(got); len(skipped) > 0 {
+		t.Errorf("the configuration still skips %v though the rule is not guarded", skipped)
+	}
+}

@@ -282,6 +282,32 @@ func Skipped(cfg *admissionregistrationv1.ValidatingWebhookConfiguration) []stri
 	return out
 }
 
+// DropSelectorPatch returns a JSON patch that empties the object selector
+// of the DELETE webhook of existing, or nil if ws (the desired state) has
+// clearances or existing skips none. Server-side apply cannot do it: the
+// selector is an atomic struct, and applying the empty one leaves the
+// stored requirements in place. Emptying it only makes more DELETEs reach
+// the webhook, so it needs no precondition besides the webhook's position.
+func DropSelectorPatch(existing *admissionregistrationv1.ValidatingWebhookConfiguration, ws *Workspace, opts Options) []byte {
+	if len(ws.Cleared) > 0 && opts.FailurePolicy == admissionregistrationv1.Fail {
+		return nil
+	}
+	for i, wh := range existing.Webhooks {
+		if wh.Name != WebhookName || wh.ObjectSelector == nil || len(wh.ObjectSelector.MatchExpressions) == 0 {
+			continue
+		}
+		patch, err := json.Marshal([]map[string]any{
+			{"op": "test", "path": fmt.Sprintf("/webhooks/%d/name", i), "value": WebhookName},
+			{"op": "remove", "path": fmt.Sprintf("/webhooks/%d/objectSelector/matchExpressions", i)},
+		})
+		if err != nil {
+			panic(fmt.Sprintf("failed to encode a JSON patch: %v", err)) // cannot happen: plain data
+		}
+		return patch
+	}
+	return nil
+}
+
 // Build returns the configuration of Configuration as an object, for tests
 // and tools that create it directly, as the controller would.
 func Build(ws *Workspace, cluster logicalcluster.Name, opts Options) *admissionregistrationv1.ValidatingWebhookConfiguration {

@@ -490,3 +490,36 @@ func TestConfigurationObjectSelector(t *testing.T) {
 		})
 	}
 }
+
+func TestDropSelectorPatch(t *testing.T) {
+	opts := Options{URL: "https://webhook.example/validate", TimeoutSeconds: 5, FailurePolicy: admissionregistrationv1.Fail}
+	vpcs := gvr("net.io", "v1", "vpcs")
+	skipping := Build(&Workspace{Dependents: []schema.GroupVersionResource{vms}, Protected: []schema.GroupVersionResource{vpcs}, Cleared: []string{"00aa"}}, "c", opts)
+	// The DELETE webhook second, to check the index in the patch.
+	skipping.Webhooks[0], skipping.Webhooks[1] = skipping.Webhooks[1], skipping.Webhooks[0]
+	plain := Build(&Workspace{Protected: []schema.GroupVersionResource{vpcs}}, "c", opts)
+	ignore := opts
+	ignore.FailurePolicy = admissionregistrationv1.Ignore
+	tests := []struct {
+		name     string
+		existing *admissionregistrationv1.ValidatingWebhookConfiguration
+		cleared  []string
+		opts     Options
+		want     string
+	}{
+		{name: "clearances stay: the apply sets them", existing: skipping, cleared: []string{"11bb"}, opts: opts},
+		{name: "no clearance any more", existing: skipping, opts: opts,
+			want: `[{"op":"test","path":"/webhooks/1/name","value":"deletion.dependencies.opendefense.cloud"},{"op":"remove","path":"/webhooks/1/objectSelector/matchExpressions"}]`},
+		{name: "clearances under failure policy Ignore", existing: skipping, cleared: []string{"00aa"}, opts: ignore,
+			want: `[{"op":"test","path":"/webhooks/1/name","value":"deletion.dependencies.opendefense.cloud"},{"op":"remove","path":"/webhooks/1/objectSelector/matchExpressions"}]`},
+		{name: "nothing skipped: nothing to patch", existing: plain, opts: opts},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := DropSelectorPatch(tt.existing, &Workspace{Protected: []schema.GroupVersionResource{vpcs}, Cleared: tt.cleared}, tt.opts)
+			if string(got) != tt.want {
+				t.Errorf("DropSelectorPatch = %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
