@@ -29,8 +29,9 @@ const (
 	// the proof is in progress: "pending-<fingerprint>". Only the bare
 	// fingerprint of the rules that protect the object is a clearance.
 	UnreferencedPendingPrefix = "pending-"
-	// AnnotationUnreferencedSince, written with a pending LabelUnreferenced,
-	// is when the webhook found no reference to the object (RFC 3339).
+	// AnnotationUnreferencedSince is written with a pending
+	// LabelUnreferenced: when the webhook found no reference to the object
+	// (RFC 3339).
 	AnnotationUnreferencedSince = "dependencies.opendefense.cloud/unreferenced-since"
 	// FinalizerMarks on a DependencyRule says that the webhook may have
 	// marked objects the rule protects with LabelUnreferenced: when the

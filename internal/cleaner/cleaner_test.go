@@ -147,8 +147,11 @@ func (f *fakeObjects) ListObjects(_ context.Context, src index.Source, selector 
 // honouring the resourceVersion precondition.
 func (f *fakeObjects) Patch(_ context.Context, _ index.Source, _ logicalcluster.Name, namespace, name string, pt types.PatchType, body []byte) error {
 	var patch labelPatch
-	if err := json.Unmarshal(body, &patch); err != nil || pt != types.MergePatchType {
-		return fmt.Errorf("bad patch %s %s: %v", pt, body, err)
+	if err := json.Unmarshal(body, &patch); err != nil {
+		return fmt.Errorf("bad patch %s: %w", body, err)
+	}
+	if pt != types.MergePatchType {
+		return fmt.Errorf("patch of type %s, want a merge patch", pt)
 	}
 	label := "-"
 	if v := patch.Metadata.Labels[depv1alpha1.LabelUnreferenced]; v != nil {
