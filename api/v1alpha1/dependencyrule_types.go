@@ -25,6 +25,19 @@ const (
 	// DELETE then does not reach the webhook. Anything that adds a reference
 	// to the object removes the label first.
 	LabelUnreferenced = "dependencies.opendefense.cloud/unreferenced"
+	// UnreferencedPendingPrefix starts the value of LabelUnreferenced while
+	// the proof is in progress: "pending-<fingerprint>". Only the bare
+	// fingerprint of the rules that protect the object is a clearance.
+	UnreferencedPendingPrefix = "pending-"
+	// AnnotationUnreferencedSince is written with a pending
+	// LabelUnreferenced: when the webhook found no reference to the object
+	// (RFC 3339).
+	AnnotationUnreferencedSince = "dependencies.opendefense.cloud/unreferenced-since"
+	// FinalizerMarks on a DependencyRule says that the webhook may have
+	// marked objects the rule protects with LabelUnreferenced: when the
+	// rule is deleted, the webhook removes those marks first, then the
+	// finalizer.
+	FinalizerMarks = "dependencies.opendefense.cloud/marks"
 )
 
 // DeletionRequest is a deletion that the webhook replays once nothing

@@ -65,6 +65,8 @@ func (o *options) Build(ctx context.Context, cfg *rest.Config) (manager.Runnable
 		ResyncPeriod:      o.ResyncPeriod,
 		IndexPollInterval: o.IndexPollInterval,
 		ReplayInterval:    o.ReplayInterval,
+		UnreferencedAfter: o.UnreferencedAfter,
+		MarksInterval:     o.MarksInterval,
 	}, mgrOpts)
 	if err != nil {
 		return nil, err

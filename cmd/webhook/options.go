@@ -49,6 +49,12 @@ type options struct {
 	// ReplayInterval is how often deferred deletions are listed again
 	// without a change of the index.
 	ReplayInterval time.Duration
+	// UnreferencedAfter is how long a protected object stays unreferenced
+	// with a pending mark before it is cleared; 0 turns marks off.
+	UnreferencedAfter time.Duration
+	// MarksInterval is how often the objects of protected resources are
+	// listed to mark them.
+	MarksInterval time.Duration
 }
 
 func newOptions() *options {
@@ -64,6 +70,8 @@ func newOptions() *options {
 		IndexPollInterval:     10 * time.Second,
 		ReplayInterval:        30 * time.Second,
 		ClientCACheckInterval: 10 * time.Second,
+		UnreferencedAfter:     2 * time.Minute,
+		MarksInterval:         30 * time.Second,
 	}
 }
 
@@ -83,6 +91,8 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.MaxBlockers, "max-blockers", o.MaxBlockers, "Number of blocking objects a denial names; the rest are counted.")
 	fs.DurationVar(&o.ReplayInterval, "replay-interval", o.ReplayInterval, "How often the elected replica lists deferred deletions again when nothing changed in the index; a change of the index lists them at once (at most every 2s).")
 	fs.DurationVar(&o.IndexPollInterval, "index-poll-interval", o.IndexPollInterval, "How often the APIExports of dependent types are read again: shards added or removed, access granted or revoked.")
+	fs.DurationVar(&o.UnreferencedAfter, "unreferenced-after", o.UnreferencedAfter, "How long a protected object must stay unreferenced, marked pending, before the webhook clears it with the dependencies.opendefense.cloud/unreferenced label, after which its DELETE no longer reaches the webhook. It must exceed the longest time a create or update of a dependent can take from the webhook's read of the object it references to its commit, which kcp's request timeout bounds (60s by default). 0 turns marks off.")
+	fs.DurationVar(&o.MarksInterval, "marks-interval", o.MarksInterval, "How often the objects of every protected resource are listed to write and remove unreferenced marks (changes of the rules start a pass at once).")
 }
 
 func (o *options) Validate() error {
@@ -115,6 +125,12 @@ func (o *options) Validate() error {
 	}
 	if o.ReplayInterval < time.Second {
 		errs = append(errs, fmt.Errorf("--replay-interval must be at least 1s, got %s", o.ReplayInterval))
+	}
+	if o.UnreferencedAfter < 0 {
+		errs = append(errs, fmt.Errorf("--unreferenced-after must not be negative, got %s", o.UnreferencedAfter))
+	}
+	if o.MarksInterval < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("--marks-interval must be at least 100ms, got %s", o.MarksInterval))
 	}
 	if o.IndexPollInterval < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("--index-poll-interval must be at least 100ms, got %s", o.IndexPollInterval))

@@ -233,6 +233,20 @@ func (p plan) absenceToProve(state *State) string {
 			return fmt.Sprintf("the webhook configuration in logical cluster %s guards resources that no rule protects any more", cluster)
 		}
 	}
+	for _, cluster := range slices.Sorted(maps.Keys(p.desired)) {
+		// A clearance the DELETE webhook starts to skip takes protection
+		// away from the objects that carry it: a rule that only the caches
+		// lack would change the fingerprint.
+		var skipped []string
+		if cfg := state.Configs[cluster]; cfg != nil {
+			skipped = webhookconfig.Skipped(cfg)
+		}
+		for _, fp := range p.desired[cluster].Cleared {
+			if !slices.Contains(skipped, fp) {
+				return fmt.Sprintf("the DELETE webhook in logical cluster %s would skip objects cleared under %s", cluster, fp)
+			}
+		}
+	}
 	for i := range state.Rules {
 		rule := &state.Rules[i]
 		if meta.IsStatusConditionTrue(rule.Status.Conditions, depv1alpha1.ConditionDependencyCycle) && len(p.cycles[kcp.KeyOf(rule)]) == 0 {
@@ -329,6 +343,13 @@ func (r *Reconciler) install(ctx context.Context, state *State, cluster logicalc
 	if err := upgradeManagedFields(ctx, cl, existing); err != nil {
 		return err
 	}
+	if patch := webhookconfig.DropSelectorPatch(existing, ws, opts); patch != nil {
+		// Every DELETE reaches the webhook again; see DropSelectorPatch.
+		if err := cl.Client.Patch(ctx, existing, client.RawPatch(types.JSONPatchType, patch)); err != nil {
+			return r.writeError(err)
+		}
+		logger.Info("Every DELETE reaches the webhook again: no protected resource of the workspace has clearances that qualify")
+	}
 	desired := webhookconfig.Configuration(ws, cluster, opts)
 	if webhookconfig.UpToDate(existing, desired, FieldOwner) {
 		return nil
@@ -336,7 +357,7 @@ func (r *Reconciler) install(ctx context.Context, state *State, cluster logicalc
 	if err := cl.Client.Apply(ctx, desired, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 		return r.writeError(err)
 	}
-	logger.Info("Updated webhook configuration", "protected", webhookconfig.Describe(ws.Protected), "dependents", webhookconfig.Describe(ws.Dependents))
+	logger.Info("Updated webhook configuration", "protected", webhookconfig.Describe(ws.Protected), "dependents", webhookconfig.Describe(ws.Dependents), "cleared", ws.Cleared)
 	return nil
 }
 

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -29,6 +30,7 @@ import (
 	depac "github.com/opendefensecloud/dependency-controller/api/v1alpha1/applyconfiguration/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/controller"
 	"github.com/opendefensecloud/dependency-controller/internal/controllerserver"
+	"github.com/opendefensecloud/dependency-controller/internal/marks"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
 	rulestatus "github.com/opendefensecloud/dependency-controller/internal/status"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
@@ -121,6 +123,14 @@ func getConfig(ctx context.Context, ws logicalcluster.Path) (*admissionregistrat
 	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 	err := cli.Cluster(ws).Get(ctx, client.ObjectKey{Name: webhookconfig.Name}, cfg)
 	return cfg, err
+}
+
+// mustConfig returns the configuration in ws.
+func mustConfig(ctx context.Context, ws logicalcluster.Path) *admissionregistrationv1.ValidatingWebhookConfiguration {
+	GinkgoHelper()
+	cfg, err := getConfig(ctx, ws)
+	Expect(err).NotTo(HaveOccurred())
+	return cfg
 }
 
 // protectedResources returns "group/version/resource" for each rule of the
@@ -350,6 +360,48 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 		applyWebhookCondition(metav1.ConditionTrue, depv1alpha1.ReasonIndexed, "indexed")
 		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionReady, metav1.ConditionTrue)
 		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionDependentsIndexed, metav1.ConditionTrue, "indexed")
+		Expect(cli.Cluster(compute).Delete(ctx, rule)).To(Succeed())
+	})
+
+	It("lets the DELETE webhook skip objects cleared under the rules' fingerprint only while every rule is guarded", func(ctx context.Context) {
+		rule := newRule("marks", "virtualmachines", dependency{storage, "storage.test.io", "volumes", ".spec.volume"})
+		Expect(cli.Cluster(compute).Create(ctx, rule)).To(Succeed())
+		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionWebhooksInstalled, metav1.ConditionTrue)
+
+		applyGuarded := func(status metav1.ConditionStatus) *depv1alpha1.DependencyRule {
+			GinkgoHelper()
+			got := &depv1alpha1.DependencyRule{}
+			Expect(cli.Cluster(compute).Get(ctx, client.ObjectKey{Name: rule.Name}, got)).To(Succeed())
+			ac := rulestatus.Apply(rule.Name, got.UID, depac.DependencyRuleStatus(), metav1.Condition{
+				Type: depv1alpha1.ConditionReferencesGuarded, Status: status, Reason: "Test", Message: "set by the test",
+				ObservedGeneration: got.Generation, LastTransitionTime: metav1.Now(),
+			})
+			Expect(cli.Cluster(compute).Status().Apply(ctx, ac, client.FieldOwner(registry.FieldOwner), client.ForceOwnership)).To(Succeed())
+			return got
+		}
+		skipped := func() []string {
+			cfg, err := getConfig(ctx, storage)
+			if err != nil {
+				return []string{err.Error()}
+			}
+			return webhookconfig.Skipped(cfg)
+		}
+		Consistently(skipped).WithTimeout(time.Second).WithPolling(interval).Should(BeEmpty(), "skipped without ReferencesGuarded")
+
+		got := applyGuarded(metav1.ConditionTrue)
+		storageCluster := logicalcluster.From(mustConfig(ctx, storage))
+		fp := marks.Fingerprint(storageCluster, schema.GroupResource{Group: "storage.test.io", Resource: "volumes"}, []marks.Rule{marks.RuleOf(got)})
+		Eventually(skipped).WithTimeout(timeout).WithPolling(interval).Should(Equal([]string{fp}))
+
+		By("a provider that revokes its grant (ReferencesGuarded=False) gets every DELETE back on the webhook")
+		applyGuarded(metav1.ConditionFalse)
+		Eventually(skipped).WithTimeout(timeout).WithPolling(interval).Should(BeEmpty())
+
+		By("a change of the rule's spec: the condition speaks of an older generation")
+		applyGuarded(metav1.ConditionTrue)
+		Eventually(skipped).WithTimeout(timeout).WithPolling(interval).Should(HaveLen(1))
+		updateRule(ctx, compute, rule.Name, func(r *depv1alpha1.DependencyRule) { r.Spec.Dependencies[0].FieldRef.Path = ".spec.disk" })
+		Eventually(skipped).WithTimeout(timeout).WithPolling(interval).Should(BeEmpty())
 		Expect(cli.Cluster(compute).Delete(ctx, rule)).To(Succeed())
 	})
 

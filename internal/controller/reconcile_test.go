@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	admissionregistrationv1ac "k8s.io/client-go/applyconfigurations/admissionregistration/v1"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,6 +32,7 @@ import (
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	depac "github.com/opendefensecloud/dependency-controller/api/v1alpha1/applyconfiguration/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/marks"
 	"github.com/opendefensecloud/dependency-controller/internal/scheme"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 )
@@ -731,5 +733,85 @@ func TestLiveReader(t *testing.T) {
 	list := &admissionregistrationv1.ValidatingWebhookConfigurationList{}
 	if err := live.List(ctx, list); err != nil || len(list.Items) != 1 || list.Items[0].Name != webhookconfig.Name {
 		t.Errorf("List() = %+v, %v", list.Items, err)
+	}
+}
+
+// The DELETE webhook skips the objects cleared under the fingerprint of a
+// protected resource only while every rule that protects it reports
+// ReferencesGuarded for its generation, and starts to skip them only after
+// a complete listing confirmed the rules.
+func TestReconcileClearances(t *testing.T) {
+	guarded := func(r *depv1alpha1.DependencyRule, status metav1.ConditionStatus) *depv1alpha1.DependencyRule {
+		r.UID = types.UID("uid-" + r.Name)
+		r.Status.Conditions = []metav1.Condition{
+			{Type: depv1alpha1.ConditionReferencesGuarded, Status: status, ObservedGeneration: r.Generation, Reason: "R", LastTransitionTime: metav1.Now()},
+			{Type: depv1alpha1.ConditionWebhooksInstalled, Status: metav1.ConditionTrue, ObservedGeneration: r.Generation, Reason: "R", LastTransitionTime: metav1.Now()},
+		}
+		return r
+	}
+	fp := func(rules ...*depv1alpha1.DependencyRule) string {
+		var covered []marks.Rule
+		for _, r := range rules {
+			covered = append(covered, marks.RuleOf(r))
+		}
+		return marks.Fingerprint("c-net", schema.GroupResource{Group: "net.io", Resource: "vpcs"}, covered)
+	}
+	r := guarded(testRule("r", "root:net/vpcs.net.io"), metav1.ConditionTrue)
+	tests := []struct {
+		name         string
+		rule         *depv1alpha1.DependencyRule
+		want         []string
+		wantListings int
+	}{
+		{name: "guarded: the clearance is skipped, after a complete listing", rule: r, want: []string{fp(r)}, wantListings: 1},
+		{name: "not guarded: every DELETE reaches the webhook", rule: guarded(testRule("r", "root:net/vpcs.net.io"), metav1.ConditionFalse)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, nil, tt.rule.DeepCopy())
+			if err := f.reconcile(t); err != nil {
+				t.Fatal(err)
+			}
+			cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+			if err := f.clients["c-net"].Get(context.Background(), client.ObjectKey{Name: webhookconfig.Name}, cfg); err != nil {
+				t.Fatal(err)
+			}
+			if got := webhookconfig.Skipped(cfg); !slices.Equal(got, tt.want) {
+				t.Errorf("skipped clearances = %v, want %v", got, tt.want)
+			}
+			if f.listings != tt.wantListings {
+				t.Errorf("%d complete listings, want %d", f.listings, tt.wantListings)
+			}
+			// Once installed, the same clearance needs no proof again.
+			f.listings = 0
+			if err := f.reconcile(t); err != nil {
+				t.Fatal(err)
+			}
+			if f.listings != 0 {
+				t.Errorf("%d complete listings on the second reconcile, want 0", f.listings)
+			}
+		})
+	}
+}
+
+// A configuration that skips clearances loses its object selector when the
+// rules stop qualifying (server-side apply cannot empty the atomic
+// selector).
+func TestReconcileDropsClearances(t *testing.T) {
+	r := testRule("r", "root:net/vpcs.net.io")
+	r.UID = "uid-r"
+	cfg := inCluster(webhookconfig.Build(&webhookconfig.Workspace{
+		Path: logicalcluster.NewPath("root:net"), Protected: []schema.GroupVersionResource{{Group: "net.io", Version: "v1", Resource: "vpcs"}}, Cleared: []string{"0123456789abcdef"},
+	}, "c-net", testWebhook), "c-net")
+	f := newFixture(t, nil, r, cfg)
+	if err := f.reconcile(t); err != nil {
+		t.Fatal(err)
+	}
+	got := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := f.clients["c-net"].Get(context.Background(), client.ObjectKey{Name: webhookconfig.Name}, got); err != nil {
+		t.Fatal(err)
+	}
+	if skipped := webhookconfig.Skipped(got); len(skipped) > 0 {
+		t.Errorf("the configuration still skips %v though the rule is not guarded", skipped)
 	}
 }

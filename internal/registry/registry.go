@@ -44,6 +44,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/marks"
 )
 
 // tombstoneTTL is how long the UID of a deleted rule is remembered. A
@@ -61,6 +62,13 @@ type Rule struct {
 	// ResourceVersion is the version of the rule object this metadata was
 	// read from.
 	ResourceVersion string
+	// Generation is the rule's metadata.generation, which fingerprints of
+	// its protected resources cover (see package marks).
+	Generation int64
+	// Terminating is set once the rule has a deletionTimestamp.
+	Terminating bool
+	// Finalized is set while the rule carries depv1alpha1.FinalizerMarks.
+	Finalized bool
 	// Dependent is the resource holding references, as served by the
 	// APIExport in the rule's workspace that the rule names.
 	Dependent index.Source
@@ -150,6 +158,25 @@ type Entry struct {
 	Replay bool
 }
 
+// Protection is a protected resource of one provider with all the rules
+// that protect it: what the webhook needs to mark its objects that nothing
+// references (see package cleaner).
+type Protection struct {
+	// Target is the protected resource.
+	Target Target
+	// Source is how its objects are read: its APIExport and the version of
+	// the resource that the first of the rules names (objects are the same
+	// in every version).
+	Source index.Source
+	// Entries are the dependent types that reference it, one per rule,
+	// sorted by rule.
+	Entries []Entry
+	// Rules are the rules that protect it, sorted by key.
+	Rules []*Rule
+	// Fingerprint is the fingerprint of the resource and its rules.
+	Fingerprint string
+}
+
 // FromDependencyRule extracts the metadata of a rule.
 func FromDependencyRule(rule *depv1alpha1.DependencyRule) *Rule {
 	key := kcp.KeyOf(rule)
@@ -157,6 +184,9 @@ func FromDependencyRule(rule *depv1alpha1.DependencyRule) *Rule {
 		Key:             key,
 		UID:             rule.UID,
 		ResourceVersion: rule.ResourceVersion,
+		Generation:      rule.Generation,
+		Terminating:     rule.DeletionTimestamp != nil,
+		Finalized:       slices.Contains(rule.Finalizers, depv1alpha1.FinalizerMarks),
 		Dependent: index.Source{
 			Export:   kcp.ObjectKey{Cluster: key.Cluster, Name: rule.Spec.Dependent.APIExportName},
 			Resource: schema.GroupVersionResource{Group: rule.Spec.Dependent.Group, Version: rule.Spec.Dependent.Version, Resource: rule.Spec.Dependent.Resource},
@@ -212,7 +242,9 @@ type snapshot struct {
 	// replay are the protected resources of rules that defer deletions,
 	// each resource of a provider once.
 	replay []index.Source
-	rules  int
+	// protections are the protected resources, sorted by target.
+	protections []Protection
+	rules       int
 }
 
 // Registry is a thread-safe store of rule metadata. The zero value is not
@@ -227,6 +259,7 @@ type Registry struct {
 	sources    func(map[index.Source][]fieldpath.Path)
 	now        func() time.Time
 	current    atomic.Pointer[snapshot]
+	changed    chan struct{}
 }
 
 // New returns an empty registry.
@@ -236,6 +269,7 @@ func New() *Registry {
 		tombstones: map[types.UID]time.Time{},
 		workspaces: map[string]logicalcluster.Name{},
 		now:        time.Now,
+		changed:    make(chan struct{}, 1),
 	}
 	r.current.Store(&snapshot{byTarget: map[Target][]Entry{}, guards: map[Target][]Guard{}, guardOf: map[kcp.ObjectKey]Guard{}})
 	return r
@@ -419,6 +453,18 @@ func (r *Registry) ReplayTargets() []index.Source {
 	return r.current.Load().replay
 }
 
+// Protections returns every protected resource whose provider workspace
+// binds the dependencies APIExport, with its rules. The result is shared
+// and must not be modified.
+func (r *Registry) Protections() []Protection {
+	return r.current.Load().protections
+}
+
+// Changes receives a value whenever the registered rules may have changed.
+func (r *Registry) Changes() <-chan struct{} {
+	return r.changed
+}
+
 // Len returns the number of registered rules.
 func (r *Registry) Len() int {
 	return r.current.Load().rules
@@ -431,6 +477,7 @@ func (r *Registry) publish() {
 	s := &snapshot{byTarget: map[Target][]Entry{}, guards: map[Target][]Guard{}, guardOf: map[kcp.ObjectKey]Guard{}}
 	sources := map[index.Source][]fieldpath.Path{}
 	var targets []index.Source
+	protections := map[Target]*Protection{}
 	for _, rec := range r.records {
 		s.rules++
 		rule := rec.rule
@@ -458,6 +505,17 @@ func (r *Registry) publish() {
 				byTarget[target] = e
 			}
 			e.Paths = append(e.Paths, ref.Path)
+			p, ok := protections[target]
+			if !ok {
+				p = &Protection{Target: target, Source: targetSource}
+				protections[target] = p
+			}
+			if !slices.Contains(p.Rules, rule) {
+				p.Rules = append(p.Rules, rule)
+			}
+			if compareSources(targetSource, p.Source) < 0 {
+				p.Source = targetSource
+			}
 		}
 		for target, e := range byTarget {
 			e.Paths = sortPaths(e.Paths)
@@ -477,6 +535,19 @@ func (r *Registry) publish() {
 	for _, guards := range s.guards {
 		slices.SortFunc(guards, func(a, b Guard) int { return a.Rule.Compare(b.Rule) })
 	}
+	for target, p := range protections {
+		slices.SortFunc(p.Rules, func(a, b *Rule) int { return a.Key.Compare(b.Key) })
+		p.Entries = s.byTarget[target]
+		covered := make([]marks.Rule, 0, len(p.Rules))
+		for _, rule := range p.Rules {
+			covered = append(covered, marks.Rule{Cluster: rule.Key.Cluster, Name: rule.Key.Name, UID: rule.UID, Generation: rule.Generation})
+		}
+		p.Fingerprint = marks.Fingerprint(target.Cluster, target.Resource, covered)
+		s.protections = append(s.protections, *p)
+	}
+	slices.SortFunc(s.protections, func(a, b Protection) int {
+		return cmp.Or(cmp.Compare(a.Target.Cluster, b.Target.Cluster), cmp.Compare(a.Target.Resource.Group, b.Target.Resource.Group), cmp.Compare(a.Target.Resource.Resource, b.Target.Resource.Resource))
+	})
 	// Targets are read, not watched: no paths, unless the same source is
 	// also a dependent.
 	for _, t := range targets {
@@ -485,12 +556,22 @@ func (r *Registry) publish() {
 		}
 	}
 	r.current.Store(s)
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
 	if r.sources != nil {
 		for src, paths := range sources {
 			sources[src] = sortPaths(paths)
 		}
 		r.sources(sources)
 	}
+}
+
+// compareSources orders sources by export, then resource.
+func compareSources(a, b index.Source) int {
+	return cmp.Or(a.Export.Compare(b.Export), cmp.Compare(a.Resource.Group, b.Resource.Group),
+		cmp.Compare(a.Resource.Resource, b.Resource.Resource), cmp.Compare(a.Resource.Version, b.Resource.Version))
 }
 
 // sortPaths sorts paths and drops duplicates.

@@ -19,6 +19,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath/fieldpathtest"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/marks"
 )
 
 var (
@@ -413,5 +414,74 @@ func TestFindGuards(t *testing.T) {
 	r.Forget(key("c1/b"))
 	if _, ok := r.GuardOf(key("c1/b")); ok {
 		t.Error("a forgotten rule still has a guard")
+	}
+}
+
+// The webhook's fingerprints of protected resources are those the
+// controller computes from the same rule objects: otherwise no clearance
+// the webhook writes would ever match the controller's object selector.
+func TestProtectionsFingerprintsAgreeWithTheController(t *testing.T) {
+	newRule := func(cluster, name, uid string, generation int64, resources ...string) *depv1alpha1.DependencyRule {
+		r := &depv1alpha1.DependencyRule{ObjectMeta: metav1.ObjectMeta{
+			Name: name, UID: types.UID(uid), Generation: generation, ResourceVersion: "1",
+			Annotations: map[string]string{logicalcluster.AnnotationKey: cluster},
+		}}
+		r.Spec.Dependent = depv1alpha1.DependentResource{APIExportName: "compute.io", Group: "compute.io", Version: "v1", Kind: "VirtualMachine", Resource: "virtualmachines"}
+		for _, res := range resources {
+			r.Spec.Dependencies = append(r.Spec.Dependencies, depv1alpha1.Dependency{
+				APIExportRef: depv1alpha1.APIExportReference{Path: netWorkspace, Name: "network.io"},
+				Group:        "network.io", Version: "v1", Resource: res, FieldRef: depv1alpha1.FieldReference{Path: ".spec." + res},
+			})
+		}
+		return r
+	}
+	a := newRule("c1", "a", "uid-a", 3, "vpcs", "subnets", "vpcs")
+	b := newRule("c2", "b", "uid-b", 1, "vpcs")
+	b.DeletionTimestamp = &metav1.Time{}
+	b.Finalizers = []string{depv1alpha1.FinalizerMarks}
+	reg := newRegistry()
+	reg.Apply(FromDependencyRule(a))
+	reg.Apply(FromDependencyRule(b))
+
+	got := map[string]Protection{}
+	for _, p := range reg.Protections() {
+		got[p.Target.Resource.Resource] = p
+	}
+	want := map[string][]*depv1alpha1.DependencyRule{"vpcs": {a, b}, "subnets": {a}}
+	if len(got) != len(want) {
+		t.Fatalf("Protections() = %+v, want vpcs and subnets", got)
+	}
+	for res, rules := range want {
+		var covered []marks.Rule
+		var keys []kcp.ObjectKey
+		for _, r := range rules {
+			covered = append(covered, marks.RuleOf(r))
+			keys = append(keys, kcp.KeyOf(r))
+		}
+		p := got[res]
+		if fp := marks.Fingerprint("c-net", schema.GroupResource{Group: "network.io", Resource: res}, covered); p.Fingerprint != fp {
+			t.Errorf("%s: fingerprint %q, the controller's %q", res, p.Fingerprint, fp)
+		}
+		var gotKeys []kcp.ObjectKey
+		for _, r := range p.Rules {
+			gotKeys = append(gotKeys, r.Key)
+		}
+		if !reflect.DeepEqual(gotKeys, keys) {
+			t.Errorf("%s: rules %v, want %v", res, gotKeys, keys)
+		}
+		if len(p.Entries) != len(rules) {
+			t.Errorf("%s: %d entries, want %d", res, len(p.Entries), len(rules))
+		}
+		if p.Source.Export != (kcp.ObjectKey{Cluster: "c-net", Name: "network.io"}) || p.Source.Resource.Resource != res {
+			t.Errorf("%s: source %v", res, p.Source)
+		}
+	}
+	if r := got["vpcs"].Rules[1]; !r.Terminating || !r.Finalized || r.Generation != 1 {
+		t.Errorf("rule b: Terminating %v, Finalized %v, Generation %d; want true, true, 1", r.Terminating, r.Finalized, r.Generation)
+	}
+	select {
+	case <-reg.Changes():
+	default:
+		t.Error("no change was signalled")
 	}
 }

@@ -19,6 +19,8 @@ type Metrics struct {
 	refChecks *prometheus.CounterVec
 	deferrals *prometheus.CounterVec
 	replays   *prometheus.CounterVec
+	marked    *prometheus.CounterVec
+	unmarked  *prometheus.CounterVec
 }
 
 // Outcomes of deferring a deletion, the values of the result label of
@@ -33,6 +35,14 @@ const (
 	// DeferredFailed: the request could not be recorded (no consent to
 	// patch, or kcp failed); the DELETE is denied as under Deny.
 	DeferredFailed = "failed"
+)
+
+// Reasons for removing a mark, besides the cleaner's (see package
+// cleaner).
+const (
+	// UnmarkedNewReference: the reference guard removed the mark before it
+	// admitted a new reference to the object.
+	UnmarkedNewReference = "new-reference"
 )
 
 // NewMetrics creates the metrics. rules reports the number of registered
@@ -77,13 +87,21 @@ func NewMetrics(rules, indexed func() int) *Metrics {
 			Name: "dependency_webhook_deletions_replayed_total",
 			Help: "Attempts to replay a deferred deletion, by result: deleted, refused (still referenced, or changed meanwhile; tried again), cancelled (the label was removed) or error (tried again).",
 		}, []string{"result"}),
+		marked: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dependency_webhook_marks_written_total",
+			Help: "Unreferenced marks written on protected objects, by state: pending (no reference in the index; the proof starts) or cleared (no reference in a live read after the delay; the object's DELETE no longer reaches the webhook).",
+		}, []string{"state"}),
+		unmarked: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dependency_webhook_marks_removed_total",
+			Help: "Unreferenced marks removed from protected objects, by reason: new-reference (a dependent is being created or changed to reference the object), referenced (the index or a live read found a reference) or stale (the rules changed, or one is being deleted).",
+		}, []string{"reason"}),
 	}
 	return m
 }
 
 // collectors are the metrics one by one.
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.decisions, m.latency, m.scanned, m.rules, m.indexed, m.retries, m.refChecks, m.deferrals, m.replays}
+	return []prometheus.Collector{m.decisions, m.latency, m.scanned, m.rules, m.indexed, m.retries, m.refChecks, m.deferrals, m.replays, m.marked, m.unmarked}
 }
 
 // Describe implements prometheus.Collector.
@@ -104,6 +122,20 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 func (m *Metrics) referenceChecked(outcome string) {
 	if m != nil {
 		m.refChecks.WithLabelValues(outcome).Inc()
+	}
+}
+
+// Marked counts a mark written, by state; the cleaner calls it.
+func (m *Metrics) Marked(state string) {
+	if m != nil {
+		m.marked.WithLabelValues(state).Inc()
+	}
+}
+
+// Unmarked counts a mark removed, by reason.
+func (m *Metrics) Unmarked(reason string) {
+	if m != nil {
+		m.unmarked.WithLabelValues(reason).Inc()
 	}
 }
 

@@ -10,12 +10,15 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/kcp-dev/logicalcluster/v3"
 
+	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
@@ -36,7 +39,14 @@ type Targets interface {
 	// Reads that fail for a reason that clears by itself are retried within
 	// the deadline of ctx.
 	Lookup(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, error)
+	// Patch patches the object of src named name in cluster (in
+	// namespace); retried like Lookup.
+	Patch(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, pt types.PatchType, body []byte) error
 }
+
+// unmarkPatch removes the unreferenced label and its since annotation.
+var unmarkPatch = fmt.Appendf(nil, `{"metadata":{"labels":{%q:null},"annotations":{%q:null}}}`,
+	depv1alpha1.LabelUnreferenced, depv1alpha1.AnnotationUnreferencedSince)
 
 // ReferenceValidator is an admission.Handler that kcp calls for CREATE and
 // UPDATE of dependents: it refuses a new reference to an object that is
@@ -47,6 +57,12 @@ type Targets interface {
 // and neither is a dependent that is being deleted itself. A reference to an
 // object that does not exist is allowed, so that a dependent may be created
 // before what it references (as GitOps tools do).
+//
+// A referenced object that carries the unreferenced label (a mark of the
+// cleaner, see docs/architecture.md, "Marks") loses it before the request
+// is allowed, and is read once more afterwards: its DELETE reaches the
+// webhook again from then on. If the label cannot be removed, the request
+// is refused with "retry".
 type ReferenceValidator struct {
 	rules     GuardFinder
 	readiness Readiness
@@ -152,6 +168,13 @@ func (v *ReferenceValidator) handle(ctx context.Context, req admission.Request) 
 			return unavailable(fmt.Sprintf("could not check whether %s %q may reference %s %q (reading it failed: %v); retry",
 				kind, name, r.target.Resource.Resource, r.name, err)), DecisionError
 		}
+		if slices.ContainsFunc(found, func(o kcp.Meta) bool { return o.Unreferenced != "" && !o.Terminating }) {
+			if found, err = v.unmark(ctx, r, obj.Cluster, found); err != nil {
+				log.FromContext(ctx).Error(err, "Failed to remove the unreferenced mark of a referenced object", "cluster", obj.Cluster, "target", r.target, "name", r.name)
+				return unavailable(fmt.Sprintf("could not let %s %q reference %s %q (removing its %s label failed: %v); retry",
+					kind, name, r.target.Resource.Resource, r.name, depv1alpha1.LabelUnreferenced, err)), DecisionError
+			}
+		}
 		for _, o := range found {
 			if o.Terminating {
 				problems = append(problems, fmt.Sprintf("%s %q cannot reference %s %q: it is being deleted", kind, name, r.target.Resource.Resource, r.name))
@@ -165,4 +188,24 @@ func (v *ReferenceValidator) handle(ctx context.Context, req admission.Request) 
 		return resp, DecisionDenied
 	}
 	return admission.Allowed(""), DecisionAllowed
+}
+
+// unmark removes the unreferenced label from the objects found of a
+// reference that carry it, and reads them again: a DELETE admitted without
+// the webhook (the label matched its object selector) may have committed
+// between the first read and the removal, and the object is then being
+// deleted or gone.
+func (v *ReferenceValidator) unmark(ctx context.Context, r reference, cluster logicalcluster.Name, found []kcp.Meta) ([]kcp.Meta, error) {
+	for _, o := range found {
+		if o.Unreferenced == "" || o.Terminating {
+			continue
+		}
+		err := v.targets.Patch(ctx, r.target, cluster, o.Namespace, o.Name, types.MergePatchType, unmarkPatch)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return nil, err
+		}
+		v.metrics.Unmarked(UnmarkedNewReference)
+		log.FromContext(ctx).V(1).Info("Removed the unreferenced mark of a newly referenced object", "cluster", cluster, "target", r.target, "namespace", o.Namespace, "name", o.Name, "mark", o.Unreferenced)
+	}
+	return v.targets.Lookup(ctx, r.target, cluster, r.namespace, r.name)
 }

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/kcp-dev/logicalcluster/v3"
@@ -54,6 +55,35 @@ type fakeTargets struct {
 	states  map[index.Source]index.State
 	err     error
 	calls   []string
+	// patchErr fails patches; afterPatch, if set, changes the object
+	// patched (key as in objects) after the patch applied.
+	patchErr   error
+	afterPatch func(o *kcp.Meta)
+}
+
+// Patch removes the unreferenced label, the only patch the guard sends.
+func (f *fakeTargets) Patch(_ context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, pt types.PatchType, body []byte) error {
+	f.calls = append(f.calls, fmt.Sprintf("patch %s %s %s/%s", cluster, src.Resource.Resource, namespace, name))
+	key := fmt.Sprintf("%s|%s/%s", cluster, namespace, name)
+	if f.patchErr != nil {
+		if apierrors.IsNotFound(f.patchErr) {
+			delete(f.objects, key)
+		}
+		return f.patchErr
+	}
+	if pt != types.MergePatchType || string(body) != string(unmarkPatch) {
+		return fmt.Errorf("unexpected patch %s %s", pt, body)
+	}
+	o, ok := f.objects[key]
+	if !ok {
+		return apierrors.NewNotFound(src.Resource.GroupResource(), name)
+	}
+	o.Unreferenced = ""
+	if f.afterPatch != nil {
+		f.afterPatch(&o)
+	}
+	f.objects[key] = o
+	return nil
 }
 
 func (f *fakeTargets) State(src index.Source) index.State {
@@ -225,6 +255,46 @@ func TestReferenceValidator(t *testing.T) {
 			wantCode:    http.StatusServiceUnavailable,
 			wantMessage: `could not check whether VirtualMachine "vm-1" may reference vpcs "vpc-a"`,
 			wantCalls:   []string{"consumer vpcs default/vpc-a"},
+		},
+		{
+			name:        "a new reference to an object marked unreferenced removes the mark, reads it again, and is allowed",
+			req:         writeRequest("default", "vm-1", vpcRef("vpc-marked"), nil, false),
+			targets:     &fakeTargets{objects: map[string]kcp.Meta{"consumer|default/vpc-marked": {Name: "vpc-marked", Namespace: "default", Unreferenced: "0123456789abcdef"}}},
+			wantAllowed: true,
+			wantCalls:   []string{"consumer vpcs default/vpc-marked", "patch consumer vpcs default/vpc-marked", "consumer vpcs default/vpc-marked"},
+		},
+		{
+			name:        "a pending mark is removed as well",
+			req:         writeRequest("default", "vm-1", vpcRef("vpc-marked"), nil, false),
+			targets:     &fakeTargets{objects: map[string]kcp.Meta{"consumer|default/vpc-marked": {Name: "vpc-marked", Namespace: "default", Unreferenced: "pending-0123456789abcdef"}}},
+			wantAllowed: true,
+			wantCalls:   []string{"consumer vpcs default/vpc-marked", "patch consumer vpcs default/vpc-marked", "consumer vpcs default/vpc-marked"},
+		},
+		{
+			name:        "a mark that cannot be removed is a denial with a retry message (fail closed)",
+			req:         writeRequest("default", "vm-1", vpcRef("vpc-marked"), nil, false),
+			targets:     &fakeTargets{objects: map[string]kcp.Meta{"consumer|default/vpc-marked": {Name: "vpc-marked", Namespace: "default", Unreferenced: "0123456789abcdef"}}, patchErr: apierrors.NewForbidden(vpcs.GroupResource(), "vpc-marked", errors.New("no patch granted"))},
+			wantCode:    http.StatusServiceUnavailable,
+			wantMessage: `could not let VirtualMachine "vm-1" reference vpcs "vpc-marked" (removing its dependencies.opendefense.cloud/unreferenced label failed`,
+			wantCalls:   []string{"consumer vpcs default/vpc-marked", "patch consumer vpcs default/vpc-marked"},
+		},
+		{
+			name:        "a marked object whose DELETE committed before the mark was removed is refused",
+			req:         writeRequest("default", "vm-1", vpcRef("vpc-marked"), nil, false),
+			targets:     &fakeTargets{objects: map[string]kcp.Meta{"consumer|default/vpc-marked": {Name: "vpc-marked", Namespace: "default", Unreferenced: "0123456789abcdef"}}, afterPatch: func(o *kcp.Meta) { o.Terminating = true }},
+			wantMessage: `VirtualMachine "vm-1" cannot reference vpcs "vpc-marked": it is being deleted`,
+			wantCalls:   []string{"consumer vpcs default/vpc-marked", "patch consumer vpcs default/vpc-marked", "consumer vpcs default/vpc-marked"},
+		},
+		{
+			name: "a marked object gone before the mark was removed is a reference to a missing object: allowed",
+			req:  writeRequest("default", "vm-1", vpcRef("vpc-marked"), nil, false),
+			targets: func() *fakeTargets {
+				f := &fakeTargets{objects: map[string]kcp.Meta{"consumer|default/vpc-marked": {Name: "vpc-marked", Namespace: "default", Unreferenced: "0123456789abcdef"}}}
+				f.patchErr = apierrors.NewNotFound(vpcs.GroupResource(), "vpc-marked")
+				return f
+			}(),
+			wantAllowed: true,
+			wantCalls:   []string{"consumer vpcs default/vpc-marked", "patch consumer vpcs default/vpc-marked", "consumer vpcs default/vpc-marked"},
 		},
 		{
 			name:        "before the rules are loaded, writes of dependents are refused with a retry message",

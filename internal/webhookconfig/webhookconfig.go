@@ -18,6 +18,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -28,6 +29,7 @@ import (
 	"github.com/kcp-dev/logicalcluster/v3"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/marks"
 )
 
 const (
@@ -78,6 +80,37 @@ type Workspace struct {
 	// Dependents are the resources served by the workspace's APIExports
 	// that its own rules name as dependents, sorted and without duplicates.
 	Dependents []schema.GroupVersionResource
+	// Cleared are the fingerprints (see package marks) of the protected
+	// resources whose objects the DELETE webhook skips when they carry the
+	// unreferenced label with that value, sorted: those whose every rule
+	// reports ReferencesGuarded=True for its current generation and none
+	// is being deleted. See Qualifies.
+	Cleared []string
+}
+
+// Qualifies reports whether the clearances of a protected resource may
+// keep its objects from the DELETE webhook under rules, all the rules that
+// protect it: every rule reports, for its current generation,
+// ReferencesGuarded=True (the webhook can read the objects, so it removes a
+// clearance before it admits a new reference) and WebhooksInstalled=True
+// (kcp calls that check for every new reference), and no rule is being
+// deleted (its clearances are being removed).
+func Qualifies(rules []*depv1alpha1.DependencyRule) bool {
+	if len(rules) == 0 {
+		return false
+	}
+	for _, rule := range rules {
+		if rule.DeletionTimestamp != nil {
+			return false
+		}
+		for _, t := range []string{depv1alpha1.ConditionReferencesGuarded, depv1alpha1.ConditionWebhooksInstalled} {
+			c := meta.FindStatusCondition(rule.Status.Conditions, t)
+			if c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != rule.Generation {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // Desired computes from all rules what every workspace needs: the resources
@@ -101,6 +134,12 @@ func Desired(rules []depv1alpha1.DependencyRule, workspaces map[string]logicalcl
 		return ws
 	}
 	unresolved := map[string]bool{}
+	// The rules that protect each resource of each workspace.
+	type protected struct {
+		cluster  logicalcluster.Name
+		resource schema.GroupResource
+	}
+	protecting := map[protected][]*depv1alpha1.DependencyRule{}
 	for i := range rules {
 		rule := &rules[i]
 		d := rule.Spec.Dependent
@@ -114,13 +153,29 @@ func Desired(rules []depv1alpha1.DependencyRule, workspaces map[string]logicalcl
 			}
 			ws := get(cluster)
 			ws.Protected = append(ws.Protected, schema.GroupVersionResource{Group: dep.Group, Version: dep.Version, Resource: dep.Resource})
+			p := protected{cluster, schema.GroupResource{Group: dep.Group, Resource: dep.Resource}}
+			if !slices.Contains(protecting[p], rule) {
+				protecting[p] = append(protecting[p], rule)
+			}
 		}
+	}
+	for p, rs := range protecting {
+		if !Qualifies(rs) {
+			continue
+		}
+		covered := make([]marks.Rule, 0, len(rs))
+		for _, rule := range rs {
+			covered = append(covered, marks.RuleOf(rule))
+		}
+		ws := desired[p.cluster]
+		ws.Cleared = append(ws.Cleared, marks.Fingerprint(p.cluster, p.resource, covered))
 	}
 	for _, ws := range desired {
 		slices.SortFunc(ws.Protected, compareGVR)
 		ws.Protected = slices.Compact(ws.Protected)
 		slices.SortFunc(ws.Dependents, compareGVR)
 		ws.Dependents = slices.Compact(ws.Dependents)
+		slices.Sort(ws.Cleared)
 	}
 	paths := make([]logicalcluster.Path, 0, len(unresolved))
 	for _, p := range slices.Sorted(maps.Keys(unresolved)) {
@@ -166,11 +221,26 @@ func Configuration(ws *Workspace, cluster logicalcluster.Name, opts Options) *ad
 			WithSideEffects(sideEffects).
 			WithTimeoutSeconds(opts.TimeoutSeconds).
 			WithAdmissionReviewVersions("v1").
-			// Empty selectors: every namespace and object. Owning them
-			// means that a selector someone else sets, which would narrow
-			// the protection, is taken back.
+			// An empty namespace selector: every namespace. Owning the
+			// selectors means that a selector someone else sets, which
+			// would narrow the protection, is taken back.
 			WithNamespaceSelector(metav1ac.LabelSelector()).
 			WithObjectSelector(metav1ac.LabelSelector())
+	}
+	deletion := func() *admissionregistrationv1ac.ValidatingWebhookApplyConfiguration {
+		// A denied DELETE under a rule with the Replay deletion policy is
+		// recorded on the object, except in a dry run.
+		wh := webhook(WebhookName, ws.Protected, admissionregistrationv1.SideEffectClassNoneOnDryRun, admissionregistrationv1.Delete)
+		if len(ws.Cleared) > 0 && opts.FailurePolicy == admissionregistrationv1.Fail {
+			// kcp matches the selector against the stored object on
+			// DELETE: an object cleared under the current rules does not
+			// reach the webhook. NotIn with no values is invalid, so
+			// without clearances the selector stays empty. With the
+			// failure policy Ignore, a new reference can pass without the
+			// check that removes the clearance, so none is honoured.
+			wh.WithObjectSelector(ObjectSelector(ws.Cleared))
+		}
+		return wh
 	}
 	cfg := admissionregistrationv1ac.ValidatingWebhookConfiguration(Name).
 		WithLabels(map[string]string{ManagedByLabel: ManagedByValue})
@@ -178,14 +248,66 @@ func Configuration(ws *Workspace, cluster logicalcluster.Name, opts Options) *ad
 		cfg.WithAnnotations(map[string]string{WorkspacePathAnnotation: ws.Path.String()})
 	}
 	if len(ws.Protected) > 0 {
-		// A denied DELETE under a rule with the Replay deletion policy is
-		// recorded on the object, except in a dry run.
-		cfg.WithWebhooks(webhook(WebhookName, ws.Protected, admissionregistrationv1.SideEffectClassNoneOnDryRun, admissionregistrationv1.Delete))
+		cfg.WithWebhooks(deletion())
 	}
 	if len(ws.Dependents) > 0 {
 		cfg.WithWebhooks(webhook(ReferencesWebhookName, ws.Dependents, admissionregistrationv1.SideEffectClassNone, admissionregistrationv1.Create, admissionregistrationv1.Update))
 	}
 	return cfg
+}
+
+// ObjectSelector returns the object selector of the DELETE webhook that
+// lets objects carrying the unreferenced label with one of the
+// fingerprints cleared pass without calling the webhook.
+func ObjectSelector(cleared []string) *metav1ac.LabelSelectorApplyConfiguration {
+	return metav1ac.LabelSelector().WithMatchExpressions(metav1ac.LabelSelectorRequirement().
+		WithKey(depv1alpha1.LabelUnreferenced).
+		WithOperator(metav1.LabelSelectorOpNotIn).
+		WithValues(cleared...))
+}
+
+// Skipped returns the fingerprints whose clearances the DELETE webhook of
+// cfg skips (the values of its NotIn requirement on the unreferenced
+// label), or nil.
+func Skipped(cfg *admissionregistrationv1.ValidatingWebhookConfiguration) []string {
+	var out []string
+	for _, wh := range cfg.Webhooks {
+		if wh.Name != WebhookName || wh.ObjectSelector == nil {
+			continue
+		}
+		for _, req := range wh.ObjectSelector.MatchExpressions {
+			if req.Key == depv1alpha1.LabelUnreferenced && req.Operator == metav1.LabelSelectorOpNotIn {
+				out = append(out, req.Values...)
+			}
+		}
+	}
+	return out
+}
+
+// DropSelectorPatch returns a JSON patch that empties the object selector
+// of the DELETE webhook of existing, or nil if ws (the desired state) has
+// clearances or existing skips none. Server-side apply cannot do it: the
+// selector is an atomic struct, and applying the empty one leaves the
+// stored requirements in place. Emptying it only makes more DELETEs reach
+// the webhook, so it needs no precondition besides the webhook's position.
+func DropSelectorPatch(existing *admissionregistrationv1.ValidatingWebhookConfiguration, ws *Workspace, opts Options) []byte {
+	if len(ws.Cleared) > 0 && opts.FailurePolicy == admissionregistrationv1.Fail {
+		return nil
+	}
+	for i, wh := range existing.Webhooks {
+		if wh.Name != WebhookName || wh.ObjectSelector == nil || len(wh.ObjectSelector.MatchExpressions) == 0 {
+			continue
+		}
+		patch, err := json.Marshal([]map[string]any{
+			{"op": "test", "path": fmt.Sprintf("/webhooks/%d/name", i), "value": WebhookName},
+			{"op": "remove", "path": fmt.Sprintf("/webhooks/%d/objectSelector/matchExpressions", i)},
+		})
+		if err != nil {
+			panic(fmt.Sprintf("failed to encode a JSON patch: %v", err)) // cannot happen: plain data
+		}
+		return patch
+	}
+	return nil
 }
 
 // Build returns the configuration of Configuration as an object, for tests

@@ -19,6 +19,7 @@ import (
 	"github.com/kcp-dev/logicalcluster/v3"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/marks"
 	"github.com/opendefensecloud/dependency-controller/internal/scheme"
 )
 
@@ -379,5 +380,147 @@ func TestReduces(t *testing.T) {
 	}
 	if Reduces(&admissionregistrationv1.ValidatingWebhookConfiguration{}, nil) {
 		t.Errorf("deleting a configuration without webhooks takes protection away")
+	}
+}
+
+func TestDesiredCleared(t *testing.T) {
+	workspaces := map[string]logicalcluster.Name{"root:c1": "c1", "root:net": "c-net"}
+	vpcsDep := dep{"root:net", "net.io", "v1", "vpcs", ".spec.vpc"}
+	subnetsDep := dep{"root:net", "net.io", "v1", "subnets", ".spec.subnet"}
+	// guarded sets ReferencesGuarded on a rule, observed at generation
+	// observed; the rule is at generation 2.
+	guarded := func(r depv1alpha1.DependencyRule, status metav1.ConditionStatus, observed int64) depv1alpha1.DependencyRule {
+		r.UID, r.Generation = types.UID("uid-"+r.Name), 2
+		r.Status.Conditions = []metav1.Condition{
+			{Type: depv1alpha1.ConditionReferencesGuarded, Status: status, ObservedGeneration: observed, Reason: "R"},
+			{Type: depv1alpha1.ConditionWebhooksInstalled, Status: metav1.ConditionTrue, ObservedGeneration: 2, Reason: "R"},
+		}
+		return r
+	}
+	notInstalled := guarded(rule("c1", "a", vpcsDep), metav1.ConditionTrue, 2)
+	notInstalled.Status.Conditions[1].Status = metav1.ConditionFalse
+	installedBefore := guarded(rule("c1", "a", vpcsDep), metav1.ConditionTrue, 2)
+	installedBefore.Status.Conditions[1].ObservedGeneration = 1
+	fp := func(resource string, rules ...depv1alpha1.DependencyRule) string {
+		var covered []marks.Rule
+		for i := range rules {
+			covered = append(covered, marks.RuleOf(&rules[i]))
+		}
+		return marks.Fingerprint("c-net", schema.GroupResource{Group: "net.io", Resource: resource}, covered)
+	}
+	a := guarded(rule("c1", "a", vpcsDep, subnetsDep), metav1.ConditionTrue, 2)
+	b := guarded(rule("c1", "b", vpcsDep), metav1.ConditionTrue, 2)
+	deleting := b
+	deleting.DeletionTimestamp = &metav1.Time{}
+	tests := []struct {
+		name  string
+		rules []depv1alpha1.DependencyRule
+		want  []string
+	}{
+		{name: "every rule guarded for its generation: each resource qualifies", rules: []depv1alpha1.DependencyRule{a}, want: []string{fp("vpcs", a), fp("subnets", a)}},
+		{name: "two rules protect vpcs: one fingerprint over both", rules: []depv1alpha1.DependencyRule{a, b}, want: []string{fp("vpcs", a, b), fp("subnets", a)}},
+		{name: "guarded for an older generation", rules: []depv1alpha1.DependencyRule{guarded(rule("c1", "a", vpcsDep), metav1.ConditionTrue, 1)}},
+		{name: "not guarded", rules: []depv1alpha1.DependencyRule{guarded(rule("c1", "a", vpcsDep), metav1.ConditionFalse, 2)}},
+		{name: "guarded unknown", rules: []depv1alpha1.DependencyRule{guarded(rule("c1", "a", vpcsDep), metav1.ConditionUnknown, 2)}},
+		{name: "no condition yet", rules: []depv1alpha1.DependencyRule{rule("c1", "a", vpcsDep)}},
+		{
+			name:  "one of two rules not guarded: vpcs do not qualify, subnets (only the guarded rule) do",
+			rules: []depv1alpha1.DependencyRule{a, guarded(rule("c1", "b", vpcsDep), metav1.ConditionFalse, 2)},
+			want:  []string{fp("subnets", a)},
+		},
+		{name: "a rule being deleted", rules: []depv1alpha1.DependencyRule{a, deleting}, want: []string{fp("subnets", a)}},
+		{name: "the check of new references not installed", rules: []depv1alpha1.DependencyRule{notInstalled}},
+		{name: "the check of new references installed for an older generation", rules: []depv1alpha1.DependencyRule{installedBefore}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, _ := Desired(tt.rules, workspaces)
+			want := slices.Sorted(slices.Values(tt.want))
+			var cleared []string
+			if ws := got["c-net"]; ws != nil {
+				cleared = ws.Cleared
+			}
+			if !slices.Equal(cleared, want) {
+				t.Errorf("Cleared = %v, want %v", cleared, want)
+			}
+			if ws := got["c1"]; ws != nil && len(ws.Cleared) > 0 {
+				t.Errorf("the rules' own workspace got clearances: %v", ws.Cleared)
+			}
+		})
+	}
+}
+
+func TestConfigurationObjectSelector(t *testing.T) {
+	opts := Options{URL: "https://webhook.example/validate", TimeoutSeconds: 5, FailurePolicy: admissionregistrationv1.Fail}
+	vpcs := gvr("net.io", "v1", "vpcs")
+	tests := []struct {
+		name    string
+		cleared []string
+		want    *metav1.LabelSelector
+	}{
+		{name: "no clearance: the empty selector (NotIn without values is invalid)", want: &metav1.LabelSelector{}},
+		{
+			name:    "clearances: objects carrying one of them are skipped",
+			cleared: []string{"00aa", "11bb"},
+			want: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: depv1alpha1.LabelUnreferenced, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"00aa", "11bb"}},
+			}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ws := &Workspace{Protected: []schema.GroupVersionResource{vpcs}, Dependents: []schema.GroupVersionResource{vms}, Cleared: tt.cleared}
+			ignore := opts
+			ignore.FailurePolicy = admissionregistrationv1.Ignore
+			if got := Build(ws, "c-net", ignore).Webhooks[0].ObjectSelector; !reflect.DeepEqual(got, &metav1.LabelSelector{}) {
+				t.Errorf("with failure policy Ignore, the DELETE webhook's objectSelector = %+v, want the empty one", got)
+			}
+			cfg := Build(ws, "c-net", opts)
+			if len(cfg.Webhooks) != 2 {
+				t.Fatalf("want 2 webhooks, got %d", len(cfg.Webhooks))
+			}
+			if got := cfg.Webhooks[0].ObjectSelector; !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("DELETE webhook's objectSelector = %+v, want %+v", got, tt.want)
+			}
+			if got := cfg.Webhooks[1].ObjectSelector; !reflect.DeepEqual(got, &metav1.LabelSelector{}) {
+				t.Errorf("the check of new references got objectSelector %+v, want the empty one", got)
+			}
+			if got := Skipped(cfg); !slices.Equal(got, tt.cleared) {
+				t.Errorf("Skipped = %v, want %v", got, tt.cleared)
+			}
+		})
+	}
+}
+
+func TestDropSelectorPatch(t *testing.T) {
+	opts := Options{URL: "https://webhook.example/validate", TimeoutSeconds: 5, FailurePolicy: admissionregistrationv1.Fail}
+	vpcs := gvr("net.io", "v1", "vpcs")
+	skipping := Build(&Workspace{Dependents: []schema.GroupVersionResource{vms}, Protected: []schema.GroupVersionResource{vpcs}, Cleared: []string{"00aa"}}, "c", opts)
+	// The DELETE webhook second, to check the index in the patch.
+	skipping.Webhooks[0], skipping.Webhooks[1] = skipping.Webhooks[1], skipping.Webhooks[0]
+	plain := Build(&Workspace{Protected: []schema.GroupVersionResource{vpcs}}, "c", opts)
+	ignore := opts
+	ignore.FailurePolicy = admissionregistrationv1.Ignore
+	tests := []struct {
+		name     string
+		existing *admissionregistrationv1.ValidatingWebhookConfiguration
+		cleared  []string
+		opts     Options
+		want     string
+	}{
+		{name: "clearances stay: the apply sets them", existing: skipping, cleared: []string{"11bb"}, opts: opts},
+		{name: "no clearance any more", existing: skipping, opts: opts,
+			want: `[{"op":"test","path":"/webhooks/1/name","value":"deletion.dependencies.opendefense.cloud"},{"op":"remove","path":"/webhooks/1/objectSelector/matchExpressions"}]`},
+		{name: "clearances under failure policy Ignore", existing: skipping, cleared: []string{"00aa"}, opts: ignore,
+			want: `[{"op":"test","path":"/webhooks/1/name","value":"deletion.dependencies.opendefense.cloud"},{"op":"remove","path":"/webhooks/1/objectSelector/matchExpressions"}]`},
+		{name: "nothing skipped: nothing to patch", existing: plain, opts: opts},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := DropSelectorPatch(tt.existing, &Workspace{Protected: []schema.GroupVersionResource{vpcs}, Cleared: tt.cleared}, tt.opts)
+			if string(got) != tt.want {
+				t.Errorf("DropSelectorPatch = %s, want %s", got, tt.want)
+			}
+		})
 	}
 }

@@ -1,7 +1,8 @@
 // Package webhookserver assembles the webhook binary: a multicluster manager
 // over the dependencies APIExport, the rule registry and what keeps it
-// current, the index of dependents and what reports its state on rules, and
-// the admission handler with its health checks. cmd/webhook runs what New
+// current, the index of dependents and what reports its state on rules, the
+// admission handler with its health checks, and the cleaner that marks
+// objects nothing references. cmd/webhook runs what New
 // returns; the tests run the same.
 package webhookserver
 
@@ -21,6 +22,7 @@ import (
 
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
+	"github.com/opendefensecloud/dependency-controller/internal/cleaner"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
@@ -54,6 +56,14 @@ type Options struct {
 	// ReplayInterval is how often deferred deletions are listed again
 	// without a change of the index; default 30s.
 	ReplayInterval time.Duration
+	// UnreferencedAfter is how long a protected object must stay
+	// unreferenced, with its pending mark, before the webhook clears it,
+	// so that its DELETE no longer reaches the webhook; 0 turns marks off.
+	// See cleaner.Options.Delay.
+	UnreferencedAfter time.Duration
+	// MarksInterval is how often the objects of every protected resource
+	// are listed to mark them; default 30s.
+	MarksInterval time.Duration
 }
 
 // LeaseName is the name of the lease of the webhook replica that replays
@@ -144,25 +154,37 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 		Deletion:   deletion,
 		References: webhook.NewReferenceValidator(reg, readiness, ix, opts.RequestTimeout, metrics),
 	}
-	replayer := replay.New(reg, ix, deletion, replay.Options{Interval: opts.ReplayInterval, OnResult: metrics.Replayed})
-	if err := addElected(mgr.GetLocalManager(), cfg, elect, electIn, replayer); err != nil {
+	if err := webhook.Serve(mgr, opts.Path, handler); err != nil {
 		return nil, err
 	}
-	if err := webhook.Serve(mgr, opts.Path, handler); err != nil {
+	// One replica writes: it replays deferred deletions and marks
+	// unreferenced objects.
+	writers := []manager.Runnable{replay.New(reg, ix, deletion, replay.Options{Interval: opts.ReplayInterval, OnResult: metrics.Replayed})}
+	if opts.UnreferencedAfter > 0 {
+		writers = append(writers, cleaner.New(reg, readiness, ix, cleaner.ManagerFinalizers{Manager: mgr}, cleaner.Options{
+			Delay: opts.UnreferencedAfter, Interval: opts.MarksInterval, Timeout: opts.RequestTimeout, Metrics: metrics,
+		}))
+	}
+	if err := addElected(mgr.GetLocalManager(), cfg, elect, electIn, writers...); err != nil {
 		return nil, err
 	}
 	logger.Info("Webhook assembled", "path", opts.Path, "frontProxy", frontProxy)
 	return &Webhook{Manager: mgr, Ready: ready, Metrics: metrics}, nil
 }
 
-// addElected adds r, which must run on one replica only, to mgr: as it is
-// without leader election, else under a manager of its own that holds the
-// lease LeaseName in namespace. The webhook's own manager cannot elect: its
+// addElected adds runnables that must run on one replica only to mgr: as
+// they are without leader election, else under a manager of their own that
+// holds the lease LeaseName in namespace. The webhook's own manager cannot elect: its
 // provider of workspaces would then run on the leader only, and the other
 // replicas would never load the rules.
-func addElected(mgr manager.Manager, cfg *rest.Config, elect bool, namespace string, r manager.Runnable) error {
+func addElected(mgr manager.Manager, cfg *rest.Config, elect bool, namespace string, runnables ...manager.Runnable) error {
 	if !elect {
-		return mgr.Add(r)
+		for _, r := range runnables {
+			if err := mgr.Add(r); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	elected, err := manager.New(cfg, manager.Options{
 		LeaderElection:                true,
@@ -175,8 +197,10 @@ func addElected(mgr manager.Manager, cfg *rest.Config, elect bool, namespace str
 	if err != nil {
 		return fmt.Errorf("failed to set up leader election: %w", err)
 	}
-	if err := elected.Add(r); err != nil {
-		return err
+	for _, r := range runnables {
+		if err := elected.Add(r); err != nil {
+			return err
+		}
 	}
 	return mgr.Add(manager.RunnableFunc(elected.Start))
 }

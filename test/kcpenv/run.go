@@ -63,6 +63,13 @@ type Webhook struct {
 // CA in certDir, with the given TLS options (e.g. webhook.ClientAuth), and
 // waits until it is ready.
 func StartWebhook(ctx context.Context, depCtrl *rest.Config, certDir string, tlsOpts ...func(*tls.Config)) (*Webhook, error) {
+	return StartWebhookWith(ctx, depCtrl, certDir, nil, tlsOpts...)
+}
+
+// StartWebhookWith is StartWebhook with the webhook's options changed by
+// configure (if not nil). StartWebhook leaves marks off; set
+// UnreferencedAfter to turn them on.
+func StartWebhookWith(ctx context.Context, depCtrl *rest.Config, certDir string, configure func(*webhookserver.Options), tlsOpts ...func(*tls.Config)) (*Webhook, error) {
 	ca, err := WriteServingCerts(certDir, "127.0.0.1")
 	if err != nil {
 		return nil, err
@@ -74,7 +81,7 @@ func StartWebhook(ctx context.Context, depCtrl *rest.Config, certDir string, tls
 	opts := TestManagerOptions()
 	opts.WebhookServer = ctrlwebhook.NewServer(ctrlwebhook.Options{Host: "127.0.0.1", Port: port, CertDir: certDir, TLSOpts: tlsOpts})
 	metrics := prometheus.NewRegistry()
-	wh, err := webhookserver.New(ctx, depCtrl, webhookserver.Options{
+	whOpts := webhookserver.Options{
 		APIExportName:     DepCtrlExportName,
 		Path:              "/validate",
 		RequestTimeout:    8 * time.Second,
@@ -82,7 +89,11 @@ func StartWebhook(ctx context.Context, depCtrl *rest.Config, certDir string, tls
 		ResyncPeriod:      time.Minute,
 		IndexPollInterval: time.Second,
 		ReplayInterval:    5 * time.Second,
-	}, opts)
+	}
+	if configure != nil {
+		configure(&whOpts)
+	}
+	wh, err := webhookserver.New(ctx, depCtrl, whOpts, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -179,8 +179,8 @@ func TestDepCtrlWorkspace(t *testing.T) {
 
 // The webhook is granted access by each provider for its own APIExport
 // only (config/samples/*/webhook-access.yaml), never broadly: reads, and
-// patch and delete of the export's objects (deferred deletion), nothing
-// else.
+// patch and delete of the export's objects (marks, deferred deletion),
+// nothing else.
 func TestWebhookAccessSamples(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join(configDir, "samples", "*", "webhook-access.yaml"))
 	if err != nil || len(files) == 0 {
