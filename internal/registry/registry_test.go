@@ -485,3 +485,50 @@ func TestProtectionsFingerprintsAgreeWithTheController(t *testing.T) {
 		t.Error("no change was signalled")
 	}
 }
+
+func TestReplayTargets(t *testing.T) {
+	r := newRegistry()
+	replaying := func(rl *Rule) *Rule {
+		rl.Replay = true
+		return rl
+	}
+	// Two Replay rules protect VPCs of c-net: one source for them. Subnets
+	// only under a Deny rule; a Replay rule whose workspace is unbound
+	// protects nothing yet.
+	r.Apply(replaying(rule("c1/a", "u1", 1, vms, "vpcs.network.io@.spec.vpc")))
+	r.Apply(replaying(rule("c2/a", "u2", 1, vms, "vpcs.network.io@.spec.vpc")))
+	r.Apply(rule("c1/b", "u3", 1, vms, "subnets.network.io@.spec.subnet"))
+	r.Apply(replaying(rule("c1/c", "u4", 1, vms, "root:unbound|routers.network.io@.spec.router")))
+
+	want := []index.Source{targetSource("c-net", vpcs)}
+	if got := r.ReplayTargets(); !reflect.DeepEqual(got, want) {
+		t.Errorf("ReplayTargets() = %+v, want %+v", got, want)
+	}
+	for _, e := range r.Find(Target{Cluster: "c-net", Resource: vpcs.GroupResource()}) {
+		if !e.Replay || e.Target != targetSource("c-net", vpcs) {
+			t.Errorf("entry %+v: want Replay with the target's source", e)
+		}
+	}
+	for _, e := range r.Find(Target{Cluster: "c-net", Resource: subnets.GroupResource()}) {
+		if e.Replay {
+			t.Errorf("entry %+v of a Deny rule replays", e)
+		}
+	}
+
+	// Once the workspace binds, its routers are replayed too.
+	r.SetWorkspace("root:unbound", "c-unbound")
+	routers := schema.GroupVersionResource{Group: "network.io", Version: "v1", Resource: "routers"}
+	want = []index.Source{targetSource("c-unbound", routers), targetSource("c-net", vpcs)} // sorted
+	if got := r.ReplayTargets(); !reflect.DeepEqual(got, want) {
+		t.Errorf("after binding, ReplayTargets() = %+v, want %+v", got, want)
+	}
+}
+
+func TestFromDependencyRuleReadsTheDeletionPolicy(t *testing.T) {
+	for policy, want := range map[depv1alpha1.DeletionPolicy]bool{"": false, depv1alpha1.DeletionPolicyDeny: false, depv1alpha1.DeletionPolicyReplay: true} {
+		rl := &depv1alpha1.DependencyRule{Spec: depv1alpha1.DependencyRuleSpec{DeletionPolicy: policy}}
+		if got := FromDependencyRule(rl).Replay; got != want {
+			t.Errorf("deletionPolicy %q: Replay = %v, want %v", policy, got, want)
+		}
+	}
+}

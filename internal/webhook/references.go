@@ -180,6 +180,13 @@ func (v *ReferenceValidator) handle(ctx context.Context, req admission.Request) 
 				problems = append(problems, fmt.Sprintf("%s %q cannot reference %s %q: it is being deleted", kind, name, r.target.Resource.Resource, r.name))
 				break
 			}
+			if o.DeletionRequested {
+				// Otherwise a stack whose deletion is deferred could gain
+				// new dependents forever.
+				problems = append(problems, fmt.Sprintf("%s %q cannot reference %s %q: its deletion is deferred until nothing references it (remove its label %s to cancel)",
+					kind, name, r.target.Resource.Resource, r.name, depv1alpha1.LabelDeletionRequested))
+				break
+			}
 		}
 	}
 	if len(problems) > 0 {

@@ -165,6 +165,15 @@ func TestReferenceValidator(t *testing.T) {
 			wantCalls:   []string{"consumer vpcs default/vpc-old"},
 		},
 		{
+			name: "a new reference to an object whose deletion is deferred is refused, saying how to cancel",
+			req:  writeRequest("default", "vm-1", vpcRef("vpc-going"), nil, false),
+			targets: &fakeTargets{objects: map[string]kcp.Meta{
+				"consumer|default/vpc-going": {Namespace: "default", Name: "vpc-going", DeletionRequested: true},
+			}},
+			wantMessage: `VirtualMachine "vm-1" cannot reference vpcs "vpc-going": its deletion is deferred until nothing references it (remove its label deletion.dependencies.opendefense.cloud/requested to cancel)`,
+			wantCalls:   []string{"consumer vpcs default/vpc-going"},
+		},
+		{
 			name:        "a reference to an object that exists is allowed",
 			req:         writeRequest("default", "vm-1", vpcRef("vpc-a"), nil, false),
 			targets:     &fakeTargets{objects: deletingVPC},
