@@ -148,9 +148,16 @@ func (r *Replayer) Start(ctx context.Context) error {
 	var listed time.Time
 	relist := true
 	for {
-		if relist && time.Since(listed) >= minRelist {
-			r.list(ctx)
-			listed, relist = time.Now(), false
+		// A listing that is due but came too soon after the last one is
+		// made as soon as minRelist has passed, not at the next tick.
+		var due <-chan time.Time
+		if relist {
+			if wait := minRelist - time.Since(listed); wait > 0 {
+				due = time.After(wait)
+			} else {
+				r.list(ctx)
+				listed, relist = time.Now(), false
+			}
 		}
 		r.enqueue(queue)
 		select {
@@ -160,6 +167,7 @@ func (r *Replayer) Start(ctx context.Context) error {
 			return nil
 		case <-ticker.C:
 			relist = true
+		case <-due:
 		case <-r.index.Updates():
 			// Dependents changed: some recorded deletions may be free to
 			// go, and new ones may have been recorded meanwhile.

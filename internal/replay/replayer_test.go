@@ -207,6 +207,14 @@ func TestReplayer(t *testing.T) {
 		t.Errorf("the refusal was not reported: %v", res.n)
 	}
 
+	// A deletion recorded just after a listing, with the index changing
+	// once, is found by the listing the change asks for, well before the
+	// interval (an hour here).
+	ix.update("free", func(*object) {}) // a change: the next listing is due
+	ix.set("late", &object{uid: "u7", rv: "1", requested: true})
+	ix.update("late", func(*object) {})
+	eventually(t, "late to be deleted within the time of two listings", func() bool { return !ix.has("late") })
+
 	// The index reports the last reference to "changes" gone, while it
 	// changed: the first DELETE fails its precondition and the object is
 	// read again.
@@ -225,7 +233,7 @@ func TestReplayer(t *testing.T) {
 	if !ix.has("cancelled") || !ix.has("not-requested") || !ix.has("referenced") {
 		t.Errorf("deleted what it must not: %v", ix.deleted())
 	}
-	want := map[string]bool{"free Foreground": true, "refused-once ": true, "changes ": true}
+	want := map[string]bool{"free Foreground": true, "refused-once ": true, "changes ": true, "late ": true}
 	got := ix.deleted()
 	if len(got) != len(want) {
 		t.Errorf("deleted %v, want %v", got, want)
