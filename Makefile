@@ -152,7 +152,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 30s) on top of its corpus.
 	done
 
 .PHONY: measure
-measure: build kcp ## Measure on a real kcp: single DELETEs (1,000 and 10,000 dependents), bulk deletions (500 to 2,000), the webhook's memory; prints a table.
+measure: build kcp ## Measure on a real kcp: single DELETEs (1,000 and 10,000 dependents), a dependent CREATE, bulk deletions (500 to 2,000), a 3-level stack deleted under Replay rules (1,000 per level), the webhook's memory; prints tables (MEASURE_ONLY=single,create,bulk,stack).
 	go test -tags perf -count=1 -timeout 60m -v -run TestMeasure ./test/perf/
 
 .PHONY: bench

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -24,7 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -161,10 +159,8 @@ func updateRule(ctx context.Context, mutate func(*depv1alpha1.DependencyRule)) {
 
 // watchDeletions watches the resources in the workspaces until the spec
 // ends, and returns a function that tells at which revision the object
-// (namespace/name) was deleted. The resourceVersion of a DELETED event is the
-// revision of the deletion, and the types of one workspace share its
-// shard's revisions, so revisions order deletions within a workspace.
-func watchDeletions(ctx context.Context, workspaces []logicalcluster.Path, resources ...schema.GroupVersionResource) func(ws logicalcluster.Path, gvr schema.GroupVersionResource, key string) (int64, bool) {
+// (namespace/name) was deleted (see kcpenv.WatchDeletions).
+func watchDeletions(workspaces []logicalcluster.Path, resources ...schema.GroupVersionResource) func(ws logicalcluster.Path, gvr schema.GroupVersionResource, key string) (int64, bool) {
 	GinkgoHelper()
 	cfg, err := topo.AdminConfig()
 	Expect(err).NotTo(HaveOccurred())
@@ -184,25 +180,11 @@ func watchDeletions(ctx context.Context, workspaces []logicalcluster.Path, resou
 		for _, gvr := range resources {
 			k := watchKey{ws, gvr}
 			deleted[k] = map[string]int64{}
-			list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
-			Expect(err).NotTo(HaveOccurred())
-			events, err := dyn.Resource(gvr).Watch(watchCtx, metav1.ListOptions{ResourceVersion: list.GetResourceVersion()})
-			Expect(err).NotTo(HaveOccurred())
-			go func() {
-				defer GinkgoRecover()
-				defer events.Stop()
-				for ev := range events.ResultChan() {
-					if ev.Type != watch.Deleted {
-						continue
-					}
-					obj := ev.Object.(*unstructured.Unstructured)
-					rv, err := strconv.ParseInt(obj.GetResourceVersion(), 10, 64)
-					Expect(err).NotTo(HaveOccurred())
-					lock.Lock()
-					deleted[k][obj.GetNamespace()+"/"+obj.GetName()] = rv
-					lock.Unlock()
-				}
-			}()
+			Expect(kcpenv.WatchDeletions(watchCtx, dyn.Resource(gvr), func(namespace, name string, rv int64) {
+				lock.Lock()
+				defer lock.Unlock()
+				deleted[k][namespace+"/"+name] = rv
+			})).To(Succeed())
 		}
 	}
 	return func(ws logicalcluster.Path, gvr schema.GroupVersionResource, key string) (int64, bool) {
@@ -344,7 +326,7 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 		// consumer: the resourceVersion of a DELETED event is the revision of
 		// the deletion, and both types of one workspace share its shard's
 		// revisions.
-		deletedAt := watchDeletions(ctx, []logicalcluster.Path{consumerA, consumerB}, vms, vpcs)
+		deletedAt := watchDeletions([]logicalcluster.Path{consumerA, consumerB}, vms, vpcs)
 
 		start := time.Now()
 		for _, ws := range []logicalcluster.Path{consumerA, consumerB} {
@@ -400,7 +382,7 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 			// Two VMs on vpc-00; vpc-keep's deletion is cancelled.
 			create(ctx, ws, inStack(vm("vm-extra", "vpc-00")), inStack(vpc("vpc-keep")), inStack(vm("vm-keep", "vpc-keep")))
 		}
-		deletedAt := watchDeletions(ctx, workspaces, vms, vpcs)
+		deletedAt := watchDeletions(workspaces, vms, vpcs)
 		Eventually(func(g Gomega) {
 			err := cli.Cluster(consumerA).Delete(ctx, inStack(vpc("vpc-00")), client.DryRunAll)
 			g.Expect(err).To(HaveOccurred())

@@ -2,16 +2,29 @@
 
 // Package perf measures the cost of deletion protection on a real kcp (one
 // shard), side by side with kcp's own costs, with the webhook built by `make
-// build` running as a process (so that its memory can be read): single
-// DELETEs with 1,000 and 10,000 dependents in the namespace (and a burst of
-// concurrent allowed ones), bulk deletions
-// (kubectl delete --all, and deleting a namespace) with 500, 1,000 and 2,000
-// targets and as many dependents referencing them, with the rule and without
-// it, and the webhook's memory per indexed dependent. Run it with `make
-// measure`; it prints a table (and writes it to MEASURE_OUTPUT if set).
+// build` running as a process (so that its memory can be read). Its parts
+// (MEASURE_ONLY, comma-separated; all by default):
+//
+//   - single: single DELETEs with 1,000 and 10,000 dependents in the
+//     namespace (MEASURE_SINGLE_N) of a never referenced, a formerly
+//     referenced and a referenced object (and a burst of concurrent allowed
+//     ones), the same DELETE without any rule, and the webhook's memory per
+//     indexed dependent;
+//   - create: a dependent's CREATE with the check of new references and
+//     without any rule;
+//   - bulk: bulk deletions (kubectl delete --all, and deleting a namespace)
+//     with 500, 1,000 and 2,000 targets (MEASURE_BULK_N) and as many
+//     dependents referencing them, with the rule and without it;
+//   - stack: a three-level stack of 1,000 objects per level
+//     (MEASURE_STACK_N) deleted in one go under Replay rules, against an
+//     ordered deletion without rules.
+//
+// Run it with `make measure`; it prints tables (and writes them to
+// MEASURE_OUTPUT if set).
 package perf
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -57,9 +70,15 @@ import (
 )
 
 var (
-	vpcs = schema.GroupVersionResource{Group: "network.test.io", Version: "v1", Resource: "vpcs"}
-	vms  = schema.GroupVersionResource{Group: "compute.test.io", Version: "v1", Resource: "virtualmachines"}
+	vpcs    = schema.GroupVersionResource{Group: "network.test.io", Version: "v1", Resource: "vpcs"}
+	subnets = schema.GroupVersionResource{Group: "network.test.io", Version: "v1", Resource: "subnets"}
+	vms     = schema.GroupVersionResource{Group: "compute.test.io", Version: "v1", Resource: "virtualmachines"}
+	// kinds are the kinds of the test resources.
+	kinds = map[string]string{vpcs.Resource: "VPC", subnets.Resource: "Subnet", vms.Resource: "VirtualMachine"}
 )
+
+// dryRun deletes nothing; it passes kcp's admission chain like a DELETE.
+var dryRun = metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}
 
 const samples = 30
 
@@ -68,45 +87,67 @@ const burst = 16
 
 // setup is the measured installation.
 type setup struct {
-	cli       clusterclient.ClusterClient
-	dyn       dynamic.Interface // the consumer workspace
-	raw       *rest.RESTClient  // the consumer workspace, raw responses
-	consumer  logicalcluster.Path
-	compute   logicalcluster.Path
-	network   logicalcluster.Path
-	kubectl   []string // kubectl with the consumer's kubeconfig
-	webhook   *kcpenv.Process
-	metrics   string // the webhook's metrics URL
-	installWH func(t *testing.T)
-	removeWH  func(t *testing.T)
+	cli      clusterclient.ClusterClient
+	dyn      dynamic.Interface // the consumer workspace
+	raw      *rest.RESTClient  // the consumer workspace, raw responses
+	consumer logicalcluster.Path
+	compute  logicalcluster.Path
+	network  logicalcluster.Path
+	// clusters are the logical clusters of the provider workspaces, by path.
+	clusters map[string]logicalcluster.Name
+	kubectl  []string // kubectl with the consumer's kubeconfig
+	webhook  *kcpenv.Process
+	metrics  string // the webhook's metrics URL
+
+	// whOptions are the settings of the webhook configurations.
+	whOptions webhookconfig.Options
+	// standard is the rule that VirtualMachines reference VPCs (Deny).
+	standard *protection
+	// active is the installed protection, nil for none.
+	active *protection
 }
+
+// parts are the parts of the measurement, in the order they run.
+var parts = []string{"single", "create", "bulk", "stack"}
 
 func TestMeasure(t *testing.T) {
 	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	klog.SetLogger(logr.Discard()) // client-go's throttling notes
 	ctx := context.Background()
-	s := start(ctx, t)
-	bulkN := []int{500, 1000, 2000}
-	if v := os.Getenv("MEASURE_BULK_N"); v != "" {
-		bulkN = nil
-		for _, f := range strings.Split(v, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			must(t, err)
-			bulkN = append(bulkN, n)
+	run := parts
+	if v := os.Getenv("MEASURE_ONLY"); v != "" {
+		run = nil
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); !slices.Contains(parts, p) {
+				t.Fatalf("MEASURE_ONLY: unknown part %q (parts: %s)", p, strings.Join(parts, ", "))
+			}
+			run = append(run, strings.TrimSpace(p))
 		}
 	}
-	// MEASURE_ONLY=single or MEASURE_ONLY=bulk measures one part.
-	only := os.Getenv("MEASURE_ONLY")
+	singleN := sizes(t, "MEASURE_SINGLE_N", 1000, 10000)
+	bulkN := sizes(t, "MEASURE_BULK_N", 500, 1000, 2000)
+	stackN := sizes(t, "MEASURE_STACK_N", 1000)
+	s := start(ctx, t)
 	var report []string
-	if only != "bulk" {
-		report = append(report, s.singles(ctx, t)...)
-	}
-	if only != "single" {
-		report = append(report, "## Bulk deletions (seconds): N targets and N dependents referencing them", "",
-			"| N | `kubectl delete vpcs --all`, no rule | same, with the rule (all denied) | namespace, no rule | namespace, with the rule |",
-			"|---|---|---|---|---|")
-		for _, n := range bulkN {
-			report = append(report, s.bulk(ctx, t, n))
+	for _, part := range parts {
+		if !slices.Contains(run, part) {
+			continue
+		}
+		switch part {
+		case "single":
+			report = append(report, s.singles(ctx, t, singleN)...)
+		case "create":
+			report = append(report, s.creates(ctx, t)...)
+		case "bulk":
+			report = append(report, "## Bulk deletions (seconds): N targets and N dependents referencing them", "",
+				"| N | `kubectl delete vpcs --all`, no rule | same, with the rule (all denied) | namespace, no rule | namespace, with the rule |",
+				"|---|---|---|---|---|")
+			for _, n := range bulkN {
+				report = append(report, s.bulk(ctx, t, n))
+			}
+			report = append(report, "")
+		case "stack":
+			report = append(report, s.stacks(ctx, t, stackN)...)
 		}
 	}
 
@@ -117,23 +158,36 @@ func TestMeasure(t *testing.T) {
 	}
 }
 
-// singles measures single DELETEs and the webhook's memory.
-func (s *setup) singles(ctx context.Context, t *testing.T) []string {
+// singles measures single DELETEs with each number of dependents in the
+// namespace, and the webhook's memory.
+func (s *setup) singles(ctx context.Context, t *testing.T, sizes []int) []string {
 	report := []string{"## Single DELETEs (p50 / p99, ms; dry-run, through kcp's admission chain)", "",
-		fmt.Sprintf("| dependents in the namespace | DELETE, no webhook | raw LIST of the dependents | DELETE denied | DELETE allowed | %d concurrent allowed DELETEs, whole burst |", burst),
-		"|---|---|---|---|---|---|"}
+		fmt.Sprintf("| dependents in the namespace | DELETE, no rule | never referenced (allowed) | formerly referenced (allowed) | referenced (denied) | %d concurrent never referenced, whole burst | raw LIST of the dependents |", burst),
+		"|---|---|---|---|---|---|---|"}
+	s.protect(ctx, t, s.standard)
 	// The memory per indexed dependent is read once the dependents are
 	// indexed, before the DELETEs below add the garbage of their live reads.
 	before := s.memory(t)
-	sizes := []int{1000, 10000}
 	for _, n := range sizes {
 		s.populateSingle(ctx, t, n)
 	}
 	s.waitIndexed(ctx, t)
 	indexed := s.indexed(t)
 	after := s.memory(t)
-	for _, n := range sizes {
-		report = append(report, s.single(ctx, t, n))
+	rows := make([]singleRow, len(sizes))
+	for i, n := range sizes {
+		rows[i] = s.single(ctx, t, n)
+	}
+	// The baseline: the same DELETE without any rule.
+	s.protect(ctx, t, nil)
+	var marked []string
+	for i, row := range rows {
+		rows[i].baseline = measure(t, func() error { return s.dyn.Resource(vpcs).Namespace(row.ns).Delete(ctx, "free", dryRun) })
+		report = append(report, fmt.Sprintf("| %d | %s | %s | %s | %s | %s | %s |", row.n, rows[i].baseline, row.never, row.former, row.denied, row.burst, row.list))
+		marked = append(marked, row.marked...)
+	}
+	if len(marked) > 0 {
+		report = append(report, "", fmt.Sprintf("Marked %s before the DELETEs: %s.", depv1alpha1.LabelUnreferenced, strings.Join(marked, ", ")))
 	}
 	perTenK := func(before, after float64) float64 { return (after - before) / float64(indexed) * 10000 / (1 << 20) }
 	rss, heap := perTenK(before.rss, after.rss), perTenK(before.heap, after.heap)
@@ -146,9 +200,9 @@ func (s *setup) singles(ctx context.Context, t *testing.T) []string {
 }
 
 // start starts kcp and the webhook and installs the topology: a network
-// provider (VPCs, protected), a compute provider (VirtualMachines, which
-// reference VPCs; it grants the webhook read access), a consumer binding
-// both, and the rule.
+// provider (VPCs and Subnets; it grants the webhook access to read, record
+// and replay), a compute provider (VirtualMachines, which reference VPCs or
+// Subnets; it grants the webhook read access) and a consumer binding both.
 func start(ctx context.Context, t *testing.T) *setup {
 	env, err := kcpenv.Start()
 	must(t, err)
@@ -166,12 +220,18 @@ func start(ctx context.Context, t *testing.T) *setup {
 	must(t, err)
 	must(t, kcpenv.Apply(ctx, cli.Cluster(depCtrl), rbac...))
 	networkWS, network := envtest.NewWorkspaceFixture(t, cli, root, envtest.WithNamePrefix("network"))
-	must(t, kcpenv.InstallProviderAPI(ctx, cli.Cluster(network), "network.test.io", kcpenv.Resource{Kind: "VPC", Plural: "vpcs"}))
-	_, compute := envtest.NewWorkspaceFixture(t, cli, root, envtest.WithNamePrefix("compute"))
-	must(t, kcpenv.InstallProviderAPI(ctx, cli.Cluster(compute), "compute.test.io", kcpenv.Resource{Kind: "VirtualMachine", Plural: "virtualmachines"}))
-	grant, err := kcpenv.ReadYAMLFile(filepath.Join(kcpenv.RepoRoot(), "config/samples/compute-provider/webhook-access.yaml"))
-	must(t, err)
-	must(t, kcpenv.Apply(ctx, cli.Cluster(compute), grant...))
+	must(t, kcpenv.InstallProviderAPI(ctx, cli.Cluster(network), "network.test.io",
+		kcpenv.Resource{Kind: kinds[vpcs.Resource], Plural: vpcs.Resource}, kcpenv.Resource{Kind: kinds[subnets.Resource], Plural: subnets.Resource}))
+	computeWS, compute := envtest.NewWorkspaceFixture(t, cli, root, envtest.WithNamePrefix("compute"))
+	must(t, kcpenv.InstallProviderAPI(ctx, cli.Cluster(compute), "compute.test.io", kcpenv.Resource{Kind: kinds[vms.Resource], Plural: vms.Resource}))
+	for _, p := range []struct {
+		path     logicalcluster.Path
+		provider string
+	}{{network, "network-provider"}, {compute, "compute-provider"}} {
+		grant, err := kcpenv.ReadYAMLFile(filepath.Join(kcpenv.RepoRoot(), "config/samples", p.provider, "webhook-access.yaml"))
+		must(t, err)
+		must(t, kcpenv.Apply(ctx, cli.Cluster(p.path), grant...))
+	}
 	for _, p := range []logicalcluster.Path{network, compute} {
 		_, err := kcpenv.BindAPIExport(ctx, cli.Cluster(p), cli.Cluster(depCtrl), depCtrl, kcpenv.DepCtrlExportName)
 		must(t, err)
@@ -185,6 +245,9 @@ func start(ctx context.Context, t *testing.T) *setup {
 		must(t, err)
 	}
 	s.consumer, s.compute, s.network = consumer, compute, network
+	s.clusters = map[string]logicalcluster.Name{
+		network.String(): logicalcluster.Name(networkWS.Spec.Cluster), compute.String(): logicalcluster.Name(computeWS.Spec.Cluster),
+	}
 
 	consumerCfg := rest.CopyConfig(cfg)
 	consumerCfg.Host += consumer.RequestPath()
@@ -201,7 +264,8 @@ func start(ctx context.Context, t *testing.T) *setup {
 	writeKubeconfig(t, adminKubeconfig, consumerCfg)
 	s.kubectl = []string{filepath.Join(kcpenv.RepoRoot(), "bin", "kubectl"), "--kubeconfig", adminKubeconfig}
 
-	// The webhook as a process, with its own identity.
+	// The webhook as a process, with its own identity; the only replica, so
+	// it replays deferred deletions without an election.
 	user, err := env.AddUser("dependency-webhook")
 	must(t, err)
 	user.Host += depCtrl.RequestPath()
@@ -216,7 +280,7 @@ func start(ctx context.Context, t *testing.T) *setup {
 	s.webhook = &kcpenv.Process{
 		Name: "webhook", Binary: filepath.Join(kcpenv.RepoRoot(), "bin", "webhook"), LogPath: filepath.Join(dir, "webhook.log"), HealthAddr: health,
 		Args: []string{"--kubeconfig=" + webhookKubeconfig, "--bind-address=127.0.0.1", fmt.Sprintf("--port=%d", port), "--cert-dir=" + certs,
-			"--health-probe-bind-address=" + health, "--metrics-bind-address=" + metrics},
+			"--health-probe-bind-address=" + health, "--metrics-bind-address=" + metrics, "--leader-elect=false"},
 	}
 	s.metrics = "http://" + metrics + "/metrics"
 	must(t, s.webhook.Start())
@@ -225,105 +289,110 @@ func start(ctx context.Context, t *testing.T) *setup {
 		return s.webhook.Ready() == nil, nil
 	}))
 
-	rule := &depv1alpha1.DependencyRule{
-		ObjectMeta: metav1.ObjectMeta{Name: "vm-to-vpc"},
-		Spec: depv1alpha1.DependencyRuleSpec{
-			Dependent: depv1alpha1.DependentResource{APIExportName: "compute.test.io", Group: "compute.test.io", Version: "v1", Kind: "VirtualMachine", Resource: "virtualmachines"},
-			Dependencies: []depv1alpha1.Dependency{{
-				APIExportRef: depv1alpha1.APIExportReference{Path: network.String(), Name: "network.test.io"},
-				Group:        "network.test.io", Version: "v1", Resource: "vpcs",
-				FieldRef: depv1alpha1.FieldReference{Path: ".spec.vpcRef.name"},
-			}},
-		},
-	}
-	wh := webhookconfig.Build(&webhookconfig.Workspace{Path: network, Protected: []schema.GroupVersionResource{vpcs}}, logicalcluster.Name(networkWS.Spec.Cluster),
-		webhookconfig.Options{URL: fmt.Sprintf("https://127.0.0.1:%d/validate", port), CABundle: ca, TimeoutSeconds: 10, FailurePolicy: admissionregistrationv1.Fail})
-	s.installWH = func(t *testing.T) {
-		must(t, cli.Cluster(compute).Create(ctx, rule.DeepCopy()))
-		must(t, cli.Cluster(network).Create(ctx, wh.DeepCopy()))
-		// Protection is on once a referenced VPC cannot be deleted.
-		ns := "probe-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-		must(t, cli.Cluster(consumer).Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
-		createObjects(t, s.dyn, vpcs, ns, 1, func(int) (string, map[string]any) { return "probe", map[string]any{} })
-		createObjects(t, s.dyn, vms, ns, 1, func(int) (string, map[string]any) {
-			return "probe", map[string]any{"vpcRef": map[string]any{"name": "probe"}}
-		})
-		must(t, wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-			err := s.dyn.Resource(vpcs).Namespace(ns).Delete(ctx, "probe", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
-			return apierrors.IsForbidden(err), nil
-		}))
-	}
-	s.removeWH = func(t *testing.T) {
-		must(t, client.IgnoreNotFound(cli.Cluster(network).Delete(ctx, wh.DeepCopy())))
-		must(t, client.IgnoreNotFound(cli.Cluster(compute).Delete(ctx, rule.DeepCopy())))
-		time.Sleep(2 * time.Second) // kcp's admission picks up the removed configuration
-	}
-	s.installWH(t)
+	s.whOptions = webhookconfig.Options{URL: fmt.Sprintf("https://127.0.0.1:%d/validate", port), CABundle: ca, TimeoutSeconds: 10, FailurePolicy: admissionregistrationv1.Fail}
+	s.standard = s.newProtection(t, s.rule("vm-to-vpc", vms, vpcs, ".spec.vpcRef.name", depv1alpha1.DeletionPolicyDeny))
 	return s
 }
 
-// populateSingle creates the namespace of single with n dependents, the
-// VPCs to delete and a ConfigMap.
+// populateSingle creates the namespace of single with n dependents and the
+// VPCs to delete: "protected" (referenced by vm-target), "former"
+// (referenced by vm-former until single deletes it), "free" and the burst's
+// free-0 to free-15 (never referenced).
 func (s *setup) populateSingle(ctx context.Context, t *testing.T, n int) {
 	ns := fmt.Sprintf("n%d", n)
 	must(t, s.cli.Cluster(s.consumer).Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	start := time.Now()
 	createObjects(t, s.dyn, vms, ns, n, func(i int) (string, map[string]any) {
-		name, vpc := fmt.Sprintf("vm-%05d", i), fmt.Sprintf("vpc-%d", i%50)
-		if i == 0 {
-			name, vpc = "vm-target", "protected"
+		switch i {
+		case 0:
+			return "vm-target", vmSpec("protected")
+		case 1:
+			return "vm-former", vmSpec("former")
 		}
-		return name, vmSpec(vpc)
+		return fmt.Sprintf("vm-%05d", i), vmSpec(fmt.Sprintf("vpc-%d", i%50))
 	})
 	t.Logf("created %d VirtualMachines in %s", n, time.Since(start).Round(time.Second))
-	createObjects(t, s.dyn, vpcs, ns, 2+burst, func(i int) (string, map[string]any) {
-		if i < 2 {
-			return []string{"protected", "free"}[i], map[string]any{}
+	createObjects(t, s.dyn, vpcs, ns, 3+burst, func(i int) (string, map[string]any) {
+		if i < 3 {
+			return []string{"protected", "former", "free"}[i], map[string]any{}
 		}
-		return fmt.Sprintf("free-%d", i-2), map[string]any{}
+		return fmt.Sprintf("free-%d", i-3), map[string]any{}
 	})
-	must(t, s.cli.Cluster(s.consumer).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: ns}}))
+}
+
+// singleRow is a row of the single DELETEs: p50 / p99 of each column.
+type singleRow struct {
+	n                                            int
+	ns                                           string
+	baseline, never, former, denied, burst, list string
+	// marked are the objects that carried the unreferenced mark.
+	marked []string
 }
 
 // single measures single DELETEs with n dependents in the namespace that
-// populateSingle created.
-func (s *setup) single(ctx context.Context, t *testing.T, n int) string {
-	ns := fmt.Sprintf("n%d", n)
-	dryRun := metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}
-	plain := measure(t, func() error {
-		return s.dyn.Resource(corev1.SchemeGroupVersion.WithResource("configmaps")).Namespace(ns).Delete(ctx, "plain", dryRun)
-	})
-	list := measure(t, func() error {
-		_, err := s.raw.Get().AbsPath("apis", vms.Group, vms.Version, "namespaces", ns, vms.Resource).DoRaw(ctx)
+// populateSingle created, under the standard rule, all but the baseline.
+func (s *setup) single(ctx context.Context, t *testing.T, n int) singleRow {
+	row := singleRow{n: n, ns: fmt.Sprintf("n%d", n)}
+	vpcsIn := s.dyn.Resource(vpcs).Namespace(row.ns)
+	// "former" was referenced: its dependent goes, and the index sees it go.
+	must(t, s.dyn.Resource(vms).Namespace(row.ns).Delete(ctx, "vm-former", metav1.DeleteOptions{}))
+	var last error
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		last = vpcsIn.Delete(ctx, "former", dryRun)
+		return last == nil, nil
+	}); err != nil {
+		t.Fatalf("the formerly referenced VPC %s/former is still not deletable: %v", row.ns, last)
+	}
+	for _, name := range []string{"free", "former"} {
+		if s.waitUnreferencedMarked(ctx, t, vpcs, row.ns, name) {
+			row.marked = append(row.marked, row.ns+"/"+name)
+		}
+	}
+
+	row.list = measure(t, func() error {
+		_, err := s.raw.Get().AbsPath("apis", vms.Group, vms.Version, "namespaces", row.ns, vms.Resource).DoRaw(ctx)
 		return err
 	})
-	denied := measure(t, func() error {
-		err := s.dyn.Resource(vpcs).Namespace(ns).Delete(ctx, "protected", dryRun)
+	row.denied = measure(t, func() error {
+		err := vpcsIn.Delete(ctx, "protected", dryRun)
 		switch {
 		case err == nil:
 			return fmt.Errorf("the delete of a referenced VPC was allowed")
-		case !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "VirtualMachine/"+ns+"/vm-target"):
+		case !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "VirtualMachine/"+row.ns+"/vm-target"):
 			return fmt.Errorf("expected a denial naming vm-target: %w", err)
 		}
 		return nil
 	})
-	allowed := measure(t, func() error {
-		return s.dyn.Resource(vpcs).Namespace(ns).Delete(ctx, "free", dryRun)
+	row.never = measure(t, func() error { return vpcsIn.Delete(ctx, "free", dryRun) })
+	row.former = measure(t, func() error { return vpcsIn.Delete(ctx, "former", dryRun) })
+	row.burst = measure(t, func() error {
+		return parallel(burst, burst, func(i int) error { return vpcsIn.Delete(ctx, fmt.Sprintf("free-%d", i), dryRun) })
 	})
-	concurrent := measure(t, func() error {
-		errs := make(chan error, burst)
-		for i := range burst {
-			go func() { errs <- s.dyn.Resource(vpcs).Namespace(ns).Delete(ctx, fmt.Sprintf("free-%d", i), dryRun) }()
+	return row
+}
+
+// markWait is how long waitUnreferencedMarked waits for a mark.
+const markWait = 5 * time.Second
+
+// waitUnreferencedMarked waits until the object carries the unreferenced
+// mark (depv1alpha1.LabelUnreferenced), which lets its DELETE skip the
+// webhook's checks, and reports whether it does; it gives up after markWait
+// (the webhook may not mark objects). The single DELETEs of unreferenced
+// objects measure marked objects where the webhook marks them.
+func (s *setup) waitUnreferencedMarked(ctx context.Context, t *testing.T, gvr schema.GroupVersionResource, ns, name string) bool {
+	marked := false
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, markWait, true, func(context.Context) (bool, error) {
+		obj, err := s.dyn.Resource(gvr).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
 		}
-		var err error
-		for range burst {
-			if e := <-errs; e != nil && err == nil {
-				err = e
-			}
-		}
-		return err
+		_, marked = obj.GetLabels()[depv1alpha1.LabelUnreferenced]
+		return marked, nil
 	})
-	return fmt.Sprintf("| %d | %s | %s | %s | %s | %s |", n, plain, list, denied, allowed, concurrent)
+	if err != nil && !wait.Interrupted(err) {
+		t.Fatal(err)
+	}
+	return marked
 }
 
 // bulk measures deleting n VPCs referenced by n VMs with kubectl delete
@@ -367,20 +436,24 @@ func (s *setup) bulk(ctx context.Context, t *testing.T, n int) string {
 		return fmt.Sprintf("%.1f", time.Since(start).Seconds())
 	}
 
-	s.removeWH(t)
+	s.protect(ctx, t, nil)
 	allFree := deleteAll(fmt.Sprintf("all-free-%d", n), false)
 	nsFree := deleteNamespace(fmt.Sprintf("ns-free-%d", n), false)
-	s.installWH(t)
+	s.protect(ctx, t, s.standard)
 	allProtected := deleteAll(fmt.Sprintf("all-protected-%d", n), true)
 	nsProtected := deleteNamespace(fmt.Sprintf("ns-protected-%d", n), true)
 	return fmt.Sprintf("| %d | %s | %s | %s | %s |", n, allFree, allProtected, nsFree, nsProtected)
 }
 
-// waitIndexed waits until the webhook's index holds every VirtualMachine.
+// waitIndexed waits until the webhook's index holds every dependent of the
+// active rules.
 func (s *setup) waitIndexed(ctx context.Context, t *testing.T) {
-	list, err := s.dyn.Resource(vms).List(ctx, metav1.ListOptions{})
-	must(t, err)
-	want := len(list.Items)
+	want := 0
+	for _, gvr := range s.dependents() {
+		list, err := s.dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+		must(t, err)
+		want += len(list.Items)
+	}
 	must(t, wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
 		return s.indexed(t) >= want, nil
 	}))
@@ -393,18 +466,35 @@ func (s *setup) indexed(t *testing.T) int {
 
 // metric returns the value of an unlabelled metric of the webhook.
 func (s *setup) metric(t *testing.T, name string) float64 {
+	v, ok := s.lookup(t, name)
+	if !ok {
+		t.Fatalf("no %s in the webhook's metrics", name)
+	}
+	return v
+}
+
+// counter returns the value of a series of the webhook's metrics, written
+// as in the exposition format (name{label="value"}), 0 if it is not there
+// (a counter that was never incremented).
+func (s *setup) counter(t *testing.T, series string) float64 {
+	v, _ := s.lookup(t, series)
+	return v
+}
+
+// lookup returns the value of a series of the webhook's metrics.
+func (s *setup) lookup(t *testing.T, series string) (float64, bool) {
 	resp, err := http.Get(s.metrics)
 	must(t, err)
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	must(t, err)
-	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindSubmatch(body)
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindSubmatch(body)
 	if m == nil {
-		t.Fatalf("no %s in the webhook's metrics", name)
+		return 0, false
 	}
 	v, err := strconv.ParseFloat(string(m[1]), 64)
 	must(t, err)
-	return v
+	return v, true
 }
 
 // usage is the webhook's memory: its resident set size and its live Go heap
@@ -439,25 +529,37 @@ func vmSpec(vpc string) map[string]any {
 // gets the name and spec of gen(i).
 func createObjects(t *testing.T, dyn dynamic.Interface, gvr schema.GroupVersionResource, ns string, n int, gen func(i int) (string, map[string]any)) {
 	t.Helper()
-	kind := map[string]string{"vpcs": "VPC", "virtualmachines": "VirtualMachine"}[gvr.Resource]
+	must(t, parallel(n, 16, func(i int) error {
+		name, spec := gen(i)
+		_, err := dyn.Resource(gvr).Namespace(ns).Create(context.Background(), newObject(gvr, ns, name, spec), metav1.CreateOptions{})
+		return err
+	}))
+}
+
+// newObject returns an object of gvr (a test resource) to create.
+func newObject(gvr schema.GroupVersionResource, ns, name string, spec map[string]any) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": gvr.GroupVersion().String(), "kind": kinds[gvr.Resource],
+		"metadata": map[string]any{"name": name, "namespace": ns, "labels": map[string]any{"app": "web", "tier": "frontend"}},
+		"spec":     spec,
+	}}
+}
+
+// parallel calls f(0) to f(n-1) with the given number of workers and returns
+// the first error.
+func parallel(n, workers int, f func(i int) error) error {
 	work := make(chan int)
 	var (
 		wg    sync.WaitGroup
 		lock  sync.Mutex
 		first error
 	)
-	for range 16 {
+	for range workers {
 		wg.Go(func() {
 			for i := range work {
-				name, spec := gen(i)
-				obj := &unstructured.Unstructured{Object: map[string]any{
-					"apiVersion": gvr.GroupVersion().String(), "kind": kind,
-					"metadata": map[string]any{"name": name, "namespace": ns, "labels": map[string]any{"app": "web", "tier": "frontend"}},
-					"spec":     spec,
-				}}
-				if _, err := dyn.Resource(gvr).Namespace(ns).Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
+				if err := f(i); err != nil {
 					lock.Lock()
-					first = cmpOr(first, err)
+					first = cmp.Or(first, err)
 					lock.Unlock()
 				}
 			}
@@ -468,14 +570,23 @@ func createObjects(t *testing.T, dyn dynamic.Interface, gvr schema.GroupVersionR
 	}
 	close(work)
 	wg.Wait()
-	must(t, first)
+	return first
 }
 
-func cmpOr(a, b error) error {
-	if a != nil {
-		return a
+// sizes returns the comma-separated numbers of the environment variable
+// name, or defaults if it is unset.
+func sizes(t *testing.T, name string, defaults ...int) []int {
+	v := os.Getenv(name)
+	if v == "" {
+		return defaults
 	}
-	return b
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		must(t, err)
+		out = append(out, n)
+	}
+	return out
 }
 
 func must(t *testing.T, err error) {

@@ -1,0 +1,171 @@
+//go:build perf
+
+package perf
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+
+	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
+)
+
+// protection is a set of rules with the webhook configurations that the
+// controller would install for them (webhookconfig.Desired): the DELETE
+// webhook in the protected providers' workspaces and the check of new
+// references in the dependents' providers' workspaces. The perf setup runs
+// no controller; it installs both itself.
+type protection struct {
+	// rules carry the kcp.io/cluster annotation of the workspace they live
+	// in, as they do on the server; it is removed when they are created.
+	rules   []*depv1alpha1.DependencyRule
+	configs map[logicalcluster.Name]*admissionregistrationv1.ValidatingWebhookConfiguration
+}
+
+// rule returns a rule in the workspace of the dependent's provider: the
+// dependent references target by name at path.
+func (s *setup) rule(name string, dependent, target schema.GroupVersionResource, path string, policy depv1alpha1.DeletionPolicy) *depv1alpha1.DependencyRule {
+	return &depv1alpha1.DependencyRule{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{
+			logicalcluster.AnnotationKey: s.clusters[s.provider(dependent).String()].String(),
+		}},
+		Spec: depv1alpha1.DependencyRuleSpec{
+			Dependent: depv1alpha1.DependentResource{APIExportName: dependent.Group, Group: dependent.Group, Version: dependent.Version,
+				Kind: kinds[dependent.Resource], Resource: dependent.Resource},
+			Dependencies: []depv1alpha1.Dependency{{
+				APIExportRef: depv1alpha1.APIExportReference{Path: s.provider(target).String(), Name: target.Group},
+				Group:        target.Group, Version: target.Version, Resource: target.Resource,
+				FieldRef: depv1alpha1.FieldReference{Path: path},
+			}},
+			DeletionPolicy: policy,
+		},
+	}
+}
+
+// provider returns the workspace of the provider that exports gvr.
+func (s *setup) provider(gvr schema.GroupVersionResource) logicalcluster.Path {
+	if gvr.Group == vms.Group {
+		return s.compute
+	}
+	return s.network
+}
+
+// newProtection computes the webhook configurations of rules.
+func (s *setup) newProtection(t *testing.T, rules ...*depv1alpha1.DependencyRule) *protection {
+	values := make([]depv1alpha1.DependencyRule, len(rules))
+	for i, r := range rules {
+		values[i] = *r
+	}
+	desired, unresolved := webhookconfig.Desired(values, s.clusters)
+	if len(unresolved) > 0 {
+		t.Fatalf("rules name unknown workspaces: %v", unresolved)
+	}
+	p := &protection{rules: rules, configs: map[logicalcluster.Name]*admissionregistrationv1.ValidatingWebhookConfiguration{}}
+	for cluster, ws := range desired {
+		p.configs[cluster] = webhookconfig.Build(ws, cluster, s.whOptions)
+	}
+	return p
+}
+
+// protect replaces the active protection with p (nil: no rules) and, for a
+// new p, waits until each of its rules protects a referenced object.
+func (s *setup) protect(ctx context.Context, t *testing.T, p *protection) {
+	t.Helper()
+	if s.active == p {
+		return
+	}
+	if old := s.active; old != nil {
+		for cluster, cfg := range old.configs {
+			must(t, client.IgnoreNotFound(s.cli.Cluster(cluster.Path()).Delete(ctx, cfg.DeepCopy())))
+		}
+		for _, r := range old.rules {
+			must(t, client.IgnoreNotFound(s.cli.Cluster(logicalcluster.From(r).Path()).Delete(ctx, serverCopy(r))))
+		}
+		time.Sleep(2 * time.Second) // kcp's admission picks up the removed configurations
+	}
+	s.active = p
+	if p == nil {
+		return
+	}
+	for _, r := range p.rules {
+		must(t, s.cli.Cluster(logicalcluster.From(r).Path()).Create(ctx, serverCopy(r)))
+	}
+	for cluster, cfg := range p.configs {
+		must(t, s.cli.Cluster(cluster.Path()).Create(ctx, cfg.DeepCopy()))
+	}
+	// Protection is on once, for every rule, a referenced target cannot be
+	// deleted (a dry run, which records nothing under Replay).
+	ns := "probe-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	must(t, s.cli.Cluster(s.consumer).Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	for _, r := range p.rules {
+		target, dependent, path := ruleResources(r)
+		name := "probe-" + r.Name
+		createObjects(t, s.dyn, target, ns, 1, func(int) (string, map[string]any) { return name, map[string]any{} })
+		createObjects(t, s.dyn, dependent, ns, 1, func(int) (string, map[string]any) { return name, refSpec(path, name) })
+	}
+	must(t, wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		for _, r := range p.rules {
+			target, _, _ := ruleResources(r)
+			if err := s.dyn.Resource(target).Namespace(ns).Delete(ctx, "probe-"+r.Name, dryRun); !apierrors.IsForbidden(err) {
+				return false, nil
+			}
+		}
+		return true, nil
+	}))
+}
+
+// dependents returns the dependent resources of the active protection.
+func (s *setup) dependents() []schema.GroupVersionResource {
+	if s.active == nil {
+		return nil
+	}
+	var out []schema.GroupVersionResource
+	for _, r := range s.active.rules {
+		_, dependent, _ := ruleResources(r)
+		if !slices.Contains(out, dependent) {
+			out = append(out, dependent)
+		}
+	}
+	return out
+}
+
+// ruleResources returns the (first) target resource of a rule, its dependent
+// resource and the path at which the dependent references the target.
+func ruleResources(r *depv1alpha1.DependencyRule) (target, dependent schema.GroupVersionResource, path string) {
+	d, dep := r.Spec.Dependencies[0], r.Spec.Dependent
+	return schema.GroupVersionResource{Group: d.Group, Version: d.Version, Resource: d.Resource},
+		schema.GroupVersionResource{Group: dep.Group, Version: dep.Version, Resource: dep.Resource}, d.FieldRef.Path
+}
+
+// refSpec returns a spec that holds name at path (".spec.a.b").
+func refSpec(path, name string) map[string]any {
+	spec := map[string]any{}
+	if err := unstructured.SetNestedField(spec, name, strings.Split(strings.TrimPrefix(path, ".spec."), ".")...); err != nil {
+		panic(fmt.Sprintf("field path %s: %v", path, err)) // cannot happen: a fresh map
+	}
+	return spec
+}
+
+// serverCopy returns a copy of a rule to send to the server, without the
+// kcp.io/cluster annotation that the server sets.
+func serverCopy(r *depv1alpha1.DependencyRule) *depv1alpha1.DependencyRule {
+	r = r.DeepCopy()
+	delete(r.Annotations, logicalcluster.AnnotationKey)
+	return r
+}

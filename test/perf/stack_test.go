@@ -1,0 +1,220 @@
+//go:build perf
+
+package perf
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
+)
+
+// stackWorkers is how many DELETEs a stack deletion has in flight, the same
+// for both ways of deleting (kubectl sends one at a time).
+const stackWorkers = 4
+
+// stackLevel is a level of the stack: object i of a level references object
+// i of the level below.
+type stackLevel struct {
+	gvr    schema.GroupVersionResource
+	prefix string
+	// ref is the path of the reference to the level below; empty at the
+	// bottom.
+	ref string
+}
+
+// stack are the levels, bottom first: Subnets reference VPCs, VirtualMachines
+// reference Subnets.
+var stack = []stackLevel{{vpcs, "vpc", ""}, {subnets, "subnet", ".spec.vpcRef.name"}, {vms, "vm", ".spec.subnetRef.name"}}
+
+func (l stackLevel) name(i int) string {
+	return fmt.Sprintf("%s-%05d", l.prefix, i)
+}
+
+// stacks measures deleting a stack of n objects per level for each n: in
+// one go under Replay rules (as `kubectl delete vpcs,subnets,vms --all`
+// does: every VPC, then every Subnet, then every VM, one DELETE each; the
+// refused ones are recorded and replayed), against an ordered deletion
+// without rules (every VM, wait until they are gone, every Subnet, wait,
+// every VPC, wait).
+func (s *setup) stacks(ctx context.Context, t *testing.T, sizes []int) []string {
+	var rules []*depv1alpha1.DependencyRule
+	for k, l := range stack[1:] {
+		below := stack[k]
+		rules = append(rules, s.rule(l.prefix+"-to-"+below.prefix, l.gvr, below.gvr, l.ref, depv1alpha1.DeletionPolicyReplay))
+	}
+	replay := s.newProtection(t, rules...)
+	report := []string{fmt.Sprintf("## Deleting a stack (seconds): N VPCs <- N Subnets <- N VMs, %d DELETEs in flight", stackWorkers), "",
+		"| N | ordered, no rules | in one go, Replay rules | ratio | in one go: VMs / Subnets / VPCs gone after | replayed DELETEs: deleted / refused |",
+		"|---|---|---|---|---|---|"}
+	for _, n := range sizes {
+		ordered, _ := s.deleteStack(ctx, t, n, nil)
+		deleted, refused := s.replayed(t)
+		oneGo, levels := s.deleteStack(ctx, t, n, replay)
+		deleted2, refused2 := s.replayed(t)
+		report = append(report, fmt.Sprintf("| %d | %.1f | %.1f | %.2f | %s | %.0f / %.0f |",
+			n, ordered.Seconds(), oneGo.Seconds(), oneGo.Seconds()/ordered.Seconds(), levels, deleted2-deleted, refused2-refused))
+	}
+	return append(report, "")
+}
+
+// deleteStack creates a stack of n objects per level in a namespace of its
+// own and deletes it: under p (Replay rules) in one go, without rules (nil)
+// level by level from the top. It returns how long the deletion took, until
+// every object was gone, and when each level was gone (seconds, top first),
+// after checking through watches that no object went before one that
+// referenced it.
+func (s *setup) deleteStack(ctx context.Context, t *testing.T, n int, p *protection) (time.Duration, string) {
+	ns := fmt.Sprintf("stack-ordered-%d", n)
+	if p != nil {
+		ns = fmt.Sprintf("stack-replay-%d", n)
+	}
+	s.protect(ctx, t, p)
+	must(t, s.cli.Cluster(s.consumer).Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	for k, l := range stack {
+		createObjects(t, s.dyn, l.gvr, ns, n, func(i int) (string, map[string]any) {
+			if k == 0 {
+				return l.name(i), map[string]any{}
+			}
+			return l.name(i), refSpec(l.ref, stack[k-1].name(i))
+		})
+	}
+	if p != nil {
+		s.waitIndexed(ctx, t)
+	}
+	deletedAt := s.watchDeletions(t, ns)
+
+	start := time.Now()
+	var gone []string
+	waitGone := func(l stackLevel) {
+		s.waitGone(ctx, t, ns, l)
+		gone = append(gone, fmt.Sprintf("%.1f", time.Since(start).Seconds()))
+	}
+	if p != nil {
+		for k, l := range stack {
+			s.deleteEach(ctx, t, ns, l.gvr, k < len(stack)-1)
+		}
+		// The levels go top first, if in dependency order.
+		for _, l := range slices.Backward(stack) {
+			waitGone(l)
+		}
+	} else {
+		for _, l := range slices.Backward(stack) {
+			s.deleteEach(ctx, t, ns, l.gvr, false)
+			waitGone(l)
+		}
+	}
+	took := time.Since(start)
+	t.Logf("stack of %d per level in %s deleted in %s; VMs, Subnets, VPCs gone after %s s", n, ns, took.Round(time.Millisecond), strings.Join(gone, ", "))
+	checkDependencyOrder(ctx, t, n, deletedAt)
+	return took, strings.Join(gone, " / ")
+}
+
+// deleteEach lists the objects of gvr in ns and deletes each with a DELETE
+// of its own, stackWorkers at a time. Each must be deferred (refused and
+// recorded) if deferred is set, and allowed otherwise.
+func (s *setup) deleteEach(ctx context.Context, t *testing.T, ns string, gvr schema.GroupVersionResource, deferred bool) {
+	list, err := s.dyn.Resource(gvr).Namespace(ns).List(ctx, metav1.ListOptions{})
+	must(t, err)
+	must(t, parallel(len(list.Items), stackWorkers, func(i int) error {
+		name := list.Items[i].GetName()
+		err := s.dyn.Resource(gvr).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{})
+		switch {
+		case deferred && err == nil:
+			return fmt.Errorf("deleting %s %s: it was deleted, want its deletion deferred", gvr.Resource, name)
+		case deferred && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "its deletion is deferred")):
+			return fmt.Errorf("deleting %s %s: want its deletion deferred: %w", gvr.Resource, name, err)
+		case !deferred && err != nil:
+			return fmt.Errorf("deleting %s %s: %w", gvr.Resource, name, err)
+		}
+		return nil
+	}))
+}
+
+// waitGone waits until ns holds no object of the level.
+func (s *setup) waitGone(ctx context.Context, t *testing.T, ns string, l stackLevel) {
+	must(t, wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Minute, true, func(context.Context) (bool, error) {
+		list, err := s.dyn.Resource(l.gvr).Namespace(ns).List(ctx, metav1.ListOptions{Limit: 1})
+		return err == nil && len(list.Items) == 0, err
+	}))
+}
+
+// deletions are the revisions at which the objects of each level were
+// deleted, by name.
+type deletions func(l stackLevel, name string) (int64, bool)
+
+// watchDeletions watches the levels of the stack in ns until the test ends
+// and returns at which revision each object was deleted (see
+// kcpenv.WatchDeletions).
+func (s *setup) watchDeletions(t *testing.T, ns string) deletions {
+	var lock sync.Mutex
+	deleted := map[string]map[string]int64{}
+	watchCtx, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	for _, l := range stack {
+		deleted[l.prefix] = map[string]int64{}
+		must(t, kcpenv.WatchDeletions(watchCtx, s.dyn.Resource(l.gvr).Namespace(ns), func(_, name string, rv int64) {
+			lock.Lock()
+			defer lock.Unlock()
+			deleted[l.prefix][name] = rv
+		}))
+	}
+	return func(l stackLevel, name string) (int64, bool) {
+		lock.Lock()
+		defer lock.Unlock()
+		rv, ok := deleted[l.prefix][name]
+		return rv, ok
+	}
+}
+
+// checkDependencyOrder fails the test unless the watches saw every object of
+// a stack of n per level deleted, each after the object that referenced it.
+func checkDependencyOrder(ctx context.Context, t *testing.T, n int, deletedAt deletions) {
+	t.Helper()
+	var problems []string
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		problems = nil
+		for k, l := range stack {
+			for i := range n {
+				at, ok := deletedAt(l, l.name(i))
+				if !ok {
+					problems = append(problems, "no deletion seen of "+l.name(i))
+					continue
+				}
+				if k == len(stack)-1 {
+					continue
+				}
+				above := stack[k+1]
+				if dependentAt, ok := deletedAt(above, above.name(i)); ok && at < dependentAt {
+					problems = append(problems, fmt.Sprintf("%s deleted at %d, before %s, which referenced it, at %d", l.name(i), at, above.name(i), dependentAt))
+				}
+			}
+		}
+		return len(problems) == 0, nil
+	})
+	if err != nil {
+		if len(problems) > 10 {
+			problems = append(problems[:10], fmt.Sprintf("and %d more", len(problems)-10))
+		}
+		t.Fatalf("the stack was not deleted in dependency order:\n%s", strings.Join(problems, "\n"))
+	}
+}
+
+// replayed returns how many replays of deferred deletions the webhook
+// counted as deleted and as refused.
+func (s *setup) replayed(t *testing.T) (deleted, refused float64) {
+	return s.counter(t, `dependency_webhook_deletions_replayed_total{result="deleted"}`),
+		s.counter(t, `dependency_webhook_deletions_replayed_total{result="refused"}`)
+}
