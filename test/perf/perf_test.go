@@ -42,7 +42,6 @@ import (
 
 	"github.com/go-logr/logr"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -65,7 +64,6 @@ import (
 	"github.com/kcp-dev/sdk/apis/core"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
-	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
 )
 
@@ -96,11 +94,10 @@ type setup struct {
 	// clusters are the logical clusters of the provider workspaces, by path.
 	clusters map[string]logicalcluster.Name
 	kubectl  []string // kubectl with the consumer's kubeconfig
-	webhook  *kcpenv.Process
-	metrics  string // the webhook's metrics URL
+	webhook    *kcpenv.Process
+	controller *kcpenv.Process
+	metrics    string // the webhook's metrics URL
 
-	// whOptions are the settings of the webhook configurations.
-	whOptions webhookconfig.Options
 	// standard is the rule that VirtualMachines reference VPCs (Deny).
 	standard *protection
 	// active is the installed protection, nil for none.
@@ -264,33 +261,57 @@ func start(ctx context.Context, t *testing.T) *setup {
 	writeKubeconfig(t, adminKubeconfig, consumerCfg)
 	s.kubectl = []string{filepath.Join(kcpenv.RepoRoot(), "bin", "kubectl"), "--kubeconfig", adminKubeconfig}
 
-	// The webhook as a process, with its own identity; the only replica, so
-	// it replays deferred deletions without an election.
-	user, err := env.AddUser("dependency-webhook")
-	must(t, err)
-	user.Host += depCtrl.RequestPath()
-	webhookKubeconfig := filepath.Join(dir, "webhook.kubeconfig")
-	writeKubeconfig(t, webhookKubeconfig, user)
+	// The webhook and the controller as processes, each with its own
+	// identity and the RBAC that make deploy gives it; the only replicas, so
+	// they need no election. Marks take effect 5s after an object is seen
+	// unreferenced (production: 2m, above kcp's request timeout), so that
+	// the figures of unreferenced deletes need no long wait.
+	for _, dir := range []string{"config/rbac/webhook", "config/rbac/controller"} {
+		rbac, err := kcpenv.LoadManifests(dir)
+		must(t, err)
+		must(t, kcpenv.Apply(ctx, cli.Cluster(depCtrl), rbac...))
+	}
+	kubeconfig := func(name string) string {
+		user, err := env.AddUser(name)
+		must(t, err)
+		user.Host += depCtrl.RequestPath()
+		path := filepath.Join(dir, name+".kubeconfig")
+		writeKubeconfig(t, path, user)
+		return path
+	}
 	certs := filepath.Join(dir, "certs")
 	ca, err := kcpenv.WriteServingCerts(certs, "127.0.0.1")
 	must(t, err)
+	caFile := filepath.Join(dir, "ca.crt")
+	must(t, os.WriteFile(caFile, ca, 0o600))
 	port, err := kcpenv.FreePort()
 	must(t, err)
 	health, metrics := freeAddr(t), freeAddr(t)
 	s.webhook = &kcpenv.Process{
 		Name: "webhook", Binary: filepath.Join(kcpenv.RepoRoot(), "bin", "webhook"), LogPath: filepath.Join(dir, "webhook.log"), HealthAddr: health,
-		Args: []string{"--kubeconfig=" + webhookKubeconfig, "--bind-address=127.0.0.1", fmt.Sprintf("--port=%d", port), "--cert-dir=" + certs,
-			"--health-probe-bind-address=" + health, "--metrics-bind-address=" + metrics, "--leader-elect=false"},
+		Args: []string{"--kubeconfig=" + kubeconfig("dependency-webhook"), "--bind-address=127.0.0.1", fmt.Sprintf("--port=%d", port), "--cert-dir=" + certs,
+			"--health-probe-bind-address=" + health, "--metrics-bind-address=" + metrics, "--leader-elect=false",
+			"--unreferenced-after=5s", "--marks-interval=2s"},
 	}
 	s.metrics = "http://" + metrics + "/metrics"
-	must(t, s.webhook.Start())
-	t.Cleanup(s.webhook.Stop)
-	must(t, wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-		return s.webhook.Ready() == nil, nil
-	}))
+	controllerHealth := freeAddr(t)
+	s.controller = &kcpenv.Process{
+		Name: "controller", Binary: filepath.Join(kcpenv.RepoRoot(), "bin", "controller"), LogPath: filepath.Join(dir, "controller.log"), HealthAddr: controllerHealth,
+		Args: []string{"--kubeconfig=" + kubeconfig("dependency-controller"), fmt.Sprintf("--webhook-url=https://127.0.0.1:%d/validate", port),
+			"--webhook-ca-bundle=" + caFile, "--webhook-timeout-seconds=10", "--leader-elect=false", "--metrics-bind-address=0",
+			"--health-probe-bind-address=" + controllerHealth},
+	}
+	for _, p := range []*kcpenv.Process{s.webhook, s.controller} {
+		must(t, p.Start())
+		t.Cleanup(p.Stop)
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+			return p.Ready() == nil, nil
+		}); err != nil {
+			t.Fatalf("the %s is not ready: %v; log:\n%s", p.Name, err, p.LogTail(20))
+		}
+	}
 
-	s.whOptions = webhookconfig.Options{URL: fmt.Sprintf("https://127.0.0.1:%d/validate", port), CABundle: ca, TimeoutSeconds: 10, FailurePolicy: admissionregistrationv1.Fail}
-	s.standard = s.newProtection(t, s.rule("vm-to-vpc", vms, vpcs, ".spec.vpcRef.name", depv1alpha1.DeletionPolicyDeny))
+	s.standard = &protection{rules: []*depv1alpha1.DependencyRule{s.rule("vm-to-vpc", vms, vpcs, ".spec.vpcRef.name", depv1alpha1.DeletionPolicyDeny)}}
 	return s
 }
 
@@ -371,28 +392,28 @@ func (s *setup) single(ctx context.Context, t *testing.T, n int) singleRow {
 	return row
 }
 
-// markWait is how long waitUnreferencedMarked waits for a mark.
-const markWait = 5 * time.Second
+// markWait is how long waitUnreferencedMarked waits for a mark to take
+// effect: --unreferenced-after, a pass of the cleaner, the controller's
+// object selector and kcp's admission picking it up.
+const markWait = time.Minute
 
-// waitUnreferencedMarked waits until the object carries the unreferenced
-// mark (depv1alpha1.LabelUnreferenced), which lets its DELETE skip the
-// webhook's checks, and reports whether it does; it gives up after markWait
-// (the webhook may not mark objects). The single DELETEs of unreferenced
-// objects measure marked objects where the webhook marks them.
+// waitUnreferencedMarked waits until deleting the object no longer reaches
+// the webhook (it carries the unreferenced mark that the DELETE webhook's
+// object selector skips), as a dry run that the webhook does not count
+// shows, and reports whether it came to that within markWait.
 func (s *setup) waitUnreferencedMarked(ctx context.Context, t *testing.T, gvr schema.GroupVersionResource, ns, name string) bool {
-	marked := false
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, markWait, true, func(context.Context) (bool, error) {
-		obj, err := s.dyn.Resource(gvr).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
+	const allowedLive = `dependency_webhook_decisions_total{outcome="allowed",via="live"}`
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, markWait, true, func(context.Context) (bool, error) {
+		before := s.counter(t, allowedLive)
+		if err := s.dyn.Resource(gvr).Namespace(ns).Delete(ctx, name, dryRun); err != nil {
 			return false, err
 		}
-		_, marked = obj.GetLabels()[depv1alpha1.LabelUnreferenced]
-		return marked, nil
+		return s.counter(t, allowedLive) == before, nil
 	})
 	if err != nil && !wait.Interrupted(err) {
 		t.Fatal(err)
 	}
-	return marked
+	return err == nil
 }
 
 // bulk measures deleting n VPCs referenced by n VMs with kubectl delete

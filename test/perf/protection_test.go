@@ -26,16 +26,12 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 )
 
-// protection is a set of rules with the webhook configurations that the
-// controller would install for them (webhookconfig.Desired): the DELETE
-// webhook in the protected providers' workspaces and the check of new
-// references in the dependents' providers' workspaces. The perf setup runs
-// no controller; it installs both itself.
+// protection is a set of rules; the controller installs the webhook
+// configurations they need.
 type protection struct {
 	// rules carry the kcp.io/cluster annotation of the workspace they live
 	// in, as they do on the server; it is removed when they are created.
-	rules   []*depv1alpha1.DependencyRule
-	configs map[logicalcluster.Name]*admissionregistrationv1.ValidatingWebhookConfiguration
+	rules []*depv1alpha1.DependencyRule
 }
 
 // rule returns a rule in the workspace of the dependent's provider: the
@@ -66,23 +62,6 @@ func (s *setup) provider(gvr schema.GroupVersionResource) logicalcluster.Path {
 	return s.network
 }
 
-// newProtection computes the webhook configurations of rules.
-func (s *setup) newProtection(t *testing.T, rules ...*depv1alpha1.DependencyRule) *protection {
-	values := make([]depv1alpha1.DependencyRule, len(rules))
-	for i, r := range rules {
-		values[i] = *r
-	}
-	desired, unresolved := webhookconfig.Desired(values, s.clusters)
-	if len(unresolved) > 0 {
-		t.Fatalf("rules name unknown workspaces: %v", unresolved)
-	}
-	p := &protection{rules: rules, configs: map[logicalcluster.Name]*admissionregistrationv1.ValidatingWebhookConfiguration{}}
-	for cluster, ws := range desired {
-		p.configs[cluster] = webhookconfig.Build(ws, cluster, s.whOptions)
-	}
-	return p
-}
-
 // protect replaces the active protection with p (nil: no rules) and, for a
 // new p, waits until each of its rules protects a referenced object.
 func (s *setup) protect(ctx context.Context, t *testing.T, p *protection) {
@@ -91,12 +70,26 @@ func (s *setup) protect(ctx context.Context, t *testing.T, p *protection) {
 		return
 	}
 	if old := s.active; old != nil {
-		for cluster, cfg := range old.configs {
-			must(t, client.IgnoreNotFound(s.cli.Cluster(cluster.Path()).Delete(ctx, cfg.DeepCopy())))
-		}
 		for _, r := range old.rules {
 			must(t, client.IgnoreNotFound(s.cli.Cluster(logicalcluster.From(r).Path()).Delete(ctx, serverCopy(r))))
 		}
+		// Gone once the webhook has removed its marks (its finalizer), and
+		// then the controller removes the configurations.
+		must(t, wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+			for _, r := range old.rules {
+				err := s.cli.Cluster(logicalcluster.From(r).Path()).Get(ctx, client.ObjectKeyFromObject(serverCopy(r)), &depv1alpha1.DependencyRule{})
+				if !apierrors.IsNotFound(err) {
+					return false, nil
+				}
+			}
+			for _, ws := range []logicalcluster.Path{s.network, s.compute} {
+				err := s.cli.Cluster(ws).Get(ctx, client.ObjectKey{Name: webhookconfig.Name}, &admissionregistrationv1.ValidatingWebhookConfiguration{})
+				if !apierrors.IsNotFound(err) {
+					return false, nil
+				}
+			}
+			return true, nil
+		}))
 		time.Sleep(2 * time.Second) // kcp's admission picks up the removed configurations
 	}
 	s.active = p
@@ -105,9 +98,6 @@ func (s *setup) protect(ctx context.Context, t *testing.T, p *protection) {
 	}
 	for _, r := range p.rules {
 		must(t, s.cli.Cluster(logicalcluster.From(r).Path()).Create(ctx, serverCopy(r)))
-	}
-	for cluster, cfg := range p.configs {
-		must(t, s.cli.Cluster(cluster.Path()).Create(ctx, cfg.DeepCopy()))
 	}
 	// Protection is on once, for every rule, a referenced target cannot be
 	// deleted (a dry run, which records nothing under Replay).

@@ -55,7 +55,7 @@ func (s *setup) stacks(ctx context.Context, t *testing.T, sizes []int) []string 
 		below := stack[k]
 		rules = append(rules, s.rule(l.prefix+"-to-"+below.prefix, l.gvr, below.gvr, l.ref, depv1alpha1.DeletionPolicyReplay))
 	}
-	replay := s.newProtection(t, rules...)
+	replay := &protection{rules: rules}
 	report := []string{fmt.Sprintf("## Deleting a stack (seconds): N VPCs <- N Subnets <- N VMs, %d DELETEs in flight", stackWorkers), "",
 		"| N | ordered, no rules | in one go, Replay rules | ratio | in one go: VMs / Subnets / VPCs gone after | replayed DELETEs: deleted / refused |",
 		"|---|---|---|---|---|---|"}
