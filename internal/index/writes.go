@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kcp-dev/logicalcluster/v3"
@@ -52,18 +50,22 @@ func (w writeFailed) Error() string { return w.err.Error() }
 // write finds the shard that serves cluster by reading the object there
 // (kcp's virtual workspace refuses, with 403, a workspace that a shard
 // does not serve), then writes it on that shard with do. Only the read
-// tells shards apart; whatever the write answers is its outcome.
+// tells shards apart; whatever the write answers is its outcome. An object
+// that is gone is a NotFound error of the read.
 func (ix *Index) write(ctx context.Context, src Source, cluster logicalcluster.Name, namespace, name string, do func(r *vw.Reader, path []string) error) error {
 	return ix.retry(ctx, func() error {
 		wrote := false
 		err := ix.onShardOf(src, cluster, func(r *vw.Reader, _ State) error {
 			path := append(vw.ResourcePath(cluster.Path(), src.Resource, namespace), name)
-			params := url.Values{"fieldSelector": {fields.OneTermEqualSelector("metadata.name", name).String()}}
-			// A list of one name answers 200 also when the object is gone,
-			// so that 403 means only "not this shard".
-			if _, err := r.List(ctx, path[:len(path)-1], params, func([]byte) error { return nil }); err != nil {
+			// A GET is a linearizable read from etcd that waits for no
+			// progress notification (a LIST without a resourceVersion
+			// would, up to 100ms on a busy shard). 403 means "not this
+			// shard"; 404 means this shard, and the object is gone.
+			body, err := r.Get(ctx, path, nil)
+			if err != nil {
 				return err
 			}
+			vw.Drain(body)
 			wrote = true
 			if err := do(r, path); err != nil {
 				return writeFailed{err}

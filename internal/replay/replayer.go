@@ -65,7 +65,9 @@ type Options struct {
 	// Interval is how often all recorded deletions are listed again
 	// without a change of the index. Default 30s.
 	Interval time.Duration
-	// Workers is how many deletions are tried at once. Default 8.
+	// Workers is how many deletions are tried at once. Default 32: the
+	// webhook confirms concurrent DELETEs of one namespace with shared
+	// reads, so a wave of replays costs a few reads, not one each.
 	Workers int
 	// Timeout bounds one attempt (read and delete). Default 30s.
 	Timeout time.Duration
@@ -114,7 +116,7 @@ func New(targets Targets, ix Index, references References, opts Options) *Replay
 		opts.Interval = 30 * time.Second
 	}
 	if opts.Workers <= 0 {
-		opts.Workers = 8
+		opts.Workers = 32
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = 30 * time.Second
