@@ -92,8 +92,8 @@ type setup struct {
 	compute  logicalcluster.Path
 	network  logicalcluster.Path
 	// clusters are the logical clusters of the provider workspaces, by path.
-	clusters map[string]logicalcluster.Name
-	kubectl  []string // kubectl with the consumer's kubeconfig
+	clusters   map[string]logicalcluster.Name
+	kubectl    []string // kubectl with the consumer's kubeconfig
 	webhook    *kcpenv.Process
 	controller *kcpenv.Process
 	metrics    string // the webhook's metrics URL
