@@ -118,6 +118,9 @@ func hasDuplicateKeys(data []byte) bool {
 	}
 	var stack []*frame
 	dec := json.NewDecoder(bytes.NewReader(data))
+	// Numbers as written: one that overflows a float64 (1e700) is valid
+	// JSON, and must not end the scan before a later duplicate.
+	dec.UseNumber()
 	for {
 		tok, err := dec.Token()
 		if err != nil {
