@@ -332,11 +332,8 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 		create(ctx, consumer, newObject(vmGVR, "default", "vm-skip", map[string]any{"vpcRef": map[string]any{"name": "vpc-skip"}}))
 		expectDenied(ctx, consumer, vpcGVR, "default", "vpc-skip", "VirtualMachine/default/vm-skip")
 
-		vpc := &unstructured.Unstructured{}
-		vpc.SetGroupVersionKind(vpcGVR.GroupVersion().WithKind("VPC"))
-		Expect(cli.Cluster(consumer).Get(ctx, client.ObjectKey{Namespace: "default", Name: "vpc-skip"}, vpc)).To(Succeed())
-		vpc.SetAnnotations(map[string]string{depv1alpha1.AnnotationSkipProtection: "true"})
-		Expect(cli.Cluster(consumer).Update(ctx, vpc)).To(Succeed())
+		Expect(cli.Cluster(consumer).Patch(ctx, newObject(vpcGVR, "default", "vpc-skip", nil), client.RawPatch(types.MergePatchType,
+			fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"true"}}}`, depv1alpha1.AnnotationSkipProtection)))).To(Succeed())
 
 		collected := &kcpenv.WarningCollector{}
 		cfg := rest.CopyConfig(kcpConfig)

@@ -515,10 +515,9 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 		create(ctx, consumerA, vpc("vpc-skip"), vm("vm-skip", "vpc-skip"))
 		expectDenied(ctx, consumerA, vpcs, "vpc-skip", "VirtualMachine/default/vm-skip")
 
-		obj := vpc("vpc-skip")
-		Expect(cli.Cluster(consumerA).Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
-		obj.SetAnnotations(map[string]string{depv1alpha1.AnnotationSkipProtection: "true"})
-		Expect(cli.Cluster(consumerA).Update(ctx, obj)).To(Succeed())
+		// As kubectl annotate does: a read-modify-write could conflict with
+		// the webhook's cleaner, which removes a mark set before vm-skip.
+		Expect(mergePatch(ctx, consumerA, vpc("vpc-skip"), fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, depv1alpha1.AnnotationSkipProtection))).To(Succeed())
 
 		warnings := &kcpenv.WarningCollector{}
 		cfg, err := topo.AdminConfig()
