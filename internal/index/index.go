@@ -96,6 +96,7 @@ type watch interface {
 	Paths() []fieldpath.Path
 	Store() *store.Store
 	Shards(cluster logicalcluster.Name) ([]string, bool)
+	Serving(cluster logicalcluster.Name) (string, bool)
 	ReadThrough(cluster logicalcluster.Name, url string)
 }
 

@@ -68,19 +68,30 @@ func (w *fakeWatch) Store() *store.Store { return w.store }
 func (w *fakeWatch) Shards(cluster logicalcluster.Name) ([]string, bool) {
 	w.lock.Lock()
 	urls, inspected := slices.Clone(w.urls), w.inspected
-	hint, hinted := w.readThrough[cluster]
 	onShards := w.onShards
 	w.lock.Unlock()
-	if shard, ok := w.store.Shard(cluster); ok {
-		hint, hinted = shard, true
-	}
-	if i := slices.Index(urls, hint); hinted && i > 0 {
-		urls[0], urls[i] = urls[i], urls[0]
+	if hint, ok := w.Serving(cluster); ok {
+		if i := slices.Index(urls, hint); i > 0 {
+			urls[0], urls[i] = urls[i], urls[0]
+		}
 	}
 	if onShards != nil {
 		onShards()
 	}
 	return urls, inspected
+}
+
+func (w *fakeWatch) Serving(cluster logicalcluster.Name) (string, bool) {
+	if shard, ok := w.store.Shard(cluster); ok {
+		return shard, true
+	}
+	w.lock.Lock()
+	defer w.lock.Unlock()
+	if len(w.urls) == 1 {
+		return w.urls[0], true
+	}
+	url, ok := w.readThrough[cluster]
+	return url, ok
 }
 
 func (w *fakeWatch) ReadThrough(cluster logicalcluster.Name, url string) {

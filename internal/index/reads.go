@@ -221,6 +221,7 @@ func (ix *Index) onShardOf(src Source, cluster logicalcluster.Name, read func(r 
 	if !inspected {
 		return fmt.Errorf("%s: %w", src, errNotInspected)
 	}
+	_, known := w.Serving(cluster)
 	for i, u := range urls {
 		r, err := ix.readers.For(u)
 		if err != nil {
@@ -230,7 +231,9 @@ func (ix *Index) onShardOf(src Source, cluster logicalcluster.Name, read func(r 
 		if apierrors.IsForbidden(err) {
 			continue
 		}
-		if err == nil && i > 0 {
+		if err == nil && (i > 0 || !known) {
+			// The shard that served is known from now on (writes go
+			// there at once).
 			w.ReadThrough(cluster, u)
 		}
 		return err

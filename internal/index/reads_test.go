@@ -30,6 +30,8 @@ type fakeShard struct {
 	objects  map[string]string // cluster/namespace/name -> object body
 	lock     sync.Mutex
 	requests []string
+	// methods are the methods of the requests, in order.
+	methods []string
 	// failures answer the next requests, one each.
 	failures []func(w http.ResponseWriter)
 }
@@ -37,6 +39,7 @@ type fakeShard struct {
 func (s *fakeShard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.lock.Lock()
 	s.requests = append(s.requests, r.URL.Path+"?"+r.URL.RawQuery)
+	s.methods = append(s.methods, r.Method)
 	var fail func(w http.ResponseWriter)
 	if len(s.failures) > 0 {
 		fail, s.failures = s.failures[0], s.failures[1:]
@@ -83,6 +86,12 @@ func (s *fakeShard) requested() []string {
 	s.lock.Lock()
 	defer s.lock.Unlock()
 	return slices.Clone(s.requests)
+}
+
+func (s *fakeShard) requestMethods() []string {
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	return slices.Clone(s.methods)
 }
 
 func status(code int, reason, message string, retryAfter string) func(w http.ResponseWriter) {

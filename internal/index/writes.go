@@ -47,16 +47,28 @@ type writeFailed struct{ err error }
 
 func (w writeFailed) Error() string { return w.err.Error() }
 
-// write finds the shard that serves cluster by reading the object there
-// (kcp's virtual workspace refuses, with 403, a workspace that a shard
-// does not serve), then writes it on that shard with do. Only the read
-// tells shards apart; whatever the write answers is its outcome. An object
-// that is gone is a NotFound error of the read.
+// write writes the object with do on the shard that serves cluster. Where
+// the watch of src knows that shard (see Serving), it writes there at
+// once; otherwise it finds the shard by reading the object on each (kcp's
+// virtual workspace refuses, with 403, a workspace that a shard does not
+// serve). Only the read tells shards apart; whatever the write answers is
+// its outcome. An object that is gone is a NotFound error.
 func (ix *Index) write(ctx context.Context, src Source, cluster logicalcluster.Name, namespace, name string, do func(r *vw.Reader, path []string) error) error {
+	w := ix.watch(src)
+	if w == nil {
+		return fmt.Errorf("%s is not watched", src)
+	}
+	path := append(vw.ResourcePath(cluster.Path(), src.Resource, namespace), name)
+	if u, ok := w.Serving(cluster); ok {
+		r, err := ix.readers.For(u)
+		if err != nil {
+			return err
+		}
+		return ix.retry(ctx, func() error { return do(r, path) })
+	}
 	return ix.retry(ctx, func() error {
 		wrote := false
 		err := ix.onShardOf(src, cluster, func(r *vw.Reader, _ State) error {
-			path := append(vw.ResourcePath(cluster.Path(), src.Resource, namespace), name)
 			// A GET is a linearizable read from etcd that waits for no
 			// progress notification (a LIST without a resourceVersion
 			// would, up to 100ms on a busy shard). 403 means "not this

@@ -124,23 +124,35 @@ func (w *Watch) State() State {
 
 // Shards returns the virtual workspace URLs of the export, one per shard,
 // ordered so that the one that serves cluster as far as the watch knows
-// (where its dependents were indexed, or where it was last read) comes
-// first, and whether the export has been inspected at all: before it has,
-// no URL does not mean that no shard serves it.
+// (see Serving) comes first, and whether the export has been inspected at
+// all: before it has, no URL does not mean that no shard serves it.
 func (w *Watch) Shards(cluster logicalcluster.Name) ([]string, bool) {
 	w.lock.Lock()
 	urls, inspected := slices.Clone(w.urls), w.inspected
-	hint, hinted := w.readThrough[cluster]
 	w.lock.Unlock()
-	if shard, ok := w.store.Shard(cluster); ok {
-		hint, hinted = shard, true
-	}
-	if hinted {
+	if hint, ok := w.Serving(cluster); ok {
 		if i := slices.Index(urls, hint); i > 0 {
 			urls[0], urls[i] = urls[i], urls[0]
 		}
 	}
 	return urls, inspected
+}
+
+// Serving returns the virtual workspace URL of the shard that serves
+// cluster, if the watch knows it: the only shard there is, the one where
+// dependents of cluster were indexed, or the one it was last read through.
+// A logical cluster stays on its shard, so what is known stays true.
+func (w *Watch) Serving(cluster logicalcluster.Name) (string, bool) {
+	if shard, ok := w.store.Shard(cluster); ok {
+		return shard, true
+	}
+	w.lock.Lock()
+	defer w.lock.Unlock()
+	if len(w.urls) == 1 {
+		return w.urls[0], true
+	}
+	url, ok := w.readThrough[cluster]
+	return url, ok
 }
 
 // ReadThrough records that cluster was read through the virtual workspace at

@@ -1,0 +1,80 @@
+package index
+
+import (
+	"context"
+	"net/http/httptest"
+	"slices"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Writes go at once to the shard known to serve the workspace, and find it
+// with a read only where it is not known.
+func TestWritesGoToTheShardOfTheCluster(t *testing.T) {
+	const obj = `{"metadata":{"name":"vm-1","namespace":"default","uid":"u1"}}`
+	serving := func(cluster string) *fakeShard {
+		return &fakeShard{clusters: map[string]string{cluster: `{"items":[]}`}, objects: map[string]string{cluster + "/default/vm-1": obj}}
+	}
+	tests := []struct {
+		name string
+		// shards serve c1 if the index of the shard is in servers.
+		shards  int
+		servers []int
+		// indexedOn, if not -1, is the shard where dependents of c1 were
+		// indexed.
+		indexedOn int
+		// want are the methods each shard was sent, for two writes.
+		want    [][]string
+		wantErr func(error) bool
+	}{
+		{name: "the only shard is written at once", shards: 1, servers: []int{0}, indexedOn: -1,
+			want: [][]string{{"PATCH", "DELETE"}}},
+		{name: "the shard where dependents were indexed is written at once", shards: 2, servers: []int{1}, indexedOn: 1,
+			want: [][]string{nil, {"PATCH", "DELETE"}}},
+		{name: "an unknown shard is found with a read, once", shards: 2, servers: []int{1}, indexedOn: -1,
+			want: [][]string{{"GET"}, {"GET", "PATCH", "DELETE"}}},
+		{name: "a workspace no shard serves holds no object", shards: 2, indexedOn: -1,
+			want: [][]string{{"GET", "GET"}, {"GET", "GET"}}, wantErr: apierrors.IsNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newFakeWatch(State{Phase: PhaseSynced, Namespaced: true}, vpcRef)
+			w.inspected = true
+			shards := make([]*fakeShard, tt.shards)
+			for i := range shards {
+				shards[i] = &fakeShard{}
+				if slices.Contains(tt.servers, i) {
+					shards[i] = serving("c1")
+				}
+				srv := httptest.NewServer(shards[i])
+				t.Cleanup(srv.Close)
+				w.urls = append(w.urls, srv.URL)
+			}
+			if tt.indexedOn >= 0 {
+				if err := w.store.ForShard(w.urls[tt.indexedOn], func() {}).Add(dependent(t, nil, "c1", "default/vm-2", `{}`, false)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ix := newTestIndex(t, w, Options{})
+			ctx := context.Background()
+
+			errs := []error{
+				ix.Patch(ctx, testSource, "c1", "default", "vm-1", types.MergePatchType, []byte(`{}`)),
+				ix.Delete(ctx, testSource, "c1", "default", "vm-1", metav1.DeleteOptions{}),
+			}
+			for _, err := range errs {
+				if tt.wantErr == nil && err != nil || tt.wantErr != nil && !tt.wantErr(err) {
+					t.Errorf("write: %v", err)
+				}
+			}
+			for i, s := range shards {
+				if got := s.requestMethods(); !slices.Equal(got, tt.want[i]) {
+					t.Errorf("shard %d was sent %v, want %v", i, got, tt.want[i])
+				}
+			}
+		})
+	}
+}
