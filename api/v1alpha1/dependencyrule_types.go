@@ -191,7 +191,14 @@ type APIExportReference struct {
 	Name string `json:"name"`
 }
 
-// FieldReference locates a field in an object.
+// FieldReference locates a reference in a dependent object: the name of
+// the protected object and, next to it, optionally its namespace and the
+// group and kind that the reference names.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.namespacePath) && !has(self.groupPath) && !has(self.kindPath) || !self.path.endsWith('[*]')",message="with namespacePath, groupPath or kindPath, path must end with the field that holds the name, e.g. .spec.parentRefs[*].name"
+// +kubebuilder:validation:XValidation:rule="has(self.kindPath) == has(self.kind)",message="kindPath and kind go together: kind is the kind of the protected resource that kindPath must name"
+// +kubebuilder:validation:XValidation:rule="!has(self.defaultKind) || has(self.kindPath)",message="defaultKind needs kindPath"
+// +kubebuilder:validation:XValidation:rule="!has(self.defaultGroup) || has(self.groupPath)",message="defaultGroup needs groupPath"
 type FieldReference struct {
 	// Path is a dot-separated field path with an optional leading dot, e.g.
 	// .spec.vpcRef.name. A segment followed by [*] fans out over the elements
@@ -201,6 +208,58 @@ type FieldReference struct {
 	// +kubebuilder:validation:MaxLength=256
 	// +kubebuilder:validation:XValidation:rule=`self.matches(r'^\.?[A-Za-z0-9_-]+(\[\*\])*(\.[A-Za-z0-9_-]+(\[\*\])*)*$')`,message="must be a field path such as .spec.vpcRef.name: '.'-separated field names of letters, digits, '_' and '-', each optionally followed by [*] to fan out over a list"
 	Path string `json:"path"`
+
+	// NamespacePath is where, next to the name, a reference names the
+	// namespace of the protected object: a path relative to the object that
+	// holds the name, e.g. namespace for .spec.parentRefs[*].namespace. A
+	// reference without it (or with an empty one) names an object in the
+	// dependent's own namespace; a cluster-scoped dependent's, an object of
+	// that name in any namespace. Ignored for cluster-scoped protected
+	// resources. Unset: every reference is in the dependent's namespace.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`
+	NamespacePath string `json:"namespacePath,omitempty"`
+
+	// GroupPath is where, next to the name, a reference names the API group
+	// of the object it references (relative to the object that holds the
+	// name, e.g. group). Only references that name the group of the
+	// protected resource count. Unset: the group is not compared.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`
+	GroupPath string `json:"groupPath,omitempty"`
+
+	// DefaultGroup is the group that a reference without the group field
+	// names, as the API of the dependent defines it ("" is the core group).
+	// Unset: the group of the protected resource.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$`
+	DefaultGroup *string `json:"defaultGroup,omitempty"`
+
+	// KindPath is where, next to the name, a reference names the kind of the
+	// object it references (relative to the object that holds the name, e.g.
+	// kind). Only references that name Kind count. Unset: the kind is not
+	// compared.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`
+	KindPath string `json:"kindPath,omitempty"`
+
+	// Kind is the kind of the protected resource, as references name it,
+	// e.g. Gateway. Required with KindPath.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[A-Z][A-Za-z0-9]*$`
+	Kind string `json:"kind,omitempty"`
+
+	// DefaultKind is the kind that a reference without the kind field names,
+	// as the API of the dependent defines it. Unset: Kind.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[A-Z][A-Za-z0-9]*$`
+	DefaultKind *string `json:"defaultKind,omitempty"`
 }
 
 // DependencyRuleStatus is the observed state of a DependencyRule.

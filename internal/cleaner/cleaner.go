@@ -65,10 +65,10 @@ type Objects interface {
 	State(src index.Source) index.State
 	// Hits returns the indexed dependents of src in cluster (in namespace,
 	// or everywhere if it is empty) that hold name at one of paths.
-	Hits(src index.Source, paths []fieldpath.Path, cluster logicalcluster.Name, namespace, name string) []kcp.Meta
+	Hits(src index.Source, paths []fieldpath.Reference, cluster logicalcluster.Name, namespace, name string) []kcp.Meta
 	// Confirm reads the dependents of src live, after it was called, and
 	// returns those that hold name at one of paths.
-	Confirm(ctx context.Context, src index.Source, paths []fieldpath.Path, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, int, error)
+	Confirm(ctx context.Context, src index.Source, paths []fieldpath.Reference, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, int, error)
 	// ListObjects lists the objects of src in every workspace (matching
 	// labelSelector, if not empty).
 	ListObjects(ctx context.Context, src index.Source, labelSelector string, visit func(kcp.Meta) error) error

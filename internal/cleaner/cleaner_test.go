@@ -41,7 +41,7 @@ var (
 func protection(rule *registry.Rule) registry.Protection {
 	return registry.Protection{
 		Target: target, Source: targetSrc, Fingerprint: fp, Rules: []*registry.Rule{rule},
-		Entries: []registry.Entry{{Rule: rule.Key, Dependent: vmSrc, DependentKind: "VirtualMachine", Paths: []fieldpath.Path{vmPath}}},
+		Entries: []registry.Entry{{Rule: rule.Key, Dependent: vmSrc, DependentKind: "VirtualMachine", Paths: []fieldpath.Reference{vmPath}}},
 	}
 }
 
@@ -111,14 +111,14 @@ func (f *fakeObjects) refs(names []string, name string) []kcp.Meta {
 	return nil
 }
 
-func (f *fakeObjects) Hits(src index.Source, _ []fieldpath.Path, _ logicalcluster.Name, _, name string) []kcp.Meta {
+func (f *fakeObjects) Hits(src index.Source, _ []fieldpath.Reference, _ logicalcluster.Name, _, name string) []kcp.Meta {
 	if src != vmSrc {
 		return nil
 	}
 	return f.refs(f.indexed, name)
 }
 
-func (f *fakeObjects) Confirm(_ context.Context, src index.Source, _ []fieldpath.Path, _ logicalcluster.Name, _, name string) ([]kcp.Meta, int, error) {
+func (f *fakeObjects) Confirm(_ context.Context, src index.Source, _ []fieldpath.Reference, _ logicalcluster.Name, _, name string) ([]kcp.Meta, int, error) {
 	f.calls = append(f.calls, "confirm "+name)
 	return f.refs(f.live, name), 1, nil
 }

@@ -30,15 +30,18 @@ var errControlChar = errors.New("control character in string")
 // error is returned.
 func (p Path) EachJSON(data []byte, fn func(value string) bool) error {
 	var scratch [64]byte
-	return p.walkJSON(data, func(raw []byte, number bool) (bool, error) {
-		if number {
+	return p.walkJSON(data, func(raw []byte, typ jsonparser.ValueType) (bool, error) {
+		switch typ {
+		case jsonparser.Number:
 			return fn(NumberString(string(raw))), nil
+		case jsonparser.String:
+			value, err := decodeString(raw, scratch[:])
+			if err != nil {
+				return false, err
+			}
+			return fn(string(value)), nil
 		}
-		value, err := decodeString(raw, scratch[:])
-		if err != nil {
-			return false, err
-		}
-		return fn(string(value)), nil
+		return true, nil
 	})
 }
 
@@ -56,15 +59,15 @@ func (p Path) ResolveJSON(data []byte) ([]string, error) {
 	return values, nil
 }
 
-// walkJSON calls visit with the raw (undecoded) contents of every string
-// value found at the path in the JSON object data until visit returns false
-// or an error.
+// walkJSON calls visit with the raw (undecoded) contents and the type of
+// every value found at the path in the JSON object data (strings without
+// their quotes) until visit returns false or an error.
 //
 // Unlike nested objects, the top-level object is always scanned to the end
 // (unless visit stops early) so that truncated documents and trailing data are
 // detected. This is cheaper than checking the document's structure upfront,
 // which would scan it twice.
-func (p Path) walkJSON(data []byte, visit func(raw []byte, number bool) (bool, error)) error {
+func (p Path) walkJSON(data []byte, visit func(raw []byte, typ jsonparser.ValueType) (bool, error)) error {
 	start := skipWhitespace(data, 0)
 	if start == len(data) {
 		return errors.New("invalid JSON object: empty document")
@@ -125,20 +128,13 @@ func skipWhitespace(data []byte, i int) int {
 	return i
 }
 
-// walkValue calls visit for every string or number value found at the
-// canonical path suffix rest in the JSON value v of type typ. String values
-// are passed without quotes and still escaped, numbers as their literal. It
-// returns false if visit asked to stop.
-func walkValue(v []byte, typ jsonparser.ValueType, rest string, visit func(raw []byte, number bool) (bool, error)) (bool, error) {
+// walkValue calls visit for every value found at the canonical path suffix
+// rest in the JSON value v of type typ. String values are passed without
+// quotes and still escaped, numbers as their literal, objects and lists as
+// they are. It returns false if visit asked to stop.
+func walkValue(v []byte, typ jsonparser.ValueType, rest string, visit func(raw []byte, typ jsonparser.ValueType) (bool, error)) (bool, error) {
 	if rest == "" {
-		switch typ {
-		case jsonparser.String:
-			return visit(v, false)
-		case jsonparser.Number:
-			return visit(v, true)
-		default:
-			return true, nil
-		}
+		return visit(v, typ)
 	}
 
 	name, rest := nextStep(rest)

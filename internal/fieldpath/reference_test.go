@@ -3,6 +3,8 @@ package fieldpath
 import (
 	"encoding/json"
 	"strconv"
+
+	"github.com/buger/jsonparser"
 )
 
 // The reference implementations the differential tests compare EachJSON and
@@ -64,10 +66,14 @@ func resolve(v any, rest string, out []string) []string {
 // it returns.
 func (p Path) ContainsJSON(data []byte, want string) (bool, error) {
 	found := false
-	err := p.walkJSON(data, func(raw []byte, number bool) (bool, error) {
-		if number {
+	err := p.walkJSON(data, func(raw []byte, typ jsonparser.ValueType) (bool, error) {
+		switch typ {
+		case jsonparser.Number:
 			found = NumberString(string(raw)) == want
 			return !found, nil
+		case jsonparser.String:
+		default:
+			return true, nil
 		}
 		var scratch [64]byte
 		value, err := decodeString(raw, scratch[:])

@@ -93,7 +93,7 @@ type Options struct {
 // implements it.
 type watch interface {
 	State() State
-	Paths() []fieldpath.Path
+	Paths() []fieldpath.Reference
 	Store() *store.Store
 	Shards(cluster logicalcluster.Name) ([]string, bool)
 	Serving(cluster logicalcluster.Name) (string, bool)
@@ -117,7 +117,7 @@ type Index struct {
 
 	lock    sync.Mutex
 	ctx     context.Context
-	desired map[Source][]fieldpath.Path
+	desired map[Source][]fieldpath.Reference
 	watches map[Source]*running
 	changed chan struct{}
 	updates chan struct{}
@@ -137,7 +137,7 @@ func New(cfg *rest.Config, frontProxy string, opts Options) (*Index, error) {
 	ix := &Index{
 		readers: vw.NewReaders(cfg),
 		opts:    opts,
-		desired: map[Source][]fieldpath.Path{},
+		desired: map[Source][]fieldpath.Reference{},
 		watches: map[Source]*running{},
 		changed: make(chan struct{}, 1),
 		updates: make(chan struct{}, 1),
@@ -182,7 +182,7 @@ func (ix *Index) NeedLeaderElection() bool {
 // whose paths changed is listed again. A source without paths is not
 // indexed; it is only inspected (access, what the export serves) and read
 // with Lookup.
-func (ix *Index) Ensure(desired map[Source][]fieldpath.Path) {
+func (ix *Index) Ensure(desired map[Source][]fieldpath.Reference) {
 	ix.lock.Lock()
 	defer ix.lock.Unlock()
 	ix.desired = desired
@@ -278,10 +278,10 @@ func (ix *Index) Synced() error {
 	return nil
 }
 
-// Hits returns the indexed dependents of src in cluster that hold name at
-// one of paths: in namespace, or in the whole cluster if namespace is empty.
-// Cluster-scoped dependents are in every namespace's scope.
-func (ix *Index) Hits(src Source, paths []fieldpath.Path, cluster logicalcluster.Name, namespace, name string) []kcp.Meta {
+// Hits returns the indexed dependents of src in cluster that reference the
+// object named name in namespace (empty for a cluster-scoped object) at one
+// of paths (see fieldpath.RefersTo for which namespaces a reference names).
+func (ix *Index) Hits(src Source, paths []fieldpath.Reference, cluster logicalcluster.Name, namespace, name string) []kcp.Meta {
 	w := ix.watch(src)
 	if w == nil {
 		return nil
@@ -292,11 +292,7 @@ func (ix *Index) Hits(src Source, paths []fieldpath.Path, cluster logicalcluster
 			idx = append(idx, i)
 		}
 	}
-	hits := w.Store().Referencing(cluster, idx, name)
-	if namespace == "" {
-		return hits
-	}
-	return slices.DeleteFunc(hits, func(d kcp.Meta) bool { return d.Namespace != "" && d.Namespace != namespace })
+	return w.Store().Referencing(cluster, idx, namespace, name)
 }
 
 // Len returns the number of indexed dependents of all sources.

@@ -31,7 +31,7 @@ var (
 // paths and store of its dependents, and the virtual workspace URLs of its
 // export, the shard of a cluster first (as sources.Watch orders them).
 type fakeWatch struct {
-	paths []fieldpath.Path
+	paths []fieldpath.Reference
 	store *store.Store
 
 	lock      sync.Mutex
@@ -45,7 +45,7 @@ type fakeWatch struct {
 	onShards func()
 }
 
-func newFakeWatch(state State, paths ...fieldpath.Path) *fakeWatch {
+func newFakeWatch(state State, paths ...fieldpath.Reference) *fakeWatch {
 	return &fakeWatch{paths: paths, store: store.New(nil), state: state, readThrough: map[logicalcluster.Name]string{}}
 }
 
@@ -61,7 +61,7 @@ func (w *fakeWatch) setState(state State) {
 	w.state = state
 }
 
-func (w *fakeWatch) Paths() []fieldpath.Path { return w.paths }
+func (w *fakeWatch) Paths() []fieldpath.Reference { return w.paths }
 
 func (w *fakeWatch) Store() *store.Store { return w.store }
 
@@ -122,7 +122,7 @@ func newTestIndex(t testing.TB, w *fakeWatch, opts Options) *Index {
 
 // dependent returns what a reflector would hand the store: cluster,
 // namespace/name (namespace optional), and the raw JSON spec.
-func dependent(t testing.TB, paths []fieldpath.Path, cluster, nsName, spec string, terminating bool) *store.Object {
+func dependent(t testing.TB, paths []fieldpath.Reference, cluster, nsName, spec string, terminating bool) *store.Object {
 	t.Helper()
 	ns, name, ok := strings.Cut(nsName, "/")
 	if !ok {
@@ -158,7 +158,7 @@ func names(deps []kcp.Meta) []string {
 }
 
 func TestIndexHits(t *testing.T) {
-	paths := []fieldpath.Path{vpcRef, nics, backup}
+	paths := []fieldpath.Reference{vpcRef, nics, backup}
 	w := newFakeWatch(State{Phase: PhaseSynced}, paths...)
 	ix := newTestIndex(t, w, Options{})
 	shard1, shard2 := w.store.ForShard("shard-1", func() {}), w.store.ForShard("shard-2", func() {})
@@ -178,7 +178,7 @@ func TestIndexHits(t *testing.T) {
 
 	tests := []struct {
 		name      string
-		paths     []fieldpath.Path
+		paths     []fieldpath.Reference
 		cluster   logicalcluster.Name
 		namespace string
 		want      []string
@@ -193,10 +193,10 @@ func TestIndexHits(t *testing.T) {
 			want: []string{"c1//gateway", "c1/default/vm-1", "c1/default/vm-2", "c1/default/vm-both", "c1/default/vm-dying (terminating)", "c1/other/vm-3"},
 		},
 		{name: "another namespace", paths: paths, cluster: "c1", namespace: "other", want: []string{"c1//gateway", "c1/other/vm-3"}},
-		{name: "only the paths asked for", paths: []fieldpath.Path{nics}, cluster: "c1", namespace: "default", want: []string{"c1/default/vm-2", "c1/default/vm-both"}},
-		{name: "paths asked for in another order", paths: []fieldpath.Path{backup, nics}, cluster: "c1", want: []string{"c1//gateway", "c1/default/vm-2", "c1/default/vm-both"}},
+		{name: "only the paths asked for", paths: []fieldpath.Reference{nics}, cluster: "c1", namespace: "default", want: []string{"c1/default/vm-2", "c1/default/vm-both"}},
+		{name: "paths asked for in another order", paths: []fieldpath.Reference{backup, nics}, cluster: "c1", want: []string{"c1//gateway", "c1/default/vm-2", "c1/default/vm-both"}},
 		{name: "other clusters are apart", paths: paths, cluster: "c2", namespace: "default", want: []string{"c2/default/vm-1"}},
-		{name: "a path the source does not read", paths: []fieldpath.Path{fieldpathtest.MustParse(".spec.other")}, cluster: "c1", want: []string{}},
+		{name: "a path the source does not read", paths: []fieldpath.Reference{fieldpathtest.MustParse(".spec.other")}, cluster: "c1", want: []string{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -212,7 +212,7 @@ func TestIndexHits(t *testing.T) {
 	if got := names(ix.Hits(testSource, paths, "c1", "default", "vpc-b")); !slices.Equal(got, []string{"c1/default/vm-1"}) {
 		t.Errorf("after update, references to vpc-b: %v", got)
 	}
-	if got := names(ix.Hits(testSource, []fieldpath.Path{vpcRef}, "c1", "default", "vpc-a")); slices.Contains(got, "c1/default/vm-1") {
+	if got := names(ix.Hits(testSource, []fieldpath.Reference{vpcRef}, "c1", "default", "vpc-a")); slices.Contains(got, "c1/default/vm-1") {
 		t.Errorf("after update, vm-1 still references vpc-a: %v", got)
 	}
 
@@ -220,7 +220,7 @@ func TestIndexHits(t *testing.T) {
 	if err := shard1.Delete(dependent(t, paths, "c1", "default/vm-2", `{}`, false)); err != nil {
 		t.Fatal(err)
 	}
-	if got := names(ix.Hits(testSource, []fieldpath.Path{nics}, "c1", "default", "vpc-a")); !slices.Equal(got, []string{"c1/default/vm-both"}) {
+	if got := names(ix.Hits(testSource, []fieldpath.Reference{nics}, "c1", "default", "vpc-a")); !slices.Equal(got, []string{"c1/default/vm-both"}) {
 		t.Errorf("after delete: %v", got)
 	}
 

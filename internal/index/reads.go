@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net/url"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -98,10 +99,11 @@ func (ix *Index) retry(ctx context.Context, attempt func() error) error {
 
 // Confirm reads the dependents of src in cluster live, through the virtual
 // workspace of the shard that serves the cluster, and returns those that
-// hold name at one of paths, with how many dependents it read. A cluster
-// that does not bind the export has none. The scope read is namespace (the
-// namespace of the object they would reference) if the dependents are
-// namespaced, the whole cluster otherwise.
+// reference the object named name in namespace at one of paths, with how
+// many dependents it read. A cluster that does not bind the export has
+// none. The scope read is namespace (the namespace of the object they would
+// reference) if the dependents are namespaced and no reference may name
+// another namespace, the whole cluster otherwise.
 //
 // The read is a consistent LIST, made after Confirm was called, so it sees
 // every dependent whose create returned before that; concurrent calls for
@@ -110,7 +112,7 @@ func (ix *Index) retry(ctx context.Context, attempt func() error) error {
 //
 // It returns an error wrapping ErrVersionNotServed if the export does not
 // serve the version the rules name, and any error from reading.
-func (ix *Index) Confirm(ctx context.Context, src Source, paths []fieldpath.Path, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, int, error) {
+func (ix *Index) Confirm(ctx context.Context, src Source, paths []fieldpath.Reference, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, int, error) {
 	var (
 		found   []kcp.Meta
 		scanned int
@@ -119,11 +121,11 @@ func (ix *Index) Confirm(ctx context.Context, src Source, paths []fieldpath.Path
 		// The scope is decided on every attempt: an attempt that failed
 		// because the export had not been read yet did not know it.
 		scope := live.Scope{Source: src, Cluster: cluster}
-		if ix.State(src).Namespaced {
+		if ix.State(src).Namespaced && !slices.ContainsFunc(paths, fieldpath.Reference.CrossesNamespaces) {
 			scope.Namespace = namespace
 		}
 		var err error
-		found, scanned, err = ix.reads.Confirm(ctx, scope, paths, name)
+		found, scanned, err = ix.reads.Confirm(ctx, scope, paths, namespace, name)
 		return err
 	})
 	return found, scanned, err

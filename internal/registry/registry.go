@@ -100,7 +100,7 @@ type Reference struct {
 	// targets.
 	Version string
 	// Path is where the dependent stores the target's name.
-	Path fieldpath.Path
+	Path fieldpath.Reference
 }
 
 // Target is a protected resource as one provider serves it: the logical
@@ -131,7 +131,7 @@ type Guard struct {
 // GuardReference is one reference of a Guard.
 type GuardReference struct {
 	// Path is where the dependent stores the target's name.
-	Path fieldpath.Path
+	Path fieldpath.Reference
 	// Target is the protected resource as its provider serves it, through
 	// which targets are read. Its Export is the zero key while the
 	// workspace of the protected APIExport does not bind the dependencies
@@ -149,7 +149,7 @@ type Entry struct {
 	// DependentKind is the kind of the dependent.
 	DependentKind string
 	// Paths are the field paths that hold the target's name, sorted.
-	Paths []fieldpath.Path
+	Paths []fieldpath.Reference
 	// Target is the protected resource as its provider serves it, in the
 	// version the rule names: through it deferred deletions are recorded
 	// and replayed.
@@ -195,7 +195,16 @@ func FromDependencyRule(rule *depv1alpha1.DependencyRule) *Rule {
 		Replay:        rule.Spec.DeletionPolicy == depv1alpha1.DeletionPolicyReplay,
 	}
 	for _, d := range rule.Spec.Dependencies {
-		p, err := fieldpath.Parse(d.FieldRef.Path)
+		p, err := fieldpath.ParseReference(fieldpath.ReferenceSpec{
+			Path:          d.FieldRef.Path,
+			NamespacePath: d.FieldRef.NamespacePath,
+			GroupPath:     d.FieldRef.GroupPath,
+			Group:         d.Group,
+			DefaultGroup:  d.FieldRef.DefaultGroup,
+			KindPath:      d.FieldRef.KindPath,
+			Kind:          d.FieldRef.Kind,
+			DefaultKind:   d.FieldRef.DefaultKind,
+		})
 		if err != nil {
 			r.Invalid = append(r.Invalid, d.FieldRef.Path)
 			continue
@@ -256,7 +265,7 @@ type Registry struct {
 	// workspaces maps the path of every workspace that binds the APIExport
 	// to its logical cluster (the kcp.io/path annotation of its binding).
 	workspaces map[string]logicalcluster.Name
-	sources    func(map[index.Source][]fieldpath.Path)
+	sources    func(map[index.Source][]fieldpath.Reference)
 	now        func() time.Time
 	current    atomic.Pointer[snapshot]
 	changed    chan struct{}
@@ -278,7 +287,7 @@ func New() *Registry {
 // OnSourcesChange calls fn with the dependent sources of all rules, and the
 // paths to read of each, now and whenever the registry changes. Call it
 // before anything is registered.
-func (r *Registry) OnSourcesChange(fn func(map[index.Source][]fieldpath.Path)) {
+func (r *Registry) OnSourcesChange(fn func(map[index.Source][]fieldpath.Reference)) {
 	r.lock.Lock()
 	defer r.lock.Unlock()
 	r.sources = fn
@@ -475,7 +484,7 @@ func (r *Registry) Len() int {
 // paths). Callers hold the lock.
 func (r *Registry) publish() {
 	s := &snapshot{byTarget: map[Target][]Entry{}, guards: map[Target][]Guard{}, guardOf: map[kcp.ObjectKey]Guard{}}
-	sources := map[index.Source][]fieldpath.Path{}
+	sources := map[index.Source][]fieldpath.Reference{}
 	var targets []index.Source
 	protections := map[Target]*Protection{}
 	for _, rec := range r.records {
@@ -575,7 +584,7 @@ func compareSources(a, b index.Source) int {
 }
 
 // sortPaths sorts paths and drops duplicates.
-func sortPaths(paths []fieldpath.Path) []fieldpath.Path {
-	slices.SortFunc(paths, func(a, b fieldpath.Path) int { return cmp.Compare(a.String(), b.String()) })
+func sortPaths(paths []fieldpath.Reference) []fieldpath.Reference {
+	slices.SortFunc(paths, func(a, b fieldpath.Reference) int { return cmp.Compare(a.String(), b.String()) })
 	return slices.Compact(paths)
 }

@@ -341,12 +341,12 @@ func targetSource(cluster string, gvr schema.GroupVersionResource) index.Source 
 // when rules change.
 func TestSources(t *testing.T) {
 	r := newRegistry()
-	var got map[index.Source][]fieldpath.Path
-	r.OnSourcesChange(func(s map[index.Source][]fieldpath.Path) { got = s })
+	var got map[index.Source][]fieldpath.Reference
+	r.OnSourcesChange(func(s map[index.Source][]fieldpath.Reference) { got = s })
 	r.Apply(rule("c1/a", "u1", 1, vms, "vpcs.network.io@.spec.vpc", "subnets.network.io@.spec.subnet"))
 	r.Apply(rule("c1/b", "u2", 1, vms, "vpcs.network.io@.spec.vpc", "root:unbound|vpcs.network.io@.spec.x"))
 	r.Apply(rule("c2/a", "u3", 1, vms, "vpcs.network.io@.spec.vpc"))
-	want := map[index.Source][]fieldpath.Path{
+	want := map[index.Source][]fieldpath.Reference{
 		source("c1", vms):              {fieldpathtest.MustParse(".spec.subnet"), fieldpathtest.MustParse(".spec.vpc"), fieldpathtest.MustParse(".spec.x")},
 		source("c2", vms):              {fieldpathtest.MustParse(".spec.vpc")},
 		targetSource("c-net", vpcs):    nil,
@@ -369,11 +369,11 @@ func TestSources(t *testing.T) {
 // each other) is watched.
 func TestTargetThatIsADependentIsWatched(t *testing.T) {
 	r := newRegistry()
-	var got map[index.Source][]fieldpath.Path
-	r.OnSourcesChange(func(s map[index.Source][]fieldpath.Path) { got = s })
+	var got map[index.Source][]fieldpath.Reference
+	r.OnSourcesChange(func(s map[index.Source][]fieldpath.Reference) { got = s })
 	r.SetWorkspace("root:c1", "c1")
 	r.Apply(rule("c1/self", "u1", 1, vms, "root:c1|virtualmachines.compute.io@.spec.parent"))
-	if want := (map[index.Source][]fieldpath.Path{source("c1", vms): {fieldpathtest.MustParse(".spec.parent")}}); !reflect.DeepEqual(got, want) {
+	if want := (map[index.Source][]fieldpath.Reference{source("c1", vms): {fieldpathtest.MustParse(".spec.parent")}}); !reflect.DeepEqual(got, want) {
 		t.Errorf("sources = %v, want %v", got, want)
 	}
 }

@@ -91,11 +91,11 @@ func (s *StatusReporter) reportAll(ctx context.Context) {
 // of depv1alpha1 for the state's phase, which is the phase's name, except
 // for a synced source (ReasonIndexed) and a path not in the schema
 // (ReasonFieldPathNotInSchema).
-func IndexedCondition(state index.State, paths []fieldpath.Path, generation int64) metav1.Condition {
+func IndexedCondition(state index.State, paths []fieldpath.Reference, generation int64) metav1.Condition {
 	c := metav1.Condition{Type: depv1alpha1.ConditionDependentsIndexed, Reason: string(state.Phase), Message: state.Message, ObservedGeneration: generation}
 	var problems []string
 	for _, p := range state.PathProblems {
-		if slices.Contains(paths, p.Path) {
+		if slices.ContainsFunc(paths, func(r fieldpath.Reference) bool { return slices.Contains(r.Paths(), p.Path) }) {
 			problems = append(problems, fmt.Sprintf("%s: %s", p.Path, p.Problem))
 		}
 	}
@@ -184,7 +184,7 @@ func (s *StatusReporter) report(ctx context.Context, r *Rule) error {
 	if rule.UID != r.UID {
 		return nil // another object of that name; the registry will see it
 	}
-	paths := make([]fieldpath.Path, 0, len(r.References))
+	paths := make([]fieldpath.Reference, 0, len(r.References))
 	for _, ref := range r.References {
 		paths = append(paths, ref.Path)
 	}

@@ -43,14 +43,14 @@ func TestIndexedCondition(t *testing.T) {
 func TestIndexedConditionNamesFieldPathsNotInSchema(t *testing.T) {
 	good, bad, others := fieldpathtest.MustParse(".spec.vpcRef.name"), fieldpathtest.MustParse(".spec.vpcReff.name"), fieldpathtest.MustParse(".spec.other")
 	state := index.State{Phase: index.PhaseSynced, Kind: "VirtualMachine", Message: "Indexing", PathProblems: []index.PathProblem{
-		{Path: bad, Problem: `.spec has no field "vpcReff"`}, {Path: others, Problem: `.spec has no field "other"`},
+		{Path: bad.Name(), Problem: `.spec has no field "vpcReff"`}, {Path: others.Name(), Problem: `.spec has no field "other"`},
 	}}
-	c := IndexedCondition(state, []fieldpath.Path{good, bad}, 1)
+	c := IndexedCondition(state, []fieldpath.Reference{good, bad}, 1)
 	if c.Status != metav1.ConditionFalse || c.Reason != depv1alpha1.ReasonFieldPathNotInSchema ||
 		!strings.Contains(c.Message, `.spec.vpcReff.name: .spec has no field "vpcReff"`) || strings.Contains(c.Message, "other") {
 		t.Errorf("IndexedCondition() = %+v", c)
 	}
-	if c := IndexedCondition(state, []fieldpath.Path{good}, 1); c.Status != metav1.ConditionTrue {
+	if c := IndexedCondition(state, []fieldpath.Reference{good}, 1); c.Status != metav1.ConditionTrue {
 		t.Errorf("a rule whose paths are fine: %+v", c)
 	}
 }

@@ -78,7 +78,7 @@ func (m *matcher) holds(b *testing.B, item []byte) bool {
 // the store keeps of each ("stream-decode").
 func BenchmarkListDecoding(b *testing.B) {
 	raw := listBody(10000, 5000)
-	path := fieldpathtest.MustParse(".spec.vpcRef.name")
+	path := fieldpathtest.MustParse(".spec.vpcRef.name").Name()
 	b.Run("stream", func(b *testing.B) {
 		m := newMatcher(path, "vpc-a")
 		b.ReportAllocs()
@@ -99,7 +99,7 @@ func BenchmarkListDecoding(b *testing.B) {
 	b.Run("stream-decode", func(b *testing.B) {
 		b.ReportAllocs()
 		b.SetBytes(int64(len(raw)))
-		paths := []fieldpath.Path{path}
+		paths := []fieldpath.Reference{fieldpath.PathReference(path)}
 		for b.Loop() {
 			hits := 0
 			rv, err := StreamList(bytes.NewReader(raw), func(item []byte) error {
@@ -107,7 +107,7 @@ func BenchmarkListDecoding(b *testing.B) {
 				if err != nil {
 					return err
 				}
-				if slices.Contains(o.Values[0], "vpc-a") {
+				if slices.Contains(o.Values[0], fieldpath.Value{Name: "vpc-a"}) {
 					hits++
 				}
 				return nil

@@ -21,11 +21,11 @@ func (b *benchDependents) State(index.Source) index.State {
 	return index.State{Phase: index.PhaseSynced, Namespaced: true}
 }
 
-func (b *benchDependents) Hits(index.Source, []fieldpath.Path, logicalcluster.Name, string, string) []kcp.Meta {
+func (b *benchDependents) Hits(index.Source, []fieldpath.Reference, logicalcluster.Name, string, string) []kcp.Meta {
 	return b.hits
 }
 
-func (b *benchDependents) Confirm(context.Context, index.Source, []fieldpath.Path, logicalcluster.Name, string, string) ([]kcp.Meta, int, error) {
+func (b *benchDependents) Confirm(context.Context, index.Source, []fieldpath.Reference, logicalcluster.Name, string, string) ([]kcp.Meta, int, error) {
 	return nil, 0, errors.New("the benchmark decides from the index only")
 }
 

@@ -1,11 +1,13 @@
 package webhook
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -94,6 +96,15 @@ type reference struct {
 	name      string
 }
 
+// describe names the target of r for a message about a dependent in
+// namespace: quoted, with its namespace if that is another one.
+func (r reference) describe(namespace string) string {
+	if r.namespace == "" || r.namespace == namespace {
+		return strconv.Quote(r.name)
+	}
+	return fmt.Sprintf("%q in namespace %q", r.name, r.namespace)
+}
+
 func (v *ReferenceValidator) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return admission.Allowed(""), DecisionAllowed
@@ -128,23 +139,36 @@ func (v *ReferenceValidator) handle(ctx context.Context, req admission.Request) 
 			if state.Phase != index.PhaseSyncing && state.Phase != index.PhaseSynced {
 				continue // the rule reports why its targets cannot be read
 			}
-			names, err := ref.Path.ResolveJSON(req.Object.Raw)
-			if err != nil {
-				return admission.Errored(http.StatusBadRequest, fmt.Errorf("failed to read %s of the object: %w", ref.Path, err)), DecisionError
+			// Each reference names the object in its namespace, or in the
+			// dependent's; a reference of a cluster-scoped dependent that
+			// names none may be to an object of that name in any namespace.
+			targets := func(raw []byte, what string) ([]reference, error) {
+				values, err := ref.Path.ResolveJSON(raw)
+				if err != nil {
+					return nil, fmt.Errorf("failed to read %s of the %s: %w", ref.Path, what, err)
+				}
+				out := make([]reference, 0, len(values))
+				for _, v := range values {
+					r := reference{target: ref.Target, name: v.Name}
+					if state.Namespaced {
+						r.namespace = cmp.Or(v.Namespace, obj.Namespace)
+					}
+					out = append(out, r)
+				}
+				return out, nil
 			}
-			var before []string
+			refs, err := targets(req.Object.Raw, "object")
+			if err != nil {
+				return admission.Errored(http.StatusBadRequest, err), DecisionError
+			}
+			var before []reference
 			if req.Operation == admissionv1.Update {
-				if before, err = ref.Path.ResolveJSON(req.OldObject.Raw); err != nil {
-					return admission.Errored(http.StatusBadRequest, fmt.Errorf("failed to read %s of the old object: %w", ref.Path, err)), DecisionError
+				if before, err = targets(req.OldObject.Raw, "old object"); err != nil {
+					return admission.Errored(http.StatusBadRequest, err), DecisionError
 				}
 			}
-			namespace := ""
-			if state.Namespaced {
-				namespace = obj.Namespace
-			}
-			for _, name := range names {
-				r := reference{target: ref.Target, namespace: namespace, name: name}
-				if name != "" && !slices.Contains(before, name) && !slices.Contains(added, r) {
+			for _, r := range refs {
+				if r.name != "" && !slices.Contains(before, r) && !slices.Contains(added, r) {
 					added = append(added, r)
 				}
 			}
@@ -165,26 +189,26 @@ func (v *ReferenceValidator) handle(ctx context.Context, req admission.Request) 
 		found, err := v.targets.Lookup(ctx, r.target, obj.Cluster, r.namespace, r.name)
 		if err != nil {
 			log.FromContext(ctx).Error(err, "Failed to read a referenced object", "cluster", obj.Cluster, "target", r.target, "name", r.name)
-			return unavailable(fmt.Sprintf("could not check whether %s %q may reference %s %q (reading it failed: %v); retry",
-				kind, name, r.target.Resource.Resource, r.name, err)), DecisionError
+			return unavailable(fmt.Sprintf("could not check whether %s %q may reference %s %s (reading it failed: %v); retry",
+				kind, name, r.target.Resource.Resource, r.describe(obj.Namespace), err)), DecisionError
 		}
 		if slices.ContainsFunc(found, func(o kcp.Meta) bool { return o.Unreferenced != "" && !o.Terminating }) {
 			if found, err = v.unmark(ctx, r, obj.Cluster, found); err != nil {
 				log.FromContext(ctx).Error(err, "Failed to remove the unreferenced mark of a referenced object", "cluster", obj.Cluster, "target", r.target, "name", r.name)
-				return unavailable(fmt.Sprintf("could not let %s %q reference %s %q (removing its %s label failed: %v); retry",
-					kind, name, r.target.Resource.Resource, r.name, depv1alpha1.LabelUnreferenced, err)), DecisionError
+				return unavailable(fmt.Sprintf("could not let %s %q reference %s %s (removing its %s label failed: %v); retry",
+					kind, name, r.target.Resource.Resource, r.describe(obj.Namespace), depv1alpha1.LabelUnreferenced, err)), DecisionError
 			}
 		}
 		for _, o := range found {
 			if o.Terminating {
-				problems = append(problems, fmt.Sprintf("%s %q cannot reference %s %q: it is being deleted", kind, name, r.target.Resource.Resource, r.name))
+				problems = append(problems, fmt.Sprintf("%s %q cannot reference %s %s: it is being deleted", kind, name, r.target.Resource.Resource, r.describe(obj.Namespace)))
 				break
 			}
 			if o.DeletionRequested {
 				// Otherwise a stack whose deletion is deferred could gain
 				// new dependents forever.
-				problems = append(problems, fmt.Sprintf("%s %q cannot reference %s %q: its deletion is deferred until nothing references it (remove its label %s to cancel)",
-					kind, name, r.target.Resource.Resource, r.name, depv1alpha1.LabelDeletionRequested))
+				problems = append(problems, fmt.Sprintf("%s %q cannot reference %s %s: its deletion is deferred until nothing references it (remove its label %s to cancel)",
+					kind, name, r.target.Resource.Resource, r.describe(obj.Namespace), depv1alpha1.LabelDeletionRequested))
 				break
 			}
 		}

@@ -75,12 +75,12 @@ type Dependents interface {
 	State(src index.Source) index.State
 	// Hits returns the indexed dependents of src in cluster (in namespace,
 	// or everywhere if it is empty) that hold name at one of paths.
-	Hits(src index.Source, paths []fieldpath.Path, cluster logicalcluster.Name, namespace, name string) []kcp.Meta
+	Hits(src index.Source, paths []fieldpath.Reference, cluster logicalcluster.Name, namespace, name string) []kcp.Meta
 	// Confirm reads the dependents of src in cluster that can reference an
 	// object in namespace live, after it was called, and returns those that
 	// hold name at one of paths, with how many it read; it retries what
 	// clears by itself within the deadline of ctx.
-	Confirm(ctx context.Context, src index.Source, paths []fieldpath.Path, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, int, error)
+	Confirm(ctx context.Context, src index.Source, paths []fieldpath.Reference, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, int, error)
 }
 
 // Recorder records deferred deletions on objects; replay.Recorder
@@ -382,7 +382,7 @@ func (s selfRef) is(gr schema.GroupResource, namespace, name string, uid types.U
 type dependentGroup struct {
 	src   index.Source
 	kind  string
-	paths []fieldpath.Path
+	paths []fieldpath.Reference
 	rules []kcp.ObjectKey
 	// namespace is the namespace of the target, empty for a cluster-scoped
 	// one: a namespaced target is referenced from its own namespace, and by
@@ -426,9 +426,9 @@ func (v *DeletionValidator) groupByDependent(entries []registry.Entry, namespace
 }
 
 // compactPaths drops duplicate paths, keeping the first of each.
-func compactPaths(paths []fieldpath.Path) []fieldpath.Path {
+func compactPaths(paths []fieldpath.Reference) []fieldpath.Reference {
 	out := paths[:0]
-	seen := map[fieldpath.Path]bool{}
+	seen := map[fieldpath.Reference]bool{}
 	for _, p := range paths {
 		if !seen[p] {
 			seen[p] = true

@@ -79,14 +79,14 @@ func namespaceOf(o map[string]any) string {
 	return ns
 }
 
-func (f *fakeDependents) Hits(src index.Source, paths []fieldpath.Path, cluster logicalcluster.Name, namespace, name string) []kcp.Meta {
+func (f *fakeDependents) Hits(src index.Source, paths []fieldpath.Reference, cluster logicalcluster.Name, namespace, name string) []kcp.Meta {
 	return f.matching(f.indexed[cluster.String()+"|"+src.Resource.String()], paths, cluster, namespace, name, false)
 }
 
 // matching returns the objects in namespace (or, if it is empty, anywhere)
 // that hold name at one of paths; cluster-scoped objects match any
 // namespace unless exact.
-func (f *fakeDependents) matching(objs []map[string]any, paths []fieldpath.Path, cluster logicalcluster.Name, namespace, name string, exact bool) []kcp.Meta {
+func (f *fakeDependents) matching(objs []map[string]any, paths []fieldpath.Reference, cluster logicalcluster.Name, namespace, name string, exact bool) []kcp.Meta {
 	var out []kcp.Meta
 	for _, o := range objs {
 		ns := namespaceOf(o)
@@ -98,7 +98,7 @@ func (f *fakeDependents) matching(objs []map[string]any, paths []fieldpath.Path,
 			panic(err)
 		}
 		for _, p := range paths {
-			if values, err := p.ResolveJSON(raw); err == nil && slices.Contains(values, name) {
+			if values, err := p.ResolveJSON(raw); err == nil && slices.Contains(values, fieldpath.Value{Name: name}) {
 				meta := o["metadata"].(map[string]any)
 				_, terminating := meta["deletionTimestamp"]
 				out = append(out, kcp.Meta{Cluster: cluster, Namespace: ns, Name: meta["name"].(string), UID: types.UID(meta["uid"].(string)), Terminating: terminating})
@@ -111,7 +111,7 @@ func (f *fakeDependents) matching(objs []map[string]any, paths []fieldpath.Path,
 
 // Confirm reads the scope the index would read: the namespace for a
 // namespaced dependent type, the whole workspace otherwise.
-func (f *fakeDependents) Confirm(_ context.Context, src index.Source, paths []fieldpath.Path, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, int, error) {
+func (f *fakeDependents) Confirm(_ context.Context, src index.Source, paths []fieldpath.Reference, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, int, error) {
 	if !f.State(src).Namespaced {
 		namespace = ""
 	}

@@ -69,7 +69,7 @@ type read struct {
 	// names and paths are what the joined calls look for; they do not
 	// change once the read has started.
 	names map[string]struct{}
-	paths []fieldpath.Path
+	paths []fieldpath.Reference
 	done  chan struct{}
 
 	// The outcome, valid once done is closed: the dependents that hold one
@@ -79,20 +79,23 @@ type read struct {
 	err     error
 }
 
-// hit is a dependent that a read found holding value at paths[path] of its
-// read.
+// hit is a dependent that a read found holding a reference to value (in
+// namespace, if the reference names one) at paths[path] of its read.
 type hit struct {
-	dep   kcp.Meta
-	path  int
-	value string
+	dep       kcp.Meta
+	path      int
+	namespace string
+	value     string
 }
 
-// Confirm reads the scope live and returns the dependents in it that hold
-// name at one of paths, with how many dependents it read. The read starts
+// Confirm reads the scope live and returns the dependents in it that
+// reference the object named name in namespace (empty for a cluster-scoped
+// object, see fieldpath.RefersTo) at one of paths, with how many dependents
+// it read. The read starts
 // after Confirm was called, so it sees every dependent whose create returned
 // before that. Calls for the same scope that arrive while a read of it is in
 // flight share the next read.
-func (rs *Reads) Confirm(ctx context.Context, scope Scope, paths []fieldpath.Path, name string) ([]kcp.Meta, int, error) {
+func (rs *Reads) Confirm(ctx context.Context, scope Scope, paths []fieldpath.Reference, namespace, name string) ([]kcp.Meta, int, error) {
 	r := rs.join(scope, paths, name)
 	select {
 	case <-r.done:
@@ -104,7 +107,7 @@ func (rs *Reads) Confirm(ctx context.Context, scope Scope, paths []fieldpath.Pat
 	}
 	var hits []kcp.Meta
 	for _, h := range r.found {
-		if h.value == name && slices.Contains(paths, r.paths[h.path]) && !slices.Contains(hits, h.dep) {
+		if h.value == name && slices.Contains(paths, r.paths[h.path]) && fieldpath.RefersTo(h.namespace, h.dep.Namespace, namespace) && !slices.Contains(hits, h.dep) {
 			hits = append(hits, h.dep)
 		}
 	}
@@ -114,7 +117,7 @@ func (rs *Reads) Confirm(ctx context.Context, scope Scope, paths []fieldpath.Pat
 // join adds name and paths to the read of scope that has not started yet,
 // creating it if there is none, and starts it unless a read of the scope is
 // in flight (which starts it when it finishes).
-func (rs *Reads) join(scope Scope, paths []fieldpath.Path, name string) *read {
+func (rs *Reads) join(scope Scope, paths []fieldpath.Reference, name string) *read {
 	rs.lock.Lock()
 	defer rs.lock.Unlock()
 	sr := rs.scopes[scope]
@@ -177,9 +180,9 @@ func (rs *Reads) list(scope Scope, r *read) {
 func (r *read) match(item []byte, cluster logicalcluster.Name) error {
 	var found []hit
 	for i, p := range r.paths {
-		err := p.EachJSON(item, func(v string) bool {
-			if _, ok := r.names[v]; ok {
-				found = append(found, hit{path: i, value: v})
+		err := p.EachJSON(item, func(v fieldpath.Value) bool {
+			if _, ok := r.names[v.Name]; ok {
+				found = append(found, hit{path: i, namespace: v.Namespace, value: v.Name})
 			}
 			return true
 		})

@@ -93,10 +93,10 @@ type result struct {
 	err     error
 }
 
-func confirm(rs *Reads, scope Scope, paths []fieldpath.Path, name string) chan result {
+func confirm(rs *Reads, scope Scope, paths []fieldpath.Reference, name string) chan result {
 	ch := make(chan result, 1)
 	go func() {
-		deps, scanned, err := rs.Confirm(context.Background(), scope, paths, name)
+		deps, scanned, err := rs.Confirm(context.Background(), scope, paths, scope.Namespace, name)
 		ch <- result{deps, scanned, err}
 	}()
 	return ch
@@ -110,7 +110,7 @@ func TestConcurrentConfirmationsShareTheNextRead(t *testing.T) {
 	g := newGatedReads()
 	g.add("vm-a", "vpc-a")
 	rs := New(g.read, 0)
-	paths := []fieldpath.Path{vpcRef}
+	paths := []fieldpath.Reference{vpcRef}
 
 	first := confirm(rs, c1Default, paths, "vpc-a")
 	<-g.started
@@ -164,7 +164,7 @@ func TestReadsOfOtherScopesAreApart(t *testing.T) {
 	g.add("vm-a", "vpc-a")
 	t.Cleanup(func() { close(g.release) })
 	rs := New(g.read, 0)
-	paths := []fieldpath.Path{vpcRef}
+	paths := []fieldpath.Reference{vpcRef}
 	hung := confirm(rs, c1Default, paths, "vpc-a")
 	<-g.started
 	for _, scope := range []Scope{
@@ -202,20 +202,20 @@ func TestConfirmMatchesNamesAndPaths(t *testing.T) {
 	g := newGatedReads()
 	g.items = items
 	rs := New(g.read, 0)
-	first := confirm(rs, c1Default, []fieldpath.Path{vpcRef}, "unrelated")
+	first := confirm(rs, c1Default, []fieldpath.Reference{vpcRef}, "unrelated")
 	<-g.started
 	// These share the next read, which looks for vpc-a and vpc-b at both
 	// paths.
-	byRef := confirm(rs, c1Default, []fieldpath.Path{vpcRef}, "vpc-a")
-	byNic := confirm(rs, c1Default, []fieldpath.Path{nics}, "vpc-a")
-	byRefB := confirm(rs, c1Default, []fieldpath.Path{vpcRef}, "vpc-b")
+	byRef := confirm(rs, c1Default, []fieldpath.Reference{vpcRef}, "vpc-a")
+	byNic := confirm(rs, c1Default, []fieldpath.Reference{nics}, "vpc-a")
+	byRefB := confirm(rs, c1Default, []fieldpath.Reference{vpcRef}, "vpc-b")
 	waitFor(t, func() bool {
 		rs.lock.Lock()
 		defer rs.lock.Unlock()
 		sr := rs.scopes[c1Default]
 		return sr != nil && sr.next != nil && len(sr.next.names) == 2 && len(sr.next.paths) == 2
 	})
-	byBoth := confirm(rs, c1Default, []fieldpath.Path{vpcRef, nics}, "vpc-a")
+	byBoth := confirm(rs, c1Default, []fieldpath.Reference{vpcRef, nics}, "vpc-a")
 	close(g.release)
 	if r := <-first; r.err != nil || r.deps != nil || r.scanned != 4 {
 		t.Errorf("Confirm(unrelated) = %v, %d, %v", r.deps, r.scanned, r.err)
@@ -284,7 +284,7 @@ func TestAFailedReadFailsItsCalls(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rs := New(tt.read, time.Second)
-			deps, scanned, err := rs.Confirm(context.Background(), c1Default, []fieldpath.Path{vpcRef}, "vpc-a")
+			deps, scanned, err := rs.Confirm(context.Background(), c1Default, []fieldpath.Reference{vpcRef}, c1Default.Namespace, "vpc-a")
 			if !tt.wantErr(err) || deps != nil || scanned != tt.wantScanned {
 				t.Errorf("Confirm() = %v, %d, %v", deps, scanned, err)
 			}
@@ -300,7 +300,7 @@ func TestAFailedReadFailsItsCalls(t *testing.T) {
 	rs := New(func(_ context.Context, _ Scope, visit func([]byte) error) error {
 		return visit([]byte(`{"metadata":{"name":1},"spec":{"vpcRef":{"name":"vpc-b"}}}`))
 	}, time.Second)
-	if deps, scanned, err := rs.Confirm(context.Background(), c1Default, []fieldpath.Path{vpcRef}, "vpc-a"); err != nil || deps != nil || scanned != 1 {
+	if deps, scanned, err := rs.Confirm(context.Background(), c1Default, []fieldpath.Reference{vpcRef}, c1Default.Namespace, "vpc-a"); err != nil || deps != nil || scanned != 1 {
 		t.Errorf("Confirm() with a malformed dependent that does not hold the name = %v, %d, %v", deps, scanned, err)
 	}
 }
@@ -313,7 +313,7 @@ func TestConfirmStopsWaitingWhenTheRequestIsDone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, _, err := rs.Confirm(ctx, c1Default, []fieldpath.Path{vpcRef}, "vpc-a")
+	_, _, err := rs.Confirm(ctx, c1Default, []fieldpath.Reference{vpcRef}, c1Default.Namespace, "vpc-a")
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Confirm() error = %v, want the request's deadline", err)
 	}
@@ -322,7 +322,7 @@ func TestConfirmStopsWaitingWhenTheRequestIsDone(t *testing.T) {
 	}
 	canceled, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, _, err := rs.Confirm(canceled, c1Default, []fieldpath.Path{vpcRef}, "vpc-a"); !errors.Is(err, context.Canceled) {
+	if _, _, err := rs.Confirm(canceled, c1Default, []fieldpath.Reference{vpcRef}, c1Default.Namespace, "vpc-a"); !errors.Is(err, context.Canceled) {
 		t.Errorf("Confirm() of a canceled request: %v", err)
 	}
 }
@@ -346,12 +346,12 @@ func TestAHungReadEndsAtTheReadTimeout(t *testing.T) {
 	t.Cleanup(func() { close(g.release) })
 	const timeout = 200 * time.Millisecond
 	rs := New(g.read, timeout)
-	paths := []fieldpath.Path{vpcRef}
+	paths := []fieldpath.Reference{vpcRef}
 
 	hung := confirm(rs, c1Default, paths, "vpc-a")
 	<-g.started
 	start := time.Now()
-	deps, _, err := rs.Confirm(context.Background(), c1Default, paths, "vpc-a")
+	deps, _, err := rs.Confirm(context.Background(), c1Default, paths, c1Default.Namespace, "vpc-a")
 	if err != nil || !reflect.DeepEqual(deps, []kcp.Meta{vmOf("vm-a")}) {
 		t.Errorf("Confirm() after a hung read = %v, %v", deps, err)
 	}
@@ -408,7 +408,7 @@ func listBody(n int) []byte {
 // the object: one decision at a time, and 16 concurrent decisions in the
 // same namespace, which share reads (reported as reads per decision).
 func BenchmarkConfirm(b *testing.B) {
-	paths := []fieldpath.Path{vpcRef, nics}
+	paths := []fieldpath.Reference{vpcRef, nics}
 	scope := Scope{Source: testSource, Cluster: "consumer", Namespace: "default"}
 	for _, n := range []int{10, 1000, 10000} {
 		body := listBody(n)
@@ -427,7 +427,7 @@ func BenchmarkConfirm(b *testing.B) {
 		}, 0)
 		// confirm may run on other goroutines than the benchmark's.
 		confirm := func(b *testing.B, name string) {
-			deps, scanned, err := rs.Confirm(context.Background(), scope, paths, name)
+			deps, scanned, err := rs.Confirm(context.Background(), scope, paths, scope.Namespace, name)
 			if err != nil || len(deps) != 0 || scanned != n {
 				b.Error(deps, scanned, err)
 			}

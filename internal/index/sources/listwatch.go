@@ -31,7 +31,7 @@ import (
 type listWatch struct {
 	reader  *vw.Reader
 	gvr     schema.GroupVersionResource
-	paths   []fieldpath.Path
+	paths   []fieldpath.Reference
 	onError func(error)
 }
 
@@ -99,7 +99,7 @@ func (lw *listWatch) IsWatchListSemanticsUnSupported() bool {
 type eventDecoder struct {
 	body    io.ReadCloser
 	dec     *json.Decoder
-	paths   []fieldpath.Path
+	paths   []fieldpath.Reference
 	onError func(error)
 }
 

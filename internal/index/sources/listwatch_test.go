@@ -29,7 +29,7 @@ import (
 var vms = schema.GroupVersionResource{Group: "compute.io", Version: "v1", Resource: "virtualmachines"}
 
 func TestEventDecoder(t *testing.T) {
-	paths := []fieldpath.Path{fieldpathtest.MustParse(".spec.vpc")}
+	paths := []fieldpath.Reference{fieldpathtest.MustParse(".spec.vpc")}
 	stream := `{"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"5","annotations":{"kcp.io/cluster":"c1"}},"spec":{"vpc":"v"}}}
 {"type":"MODIFIED","object":{"metadata":{"name":"a","resourceVersion":"6","deletionTimestamp":"2026-01-01T00:00:00Z","annotations":{"kcp.io/cluster":"c1"}},"spec":{"vpc":"w"}}}
 {"type":"DELETED","object":{"metadata":{"name":"a","resourceVersion":"7","annotations":{"kcp.io/cluster":"c1"}}}}
@@ -41,11 +41,11 @@ func TestEventDecoder(t *testing.T) {
 	d := &eventDecoder{body: body, dec: json.NewDecoder(body), paths: paths, onError: func(err error) { errs = append(errs, err) }}
 
 	typ, obj, err := d.Decode()
-	if o, ok := obj.(*store.Object); err != nil || typ != watch.Added || !ok || !reflect.DeepEqual(o.Values, [][]string{{"v"}}) || o.Cluster != "c1" || o.Name != "a" || o.ResourceVersion != "5" {
+	if o, ok := obj.(*store.Object); err != nil || typ != watch.Added || !ok || !reflect.DeepEqual(o.Values, [][]fieldpath.Value{{{Name: "v"}}}) || o.Cluster != "c1" || o.Name != "a" || o.ResourceVersion != "5" {
 		t.Errorf("first event: %v %+v %v", typ, obj, err)
 	}
 	typ, obj, err = d.Decode()
-	if o, ok := obj.(*store.Object); err != nil || typ != watch.Modified || !ok || o.Values[0][0] != "w" || o.DeletionTimestamp == nil || o.ResourceVersion != "6" {
+	if o, ok := obj.(*store.Object); err != nil || typ != watch.Modified || !ok || o.Values[0][0].Name != "w" || o.DeletionTimestamp == nil || o.ResourceVersion != "6" {
 		t.Errorf("modified: %v %+v %v", typ, obj, err)
 	}
 	typ, obj, err = d.Decode()
@@ -75,7 +75,7 @@ func TestEventDecoder(t *testing.T) {
 // Events the decoder cannot read end the watch with an error; those that
 // mean something is wrong with the data are reported.
 func TestEventDecoderErrors(t *testing.T) {
-	paths := []fieldpath.Path{fieldpathtest.MustParse(".spec.vpc")}
+	paths := []fieldpath.Reference{fieldpathtest.MustParse(".spec.vpc")}
 	tests := []struct {
 		name     string
 		stream   string
@@ -177,7 +177,7 @@ func TestListWatchLists(t *testing.T) {
 	}
 	var reported []error
 	onError := func(err error) { reported = append(reported, err) }
-	paths := []fieldpath.Path{fieldpathtest.MustParse(".spec.vpc")}
+	paths := []fieldpath.Reference{fieldpathtest.MustParse(".spec.vpc")}
 	lw := &listWatch{reader: r, gvr: vms, paths: paths, onError: onError}
 	obj, err := lw.ListWithContext(context.Background(), metav1.ListOptions{ResourceVersion: "0", ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan})
 	if err != nil {
@@ -185,7 +185,7 @@ func TestListWatchLists(t *testing.T) {
 	}
 	list := obj.(*store.ObjectList)
 	if list.ResourceVersion != "12" || len(list.Items) != 2 || list.Items[0].Cluster != "c1" || list.Items[0].Namespace != "default" ||
-		!reflect.DeepEqual(list.Items[0].Values, [][]string{{"v1"}}) || list.Items[1].Name != "b" || list.Items[1].Cluster != "c2" || len(list.Items[1].Values[0]) != 0 {
+		!reflect.DeepEqual(list.Items[0].Values, [][]fieldpath.Value{{{Name: "v1"}}}) || list.Items[1].Name != "b" || list.Items[1].Cluster != "c2" || len(list.Items[1].Values[0]) != 0 {
 		t.Errorf("list = %+v", list)
 	}
 	lock.Lock()

@@ -19,12 +19,12 @@ import (
 // that workspace): the
 // APIExport names the APIResourceSchema of each resource, which holds the
 // OpenAPI schema of each version. It returns the paths that can never hold a
-// name in that schema. (kcp v0.31's virtual workspaces serve OpenAPI v3 with
+// name (or a namespace, group or kind next to it) in that schema. (kcp v0.31's virtual workspaces serve OpenAPI v3 with
 // only one resource per group version, so the schema is read where the
 // provider keeps it; the provider's grant to the webhook covers reading its
 // APIExport and APIResourceSchemas.) An error means the schema could not be
 // read; the caller then reports nothing.
-func checkPaths(ctx context.Context, c client.Reader, exportName string, gvr schema.GroupVersionResource, paths []fieldpath.Path) ([]PathProblem, error) {
+func checkPaths(ctx context.Context, c client.Reader, exportName string, gvr schema.GroupVersionResource, paths []fieldpath.Reference) ([]PathProblem, error) {
 	apiExport := &apisv1alpha2.APIExport{}
 	if err := c.Get(ctx, client.ObjectKey{Name: exportName}, apiExport); err != nil {
 		return nil, fmt.Errorf("failed to read the APIExport %q: %w", exportName, err)
@@ -55,9 +55,11 @@ func checkPaths(ctx context.Context, c client.Reader, exportName string, gvr sch
 			return nil, fmt.Errorf("the APIResourceSchema %q has no schema for %s", schemaName, gvr.Version)
 		}
 		var problems []PathProblem
-		for _, p := range paths {
-			if problem := walkSchema(root, p.Steps(), ""); problem != "" {
-				problems = append(problems, PathProblem{Path: p, Problem: problem})
+		for _, ref := range paths {
+			for _, p := range ref.Paths() {
+				if problem := walkSchema(root, p.Steps(), ""); problem != "" {
+					problems = append(problems, PathProblem{Path: p, Problem: problem})
+				}
 			}
 		}
 		return problems, nil

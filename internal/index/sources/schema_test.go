@@ -68,7 +68,7 @@ func TestWalkSchema(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {
 			p := fieldpathtest.MustParse(tt.path)
-			if got := walkSchema(root, p.Steps(), ""); got != tt.problem {
+			if got := walkSchema(root, p.Name().Steps(), ""); got != tt.problem {
 				t.Errorf("walkSchema(%s) = %q, want %q", tt.path, got, tt.problem)
 			}
 		})
@@ -96,14 +96,14 @@ func TestCheckPaths(t *testing.T) {
 		}},
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(export, ars).Build()
-	paths := []fieldpath.Path{fieldpathtest.MustParse(".spec.vpcRef.name"), fieldpathtest.MustParse(".spec.vpcReff.name"), fieldpathtest.MustParse(".spec.nics")}
+	paths := []fieldpath.Reference{fieldpathtest.MustParse(".spec.vpcRef.name"), fieldpathtest.MustParse(".spec.vpcReff.name"), fieldpathtest.MustParse(".spec.nics")}
 	ctx := context.Background()
 
 	problems, err := checkPaths(ctx, c, "compute.io", vms, paths)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []PathProblem{{Path: paths[1], Problem: `.spec has no field "vpcReff"`}, {Path: paths[2], Problem: ".spec.nics is an array, not a name"}}
+	want := []PathProblem{{Path: paths[1].Name(), Problem: `.spec has no field "vpcReff"`}, {Path: paths[2].Name(), Problem: ".spec.nics is an array, not a name"}}
 	if len(problems) != len(want) || problems[0] != want[0] || problems[1] != want[1] {
 		t.Errorf("checkPaths() = %v, want %v", problems, want)
 	}

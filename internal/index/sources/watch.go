@@ -59,7 +59,7 @@ const shrinkConfirmations = 3
 // indexed.
 type Watch struct {
 	src   Source
-	paths []fieldpath.Path
+	paths []fieldpath.Reference
 	cfg   Config
 	store *store.Store
 	done  chan struct{}
@@ -91,7 +91,7 @@ type Watch struct {
 
 // NewWatch returns a watch of src that reads the strings at paths of each
 // object. Run starts it.
-func NewWatch(src Source, paths []fieldpath.Path, cfg Config) *Watch {
+func NewWatch(src Source, paths []fieldpath.Reference, cfg Config) *Watch {
 	return &Watch{
 		src: src, paths: paths, cfg: cfg, store: store.New(cfg.Changed), done: make(chan struct{}),
 		state:  State{Phase: PhaseSyncing, Message: fmt.Sprintf("Reading the APIExport %q", src.Export.Name)},
@@ -101,7 +101,7 @@ func NewWatch(src Source, paths []fieldpath.Path, cfg Config) *Watch {
 
 // Paths returns the paths the watch reads, in the order of the indices the
 // store uses.
-func (w *Watch) Paths() []fieldpath.Path {
+func (w *Watch) Paths() []fieldpath.Reference {
 	return w.paths
 }
 

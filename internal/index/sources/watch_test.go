@@ -100,7 +100,7 @@ func TestConfirmShrink(t *testing.T) {
 // indexed, else the one through which it was last read, and tells whether
 // the export has been read at all.
 func TestShardsNamesTheShardOfTheClusterFirst(t *testing.T) {
-	w := NewWatch(testSource, []fieldpath.Path{fieldpathtest.MustParse(".spec.vpc")}, Config{PollInterval: time.Second})
+	w := NewWatch(testSource, []fieldpath.Reference{fieldpathtest.MustParse(".spec.vpc")}, Config{PollInterval: time.Second})
 	if urls, inspected := w.Shards("c1"); inspected || len(urls) != 0 {
 		t.Errorf("before the export was read: Shards() = %v, %v", urls, inspected)
 	}
@@ -171,7 +171,7 @@ func TestReflectorsIndexEveryShard(t *testing.T) {
 	defer srv1.Close()
 	defer srv2.Close()
 	var notified atomic.Int32
-	w := NewWatch(testSource, []fieldpath.Path{fieldpathtest.MustParse(".spec.vpc")}, Config{
+	w := NewWatch(testSource, []fieldpath.Reference{fieldpathtest.MustParse(".spec.vpc")}, Config{
 		Readers: vw.NewReaders(&rest.Config{}), PollInterval: time.Second, Notify: func() { notified.Add(1) },
 	})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -189,7 +189,7 @@ func TestReflectorsIndexEveryShard(t *testing.T) {
 	if notified.Load() == 0 {
 		t.Error("the state changed without a notification")
 	}
-	if got := w.Store().Referencing("c2", []int{0}, "vpc-a"); len(got) != 1 || got[0].Name != "vm-2" {
+	if got := w.Store().Referencing("c2", []int{0}, "", "vpc-a"); len(got) != 1 || got[0].Name != "vm-2" {
 		t.Errorf("dependents of c2 referencing vpc-a: %v", got)
 	}
 	if shard, _ := w.Store().Shard("c1"); shard != srv1.URL {
@@ -235,7 +235,7 @@ func TestAShardThatFailsKeepsTheWatchSyncing(t *testing.T) {
 	}))
 	defer srvFail.Close()
 	var notified atomic.Int32
-	w := NewWatch(testSource, []fieldpath.Path{fieldpathtest.MustParse(".spec.vpc")}, Config{
+	w := NewWatch(testSource, []fieldpath.Reference{fieldpathtest.MustParse(".spec.vpc")}, Config{
 		Readers: vw.NewReaders(&rest.Config{}), PollInterval: time.Second, Notify: func() { notified.Add(1) },
 	})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -22,7 +22,7 @@ func vmJSON(i int, vpc string) string {
 // fill adds n dependents of one namespace to the store of a shard, each
 // referencing one of 50 VPCs at two paths, as the reflector would hand them
 // over.
-func fill(b *testing.B, s *Store, paths []fieldpath.Path, n int) {
+func fill(b *testing.B, s *Store, paths []fieldpath.Reference, n int) {
 	b.Helper()
 	shard := s.ForShard("shard-1", func() {})
 	for i := range n {
@@ -40,7 +40,7 @@ func fill(b *testing.B, s *Store, paths []fieldpath.Path, n int) {
 // with n dependents indexed: it costs as much as the dependents it returns
 // (here one), not as many as there are.
 func BenchmarkHits(b *testing.B) {
-	paths := []fieldpath.Path{vpcRef, nics}
+	paths := []fieldpath.Reference{vpcRef, nics}
 	for _, n := range []int{1000, 10000, 100000} {
 		s := New(nil)
 		fill(b, s, paths, n)
@@ -54,7 +54,7 @@ func BenchmarkHits(b *testing.B) {
 		b.Run(fmt.Sprintf("dependents=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if hits := s.Referencing("consumer", []int{0, 1}, "vpc-target"); len(hits) != 1 {
+				if hits := s.Referencing("consumer", []int{0, 1}, "default", "vpc-target"); len(hits) != 1 {
 					b.Fatalf("%d hits", len(hits))
 				}
 			}
@@ -67,7 +67,7 @@ func BenchmarkHits(b *testing.B) {
 // for dependents that share their referenced names (50 VPCs) and for
 // dependents that each reference a name of their own.
 func BenchmarkIndexMemory(b *testing.B) {
-	paths := []fieldpath.Path{vpcRef, nics}
+	paths := []fieldpath.Reference{vpcRef, nics}
 	const n = 100000
 	for _, tc := range []struct {
 		name string

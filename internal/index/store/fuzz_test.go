@@ -25,7 +25,7 @@ func FuzzDecodeObject(f *testing.F) {
 		if err != nil {
 			return
 		}
-		o, err := Decode([]byte(data), []fieldpath.Path{p})
+		o, err := Decode([]byte(data), []fieldpath.Reference{fieldpath.PathReference(p)})
 		m, merr := kcp.ReadMeta([]byte(data))
 		if err != nil {
 			if o != nil {
@@ -48,7 +48,11 @@ func FuzzDecodeObject(f *testing.F) {
 			t.Fatalf("Decode read %d values for one path", len(o.Values))
 		}
 		if len(want) != 0 || len(o.Values[0]) != 0 {
-			if !reflect.DeepEqual(o.Values[0], want) {
+			var names []string
+			for _, v := range o.Values[0] {
+				names = append(names, v.Name)
+			}
+			if !reflect.DeepEqual(names, want) {
 				t.Errorf("Decode read %q at %s, ResolveJSON %q", o.Values[0], p, want)
 			}
 		}
@@ -60,7 +64,7 @@ func FuzzDecodeObject(f *testing.F) {
 		}
 		n := 0
 		for _, r := range e.refs {
-			if r.path != 0 || !slices.Contains(o.Values[0], r.value) {
+			if r.path != 0 || !slices.Contains(o.Values[0], fieldpath.Value{Name: r.value}) {
 				t.Errorf("entry holds %q at path %d, the object %q", r.value, r.path, o.Values)
 			}
 			n++

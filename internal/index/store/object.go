@@ -22,8 +22,9 @@ type Object struct {
 	// annotation); kept apart from ObjectMeta so that no annotations map is
 	// allocated per object.
 	Cluster logicalcluster.Name
-	// Values holds, for each path of the source, the strings found there.
-	Values [][]string
+	// Values holds, for each reference of the source, the references found
+	// there.
+	Values [][]fieldpath.Value
 }
 
 // GetObjectKind implements runtime.Object.
@@ -33,7 +34,7 @@ func (o *Object) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKi
 func (o *Object) DeepCopyObject() runtime.Object {
 	c := &Object{ObjectMeta: *o.DeepCopy(), Cluster: o.Cluster}
 	for _, v := range o.Values {
-		c.Values = append(c.Values, append([]string(nil), v...))
+		c.Values = append(c.Values, append([]fieldpath.Value(nil), v...))
 	}
 	return c
 }
@@ -57,8 +58,8 @@ func (l *ObjectList) DeepCopyObject() runtime.Object {
 }
 
 // Decode reads an object from the JSON of a dependent: its metadata (see
-// kcp.ReadMeta) and the strings at each of paths.
-func Decode(raw []byte, paths []fieldpath.Path) (*Object, error) {
+// kcp.ReadMeta) and the references it holds at each of paths.
+func Decode(raw []byte, paths []fieldpath.Reference) (*Object, error) {
 	m, err := kcp.ReadMeta(raw)
 	if err != nil {
 		return nil, err
@@ -72,7 +73,7 @@ func Decode(raw []byte, paths []fieldpath.Path) (*Object, error) {
 		o.DeletionTimestamp = &metav1.Time{}
 	}
 	if len(paths) > 0 {
-		o.Values = make([][]string, len(paths))
+		o.Values = make([][]fieldpath.Value, len(paths))
 		for i, p := range paths {
 			if o.Values[i], err = p.ResolveJSON(raw); err != nil {
 				return nil, fmt.Errorf("failed to read %s: %w", p, err)

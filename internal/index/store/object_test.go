@@ -11,7 +11,7 @@ import (
 )
 
 func TestDecode(t *testing.T) {
-	paths := []fieldpath.Path{vpcRef, nics}
+	paths := []fieldpath.Reference{vpcRef, nics}
 	raw := `{"apiVersion":"compute.io/v1","kind":"VirtualMachine","metadata":{"name":"vm-1","namespace":"default","uid":"u-1",
 		"resourceVersion":"42","deletionTimestamp":"2026-01-01T00:00:00Z","labels":{"a":"b"},
 		"annotations":{"kcp.io/cluster":"c1","other":"x","dependencies.opendefense.cloud/skip-protection":"true"},"managedFields":[{"manager":"m"}]},
@@ -26,7 +26,7 @@ func TestDecode(t *testing.T) {
 			DeletionTimestamp: &metav1.Time{},
 		},
 		Cluster: "c1",
-		Values:  [][]string{{"vpc-a"}, {"vpc-b", "vpc-c"}},
+		Values:  [][]fieldpath.Value{{{Name: "vpc-a"}}, {{Name: "vpc-b"}, {Name: "vpc-c"}}},
 	}
 	if !reflect.DeepEqual(o, want) {
 		t.Errorf("Decode() =\n  %+v\nwant only the metadata the index needs and the values at the paths:\n  %+v", o, want)
@@ -60,7 +60,7 @@ func TestDecode(t *testing.T) {
 // A deep copy shares nothing with the original.
 func TestObjectDeepCopy(t *testing.T) {
 	o, err := Decode([]byte(`{"metadata":{"name":"vm-1","resourceVersion":"3","deletionTimestamp":"2026-01-01T00:00:00Z","annotations":{"kcp.io/cluster":"c1"}},
-		"spec":{"vpcRef":{"name":"vpc-a"},"nics":[{"vpc":"vpc-b"}]}}`), []fieldpath.Path{vpcRef, nics})
+		"spec":{"vpcRef":{"name":"vpc-a"},"nics":[{"vpc":"vpc-b"}]}}`), []fieldpath.Reference{vpcRef, nics})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,9 +68,9 @@ func TestObjectDeepCopy(t *testing.T) {
 	if !reflect.DeepEqual(c, o) {
 		t.Fatalf("DeepCopyObject() = %+v, want %+v", c, o)
 	}
-	c.Values[1][0] = "changed"
+	c.Values[1][0].Name = "changed"
 	c.DeletionTimestamp.Time = c.DeletionTimestamp.Add(1)
-	if o.Values[1][0] != "vpc-b" || !o.DeletionTimestamp.IsZero() {
+	if o.Values[1][0].Name != "vpc-b" || !o.DeletionTimestamp.IsZero() {
 		t.Errorf("the copy shares its values with the original: %+v", o)
 	}
 	list := &ObjectList{ListMeta: metav1.ListMeta{ResourceVersion: "9"}, Items: []Object{*o}}
@@ -78,8 +78,8 @@ func TestObjectDeepCopy(t *testing.T) {
 	if !reflect.DeepEqual(lc, list) {
 		t.Fatalf("ObjectList.DeepCopyObject() = %+v, want %+v", lc, list)
 	}
-	lc.Items[0].Values[0][0] = "changed"
-	if list.Items[0].Values[0][0] != "vpc-a" {
+	lc.Items[0].Values[0][0].Name = "changed"
+	if list.Items[0].Values[0][0].Name != "vpc-a" {
 		t.Error("the list's copy shares its values with the original")
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kcp-dev/logicalcluster/v3"
 
+	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 )
 
@@ -31,10 +32,11 @@ type scope struct {
 }
 
 // entry is what the store keeps of one dependent, as compact as it can be
-// (80 bytes, plus 24 per reference and the name): the scope is an interned
-// handle, since the dependents of a namespace share it, a referenced name is
-// stored once per cluster however many dependents reference it (see share),
-// and a UID that is a UUID is kept as its 16 bytes.
+// (80 bytes, plus 32 per reference and the name): the scope is an interned
+// handle, since the dependents of a namespace share it, and so is the
+// namespace a reference names, a referenced name is stored once per cluster
+// however many dependents reference it (see share), and a UID that is a
+// UUID is kept as its 16 bytes.
 type entry struct {
 	scope unique.Handle[scope]
 	name  string
@@ -46,10 +48,22 @@ type entry struct {
 	refs []ref
 }
 
-// ref is one string found at the path with the given index.
+// ref is one reference found at the path with the given index: the name,
+// and the namespace if the reference names one (the zero handle if not).
 type ref struct {
-	path  uint16
-	value string
+	path      uint16
+	namespace unique.Handle[string]
+	value     string
+}
+
+// refersTo reports whether r, held by a dependent in dependentNamespace,
+// can name an object in namespace (see fieldpath.RefersTo).
+func (r ref) refersTo(dependentNamespace, namespace string) bool {
+	ns := ""
+	if r.namespace != (unique.Handle[string]{}) {
+		ns = r.namespace.Value()
+	}
+	return fieldpath.RefersTo(ns, dependentNamespace, namespace)
 }
 
 // uid holds a UID: the 16 bytes of a UUID (what kcp assigns), or a handle
@@ -155,7 +169,11 @@ func toEntry(o *Object) *entry {
 	}
 	for i, values := range o.Values {
 		for _, v := range values {
-			e.refs = append(e.refs, ref{path: uint16(i), value: v})
+			r := ref{path: uint16(i), value: v.Name}
+			if v.Namespace != "" {
+				r.namespace = unique.Make(v.Namespace)
+			}
+			e.refs = append(e.refs, r)
 		}
 	}
 	return e
@@ -197,11 +215,11 @@ func (e *entry) share(other *entry) {
 	}
 }
 
-// holds reports whether e holds value at one of the paths with the given
-// indices.
-func (e *entry) holds(value string, paths []int) bool {
+// holds reports whether e holds a reference to value in namespace (see
+// fieldpath.RefersTo) at one of the paths with the given indices.
+func (e *entry) holds(namespace, value string, paths []int) bool {
 	for _, r := range e.refs {
-		if r.value == value && slices.Contains(paths, int(r.path)) {
+		if r.value == value && slices.Contains(paths, int(r.path)) && r.refersTo(e.scope.Value().namespace, namespace) {
 			return true
 		}
 	}
@@ -287,16 +305,17 @@ func (s *Store) dropShard(shard string) {
 	}
 }
 
-// Referencing returns the dependents of cluster that hold value at one of
+// Referencing returns the dependents of cluster that reference the object
+// named value in namespace (empty for a cluster-scoped object) at one of
 // the paths with the given indices (into the paths the source is read
 // with), each once, in no particular order.
-func (s *Store) Referencing(cluster logicalcluster.Name, paths []int, value string) []kcp.Meta {
+func (s *Store) Referencing(cluster logicalcluster.Name, paths []int, namespace, value string) []kcp.Meta {
 	key := refKey{cluster: unique.Make(cluster), value: value}
 	s.lock.RLock()
 	defer s.lock.RUnlock()
 	var out []kcp.Meta
 	for _, e := range s.refs[key] {
-		if e.holds(key.value, paths) {
+		if e.holds(namespace, key.value, paths) {
 			out = append(out, e.dependent())
 		}
 	}

@@ -28,7 +28,7 @@ var (
 
 // dependent returns what a reflector would hand the store: cluster,
 // namespace/name (namespace optional), and the raw JSON spec.
-func dependent(t testing.TB, paths []fieldpath.Path, cluster, nsName, spec string, terminating bool) *Object {
+func dependent(t testing.TB, paths []fieldpath.Reference, cluster, nsName, spec string, terminating bool) *Object {
 	t.Helper()
 	ns, name, ok := strings.Cut(nsName, "/")
 	if !ok {
@@ -71,7 +71,7 @@ func add(t *testing.T, s cache.ReflectorStore, o *Object) {
 }
 
 func TestStoreReferencing(t *testing.T) {
-	paths := []fieldpath.Path{vpcRef, nics, backup}
+	paths := []fieldpath.Reference{vpcRef, nics, backup}
 	all := []int{0, 1, 2}
 	s := New(nil)
 	syncs := 0
@@ -112,7 +112,7 @@ func TestStoreReferencing(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := names(s.Referencing(tt.cluster, tt.paths, tt.value)); !slices.Equal(got, tt.want) {
+			if got := names(s.Referencing(tt.cluster, tt.paths, "", tt.value)); !slices.Equal(got, tt.want) {
 				t.Errorf("Referencing(%s, %v, %s) = %v, want %v", tt.cluster, tt.paths, tt.value, got, tt.want)
 			}
 		})
@@ -123,10 +123,10 @@ func TestStoreReferencing(t *testing.T) {
 
 	// Update: vm-1 now references another VPC, and is unlinked from the old one.
 	put(shard1, "c1", "default/vm-1", `{"vpcRef":{"name":"vpc-b"}}`, false)
-	if got := names(s.Referencing("c1", all, "vpc-b")); !slices.Equal(got, []string{"c1/default/vm-1"}) {
+	if got := names(s.Referencing("c1", all, "", "vpc-b")); !slices.Equal(got, []string{"c1/default/vm-1"}) {
 		t.Errorf("after update, references to vpc-b: %v", got)
 	}
-	if got := names(s.Referencing("c1", []int{0}, "vpc-a")); slices.Contains(got, "c1/default/vm-1") {
+	if got := names(s.Referencing("c1", []int{0}, "", "vpc-a")); slices.Contains(got, "c1/default/vm-1") {
 		t.Errorf("after update, vm-1 still references vpc-a: %v", got)
 	}
 	if s.Len() != 7 {
@@ -134,7 +134,7 @@ func TestStoreReferencing(t *testing.T) {
 	}
 	// An update that is now terminating.
 	put(shard1, "c1", "default/vm-1", `{"vpcRef":{"name":"vpc-b"}}`, true)
-	if got := names(s.Referencing("c1", all, "vpc-b")); !slices.Equal(got, []string{"c1/default/vm-1 (terminating)"}) {
+	if got := names(s.Referencing("c1", all, "", "vpc-b")); !slices.Equal(got, []string{"c1/default/vm-1 (terminating)"}) {
 		t.Errorf("after update to terminating: %v", got)
 	}
 
@@ -142,10 +142,10 @@ func TestStoreReferencing(t *testing.T) {
 	if err := shard1.Delete(dependent(t, paths, "c1", "default/vm-2", `{}`, false)); err != nil {
 		t.Fatal(err)
 	}
-	if got := names(s.Referencing("c1", []int{1}, "vpc-a")); !slices.Equal(got, []string{"c1/default/vm-both"}) {
+	if got := names(s.Referencing("c1", []int{1}, "", "vpc-a")); !slices.Equal(got, []string{"c1/default/vm-both"}) {
 		t.Errorf("after delete: %v", got)
 	}
-	if got := s.Referencing("c1", []int{1}, "vpc-x"); len(got) != 0 {
+	if got := s.Referencing("c1", []int{1}, "", "vpc-x"); len(got) != 0 {
 		t.Errorf("after delete, vpc-x is still referenced: %v", got)
 	}
 	// Deleting what is not there, or the same name in another namespace, changes nothing.
@@ -155,7 +155,7 @@ func TestStoreReferencing(t *testing.T) {
 	if err := shard2.Delete(dependent(t, paths, "c1", "default/vm-both", `{}`, false)); err != nil {
 		t.Fatal(err)
 	}
-	if got := names(s.Referencing("c1", []int{1}, "vpc-a")); !slices.Equal(got, []string{"c1/default/vm-both"}) {
+	if got := names(s.Referencing("c1", []int{1}, "", "vpc-a")); !slices.Equal(got, []string{"c1/default/vm-both"}) {
 		t.Errorf("a delete of another object removed vm-both: %v", got)
 	}
 
@@ -166,13 +166,13 @@ func TestStoreReferencing(t *testing.T) {
 	if syncs != 1 {
 		t.Errorf("Replace reported %d complete lists, want 1", syncs)
 	}
-	if got := names(s.Referencing("c1", all, "vpc-a")); !slices.Equal(got, []string{"c1/default/vm-new"}) {
+	if got := names(s.Referencing("c1", all, "", "vpc-a")); !slices.Equal(got, []string{"c1/default/vm-new"}) {
 		t.Errorf("after Replace on shard-1: %v", got)
 	}
-	if got := s.Referencing("c1", all, "vpc-b"); len(got) != 0 {
+	if got := s.Referencing("c1", all, "", "vpc-b"); len(got) != 0 {
 		t.Errorf("after Replace on shard-1, vm-1 is still indexed: %v", got)
 	}
-	if got := names(s.Referencing("c2", all, "vpc-a")); !slices.Equal(got, []string{"c2/default/vm-1"}) {
+	if got := names(s.Referencing("c2", all, "", "vpc-a")); !slices.Equal(got, []string{"c2/default/vm-1"}) {
 		t.Errorf("Replace on shard-1 touched shard-2: %v", got)
 	}
 	if shard, ok := s.Shard("c2"); !ok || shard != "shard-2" {
@@ -190,7 +190,7 @@ func TestStoreReferencing(t *testing.T) {
 
 	// A shard whose reflector stopped takes its dependents with it.
 	s.DropShard("shard-2")
-	if got := s.Referencing("c2", all, "vpc-a"); len(got) != 0 {
+	if got := s.Referencing("c2", all, "", "vpc-a"); len(got) != 0 {
 		t.Errorf("after DropShard: %v", got)
 	}
 	if _, ok := s.Shard("c2"); ok || s.Holds("c2") {
@@ -270,7 +270,7 @@ func TestShardStoreRejectsOtherObjects(t *testing.T) {
 
 // The store keeps nothing of a dependent but what decisions need.
 func TestStoreKeepsOnlyWhatDecisionsNeed(t *testing.T) {
-	paths := []fieldpath.Path{vpcRef}
+	paths := []fieldpath.Reference{vpcRef}
 	s := New(nil)
 	shard := s.ForShard("shard-1", func() {})
 	o := dependent(t, paths, "c1", "default/vm-1", `{"vpcRef":{"name":"vpc-a"},"userData":"`+strings.Repeat("x", 4096)+`"}`, false)
@@ -291,7 +291,7 @@ func TestStoreKeepsOnlyWhatDecisionsNeed(t *testing.T) {
 
 // A name that many dependents reference is stored once.
 func TestStoreSharesReferencedNames(t *testing.T) {
-	paths := []fieldpath.Path{vpcRef, nics}
+	paths := []fieldpath.Reference{vpcRef, nics}
 	s := New(nil)
 	shard := s.ForShard("shard-1", func() {})
 	add(t, shard, dependent(t, paths, "c1", "default/vm-1", `{"vpcRef":{"name":"vpc-a"}}`, false))
@@ -321,7 +321,7 @@ func TestUIDs(t *testing.T) {
 }
 
 func TestStoreConcurrentAccess(t *testing.T) {
-	paths := []fieldpath.Path{vpcRef}
+	paths := []fieldpath.Reference{vpcRef}
 	s := New(nil)
 	shard := s.ForShard("shard-1", func() {})
 	objs := make([]*Object, 100)
@@ -346,7 +346,7 @@ func TestStoreConcurrentAccess(t *testing.T) {
 		wg.Go(func() {
 			for i := range 2000 {
 				value := fmt.Sprintf("vpc-%d", i%5)
-				for _, d := range s.Referencing("c1", []int{0}, value) {
+				for _, d := range s.Referencing("c1", []int{0}, "", value) {
 					if d.Cluster != "c1" || d.Namespace != "default" {
 						t.Errorf("inconsistent hit %+v", d)
 						return
@@ -363,7 +363,7 @@ func TestStoreConcurrentAccess(t *testing.T) {
 	// what it references, and nothing else is.
 	n := 0
 	for v := range 5 {
-		for _, d := range s.Referencing("c1", []int{0}, fmt.Sprintf("vpc-%d", v)) {
+		for _, d := range s.Referencing("c1", []int{0}, "", fmt.Sprintf("vpc-%d", v)) {
 			var i int
 			if _, err := fmt.Sscanf(d.Name, "vm-%d", &i); err != nil || i%5 != v {
 				t.Errorf("%s is found under vpc-%d", d.Name, v)

@@ -5,13 +5,43 @@ package v1alpha1
 // FieldReferenceApplyConfiguration represents a declarative configuration of the FieldReference type for use
 // with apply.
 //
-// FieldReference locates a field in an object.
+// FieldReference locates a reference in a dependent object: the name of
+// the protected object and, next to it, optionally its namespace and the
+// group and kind that the reference names.
 type FieldReferenceApplyConfiguration struct {
 	// Path is a dot-separated field path with an optional leading dot, e.g.
 	// .spec.vpcRef.name. A segment followed by [*] fans out over the elements
 	// of a list, e.g. .spec.nics[*].vpcRef.name. The field must hold the name
 	// of the referenced object (a string, or a list of strings).
 	Path *string `json:"path,omitempty"`
+	// NamespacePath is where, next to the name, a reference names the
+	// namespace of the protected object: a path relative to the object that
+	// holds the name, e.g. namespace for .spec.parentRefs[*].namespace. A
+	// reference without it (or with an empty one) names an object in the
+	// dependent's own namespace; a cluster-scoped dependent's, an object of
+	// that name in any namespace. Ignored for cluster-scoped protected
+	// resources. Unset: every reference is in the dependent's namespace.
+	NamespacePath *string `json:"namespacePath,omitempty"`
+	// GroupPath is where, next to the name, a reference names the API group
+	// of the object it references (relative to the object that holds the
+	// name, e.g. group). Only references that name the group of the
+	// protected resource count. Unset: the group is not compared.
+	GroupPath *string `json:"groupPath,omitempty"`
+	// DefaultGroup is the group that a reference without the group field
+	// names, as the API of the dependent defines it ("" is the core group).
+	// Unset: the group of the protected resource.
+	DefaultGroup *string `json:"defaultGroup,omitempty"`
+	// KindPath is where, next to the name, a reference names the kind of the
+	// object it references (relative to the object that holds the name, e.g.
+	// kind). Only references that name Kind count. Unset: the kind is not
+	// compared.
+	KindPath *string `json:"kindPath,omitempty"`
+	// Kind is the kind of the protected resource, as references name it,
+	// e.g. Gateway. Required with KindPath.
+	Kind *string `json:"kind,omitempty"`
+	// DefaultKind is the kind that a reference without the kind field names,
+	// as the API of the dependent defines it. Unset: Kind.
+	DefaultKind *string `json:"defaultKind,omitempty"`
 }
 
 // FieldReferenceApplyConfiguration constructs a declarative configuration of the FieldReference type for use with
@@ -25,5 +55,53 @@ func FieldReference() *FieldReferenceApplyConfiguration {
 // If called multiple times, the Path field is set to the value of the last call.
 func (b *FieldReferenceApplyConfiguration) WithPath(value string) *FieldReferenceApplyConfiguration {
 	b.Path = &value
+	return b
+}
+
+// WithNamespacePath sets the NamespacePath field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the NamespacePath field is set to the value of the last call.
+func (b *FieldReferenceApplyConfiguration) WithNamespacePath(value string) *FieldReferenceApplyConfiguration {
+	b.NamespacePath = &value
+	return b
+}
+
+// WithGroupPath sets the GroupPath field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the GroupPath field is set to the value of the last call.
+func (b *FieldReferenceApplyConfiguration) WithGroupPath(value string) *FieldReferenceApplyConfiguration {
+	b.GroupPath = &value
+	return b
+}
+
+// WithDefaultGroup sets the DefaultGroup field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the DefaultGroup field is set to the value of the last call.
+func (b *FieldReferenceApplyConfiguration) WithDefaultGroup(value string) *FieldReferenceApplyConfiguration {
+	b.DefaultGroup = &value
+	return b
+}
+
+// WithKindPath sets the KindPath field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the KindPath field is set to the value of the last call.
+func (b *FieldReferenceApplyConfiguration) WithKindPath(value string) *FieldReferenceApplyConfiguration {
+	b.KindPath = &value
+	return b
+}
+
+// WithKind sets the Kind field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Kind field is set to the value of the last call.
+func (b *FieldReferenceApplyConfiguration) WithKind(value string) *FieldReferenceApplyConfiguration {
+	b.Kind = &value
+	return b
+}
+
+// WithDefaultKind sets the DefaultKind field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the DefaultKind field is set to the value of the last call.
+func (b *FieldReferenceApplyConfiguration) WithDefaultKind(value string) *FieldReferenceApplyConfiguration {
+	b.DefaultKind = &value
 	return b
 }
