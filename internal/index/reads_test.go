@@ -18,6 +18,7 @@ import (
 	"github.com/kcp-dev/logicalcluster/v3"
 
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
+	"github.com/opendefensecloud/dependency-controller/internal/fieldpath/fieldpathtest"
 	"github.com/opendefensecloud/dependency-controller/internal/index/store"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/vw"
@@ -434,4 +435,25 @@ func TestReadsOfAVersionNotServedFail(t *testing.T) {
 func confirmErr(ix *Index, cluster logicalcluster.Name) error {
 	_, _, err := ix.Confirm(context.Background(), testSource, []fieldpath.Reference{vpcRef}, cluster, "default", "vpc-a")
 	return err
+}
+
+// A reference that names a namespace can reach the object from any
+// namespace: its dependents are read in the whole cluster, and only those
+// that name the object's namespace (or none, from its own) are found.
+func TestConfirmReadsEveryNamespaceForReferencesAcrossNamespaces(t *testing.T) {
+	shard := &fakeShard{clusters: map[string]string{"c1": `{"items":[
+		{"metadata":{"name":"r1","namespace":"apps","uid":"u1"},"spec":{"parentRefs":[{"name":"edge","namespace":"infra"}]}},
+		{"metadata":{"name":"r2","namespace":"apps","uid":"u2"},"spec":{"parentRefs":[{"name":"edge"}]}},
+		{"metadata":{"name":"r3","namespace":"infra","uid":"u3"},"spec":{"parentRefs":[{"name":"edge"}]}}]}`}}
+	ix, w := routedIndex(t, true, Options{}, shard)
+	w.setState(State{Phase: PhaseSynced, Namespaced: true})
+	parents := fieldpathtest.MustParseReference(fieldpath.ReferenceSpec{Path: ".spec.parentRefs[*].name", NamespacePath: "namespace"})
+	deps, scanned, err := ix.Confirm(context.Background(), testSource, []fieldpath.Reference{parents}, "c1", "infra", "edge")
+	want := []kcp.Meta{{Cluster: "c1", Namespace: "apps", Name: "r1", UID: "u1"}, {Cluster: "c1", Namespace: "infra", Name: "r3", UID: "u3"}}
+	if err != nil || scanned != 3 || !reflect.DeepEqual(deps, want) {
+		t.Errorf("Confirm() = %v, %d, %v; want %v", deps, scanned, err, want)
+	}
+	if r := shard.requested(); r[len(r)-1] != "/clusters/c1/apis/compute.io/v1/virtualmachines?" {
+		t.Errorf("read %s, want every namespace", r[len(r)-1])
+	}
 }

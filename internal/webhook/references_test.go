@@ -19,6 +19,7 @@ import (
 
 	"github.com/kcp-dev/logicalcluster/v3"
 
+	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath/fieldpathtest"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
@@ -45,6 +46,16 @@ func vmGuard(target index.Source, paths ...string) registry.Guard {
 	for _, p := range paths {
 		g.References = append(g.References, registry.GuardReference{Path: fieldpathtest.MustParse(p), Target: target})
 	}
+	return g
+}
+
+// parentsGuard is a rule of the provider workspace: VirtualMachines
+// reference VPCs in a list of {name, namespace, kind} whose kind defaults
+// to VPC.
+func parentsGuard(target index.Source) registry.Guard {
+	g := vmGuard(target)
+	g.References = append(g.References, registry.GuardReference{Target: target, Path: fieldpathtest.MustParseReference(fieldpath.ReferenceSpec{
+		Path: ".spec.parents[*].name", NamespacePath: "namespace", KindPath: "kind", Kind: "VPC"})})
 	return g
 }
 
@@ -233,6 +244,25 @@ func TestReferenceValidator(t *testing.T) {
 			targets:     &fakeTargets{objects: deletingVPC},
 			wantMessage: `cannot reference vpcs "vpc-old"`,
 			wantCalls:   []string{"consumer vpcs /vpc-old"},
+		},
+		{
+			name: "a reference naming a namespace reads the target there, and the refusal names it",
+			req: writeRequest("apps", "vm-1", map[string]any{"parents": []any{
+				map[string]any{"name": "vpc-old", "namespace": "default"}, map[string]any{"name": "vpc-a"}, map[string]any{"name": "vpc-x", "kind": "Router"},
+			}}, nil, false),
+			guards:      staticGuards{vms.GroupResource(): {parentsGuard(targetSource)}},
+			targets:     &fakeTargets{objects: deletingVPC},
+			wantMessage: `VirtualMachine "vm-1" cannot reference vpcs "vpc-old" in namespace "default": it is being deleted`,
+			wantCalls:   []string{"consumer vpcs default/vpc-old", "consumer vpcs apps/vpc-a"},
+		},
+		{
+			name: "a reference that moves to another namespace is a new one; naming the own namespace is none",
+			req: writeRequest("default", "vm-1", map[string]any{"parents": []any{map[string]any{"name": "vpc-a", "namespace": "default"}, map[string]any{"name": "vpc-old", "namespace": "other"}}},
+				map[string]any{"parents": []any{map[string]any{"name": "vpc-a"}, map[string]any{"name": "vpc-old"}}}, false),
+			guards:      staticGuards{vms.GroupResource(): {parentsGuard(targetSource)}},
+			targets:     &fakeTargets{objects: deletingVPC},
+			wantAllowed: true,
+			wantCalls:   []string{"consumer vpcs other/vpc-old"},
 		},
 		{
 			name:        "a target whose provider has not granted access is not checked",

@@ -81,7 +81,8 @@ var (
 )
 
 func kindOf(gvr schema.GroupVersionResource) string {
-	return map[string]string{"vpcs": "VPC", "routers": "Router", "subnets": "Subnet", "virtualmachines": "VirtualMachine", "gateways": "Gateway", "volumes": "Volume", "backups": "Backup"}[gvr.Resource]
+	return map[string]string{"vpcs": "VPC", "routers": "Router", "subnets": "Subnet", "virtualmachines": "VirtualMachine", "gateways": "Gateway", "volumes": "Volume", "backups": "Backup",
+		"httproutes": "HTTPRoute", "clusterroutes": "ClusterRoute"}[gvr.Resource]
 }
 
 func newObject(gvr schema.GroupVersionResource, namespace, name string, spec map[string]any) *unstructured.Unstructured {
@@ -133,8 +134,15 @@ func expectDenied(ctx context.Context, ws logicalcluster.Path, gvr schema.GroupV
 
 func expectDeletable(ctx context.Context, ws logicalcluster.Path, gvr schema.GroupVersionResource, name string) {
 	GinkgoHelper()
+	expectDeletableIn(ctx, ws, gvr, "default", name)
+}
+
+// expectDeletableIn waits until the object in namespace can be deleted, and
+// deletes it.
+func expectDeletableIn(ctx context.Context, ws logicalcluster.Path, gvr schema.GroupVersionResource, namespace, name string) {
+	GinkgoHelper()
 	Eventually(func() error {
-		return deleteObject(ctx, cli.Cluster(ws), gvr, "default", name)
+		return deleteObject(ctx, cli.Cluster(ws), gvr, namespace, name)
 	}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
 }
 

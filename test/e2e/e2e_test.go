@@ -195,6 +195,98 @@ func watchDeletions(workspaces []logicalcluster.Path, resources ...schema.GroupV
 	}
 }
 
+// raceNamespaces is how many namespaces of each consumer the race spreads
+// its pairs over, so that each live read scans a few dozen objects rather
+// than all of them.
+const raceNamespaces = 20
+
+// race creates pairs of a VPC and a VM that references it, concurrently,
+// spread over the namespaces prefix-0.. of two consumers (one per shard in
+// the multi-shard topology), and deletes each VPC once its VM's CREATE has
+// returned: every DELETE must be denied, naming the VM, and every VPC must
+// still exist. With across set, each VM is in the next namespace and
+// references its VPC with a namespace, at .spec.networkRef.
+func race(ctx context.Context, prefix string, pairs int, across bool) {
+	GinkgoHelper()
+	const workers = 16
+	for _, ws := range []logicalcluster.Path{consumerA, consumerB} {
+		for n := range raceNamespaces {
+			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", prefix, n)}}
+			Expect(client.IgnoreAlreadyExists(cli.Cluster(ws).Create(ctx, ns))).To(Succeed())
+		}
+	}
+	var (
+		lock                   sync.Mutex
+		denied, allowed, other int
+		failures               []string
+	)
+	work := make(chan int)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range workers {
+		wg.Go(func() {
+			defer GinkgoRecover()
+			for i := range work {
+				ws, n := []logicalcluster.Path{consumerA, consumerB}[i%2], (i/2)%raceNamespaces
+				ns, vmNamespace := fmt.Sprintf("%s-%d", prefix, n), fmt.Sprintf("%s-%d", prefix, n)
+				vpcName, vmName := fmt.Sprintf("vpc-%04d", i), fmt.Sprintf("vm-%04d", i)
+				spec := map[string]any{"vpcRef": map[string]any{"name": vpcName}}
+				if across {
+					vmNamespace = fmt.Sprintf("%s-%d", prefix, (n+1)%raceNamespaces)
+					spec = map[string]any{"networkRef": map[string]any{"name": vpcName, "namespace": ns}}
+				}
+				target := object(vpcs, vpcName, map[string]any{})
+				target.SetNamespace(ns)
+				dependent := object(vms, vmName, spec)
+				dependent.SetNamespace(vmNamespace)
+				if err := cli.Cluster(ws).Create(ctx, target); err != nil {
+					Fail(fmt.Sprintf("creating %s: %v", vpcName, err))
+				}
+				if err := cli.Cluster(ws).Create(ctx, dependent); err != nil {
+					Fail(fmt.Sprintf("creating %s: %v", vmName, err))
+				}
+				// The VM's CREATE has returned: the DELETE must be denied.
+				err := cli.Cluster(ws).Delete(ctx, target)
+				lock.Lock()
+				switch {
+				case err == nil:
+					allowed++
+					failures = append(failures, fmt.Sprintf("%s %s/%s was deleted while %s/%s referenced it", ws, ns, vpcName, vmNamespace, vmName))
+				case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "VirtualMachine/"+vmNamespace+"/"+vmName):
+					denied++
+				default:
+					other++
+					failures = append(failures, fmt.Sprintf("%s %s/%s: %v", ws, ns, vpcName, err))
+				}
+				lock.Unlock()
+			}
+		})
+	}
+	for i := range pairs {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	GinkgoWriter.Printf("%s: %d pairs in %s: %d denied, %d allowed (wrong), %d other errors\n", prefix, pairs, time.Since(start).Round(time.Millisecond), denied, allowed, other)
+	Expect(failures).To(BeEmpty())
+	Expect(denied).To(Equal(pairs))
+
+	By("checking that every VPC still exists")
+	remaining := 0
+	for _, ws := range []logicalcluster.Path{consumerA, consumerB} {
+		list := &unstructured.UnstructuredList{}
+		list.SetAPIVersion(vpcs.GroupVersion().String())
+		list.SetKind("VPCList")
+		Expect(cli.Cluster(ws).List(ctx, list)).To(Succeed())
+		for _, item := range list.Items {
+			if strings.HasPrefix(item.GetNamespace(), prefix+"-") && item.GetDeletionTimestamp() == nil {
+				remaining++
+			}
+		}
+	}
+	Expect(remaining).To(Equal(pairs))
+}
+
 var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 	It("installs the webhook configuration in the nested network provider workspace when the rule is created", func(ctx context.Context) {
 		Expect(cli.Cluster(compute).Create(ctx, sampleRule())).To(Succeed())
@@ -243,80 +335,38 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 	})
 
 	It("never deletes a VPC that a VM created before the DELETE references, in 1,000 concurrent create-then-delete pairs", func(ctx context.Context) {
-		// Pairs are spread over namespaces of two consumers (one per shard in
-		// the multi-shard topology), so that each live read scans a few
-		// dozen objects rather than all of them.
-		const pairs, workers, namespaces = 1000, 16, 20
-		for _, ws := range []logicalcluster.Path{consumerA, consumerB} {
-			for n := range namespaces {
-				ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("race-%d", n)}}
-				Expect(client.IgnoreAlreadyExists(cli.Cluster(ws).Create(ctx, ns))).To(Succeed())
-			}
-		}
-		var (
-			lock                   sync.Mutex
-			denied, allowed, other int
-			failures               []string
-		)
-		work := make(chan int)
-		var wg sync.WaitGroup
-		start := time.Now()
-		for range workers {
-			wg.Go(func() {
-				defer GinkgoRecover()
-				for i := range work {
-					ws, ns := []logicalcluster.Path{consumerA, consumerB}[i%2], fmt.Sprintf("race-%d", (i/2)%namespaces)
-					vpcName, vmName := fmt.Sprintf("vpc-%04d", i), fmt.Sprintf("vm-%04d", i)
-					target := object(vpcs, vpcName, map[string]any{})
-					target.SetNamespace(ns)
-					dependent := object(vms, vmName, map[string]any{"vpcRef": map[string]any{"name": vpcName}})
-					dependent.SetNamespace(ns)
-					if err := cli.Cluster(ws).Create(ctx, target); err != nil {
-						Fail(fmt.Sprintf("creating %s: %v", vpcName, err))
-					}
-					if err := cli.Cluster(ws).Create(ctx, dependent); err != nil {
-						Fail(fmt.Sprintf("creating %s: %v", vmName, err))
-					}
-					// The VM's CREATE has returned: the DELETE must be denied.
-					err := cli.Cluster(ws).Delete(ctx, target)
-					lock.Lock()
-					switch {
-					case err == nil:
-						allowed++
-						failures = append(failures, fmt.Sprintf("%s %s was deleted while %s referenced it", ws, vpcName, vmName))
-					case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "VirtualMachine/"+ns+"/"+vmName):
-						denied++
-					default:
-						other++
-						failures = append(failures, fmt.Sprintf("%s %s: %v", ws, vpcName, err))
-					}
-					lock.Unlock()
-				}
-			})
-		}
-		for i := range pairs {
-			work <- i
-		}
-		close(work)
-		wg.Wait()
-		GinkgoWriter.Printf("race: %d pairs in %s: %d denied, %d allowed (wrong), %d other errors\n", pairs, time.Since(start).Round(time.Millisecond), denied, allowed, other)
-		Expect(failures).To(BeEmpty())
-		Expect(denied).To(Equal(pairs))
+		race(ctx, "race", 1000, false)
+	})
 
-		By("checking that every VPC still exists")
-		remaining := 0
+	It("never deletes a VPC that a VM in another namespace references, in 500 concurrent create-then-delete pairs", func(ctx context.Context) {
+		By("a second rule: VMs reference VPCs in any namespace at .spec.networkRef")
+		rule := sampleRule()
+		rule.Name = "vm-network-refs"
+		rule.Spec.Dependencies = rule.Spec.Dependencies[:1]
+		rule.Spec.Dependencies[0].FieldRef = depv1alpha1.FieldReference{Path: ".spec.networkRef.name", NamespacePath: "namespace"}
+		Expect(cli.Cluster(compute).Create(ctx, rule)).To(Succeed())
+		DeferCleanup(func(ctx context.Context) {
+			Expect(client.IgnoreNotFound(cli.Cluster(compute).Delete(ctx, rule))).To(Succeed())
+		})
+		Eventually(func(g Gomega) {
+			got := &depv1alpha1.DependencyRule{}
+			g.Expect(cli.Cluster(compute).Get(ctx, client.ObjectKeyFromObject(rule), got)).To(Succeed())
+			for _, t := range []string{depv1alpha1.ConditionReady, depv1alpha1.ConditionDependentsIndexed} {
+				c := meta.FindStatusCondition(got.Status.Conditions, t)
+				g.Expect(c).NotTo(BeNil(), t)
+				g.Expect(c.Status).To(Equal(metav1.ConditionTrue), c.Message)
+			}
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+
+		race(ctx, "xrace", 500, true)
+
+		By("removing the namespaces of the variant")
 		for _, ws := range []logicalcluster.Path{consumerA, consumerB} {
-			list := &unstructured.UnstructuredList{}
-			list.SetAPIVersion(vpcs.GroupVersion().String())
-			list.SetKind("VPCList")
-			Expect(cli.Cluster(ws).List(ctx, list)).To(Succeed())
-			for _, item := range list.Items {
-				if strings.HasPrefix(item.GetNamespace(), "race-") && item.GetDeletionTimestamp() == nil {
-					remaining++
-				}
+			for n := range raceNamespaces {
+				ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("xrace-%d", n)}}
+				Expect(client.IgnoreNotFound(cli.Cluster(ws).Delete(ctx, ns))).To(Succeed())
 			}
 		}
-		Expect(remaining).To(Equal(pairs))
 	})
 
 	It("tears the race namespaces down in dependency order: no VPC goes before the VM that references it", func(ctx context.Context) {
@@ -330,14 +380,14 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 
 		start := time.Now()
 		for _, ws := range []logicalcluster.Path{consumerA, consumerB} {
-			for n := range 20 {
+			for n := range raceNamespaces {
 				ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("race-%d", n)}}
 				Expect(cli.Cluster(ws).Delete(ctx, ns)).To(Succeed())
 			}
 		}
 		Eventually(func(g Gomega) {
 			for _, ws := range []logicalcluster.Path{consumerA, consumerB} {
-				for n := range 20 {
+				for n := range raceNamespaces {
 					err := cli.Cluster(ws).Get(ctx, client.ObjectKey{Name: fmt.Sprintf("race-%d", n)}, &corev1.Namespace{})
 					g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "namespace race-%d of %s still exists", n, ws)
 				}
@@ -350,7 +400,7 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 		Eventually(func(g Gomega) {
 			wrong = nil
 			for i := range 1000 {
-				ws, ns := []logicalcluster.Path{consumerA, consumerB}[i%2], fmt.Sprintf("race-%d", (i/2)%20)
+				ws, ns := []logicalcluster.Path{consumerA, consumerB}[i%2], fmt.Sprintf("race-%d", (i/2)%raceNamespaces)
 				vmAt, ok := deletedAt(ws, vms, fmt.Sprintf("%s/vm-%04d", ns, i))
 				g.Expect(ok).To(BeTrue(), "no deletion of vm-%04d seen", i)
 				vpcAt, ok := deletedAt(ws, vpcs, fmt.Sprintf("%s/vpc-%04d", ns, i))

@@ -375,3 +375,40 @@ func TestStoreConcurrentAccess(t *testing.T) {
 		t.Errorf("%d dependents found by reference, Len() = %d", n, s.Len())
 	}
 }
+
+// References that name a namespace reach across namespaces; those that do
+// not name the dependent's own, or any for a cluster-scoped dependent; kinds
+// that a rule does not protect are not indexed at all.
+func TestStoreReferencingAcrossNamespaces(t *testing.T) {
+	parents := fieldpathtest.MustParseReference(fieldpath.ReferenceSpec{Path: ".spec.parentRefs[*].name", NamespacePath: "namespace",
+		GroupPath: "group", Group: "gateway.test.io", KindPath: "kind", Kind: "Gateway"})
+	paths := []fieldpath.Reference{parents}
+	s := New(nil)
+	shard := s.ForShard("shard-1", func() {})
+	add(t, shard, dependent(t, paths, "c1", "apps/route-1", `{"parentRefs":[{"name":"edge","namespace":"infra"},{"name":"local"},{"name":"svc","kind":"Service","group":""}]}`, false))
+	add(t, shard, dependent(t, paths, "c1", "apps/route-2", `{"parentRefs":[{"name":"edge","namespace":"apps"},{"name":"local","namespace":""}]}`, false))
+	add(t, shard, dependent(t, paths, "c1", "cluster-route", `{"parentRefs":[{"name":"edge","namespace":"infra"},{"name":"anywhere"}]}`, false))
+
+	tests := []struct {
+		namespace, name string
+		want            []string
+	}{
+		{"infra", "edge", []string{"c1//cluster-route", "c1/apps/route-1"}},
+		{"apps", "edge", []string{"c1/apps/route-2"}},
+		{"apps", "local", []string{"c1/apps/route-1", "c1/apps/route-2"}},
+		{"infra", "local", nil},
+		{"apps", "svc", nil},
+		{"infra", "anywhere", []string{"c1//cluster-route"}},
+		{"apps", "anywhere", []string{"c1//cluster-route"}},
+		// A cluster-scoped target is named from anywhere.
+		{"", "edge", []string{"c1//cluster-route", "c1/apps/route-1", "c1/apps/route-2"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.namespace+"/"+tt.name, func(t *testing.T) {
+			got := names(s.Referencing("c1", []int{0}, tt.namespace, tt.name))
+			if !slices.Equal(got, tt.want) && (len(got) != 0 || len(tt.want) != 0) {
+				t.Errorf("Referencing(%s/%s) = %v, want %v", tt.namespace, tt.name, got, tt.want)
+			}
+		})
+	}
+}
