@@ -160,6 +160,16 @@ var _ = Describe("DependencyRule API", func() {
 		Expect(err).NotTo(HaveOccurred())
 	})
 
+	It("accepts the reference shapes of real APIs: namespaces, groups and kinds next to the name", func(ctx context.Context) {
+		_, err := createRule(ctx,
+			set("spec.dependencies.0.fieldRef", map[string]any{"path": ".spec.parentRefs[*].name", "namespacePath": "namespace",
+				"groupPath": "group", "kindPath": "kind", "kind": "Gateway"}),
+			duplicateDependency(set("fieldRef", map[string]any{"path": ".spec.rules[*].backendRefs[*].name", "namespacePath": "ref.namespace",
+				"groupPath": "group", "defaultGroup": "", "kindPath": "kind", "kind": "Backend", "defaultKind": "Service"})),
+		)
+		Expect(err).NotTo(HaveOccurred())
+	})
+
 	It("has a status subresource that spec writers cannot set", func(ctx context.Context) {
 		created, err := createRule(ctx, set("status", map[string]any{"observedGeneration": int64(7)}))
 		Expect(err).NotTo(HaveOccurred())
@@ -254,6 +264,22 @@ var _ = Describe("DependencyRule API", func() {
 		Entry("field path with a trailing dot", set("spec.dependencies.0.fieldRef.path", ".spec.vpcRef."), "spec.dependencies[0].fieldRef.path", "must be a field path"),
 		Entry("field path starting with [*]", set("spec.dependencies.0.fieldRef.path", "[*].name"), "spec.dependencies[0].fieldRef.path", "must be a field path"),
 		Entry("empty field path", set("spec.dependencies.0.fieldRef.path", ""), "spec.dependencies[0].fieldRef.path", "must be a field path"),
+		Entry("a namespace path next to a list of names", set("spec.dependencies.0.fieldRef", map[string]any{"path": ".spec.names[*]", "namespacePath": "namespace"}),
+			"spec.dependencies[0].fieldRef", "path must end with the field that holds the name"),
+		Entry("a kind path without the kind", set("spec.dependencies.0.fieldRef", map[string]any{"path": ".spec.ref.name", "kindPath": "kind"}),
+			"spec.dependencies[0].fieldRef", "kindPath and kind go together"),
+		Entry("a kind without a kind path", set("spec.dependencies.0.fieldRef", map[string]any{"path": ".spec.ref.name", "kind": "Gateway"}),
+			"spec.dependencies[0].fieldRef", "kindPath and kind go together"),
+		Entry("a default kind without a kind path", set("spec.dependencies.0.fieldRef", map[string]any{"path": ".spec.ref.name", "defaultKind": "Gateway"}),
+			"spec.dependencies[0].fieldRef", "defaultKind needs kindPath"),
+		Entry("a default group without a group path", set("spec.dependencies.0.fieldRef", map[string]any{"path": ".spec.ref.name", "defaultGroup": "g.io"}),
+			"spec.dependencies[0].fieldRef", "defaultGroup needs groupPath"),
+		Entry("a namespace path with a wildcard", set("spec.dependencies.0.fieldRef", map[string]any{"path": ".spec.ref.name", "namespacePath": "ns[*]"}),
+			"spec.dependencies[0].fieldRef.namespacePath", "should match"),
+		Entry("an absolute namespace path", set("spec.dependencies.0.fieldRef", map[string]any{"path": ".spec.ref.name", "namespacePath": ".spec.ref.namespace"}),
+			"spec.dependencies[0].fieldRef.namespacePath", "should match"),
+		Entry("a kind in lower case", set("spec.dependencies.0.fieldRef", map[string]any{"path": ".spec.ref.name", "kindPath": "kind", "kind": "gateway"}),
+			"spec.dependencies[0].fieldRef.kind", "should match"),
 	)
 })
 
