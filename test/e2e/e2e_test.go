@@ -205,7 +205,7 @@ const raceNamespaces = 20
 // the multi-shard topology), and deletes each VPC once its VM's CREATE has
 // returned: every DELETE must be denied, naming the VM, and every VPC must
 // still exist. With across set, each VM is in the next namespace and
-// references its VPC with a namespace, at .spec.networkRef.
+// references its VPC with its namespace (.spec.vpcRef.namespace).
 func race(ctx context.Context, prefix string, pairs int, across bool) {
 	GinkgoHelper()
 	const workers = 16
@@ -233,7 +233,7 @@ func race(ctx context.Context, prefix string, pairs int, across bool) {
 				spec := map[string]any{"vpcRef": map[string]any{"name": vpcName}}
 				if across {
 					vmNamespace = fmt.Sprintf("%s-%d", prefix, (n+1)%raceNamespaces)
-					spec = map[string]any{"networkRef": map[string]any{"name": vpcName, "namespace": ns}}
+					spec = map[string]any{"vpcRef": map[string]any{"name": vpcName, "namespace": ns}}
 				}
 				target := object(vpcs, vpcName, map[string]any{})
 				target.SetNamespace(ns)
@@ -339,11 +339,11 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 	})
 
 	It("never deletes a VPC that a VM in another namespace references, in 500 concurrent create-then-delete pairs", func(ctx context.Context) {
-		By("a second rule: VMs reference VPCs in any namespace at .spec.networkRef")
+		By("a second rule: a VM's vpcRef may name the VPC's namespace")
 		rule := sampleRule()
 		rule.Name = "vm-network-refs"
 		rule.Spec.Dependencies = rule.Spec.Dependencies[:1]
-		rule.Spec.Dependencies[0].FieldRef = depv1alpha1.FieldReference{Path: ".spec.networkRef.name", NamespacePath: "namespace"}
+		rule.Spec.Dependencies[0].FieldRef = depv1alpha1.FieldReference{Path: ".spec.vpcRef.name", NamespacePath: "namespace"}
 		Expect(cli.Cluster(compute).Create(ctx, rule)).To(Succeed())
 		DeferCleanup(func(ctx context.Context) {
 			Expect(client.IgnoreNotFound(cli.Cluster(compute).Delete(ctx, rule))).To(Succeed())
