@@ -67,6 +67,8 @@ func (o *options) Build(ctx context.Context, cfg *rest.Config) (manager.Runnable
 		ReplayInterval:    o.ReplayInterval,
 		UnreferencedAfter: o.UnreferencedAfter,
 		MarksInterval:     o.MarksInterval,
+		ShardName:         o.ShardName,
+		ShardURLs:         o.ShardURLs,
 	}, mgrOpts)
 	if err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 
@@ -12,6 +13,10 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/command"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 )
+
+// validName is what a shard name may be: a DNS label, as it becomes part
+// of the name of the webhook's lease.
+var validName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
 // options are the command line options of the webhook.
 type options struct {
@@ -55,6 +60,11 @@ type options struct {
 	// MarksInterval is how often the objects of protected resources are
 	// listed to mark them.
 	MarksInterval time.Duration
+	// ShardName and ShardURLs make the webhook shard-affine: it reads only
+	// the virtual workspaces of the shards at ShardURLs and answers only
+	// for workspaces on them.
+	ShardName string
+	ShardURLs []string
 }
 
 func newOptions() *options {
@@ -92,6 +102,8 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ReplayInterval, "replay-interval", o.ReplayInterval, "How often the elected replica lists deferred deletions again when nothing changed in the index; a change of the index lists them at once (at most every 2s).")
 	fs.DurationVar(&o.IndexPollInterval, "index-poll-interval", o.IndexPollInterval, "How often the APIExports of dependent types are read again: shards added or removed, access granted or revoked.")
 	fs.DurationVar(&o.UnreferencedAfter, "unreferenced-after", o.UnreferencedAfter, "How long a protected object must stay unreferenced, marked pending, before the webhook clears it with the dependencies.opendefense.cloud/unreferenced label, after which its DELETE no longer reaches the webhook. It must exceed the longest time a create or update of a dependent can take from the webhook's read of the object it references to its commit, which kcp's request timeout bounds (60s by default). 0 turns marks off.")
+	fs.StringVar(&o.ShardName, "shard-name", o.ShardName, "Name of the kcp shard this webhook serves, with --shard-url: it names the webhook's lease (one replica of each shard's webhook replays and marks) and its messages.")
+	fs.StringSliceVar(&o.ShardURLs, "shard-url", o.ShardURLs, "Base URL of a kcp shard (as its virtual workspace URLs in APIExportEndpointSlices start, e.g. https://shard-1.kcp.example:6443); the webhook then indexes only the dependents on these shards and refuses, with 421, requests for workspaces on other shards, which must be routed to the webhook of their shard. Empty: every shard.")
 	fs.DurationVar(&o.MarksInterval, "marks-interval", o.MarksInterval, "How often the objects of every protected resource are listed to write and remove unreferenced marks (changes of the rules start a pass at once).")
 }
 
@@ -131,6 +143,17 @@ func (o *options) Validate() error {
 	}
 	if o.MarksInterval < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("--marks-interval must be at least 100ms, got %s", o.MarksInterval))
+	}
+	if (o.ShardName == "") != (len(o.ShardURLs) == 0) {
+		errs = append(errs, errors.New("--shard-name and --shard-url go together"))
+	}
+	if o.ShardName != "" && !validName.MatchString(o.ShardName) {
+		errs = append(errs, fmt.Errorf("--shard-name %q must be a DNS label (lower case letters, digits and '-')", o.ShardName))
+	}
+	for _, s := range o.ShardURLs {
+		if u, err := url.Parse(s); err != nil || u.Scheme != "https" || u.Host == "" {
+			errs = append(errs, fmt.Errorf("--shard-url %q must be an https:// URL", s))
+		}
 	}
 	if o.IndexPollInterval < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("--index-poll-interval must be at least 100ms, got %s", o.IndexPollInterval))

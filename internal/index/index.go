@@ -87,6 +87,11 @@ type Options struct {
 	// OnRetry, if set, is called with the cause (see RetryCause) each time
 	// Confirm or Lookup retries a read.
 	OnRetry func(cause string)
+	// Shards, if set, are the base URLs of the shards whose virtual
+	// workspaces the index reads (see sources.Config.Shards); ShardName
+	// names them in messages. Empty: every shard.
+	Shards    []string
+	ShardName string
 }
 
 // watch is what the index needs of the watch of a source; *sources.Watch
@@ -145,6 +150,7 @@ func New(cfg *rest.Config, frontProxy string, opts Options) (*Index, error) {
 	ix.cfg = sources.Config{
 		Clients: clients, FrontProxy: frontProxy, Readers: ix.readers,
 		PollInterval: opts.PollInterval, Identity: opts.Identity, Notify: ix.notify, Changed: ix.updated,
+		Shards: opts.Shards,
 	}
 	ix.reads = live.New(ix.readScope, opts.ReadTimeout)
 	return ix, nil

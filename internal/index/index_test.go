@@ -40,6 +40,8 @@ type fakeWatch struct {
 	inspected bool
 	// readThrough records the calls of ReadThrough.
 	readThrough map[logicalcluster.Name]string
+	// someShards is set when the watch reads only some shards.
+	someShards bool
 	// onShards, if set, is called (without the lock) after each call of
 	// Shards.
 	onShards func()
@@ -87,7 +89,7 @@ func (w *fakeWatch) Serving(cluster logicalcluster.Name) (string, bool) {
 	}
 	w.lock.Lock()
 	defer w.lock.Unlock()
-	if len(w.urls) == 1 {
+	if len(w.urls) == 1 && !w.someShards {
 		return w.urls[0], true
 	}
 	url, ok := w.readThrough[cluster]

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -273,6 +274,53 @@ func (ix *Index) List(ctx context.Context, src Source, selector string, visit fu
 		if _, err := r.List(ctx, path, params, visit); err != nil {
 			return fmt.Errorf("failed to list %s through %s: %w", src, u, err)
 		}
+	}
+	return nil
+}
+
+// ErrNotServed is returned (wrapped) by Serves for a workspace that the
+// shards the index reads do not serve.
+var ErrNotServed = errors.New("not served by the shards this webhook reads")
+
+// Serves reports, for an index that reads only some shards (see
+// Options.Shards), whether they serve cluster, a workspace that binds the
+// export of src: with an error wrapping ErrNotServed if they do not. An
+// index that reads every shard serves every workspace. A workspace whose
+// dependents the index holds, or that it has read, is served; any other is
+// asked once, with a LIST of at most one object from the watch cache of
+// each shard it reads (kcp's virtual workspace refuses a workspace that a
+// shard does not serve).
+func (ix *Index) Serves(ctx context.Context, src Source, cluster logicalcluster.Name) error {
+	if len(ix.opts.Shards) == 0 {
+		return nil
+	}
+	w := ix.watch(src)
+	if w == nil {
+		return fmt.Errorf("%s is not watched", src)
+	}
+	if _, ok := w.Serving(cluster); ok {
+		return nil
+	}
+	served := false
+	err := ix.retry(ctx, func() error {
+		return ix.onShardOf(src, cluster, func(r *vw.Reader, _ State) error {
+			_, err := r.List(ctx, vw.ResourcePath(cluster.Path(), src.Resource, ""), url.Values{"limit": {"1"}, "resourceVersion": {"0"}}, func([]byte) error { return nil })
+			if apierrors.IsNotFound(err) {
+				err = nil // the shard serves the workspace, not the version
+			}
+			served = err == nil
+			return err
+		})
+	})
+	if err != nil {
+		return err
+	}
+	if !served {
+		shards := strings.Join(ix.opts.Shards, ", ")
+		if ix.opts.ShardName != "" {
+			shards = fmt.Sprintf("%s (%s)", ix.opts.ShardName, shards)
+		}
+		return fmt.Errorf("logical cluster %s is %w, %s", cluster, ErrNotServed, shards)
 	}
 	return nil
 }

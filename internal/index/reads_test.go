@@ -112,6 +112,7 @@ func routedIndex(t testing.TB, inspected bool, opts Options, shards ...*fakeShar
 	t.Helper()
 	w := newFakeWatch(State{Phase: PhaseSynced, Namespaced: true}, vpcRef)
 	w.inspected = inspected
+	w.someShards = len(opts.Shards) > 0
 	for _, s := range shards {
 		srv := httptest.NewServer(s)
 		t.Cleanup(srv.Close)
@@ -455,5 +456,44 @@ func TestConfirmReadsEveryNamespaceForReferencesAcrossNamespaces(t *testing.T) {
 	}
 	if r := shard.requested(); r[len(r)-1] != "/clusters/c1/apis/compute.io/v1/virtualmachines?" {
 		t.Errorf("read %s, want every namespace", r[len(r)-1])
+	}
+}
+
+// An index that reads only some shards serves the workspaces on them: one
+// it holds dependents of or has read at once, any other after asking its
+// shards once; a workspace on no shard it reads is not served.
+func TestServes(t *testing.T) {
+	shard := &fakeShard{clusters: map[string]string{"c1": `{"items":[]}`, "c2": `{"items":[]}`}}
+	ctx := context.Background()
+
+	all, _ := routedIndex(t, true, Options{}, shard)
+	if err := all.Serves(ctx, testSource, "c9"); err != nil {
+		t.Errorf("an index of every shard does not serve c9: %v", err)
+	}
+	if r := shard.requested(); len(r) != 0 {
+		t.Errorf("an index of every shard read %v", r)
+	}
+
+	some, w := routedIndex(t, true, Options{Shards: []string{"https://shard-1"}, ShardName: "shard-1"}, shard)
+	if err := w.store.ForShard(w.urls[0], func() {}).Add(dependent(t, nil, "c1", "default/vm-1", `{}`, false)); err != nil {
+		t.Fatal(err)
+	}
+	if err := some.Serves(ctx, testSource, "c1"); err != nil {
+		t.Errorf("c1, whose dependents the index holds: %v", err)
+	}
+	if r := shard.requested(); len(r) != 0 {
+		t.Errorf("asked for c1: %v", r)
+	}
+	for range 2 {
+		if err := some.Serves(ctx, testSource, "c2"); err != nil {
+			t.Errorf("c2: %v", err)
+		}
+	}
+	if r := shard.requested(); len(r) != 1 || r[0] != "/clusters/c2/apis/compute.io/v1/virtualmachines?limit=1&resourceVersion=0" {
+		t.Errorf("asked for c2: %v, want one LIST from the watch cache", r)
+	}
+	err := some.Serves(ctx, testSource, "c3")
+	if !errors.Is(err, ErrNotServed) || !strings.Contains(err.Error(), "shard-1 (https://shard-1)") {
+		t.Errorf("c3, on another shard: %v", err)
 	}
 }

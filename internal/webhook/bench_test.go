@@ -17,6 +17,10 @@ type benchDependents struct {
 	hits []kcp.Meta
 }
 
+func (b *benchDependents) Serves(context.Context, index.Source, logicalcluster.Name) error {
+	return nil
+}
+
 func (b *benchDependents) State(index.Source) index.State {
 	return index.State{Phase: index.PhaseSynced, Namespaced: true}
 }

@@ -44,6 +44,10 @@ type Targets interface {
 	// Patch patches the object of src named name in cluster (in
 	// namespace); retried like Lookup.
 	Patch(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, pt types.PatchType, body []byte) error
+	// Serves returns an error wrapping index.ErrNotServed if the webhook
+	// reads only some shards and the workspace cluster, which binds the
+	// export of src, is on none of them.
+	Serves(ctx context.Context, src index.Source, cluster logicalcluster.Name) error
 }
 
 // unmarkPatch removes the unreferenced label and its since annotation.
@@ -176,6 +180,11 @@ func (v *ReferenceValidator) handle(ctx context.Context, req admission.Request) 
 	}
 	if len(added) == 0 {
 		return admission.Allowed(""), DecisionAllowed
+	}
+	// A webhook that reads only some shards checks nothing for a workspace
+	// on another shard (its reads there would find nothing).
+	if resp, ok := misdirected(ctx, log.FromContext(ctx), v.targets.Serves, guards[0].Dependent, obj.Cluster, v.timeout); !ok {
+		return resp, DecisionError
 	}
 
 	kind, name := req.Kind.Kind, obj.Name

@@ -70,6 +70,15 @@ type fakeTargets struct {
 	// patched (key as in objects) after the patch applied.
 	patchErr   error
 	afterPatch func(o *kcp.Meta)
+	// elsewhere are the workspaces on shards the webhook does not read.
+	elsewhere map[logicalcluster.Name]bool
+}
+
+func (f *fakeTargets) Serves(_ context.Context, _ index.Source, cluster logicalcluster.Name) error {
+	if f.elsewhere[cluster] {
+		return fmt.Errorf("logical cluster %s is %w, shard-1", cluster, index.ErrNotServed)
+	}
+	return nil
 }
 
 // Patch removes the unreferenced label, the only patch the guard sends.
@@ -263,6 +272,13 @@ func TestReferenceValidator(t *testing.T) {
 			targets:     &fakeTargets{objects: deletingVPC},
 			wantAllowed: true,
 			wantCalls:   []string{"consumer vpcs other/vpc-old"},
+		},
+		{
+			name:        "a webhook that reads only some shards refuses a new reference in a workspace on another one",
+			req:         writeRequest("default", "vm-1", vpcRef("vpc-old"), nil, false),
+			targets:     &fakeTargets{objects: deletingVPC, elsewhere: map[logicalcluster.Name]bool{consumer: true}},
+			wantCode:    http.StatusMisdirectedRequest,
+			wantMessage: "kcp must call the webhook of the shard that serves it",
 		},
 		{
 			name:        "a target whose provider has not granted access is not checked",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"time"
@@ -81,6 +82,10 @@ type Dependents interface {
 	// hold name at one of paths, with how many it read; it retries what
 	// clears by itself within the deadline of ctx.
 	Confirm(ctx context.Context, src index.Source, paths []fieldpath.Reference, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, int, error)
+	// Serves returns an error wrapping index.ErrNotServed if the webhook
+	// reads only some shards and the workspace cluster, which binds the
+	// export of src, is on none of them.
+	Serves(ctx context.Context, src index.Source, cluster logicalcluster.Name) error
 }
 
 // Recorder records deferred deletions on objects; replay.Recorder
@@ -244,7 +249,13 @@ func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (
 		return v.deny(ctx, denial), decision{outcome: DecisionDenied, via: viaIndex}
 	}
 
-	// 7. An item of kcp's teardown is allowed without a confirming read
+	// 7. Nothing in the index: a webhook that reads only some shards
+	// allows nothing for a workspace on another shard.
+	if resp, ok := v.misdirected(ctx, logger, entries[0].Target, cluster); !ok {
+		return resp, failed
+	}
+
+	// 8. An item of kcp's teardown is allowed without a confirming read
 	// once every dependent type is indexed on every shard: nothing can be
 	// created in a namespace that is being deleted, and an object the index
 	// has not seen yet is torn down with the rest.
@@ -253,7 +264,7 @@ func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (
 		return admission.Allowed(""), decision{outcome: DecisionAllowed, via: viaTeardown}
 	}
 
-	// 8. None in the index: read the dependents live before allowing.
+	// 9. None in the index: read the dependents live before allowing.
 	ctx, cancel := withBudget(ctx, v.timeout)
 	defer cancel()
 	scanned := 0
@@ -279,6 +290,31 @@ func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (
 		return admission.Allowed(""), decision{outcome: DecisionAllowed, via: viaLive, scanned: scanned}
 	}
 	return v.deny(ctx, denial), decision{outcome: DecisionDenied, via: viaLive, scanned: scanned}
+}
+
+// misdirected checks that the webhook serves the workspace cluster, which
+// binds the export of src: a webhook that reads only some shards refuses,
+// with 421, a request for a workspace on another shard (kcp must call the
+// webhook of that shard), and with 503 one it cannot tell.
+func misdirected(ctx context.Context, logger logr.Logger, serves func(context.Context, index.Source, logicalcluster.Name) error, src index.Source, cluster logicalcluster.Name, timeout time.Duration) (admission.Response, bool) {
+	ctx, cancel := withBudget(ctx, timeout)
+	defer cancel()
+	err := serves(ctx, src, cluster)
+	switch {
+	case err == nil:
+		return admission.Response{}, true
+	case errors.Is(err, index.ErrNotServed):
+		logger.Error(err, "Refused a request for a workspace on another shard; route each shard's requests to its own webhook")
+		resp := admission.Errored(http.StatusMisdirectedRequest, fmt.Errorf("this dependency webhook does not answer for this workspace: %w; kcp must call the webhook of the shard that serves it", err))
+		resp.AuditAnnotations = map[string]string{AuditDecision: DecisionError}
+		return resp, false
+	default:
+		return unavailable(fmt.Sprintf("could not tell whether this dependency webhook serves the workspace (%v); retry", err)), false
+	}
+}
+
+func (v *DeletionValidator) misdirected(ctx context.Context, logger logr.Logger, src index.Source, cluster logicalcluster.Name) (admission.Response, bool) {
+	return misdirected(ctx, logger, v.dependents.Serves, src, cluster, v.timeout)
 }
 
 // denial collects the blockers of a DELETE, and whether the deletion may

@@ -49,6 +49,15 @@ type fakeDependents struct {
 	err     error
 	// calls records the live reads, "cluster resource ns=namespace".
 	calls []string
+	// elsewhere are the workspaces on shards the webhook does not read.
+	elsewhere map[logicalcluster.Name]bool
+}
+
+func (f *fakeDependents) Serves(_ context.Context, _ index.Source, cluster logicalcluster.Name) error {
+	if f.elsewhere[cluster] {
+		return fmt.Errorf("logical cluster %s is %w, shard-1", cluster, index.ErrNotServed)
+	}
+	return nil
 }
 
 func (f *fakeDependents) add(cluster logicalcluster.Name, gvr schema.GroupVersionResource, objs ...map[string]any) {
@@ -237,6 +246,24 @@ func TestDeletionValidator(t *testing.T) {
 			name: "not initialized", rules: vmRule, loaded: false,
 			req:      deleteRequest(vpcs, consumer, "default", "vpc-a", nil),
 			wantCode: http.StatusServiceUnavailable, wantMessage: []string{"has not loaded all DependencyRules yet", "retry"},
+		},
+		{
+			name: "a webhook that reads only some shards refuses a workspace on another one, rather than allowing", rules: vmRule, loaded: true,
+			setup:       func(f *fakeDependents) { f.elsewhere = map[logicalcluster.Name]bool{consumer: true} },
+			req:         deleteRequest(vpcs, consumer, "default", "vpc-a", nil),
+			wantCode:    http.StatusMisdirectedRequest,
+			wantMessage: []string{"does not answer for this workspace", "not served by the shards this webhook reads", "kcp must call the webhook of the shard that serves it"},
+			wantAudit:   map[string]string{AuditDecision: "error"},
+		},
+		{
+			name: "a webhook that reads only some shards denies from its index as before", rules: vmRule, loaded: true,
+			setup: func(f *fakeDependents) {
+				f.add(consumer, vms, object("default", "vm-1", map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}}))
+				f.elsewhere = map[logicalcluster.Name]bool{other: true}
+			},
+			req:         deleteRequest(vpcs, consumer, "default", "vpc-a", nil),
+			wantCode:    http.StatusForbidden,
+			wantMessage: []string{"VirtualMachine/default/vm-1"},
 		},
 		{
 			name: "referenced by one dependent", rules: vmRule, loaded: true,

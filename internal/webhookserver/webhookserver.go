@@ -64,6 +64,12 @@ type Options struct {
 	// MarksInterval is how often the objects of every protected resource
 	// are listed to mark them; default 30s.
 	MarksInterval time.Duration
+	// ShardName and ShardURLs, if set, make the webhook shard-affine: it
+	// reads only the virtual workspaces of the shards whose base URLs are
+	// ShardURLs, answers only for workspaces on them, and elects its
+	// writing replica with a lease of its own (LeaseName-ShardName).
+	ShardName string
+	ShardURLs []string
 }
 
 // LeaseName is the name of the lease of the webhook replica that replays
@@ -119,6 +125,8 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 		Identity:     identity(ctx, cfg),
 		ReadTimeout:  opts.RequestTimeout,
 		OnRetry:      func(cause string) { metrics.Retried(cause) },
+		Shards:       opts.ShardURLs,
+		ShardName:    opts.ShardName,
 	})
 	if err != nil {
 		return nil, err
@@ -165,19 +173,23 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 			Delay: opts.UnreferencedAfter, Interval: opts.MarksInterval, Timeout: opts.RequestTimeout, Metrics: metrics,
 		}))
 	}
-	if err := addElected(mgr.GetLocalManager(), cfg, elect, electIn, writers...); err != nil {
+	lease := LeaseName
+	if opts.ShardName != "" {
+		lease += "-" + opts.ShardName
+	}
+	if err := addElected(mgr.GetLocalManager(), cfg, elect, electIn, lease, writers...); err != nil {
 		return nil, err
 	}
-	logger.Info("Webhook assembled", "path", opts.Path, "frontProxy", frontProxy)
+	logger.Info("Webhook assembled", "path", opts.Path, "frontProxy", frontProxy, "shard", opts.ShardName, "shardURLs", opts.ShardURLs)
 	return &Webhook{Manager: mgr, Ready: ready, Metrics: metrics}, nil
 }
 
 // addElected adds runnables that must run on one replica only to mgr: as
 // they are without leader election, else under a manager of their own that
-// holds the lease LeaseName in namespace. The webhook's own manager cannot elect: its
+// holds the lease named lease in namespace. The webhook's own manager cannot elect: its
 // provider of workspaces would then run on the leader only, and the other
 // replicas would never load the rules.
-func addElected(mgr manager.Manager, cfg *rest.Config, elect bool, namespace string, runnables ...manager.Runnable) error {
+func addElected(mgr manager.Manager, cfg *rest.Config, elect bool, namespace, lease string, runnables ...manager.Runnable) error {
 	if !elect {
 		for _, r := range runnables {
 			if err := mgr.Add(r); err != nil {
@@ -188,7 +200,7 @@ func addElected(mgr manager.Manager, cfg *rest.Config, elect bool, namespace str
 	}
 	elected, err := manager.New(cfg, manager.Options{
 		LeaderElection:                true,
-		LeaderElectionID:              LeaseName,
+		LeaderElectionID:              lease,
 		LeaderElectionNamespace:       namespace,
 		LeaderElectionReleaseOnCancel: true,
 		Metrics:                       metricsserver.Options{BindAddress: "0"},

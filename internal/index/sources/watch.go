@@ -41,6 +41,21 @@ type Config struct {
 	// Changed, if set, is called after the dependents in a watch's store
 	// changed (added, updated, removed, or listed again).
 	Changed func()
+	// Shards, if set, are the base URLs of the shards to read: an endpoint
+	// of an APIExportEndpointSlice is read only if its URL starts with one
+	// of them. Empty: every shard.
+	Shards []string
+}
+
+// onShards keeps the endpoint URLs that are on one of shards (all if there
+// are none).
+func onShards(urls, shards []string) []string {
+	if len(shards) == 0 {
+		return urls
+	}
+	return slices.DeleteFunc(urls, func(u string) bool {
+		return !slices.ContainsFunc(shards, func(s string) bool { return strings.HasPrefix(u, strings.TrimSuffix(s, "/")+"/") })
+	})
 }
 
 // schemaCheckInterval is how often the schema of a watched source is read
@@ -139,8 +154,9 @@ func (w *Watch) Shards(cluster logicalcluster.Name) ([]string, bool) {
 }
 
 // Serving returns the virtual workspace URL of the shard that serves
-// cluster, if the watch knows it: the only shard there is, the one where
-// dependents of cluster were indexed, or the one it was last read through.
+// cluster, if the watch knows it: the only shard there is (if it reads
+// every shard), the one where dependents of cluster were indexed, or the
+// one it was last read through.
 // A logical cluster stays on its shard, so what is known stays true.
 func (w *Watch) Serving(cluster logicalcluster.Name) (string, bool) {
 	if shard, ok := w.store.Shard(cluster); ok {
@@ -148,7 +164,7 @@ func (w *Watch) Serving(cluster logicalcluster.Name) (string, bool) {
 	}
 	w.lock.Lock()
 	defer w.lock.Unlock()
-	if len(w.urls) == 1 {
+	if len(w.urls) == 1 && len(w.cfg.Shards) == 0 {
 		return w.urls[0], true
 	}
 	url, ok := w.readThrough[cluster]
@@ -270,6 +286,7 @@ func (w *Watch) inspect(ctx context.Context) (State, []string) {
 		return State{}, nil
 	}
 	urls, err := vw.Endpoints(ctx, c, export.Name)
+	urls = onShards(urls, w.cfg.Shards)
 	switch {
 	case apierrors.IsNotFound(err):
 		return State{Phase: PhaseExportNotFound, Message: fmt.Sprintf("logical cluster %s has no APIExport %q (no APIExportEndpointSlice of that name)", export.Cluster, export.Name)}, nil
@@ -280,6 +297,9 @@ func (w *Watch) inspect(ctx context.Context) (State, []string) {
 	}
 	if len(urls) == 0 {
 		// No workspace binds the export yet: nothing to index.
+		if len(w.cfg.Shards) > 0 {
+			return State{Phase: PhaseSynced, Message: fmt.Sprintf("No workspace on the shards this webhook reads binds the APIExport %q yet", export.Name)}, nil
+		}
 		return State{Phase: PhaseSynced, Message: fmt.Sprintf("No workspace binds the APIExport %q yet", export.Name)}, nil
 	}
 

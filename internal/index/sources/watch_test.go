@@ -268,3 +268,21 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+func TestOnShards(t *testing.T) {
+	urls := []string{"https://shard-1:6443/services/apiexport/c/e", "https://shard-10:6443/services/apiexport/c/e", "https://shard-2:6443/services/apiexport/c/e"}
+	tests := []struct {
+		shards []string
+		want   []string
+	}{
+		{nil, urls},
+		{[]string{"https://shard-1:6443"}, urls[:1]},
+		{[]string{"https://shard-1:6443/", "https://shard-2:6443"}, []string{urls[0], urls[2]}},
+		{[]string{"https://shard-3:6443"}, []string{}},
+	}
+	for _, tt := range tests {
+		if got := onShards(slices.Clone(urls), tt.shards); !slices.Equal(got, tt.want) {
+			t.Errorf("onShards(%v) = %v, want %v", tt.shards, got, tt.want)
+		}
+	}
+}
