@@ -183,3 +183,40 @@ func TestKubeVersion(t *testing.T) {
 		t.Errorf("KubeVersion() = %q", v)
 	}
 }
+
+// With webhook.shards the chart renders a webhook Deployment per shard,
+// each with its shard's flags.
+func TestRenderBinariesOfShards(t *testing.T) {
+	bins, err := RenderBinaries(context.Background(), Options{
+		ReleaseName: "dc",
+		Namespace:   "ops",
+		Values: map[string]any{"webhook": map[string]any{"shards": []any{
+			map[string]any{"name": "root", "url": "https://root.kcp:6443"},
+			map[string]any{"name": "shard-1", "url": "https://shard-1.kcp:6443"},
+		}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bins.ShardWebhooks) != 2 || len(bins.Webhook.Args) != 0 {
+		t.Fatalf("webhooks: one for all shards %v, per shard %v", bins.Webhook.Args, bins.ShardWebhooks)
+	}
+	for shard, url := range map[string]string{"root": "https://root.kcp:6443", "shard-1": "https://shard-1.kcp:6443"} {
+		inv := bins.ShardWebhooks[shard]
+		name, _ := inv.Flag("shard-name")
+		u, _ := inv.Flag("shard-url")
+		if name != shard || u != url {
+			t.Errorf("webhook of shard %s: --shard-name=%s --shard-url=%s", shard, name, u)
+		}
+		if _, ok := inv.Flag("kubeconfig"); !ok {
+			t.Errorf("webhook of shard %s has no --kubeconfig: %q", shard, inv.Args)
+		}
+	}
+
+	_, err = RenderBinaries(context.Background(), Options{Values: map[string]any{"webhook": map[string]any{"shards": []any{
+		map[string]any{"name": "root"},
+	}}}})
+	if err == nil || !strings.Contains(err.Error(), "url") {
+		t.Errorf("a shard without a url rendered: %v", err)
+	}
+}

@@ -24,9 +24,16 @@ const (
 type Binaries struct {
 	// Controller is the container of the controller's Deployment.
 	Controller Invocation
-	// Webhook is the container of the webhook's Deployment.
+	// Webhook is the container of the webhook's Deployment, if the chart
+	// renders one for every shard.
 	Webhook Invocation
+	// ShardWebhooks are the containers of the webhook's Deployments per
+	// kcp shard (webhook.shards), by shard name.
+	ShardWebhooks map[string]Invocation
 }
+
+// ShardLabel is the label of a webhook Deployment of one shard.
+const ShardLabel = "dependencies.opendefense.cloud/shard"
 
 // Invocation is how the chart runs one binary: the container's arguments
 // (the image's entrypoint is the binary itself) and the Secrets and
@@ -85,11 +92,35 @@ func RenderBinaries(ctx context.Context, opts Options) (*Binaries, error) {
 
 // BinariesFrom finds the Deployments of the controller and the webhook among
 // rendered objects, by their app.kubernetes.io/component label, and returns
-// their containers' invocations.
+// their containers' invocations: one webhook Deployment, or one per shard
+// (ShardLabel).
 func BinariesFrom(objs []*unstructured.Unstructured) (*Binaries, error) {
 	var b Binaries
+	var whole []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() != "Deployment" || o.GetLabels()["app.kubernetes.io/component"] != Webhook {
+			whole = append(whole, o)
+			continue
+		}
+		shard := o.GetLabels()[ShardLabel]
+		if shard == "" {
+			whole = append(whole, o)
+			continue
+		}
+		inv, err := invocationOf([]*unstructured.Unstructured{o}, Webhook)
+		if err != nil {
+			return nil, fmt.Errorf("%s of shard %s: %w", Webhook, shard, err)
+		}
+		if b.ShardWebhooks == nil {
+			b.ShardWebhooks = map[string]Invocation{}
+		}
+		b.ShardWebhooks[shard] = inv
+	}
 	for _, component := range []string{Controller, Webhook} {
-		inv, err := invocationOf(objs, component)
+		if component == Webhook && len(b.ShardWebhooks) > 0 {
+			continue
+		}
+		inv, err := invocationOf(whole, component)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", component, err)
 		}
