@@ -58,6 +58,12 @@ var (
 	controllerProc, webhookProc *kcpenv.Process
 	// webhookKubeconfig holds the webhook's identity.
 	webhookKubeconfig string
+	// suiteSecrets are the Secrets an installation provides, by name and
+	// key: the kubeconfigs of both identities and the webhook's serving
+	// certificate.
+	suiteSecrets map[string]map[string][]byte
+	// webhookChartValues are the values the suite renders the chart with.
+	webhookChartValues map[string]any
 )
 
 func TestE2E(t *testing.T) {
@@ -142,7 +148,7 @@ var _ = BeforeSuite(func(ctx context.Context) {
 	Expect(topo.WriteUserKubeconfig("dependency-controller", depCtrl.String(), controllerKubeconfig)).To(Succeed())
 	// The Secrets an installation provides: the kubeconfigs of both
 	// identities (from kcp-operator) and the webhook's serving certificate.
-	secrets := map[string]map[string][]byte{
+	suiteSecrets = map[string]map[string][]byte{
 		"dependency-controller-kubeconfig": {"kubeconfig": mustRead(controllerKubeconfig)},
 		"dependency-webhook-kubeconfig":    {"kubeconfig": mustRead(webhookKubeconfig)},
 		"webhook-serving-cert": {
@@ -150,15 +156,16 @@ var _ = BeforeSuite(func(ctx context.Context) {
 		},
 	}
 	webhookHealth, controllerHealth := freeAddr(), freeAddr()
-	bins, err := helmchart.RenderBinaries(context.Background(), helmchart.Options{Values: chartValues(webhookPort, webhookHealth, controllerHealth)})
+	webhookChartValues = chartValues(webhookPort, webhookHealth, controllerHealth)
+	bins, err := helmchart.RenderBinaries(context.Background(), helmchart.Options{Values: webhookChartValues})
 	Expect(err).NotTo(HaveOccurred())
 	webhookProc = &kcpenv.Process{
 		Name: "webhook", Binary: filepath.Join(binDir, "webhook"), LogPath: filepath.Join(artifacts, "webhook.log"),
-		HealthAddr: webhookHealth, Args: localArgs(bins.Webhook, secrets),
+		HealthAddr: webhookHealth, Args: localArgs(bins.Webhook, suiteSecrets),
 	}
 	controllerProc = &kcpenv.Process{
 		Name: "controller", Binary: filepath.Join(binDir, "controller"), LogPath: filepath.Join(artifacts, "controller.log"),
-		HealthAddr: controllerHealth, Args: localArgs(bins.Controller, secrets),
+		HealthAddr: controllerHealth, Args: localArgs(bins.Controller, suiteSecrets),
 	}
 	GinkgoWriter.Printf("webhook args: %q\ncontroller args: %q\n", webhookProc.Args, controllerProc.Args)
 	for _, p := range []*kcpenv.Process{webhookProc, controllerProc} {
