@@ -128,8 +128,16 @@ E2E_SHARD_CONFIG ?= single-shard multi-shard
 # Logs and kcp state of the e2e runs.
 export E2E_ARTIFACTS ?= $(CURDIR)/.e2e
 
+# The commit whose binaries the e2e upgrade scenario starts from: the last
+# release before this one.
+PREVIOUS_REF ?= $(shell cat $(CURDIR)/test/e2e/PREVIOUS_REF)
+
+.PHONY: previous
+previous: ## Build the controller and the webhook of PREVIOUS_REF into bin/previous/ (the e2e suite upgrades from them).
+	@hack/build-previous.sh $(PREVIOUS_REF) $(LOCALBIN)/previous
+
 .PHONY: test-e2e
-test-e2e: build kcp ginkgo helm ## Run the e2e suite: both binaries as processes with the arguments the Helm chart renders, against kcp (E2E_SHARD_CONFIG=single-shard|multi-shard, default both).
+test-e2e: build kcp ginkgo helm previous ## Run the e2e suite: both binaries as processes with the arguments the Helm chart renders, against kcp (E2E_SHARD_CONFIG=single-shard|multi-shard, default both).
 	@set -e; for cfg in $(E2E_SHARD_CONFIG); do \
 		echo "=== e2e on $$cfg kcp (logs in $(E2E_ARTIFACTS)/$$cfg)"; \
 		start=$$(date +%s); \

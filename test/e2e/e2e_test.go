@@ -646,6 +646,8 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 		expectDenied(ctx, consumerA, vpcs, "vpc-nic", "VirtualMachine/default/vm-nics")
 	})
 
+	upgradeScenarios()
+
 	shardScenarios()
 
 	It("denies deletes after a webhook restart until its registry is initialized, then decides correctly", func(ctx context.Context) {

@@ -11,9 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -28,7 +28,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kcp-dev/logicalcluster/v3"
@@ -56,11 +55,7 @@ type shardRouter struct {
 	misroute map[logicalcluster.Name]string
 }
 
-func startShardRouter(addr, certDir string, fallback string, backends map[logicalcluster.Name]string) (*shardRouter, error) {
-	ca, err := os.ReadFile(filepath.Join(certDir, "ca.crt"))
-	if err != nil {
-		return nil, err
-	}
+func startShardRouter(addr, certDir string, ca []byte, fallback string, backends map[logicalcluster.Name]string) (*shardRouter, error) {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca)
 	r := &shardRouter{
@@ -194,13 +189,15 @@ func shardScenarios() {
 		names := []string{shardA, second}
 
 		By("rendering the chart with webhook.shards")
-		values := runtime.DeepCopyJSON(webhookChartValues)
 		var shards []any
 		for _, n := range names {
 			Expect(vwURL[n]).NotTo(BeEmpty(), "shard %s has no URL", n)
 			shards = append(shards, map[string]any{"name": n, "url": vwURL[n]})
 		}
-		values["webhook"].(map[string]any)["shards"] = shards
+		values := maps.Clone(webhookChartValues)
+		webhookValues := maps.Clone(values["webhook"].(map[string]any))
+		webhookValues["shards"] = shards
+		values["webhook"] = webhookValues
 		bins, err := helmchart.RenderBinaries(ctx, helmchart.Options{Values: values})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(bins.ShardWebhooks).To(HaveLen(2))
@@ -226,7 +223,7 @@ func shardScenarios() {
 			addrs[n], metrics[n] = addr, "http://"+metricsAddr+"/metrics"
 			Eventually(p.Ready).WithTimeout(timeout).WithPolling(interval).Should(Succeed(), "%s log:\n%s", p.Name, p.LogTail(40))
 		}
-		router, err := startShardRouter(routerAddr, filepath.Join(artifacts, "serving-cert"), addrs[shardA],
+		router, err := startShardRouter(routerAddr, filepath.Join(artifacts, "serving-cert"), suiteSecrets["webhook-serving-cert"]["ca.crt"], addrs[shardA],
 			map[logicalcluster.Name]string{clusterA: addrs[shardA], clusterB: addrs[shardB]})
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { _ = router.server.Close() })

@@ -17,6 +17,9 @@ type Proxy struct {
 	Addr string
 
 	backends []string
+	// ready, if set, tells whether a backend may get new connections, as
+	// a Service sends only to ready endpoints.
+	ready    func(backend string) bool
 	listener net.Listener
 	next     atomic.Uint64
 	wg       sync.WaitGroup
@@ -26,11 +29,17 @@ type Proxy struct {
 
 // StartProxy listens on a free port of 127.0.0.1 and forwards to backends.
 func StartProxy(backends ...string) (*Proxy, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	return StartReadyProxy("127.0.0.1:0", nil, backends...)
+}
+
+// StartReadyProxy listens on addr and forwards new connections only to the
+// backends that ready (if not nil) reports ready, as a Service does.
+func StartReadyProxy(addr string, ready func(backend string) bool, backends ...string) (*Proxy, error) {
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{Addr: l.Addr().String(), backends: backends, listener: l, conns: map[net.Conn]bool{}}
+	p := &Proxy{Addr: l.Addr().String(), backends: backends, ready: ready, listener: l, conns: map[net.Conn]bool{}}
 	p.wg.Go(p.serve)
 	return p, nil
 }
@@ -55,7 +64,11 @@ func (p *Proxy) forward(conn net.Conn) {
 	start := p.next.Add(1)
 	var upstream net.Conn
 	for i := range p.backends {
-		c, err := net.DialTimeout("tcp", p.backends[(int(start)+i)%len(p.backends)], time.Second)
+		backend := p.backends[(int(start)+i)%len(p.backends)]
+		if p.ready != nil && !p.ready(backend) {
+			continue
+		}
+		c, err := net.DialTimeout("tcp", backend, time.Second)
 		if err == nil {
 			upstream = c
 			break

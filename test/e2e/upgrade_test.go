@@ -1,0 +1,176 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+
+	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
+)
+
+// previousDir holds the binaries of the release the upgrade starts from
+// (make previous, PREVIOUS_REF).
+var previousDir = filepath.Join(binDir, "previous")
+
+// upgradeScenarios upgrade a running installation, two webhook replicas
+// behind a Service-like proxy that sends new connections only to ready
+// replicas, and the controller, from the previous release's binaries to the
+// current ones, one replica at a time, while DELETEs of referenced objects
+// keep coming.
+func upgradeScenarios() {
+	It("upgrades from the previous release one replica at a time under a delete loop: no referenced object is lost, no request is answered before the rules are loaded", func(ctx context.Context) {
+		for _, b := range []string{"webhook", "controller"} {
+			_, err := os.Stat(filepath.Join(previousDir, b))
+			Expect(err).NotTo(HaveOccurred(), "the previous release's %s is missing: run `make previous`", b)
+		}
+		const pairs, ns = 20, "upgrade"
+		workspaces := []logicalcluster.Path{consumerA, consumerB}
+
+		By("running the previous release: two webhook replicas behind a proxy on the webhook's port, and its controller")
+		serviceAddr := "127.0.0.1:" + flagValue(webhookProc.Args, "port")
+		webhookProc.Stop()
+		controllerProc.Stop()
+		replicas := make([]*kcpenv.Process, 2)
+		backends := make([]string, 2)
+		for i := range replicas {
+			addr, health := freeAddr(), freeAddr()
+			_, port, _ := net.SplitHostPort(addr)
+			backends[i] = addr
+			replicas[i] = &kcpenv.Process{
+				Name: fmt.Sprintf("webhook-%d", i), Binary: filepath.Join(previousDir, "webhook"), LogPath: filepath.Join(artifacts, fmt.Sprintf("webhook-upgrade-%d.log", i)),
+				HealthAddr: health, Args: append(append([]string{}, webhookProc.Args...), "--port="+port, "--health-probe-bind-address="+health),
+			}
+		}
+		health := map[string]*kcpenv.Process{backends[0]: replicas[0], backends[1]: replicas[1]}
+		// A Service sends new connections only to ready endpoints; kcp
+		// keeps its connections to a replica until the replica closes them.
+		proxy, err := kcpenv.StartReadyProxy(serviceAddr, func(backend string) bool { return health[backend].Ready() == nil }, backends...)
+		Expect(err).NotTo(HaveOccurred())
+		controller := &kcpenv.Process{
+			Name: "controller-upgrade", Binary: filepath.Join(previousDir, "controller"), LogPath: filepath.Join(artifacts, "controller-upgrade.log"),
+			HealthAddr: controllerProc.HealthAddr, Args: controllerProc.Args,
+		}
+		DeferCleanup(func() {
+			for _, p := range append(replicas, controller) {
+				p.Stop()
+			}
+			Expect(proxy.Stop()).To(Succeed())
+			for _, p := range []*kcpenv.Process{webhookProc, controllerProc} {
+				Expect(p.Start()).To(Succeed())
+				Eventually(p.Ready).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+			}
+		})
+		for _, p := range append(replicas, controller) {
+			Expect(p.Start()).To(Succeed())
+			Eventually(p.Ready).WithTimeout(timeout).WithPolling(interval).Should(Succeed(), "%s log:\n%s", p.Name, p.LogTail(40))
+		}
+
+		By("creating references")
+		for _, ws := range workspaces {
+			Expect(client.IgnoreAlreadyExists(cli.Cluster(ws).Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))).To(Succeed())
+			for i := range pairs {
+				target, dependent := vpc(fmt.Sprintf("vpc-%02d", i)), vm(fmt.Sprintf("vm-%02d", i), fmt.Sprintf("vpc-%02d", i))
+				target.SetNamespace(ns)
+				dependent.SetNamespace(ns)
+				create(ctx, ws, target, dependent)
+			}
+			Eventually(func(g Gomega) {
+				err := cli.Cluster(ws).Delete(ctx, inNamespace(vpc("vpc-00"), ns), client.DryRunAll)
+				g.Expect(err).To(MatchError(ContainSubstring("VirtualMachine/" + ns + "/vm-00")))
+			}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		}
+
+		By("deleting the referenced VPCs in a loop while the replicas are replaced")
+		var (
+			denied, failed, wrong, notLoaded atomic.Int64
+			lock                             sync.Mutex
+			failures                         []string
+		)
+		loopCtx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		for w, ws := range workspaces {
+			wg.Go(func() {
+				defer GinkgoRecover()
+				for n := 0; loopCtx.Err() == nil; n++ {
+					i := (n + w) % pairs
+					err := cli.Cluster(ws).Delete(loopCtx, inNamespace(vpc(fmt.Sprintf("vpc-%02d", i)), ns))
+					switch {
+					case loopCtx.Err() != nil:
+						return
+					case err == nil:
+						wrong.Add(1)
+						lock.Lock()
+						failures = append(failures, fmt.Sprintf("%s vpc-%02d was deleted while vm-%02d referenced it", ws, i, i))
+						lock.Unlock()
+					case apierrors.IsForbidden(err) && strings.Contains(err.Error(), fmt.Sprintf("VirtualMachine/%s/vm-%02d", ns, i)):
+						denied.Add(1)
+					case strings.Contains(err.Error(), "has not loaded all DependencyRules yet"):
+						notLoaded.Add(1)
+					default:
+						// kcp could not reach a webhook (a replica stopping
+						// under an open connection): it fails closed.
+						failed.Add(1)
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			})
+		}
+		upgrade := func(p *kcpenv.Process) {
+			GinkgoHelper()
+			time.Sleep(2 * time.Second)
+			p.Stop()
+			p.Binary = filepath.Join(binDir, filepath.Base(p.Binary))
+			Expect(p.Start()).To(Succeed())
+			Eventually(p.Ready).WithTimeout(timeout).WithPolling(interval).Should(Succeed(), "%s log:\n%s", p.Name, p.LogTail(40))
+		}
+		for _, p := range append(replicas, controller) {
+			upgrade(p)
+		}
+		time.Sleep(2 * time.Second)
+		stop()
+		wg.Wait()
+		GinkgoWriter.Printf("upgrade: %d DELETEs denied, %d allowed (wrong), %d answered before the rules were loaded, %d failed to reach a webhook\n",
+			denied.Load(), wrong.Load(), notLoaded.Load(), failed.Load())
+		Expect(failures).To(BeEmpty())
+		Expect(notLoaded.Load()).To(BeZero(), "a request was answered by a replica that had not loaded its rules")
+		Expect(denied.Load()).To(BeNumerically(">", 0))
+
+		By("checking that every VPC still exists, and the current binaries decide")
+		for _, ws := range workspaces {
+			for i := range pairs {
+				key := client.ObjectKeyFromObject(inNamespace(vpc(fmt.Sprintf("vpc-%02d", i)), ns))
+				Expect(cli.Cluster(ws).Get(ctx, key, vpc(key.Name))).To(Succeed(), "%s %s", ws, key)
+			}
+			err := cli.Cluster(ws).Delete(ctx, inNamespace(vpc("vpc-00"), ns), client.DryRunAll)
+			Expect(err).To(MatchError(ContainSubstring("VirtualMachine/" + ns + "/vm-00")))
+		}
+		for _, ws := range workspaces {
+			Expect(cli.Cluster(ws).Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+		}
+	})
+}
+
+// inNamespace puts o in namespace ns.
+func inNamespace(o *unstructured.Unstructured, ns string) *unstructured.Unstructured {
+	o.SetNamespace(ns)
+	return o
+}
