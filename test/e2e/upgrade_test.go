@@ -44,6 +44,10 @@ func upgradeScenarios() {
 		}
 		const pairs, ns = 20, "upgrade"
 		workspaces := []logicalcluster.Path{consumerA, consumerB}
+		inUpgrade := func(o *unstructured.Unstructured) *unstructured.Unstructured {
+			o.SetNamespace(ns)
+			return o
+		}
 
 		By("running the previous release: two webhook replicas behind a proxy on the webhook's port, and its controller")
 		serviceAddr := "127.0.0.1:" + flagValue(webhookProc.Args, "port")
@@ -94,7 +98,7 @@ func upgradeScenarios() {
 				create(ctx, ws, target, dependent)
 			}
 			Eventually(func(g Gomega) {
-				err := cli.Cluster(ws).Delete(ctx, inNamespace(vpc("vpc-00"), ns), client.DryRunAll)
+				err := cli.Cluster(ws).Delete(ctx, inUpgrade(vpc("vpc-00")), client.DryRunAll)
 				g.Expect(err).To(MatchError(ContainSubstring("VirtualMachine/" + ns + "/vm-00")))
 			}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
 		}
@@ -112,7 +116,7 @@ func upgradeScenarios() {
 				defer GinkgoRecover()
 				for n := 0; loopCtx.Err() == nil; n++ {
 					i := (n + w) % pairs
-					err := cli.Cluster(ws).Delete(loopCtx, inNamespace(vpc(fmt.Sprintf("vpc-%02d", i)), ns))
+					err := cli.Cluster(ws).Delete(loopCtx, inUpgrade(vpc(fmt.Sprintf("vpc-%02d", i))))
 					switch {
 					case loopCtx.Err() != nil:
 						return
@@ -157,20 +161,14 @@ func upgradeScenarios() {
 		By("checking that every VPC still exists, and the current binaries decide")
 		for _, ws := range workspaces {
 			for i := range pairs {
-				key := client.ObjectKeyFromObject(inNamespace(vpc(fmt.Sprintf("vpc-%02d", i)), ns))
+				key := client.ObjectKeyFromObject(inUpgrade(vpc(fmt.Sprintf("vpc-%02d", i))))
 				Expect(cli.Cluster(ws).Get(ctx, key, vpc(key.Name))).To(Succeed(), "%s %s", ws, key)
 			}
-			err := cli.Cluster(ws).Delete(ctx, inNamespace(vpc("vpc-00"), ns), client.DryRunAll)
+			err := cli.Cluster(ws).Delete(ctx, inUpgrade(vpc("vpc-00")), client.DryRunAll)
 			Expect(err).To(MatchError(ContainSubstring("VirtualMachine/" + ns + "/vm-00")))
 		}
 		for _, ws := range workspaces {
 			Expect(cli.Cluster(ws).Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
 		}
 	})
-}
-
-// inNamespace puts o in namespace ns.
-func inNamespace(o *unstructured.Unstructured, ns string) *unstructured.Unstructured {
-	o.SetNamespace(ns)
-	return o
 }
