@@ -12,6 +12,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/opendefensecloud/dependency-controller/internal/command"
 	"github.com/opendefensecloud/dependency-controller/internal/controllerserver"
@@ -97,6 +98,10 @@ func (o *options) Build(ctx context.Context, cfg *rest.Config) (manager.Runnable
 	c, err := controllerserver.New(ctx, cfg, o.controllerOptions(), o.ManagerOptions())
 	if err != nil {
 		return nil, err
+	}
+	// The manager serves controller-runtime's registry.
+	if err := ctrlmetrics.Registry.Register(c.Metrics); err != nil {
+		return nil, fmt.Errorf("failed to register the controller's metrics: %w", err)
 	}
 	return c.Manager, nil
 }

@@ -59,6 +59,9 @@ type Options struct {
 	Webhook func() webhookconfig.Options
 	// ResyncPeriod is how often the state is recomputed without an event.
 	ResyncPeriod time.Duration
+	// Metrics, if set, report whether each rule is Ready after every
+	// reconcile.
+	Metrics *Metrics
 }
 
 // Reconciler installs the validating webhook configuration in every
@@ -279,12 +282,17 @@ func (r *Reconciler) reconcile(ctx context.Context, state *State, p plan) error 
 		errs = append(errs, err)
 	}
 
+	ready := make(map[kcp.ObjectKey]bool, len(state.Rules))
 	for i := range state.Rules {
 		rule := &state.Rules[i]
-		if err := r.updateStatus(ctx, state, rule, res, p.cycles[kcp.KeyOf(rule)]); err != nil {
+		key := kcp.KeyOf(rule)
+		status := computeStatus(rule, state.Workspaces, res, p.cycles[key])
+		ready[key] = meta.IsStatusConditionTrue(status.Conditions, depv1alpha1.ConditionReady)
+		if err := r.updateStatus(ctx, rule, status); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	r.opts.Metrics.rulesReady(ready)
 	return kerrors.NewAggregate(errs)
 }
 
@@ -429,11 +437,11 @@ var controllerConditions = []string{
 	depv1alpha1.ConditionReady, depv1alpha1.ConditionTargetsResolved, depv1alpha1.ConditionWebhooksInstalled, depv1alpha1.ConditionDependencyCycle,
 }
 
-// updateStatus applies the controller's part of the rule's status if it
-// changed, then records events for conditions that turned bad.
-func (r *Reconciler) updateStatus(ctx context.Context, state *State, rule *depv1alpha1.DependencyRule, res results, cycles []depgraph.Cycle) error {
+// updateStatus applies the controller's part of status, the rule's status
+// as computeStatus computed it, if it changed, then records events for
+// conditions that turned bad.
+func (r *Reconciler) updateStatus(ctx context.Context, rule *depv1alpha1.DependencyRule, status depv1alpha1.DependencyRuleStatus) error {
 	key := kcp.KeyOf(rule)
-	status := computeStatus(rule, state.Workspaces, res, cycles)
 	if equality.Semantic.DeepEqual(rule.Status, status) {
 		return nil
 	}

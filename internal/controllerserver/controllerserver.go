@@ -53,6 +53,9 @@ type Options struct {
 type Controller struct {
 	// Manager runs everything; start it.
 	Manager mcmanager.Manager
+	// Metrics are the controller's own metrics; the binary registers them
+	// where the manager serves metrics.
+	Metrics *controller.Metrics
 }
 
 // New assembles the controller with the credentials of cfg, which must point
@@ -92,10 +95,12 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 	if _, err := mgr.Export.URLs(ctx); err != nil {
 		return nil, err
 	}
+	metrics := controller.NewMetrics()
 	if err := controller.SetupWithManager(mgr, mgr.Provider.Clusters, mgr.Export, controller.Options{
 		APIExportName: opts.APIExportName,
 		Webhook:       webhook,
 		ResyncPeriod:  opts.ResyncPeriod,
+		Metrics:       metrics,
 	}, triggers); err != nil {
 		return nil, err
 	}
@@ -111,5 +116,5 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 		return nil, fmt.Errorf("failed to add the readiness check: %w", err)
 	}
 	log.FromContext(ctx).Info("Controller assembled", "apiExport", opts.APIExportName, "webhookURL", opts.WebhookURL, "caBundle", opts.WebhookCABundleFile)
-	return &Controller{Manager: mgr}, nil
+	return &Controller{Manager: mgr, Metrics: metrics}, nil
 }

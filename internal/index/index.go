@@ -66,6 +66,9 @@ const (
 	PhaseVersionNotServed    = sources.PhaseVersionNotServed
 )
 
+// Phases are all phases of a source.
+var Phases = sources.Phases
+
 // ErrVersionNotServed is returned (wrapped) by Confirm and Lookup for a
 // workspace that binds the APIExport of a source which does not serve the
 // version the rules name: its objects cannot be read.
@@ -310,4 +313,30 @@ func (ix *Index) Len() int {
 		n += w.Store().Len()
 	}
 	return n
+}
+
+// SourceStatus is the state of one watched source and the number of its
+// dependents in the index.
+type SourceStatus struct {
+	Source Source
+	State  State
+	// Indexed is the number of its dependents in the index; 0 for a source
+	// that is only inspected (no rule reads paths of it).
+	Indexed int
+}
+
+// Sources returns every watched source with its state and the number of its
+// indexed dependents, in no particular order.
+func (ix *Index) Sources() []SourceStatus {
+	ix.lock.Lock()
+	watches := make(map[Source]watch, len(ix.watches))
+	for src, w := range ix.watches {
+		watches[src] = w.watch
+	}
+	ix.lock.Unlock()
+	out := make([]SourceStatus, 0, len(watches))
+	for src, w := range watches {
+		out = append(out, SourceStatus{Source: src, State: w.State(), Indexed: w.Store().Len()})
+	}
+	return out
 }

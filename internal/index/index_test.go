@@ -272,3 +272,38 @@ func TestStateAndSynced(t *testing.T) {
 		t.Errorf("State() of a source that is not watched = %+v, want Syncing", got)
 	}
 }
+
+// Sources reports every watched source with its state and the number of its
+// indexed dependents.
+func TestSources(t *testing.T) {
+	w := newFakeWatch(State{Phase: PhaseSynced, Message: "Indexing"}, vpcRef)
+	ix := newTestIndex(t, w, Options{})
+	shard := w.store.ForShard("shard-1", func() {})
+	for _, name := range []string{"default/vm-1", "default/vm-2"} {
+		if err := shard.Add(dependent(t, []fieldpath.Reference{vpcRef}, "c1", name, `{"vpcRef":{"name":"vpc-a"}}`, false)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inspected := Source{Export: kcp.ObjectKey{Cluster: "provider", Name: "network.io"}, Resource: schema.GroupVersionResource{Group: "network.io", Version: "v1", Resource: "vpcs"}}
+	done := make(chan struct{})
+	close(done)
+	ix.watches[inspected] = &running{watch: newFakeWatch(State{Phase: PhaseAccessDenied}), cancel: func() {}, done: done}
+
+	got := ix.Sources()
+	slices.SortFunc(got, func(a, b SourceStatus) int { return strings.Compare(a.Source.String(), b.Source.String()) })
+	want := []SourceStatus{
+		{Source: testSource, State: State{Phase: PhaseSynced, Message: "Indexing"}, Indexed: 2},
+		{Source: inspected, State: State{Phase: PhaseAccessDenied}, Indexed: 0},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("Sources() = %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i].Source != want[i].Source || !got[i].State.Equal(want[i].State) || got[i].Indexed != want[i].Indexed {
+			t.Errorf("Sources()[%d] = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if n := ix.Len(); n != 2 {
+		t.Errorf("Len() = %d, want the sum over the sources, 2", n)
+	}
+}

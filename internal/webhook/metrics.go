@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/opendefensecloud/dependency-controller/internal/index"
 )
 
 // Metrics are the webhook's Prometheus metrics, a prometheus.Collector that
@@ -21,6 +23,7 @@ type Metrics struct {
 	replays   *prometheus.CounterVec
 	marked    *prometheus.CounterVec
 	unmarked  *prometheus.CounterVec
+	sources   sourceCollector
 }
 
 // Outcomes of deferring a deletion, the values of the result label of
@@ -46,8 +49,10 @@ const (
 )
 
 // NewMetrics creates the metrics. rules reports the number of registered
-// DependencyRules, indexed the number of dependents in the index.
-func NewMetrics(rules, indexed func() int) *Metrics {
+// DependencyRules, indexed the number of dependents in the index, sources
+// the state and size of every source of the index (*index.Index.Sources);
+// each is called at every scrape.
+func NewMetrics(rules, indexed func() int, sources func() []index.SourceStatus) *Metrics {
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dependency_webhook_decisions_total",
@@ -95,13 +100,14 @@ func NewMetrics(rules, indexed func() int) *Metrics {
 			Name: "dependency_webhook_marks_removed_total",
 			Help: "Unreferenced marks removed from protected objects, by reason: new-reference (a dependent is being created or changed to reference the object), referenced (the index or a live read found a reference) or stale (the rules changed, or one is being deleted).",
 		}, []string{"reason"}),
+		sources: newSourceCollector(sources),
 	}
 	return m
 }
 
 // collectors are the metrics one by one.
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.decisions, m.latency, m.scanned, m.rules, m.indexed, m.retries, m.refChecks, m.deferrals, m.replays, m.marked, m.unmarked}
+	return []prometheus.Collector{m.decisions, m.latency, m.scanned, m.rules, m.indexed, m.retries, m.refChecks, m.deferrals, m.replays, m.marked, m.unmarked, m.sources}
 }
 
 // Describe implements prometheus.Collector.
@@ -170,5 +176,53 @@ func (m *Metrics) observe(d decision, took time.Duration) {
 	m.latency.WithLabelValues(d.outcome).Observe(took.Seconds())
 	if d.via == viaLive {
 		m.scanned.Observe(float64(d.scanned))
+	}
+}
+
+// sourceCollector reports, at every scrape, the phase of every source of the
+// index (a state set: one series per phase, 1 for the current one) and the
+// number of its indexed dependents. A source the index no longer watches is
+// no longer reported.
+type sourceCollector struct {
+	sources    func() []index.SourceStatus
+	phase      *prometheus.Desc
+	dependents *prometheus.Desc
+}
+
+func newSourceCollector(sources func() []index.SourceStatus) sourceCollector {
+	return sourceCollector{
+		sources: sources,
+		phase: prometheus.NewDesc("dependency_webhook_source_phase",
+			"Phase of each source (a dependent or protected type, read through its APIExport) in the webhook's index: 1 for the current phase, 0 for the others. Synced: watched on every shard; Syncing: being listed (misses are read live); ExportNotFound, AccessDenied, ResourceNotExported, VersionNotServed: a problem the rules naming the source report in their status.",
+			[]string{"export", "resource", "version", "phase"}, nil),
+		dependents: prometheus.NewDesc("dependency_webhook_source_indexed_dependents",
+			"Number of dependent objects of each source in the webhook's index; 0 for a type that is only protected.",
+			[]string{"export", "resource", "version"}, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c sourceCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.phase
+	ch <- c.dependents
+}
+
+// Collect implements prometheus.Collector.
+func (c sourceCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.sources == nil {
+		return
+	}
+	for _, s := range c.sources() {
+		// The APIExport as <logical cluster>/<name>, the resource as
+		// <resource>.<group>, and the version the rules name.
+		export, resource, version := s.Source.Export.String(), s.Source.Resource.GroupResource().String(), s.Source.Resource.Version
+		for _, p := range index.Phases {
+			v := 0.0
+			if s.State.Phase == p {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.phase, prometheus.GaugeValue, v, export, resource, version, string(p))
+		}
+		ch <- prometheus.MustNewConstMetric(c.dependents, prometheus.GaugeValue, float64(s.Indexed), export, resource, version)
 	}
 }

@@ -154,7 +154,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 		return nil, err
 	}
 
-	metrics = webhook.NewMetrics(reg.Len, ix.Len)
+	metrics = webhook.NewMetrics(reg.Len, ix.Len, ix.Sources)
 	deletion := webhook.NewDeletionValidator(reg, readiness, ix,
 		webhook.WithTimeout(opts.RequestTimeout), webhook.WithMaxBlockers(opts.MaxBlockers), webhook.WithMetrics(metrics),
 		webhook.WithRecorder(replay.Recorder{Patcher: ix}))

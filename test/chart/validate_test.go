@@ -34,7 +34,7 @@ import (
 //     into the typed k8s.io/api structs of this module.
 //   - Kubernetes has no schemas for custom resources, and the chart's CRDs
 //     (cert-manager's Issuer and Certificate, the Prometheus Operator's
-//     ServiceMonitor) are not vendored here, so those are checked
+//     ServiceMonitor and PrometheusRule) are not vendored here, so those are checked
 //     structurally by customShapes below: apiVersion and kind, the required
 //     fields, the types and enums of the fields the chart sets, and no
 //     unknown fields in the parts the chart writes.
@@ -353,6 +353,23 @@ var customShapes = map[schema.GroupVersionKind]shape{
 				"scrapeTimeout":     promDur,
 				"relabelings":       {typ: "array", items: &anyValue},
 				"metricRelabelings": {typ: "array", items: &anyValue},
+			}}},
+		})),
+	{Group: "monitoring.coreos.com", Version: "v1", Kind: "PrometheusRule"}: resource("monitoring.coreos.com/v1", "PrometheusRule", object(
+		nil,
+		map[string]shape{
+			"groups": {typ: "array", items: &shape{typ: "object", required: []string{"name"}, fields: map[string]shape{
+				"name":     {typ: "string", pattern: regexp.MustCompile(`^.+$`)},
+				"interval": promDur,
+				"rules": {typ: "array", items: &shape{typ: "object", required: []string{"expr"}, fields: map[string]shape{
+					"alert":           {typ: "string", pattern: regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)},
+					"record":          str,
+					"expr":            {typ: "string", pattern: regexp.MustCompile(`\S`)},
+					"for":             promDur,
+					"keep_firing_for": promDur,
+					"labels":          stringMap,
+					"annotations":     stringMap,
+				}}},
 			}}},
 		})),
 }

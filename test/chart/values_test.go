@@ -86,6 +86,34 @@ func TestBadValuesAreRejected(t *testing.T) {
 			map[string]any{"metrics": map[string]any{"enabled": false, "serviceMonitor": map[string]any{"enabled": true}}},
 			"metrics.serviceMonitor.enabled needs", true,
 		},
+		"alerts without metrics": {
+			map[string]any{"metrics": map[string]any{"enabled": false, "prometheusRule": map[string]any{"enabled": true}}},
+			"metrics.prometheusRule.enabled needs metrics.enabled", true,
+		},
+		"a PrometheusRule without alerts": {
+			map[string]any{"metrics": map[string]any{"prometheusRule": map[string]any{"enabled": true, "alerts": map[string]any{
+				"webhookDown": map[string]any{"enabled": false}, "controllerDown": map[string]any{"enabled": false},
+				"ruleNotReady": map[string]any{"enabled": false}, "sourceNotSynced": map[string]any{"enabled": false},
+				"decisionErrors": map[string]any{"enabled": false}, "decisionLatency": map[string]any{"enabled": false},
+			}}}},
+			"needs at least one alert", true,
+		},
+		"an error fraction above 1": {
+			map[string]any{"metrics": map[string]any{"prometheusRule": map[string]any{"alerts": map[string]any{"decisionErrors": map[string]any{"threshold": 5}}}}},
+			"/metrics/prometheusRule/alerts/decisionErrors/threshold", false,
+		},
+		"not a Prometheus duration": {
+			map[string]any{"metrics": map[string]any{"prometheusRule": map[string]any{"alerts": map[string]any{"ruleNotReady": map[string]any{"for": "15 minutes"}}}}},
+			"/metrics/prometheusRule/alerts/ruleNotReady/for", false,
+		},
+		"a misspelled alert": {
+			map[string]any{"metrics": map[string]any{"prometheusRule": map[string]any{"alerts": map[string]any{"webhookUnavailable": map[string]any{"for": "1m"}}}}},
+			"webhookUnavailable", false,
+		},
+		"a dashboard label value that is not a label value": {
+			map[string]any{"metrics": map[string]any{"grafanaDashboard": map[string]any{"labelValue": "yes please"}}},
+			"/metrics/grafanaDashboard/labelValue", false,
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			opts := helmchart.Options{ReleaseName: release, Namespace: namespace, Values: tc.values}

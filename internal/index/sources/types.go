@@ -67,6 +67,9 @@ const (
 	PhaseVersionNotServed Phase = "VersionNotServed"
 )
 
+// Phases are all phases of a source.
+var Phases = []Phase{PhaseSyncing, PhaseSynced, PhaseExportNotFound, PhaseAccessDenied, PhaseResourceNotExported, PhaseVersionNotServed}
+
 // Effective reports whether rules naming a source in this phase take part
 // in decisions.
 func (p Phase) Effective() bool {

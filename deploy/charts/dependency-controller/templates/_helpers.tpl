@@ -32,7 +32,7 @@ Chart name and version for the helm.sh/chart label.
 {{- end }}
 
 {{/*
-Labels of every object. Call with (dict "ctx" $ "component" "controller"|"webhook"|"tls").
+Labels of every object. Call with (dict "ctx" $ "component" "controller"|"webhook"|"tls"|"monitoring").
 */}}
 {{- define "dependency-controller.labels" -}}
 helm.sh/chart: {{ include "dependency-controller.chart" .ctx }}
