@@ -235,6 +235,11 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionDependencyCycle, metav1.ConditionFalse)
 
 		By("not rewriting an unchanged configuration")
+		// Read after Ready: the reconcile that reported it has finished
+		// its writes (a create is followed by a write of its managed
+		// fields, see upgradeManagedFields).
+		cfg, err = getConfig(ctx, network)
+		Expect(err).NotTo(HaveOccurred())
 		Consistently(func() string {
 			c, _ := getConfig(ctx, network)
 			return c.ResourceVersion
