@@ -135,7 +135,10 @@ func (d *eventDecoder) Decode() (watch.EventType, runtime.Object, error) {
 	}
 }
 
-// Close implements watch.Decoder.
+// Close implements watch.Decoder. It closes the stream without reading
+// what is left of it: a watch has no end to read to, and reading would
+// hold the reflector (and the stopped watch's goroutines) until kcp ends
+// the watch.
 func (d *eventDecoder) Close() {
-	vw.Drain(d.body)
+	_ = d.body.Close()
 }

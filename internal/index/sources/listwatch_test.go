@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -210,5 +211,24 @@ func TestListWatchLists(t *testing.T) {
 	}
 	if !lw.IsWatchListSemanticsUnSupported() {
 		t.Error("the reflector would ask for a watch list, which the listWatch does not decode")
+	}
+}
+
+// Stopping a watch returns at once, however long kcp would keep the
+// stream open.
+func TestEventDecoderCloseDoesNotWaitForTheStream(t *testing.T) {
+	r, w := io.Pipe()
+	defer w.Close()
+	go func() { _, _ = w.Write([]byte(`{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"1"}}}`)) }()
+	d := &eventDecoder{body: r, dec: json.NewDecoder(r), onError: func(error) {}}
+	done := make(chan struct{})
+	go func() {
+		d.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waited for the stream to end")
 	}
 }
