@@ -163,6 +163,14 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 30s) on top of its corpus.
 measure: build kcp ## Measure on a real kcp: single DELETEs (1,000 and 10,000 dependents), a dependent CREATE, bulk deletions (500 to 2,000), a 3-level stack deleted under Replay rules (1,000 per level), the webhook's memory; prints tables (MEASURE_ONLY=single,create,bulk,stack).
 	go test -tags perf -count=1 -timeout 60m -v -run TestMeasure ./test/perf/
 
+# How long `make soak` churns, in minutes.
+SOAK_MINUTES ?= 10
+export SOAK_MINUTES
+
+.PHONY: soak
+soak: build kcp ## Soak on a real kcp: two tenants churn for SOAK_MINUTES (default 10) while the rules change every SOAK_RULE_SECONDS (120); samples RSS, goroutines, index size and DELETE latency every SOAK_SAMPLE_SECONDS (30); fails on a wrong decision or growth after warm-up (SOAK_WORKERS, SOAK_BASE, SOAK_OUTPUT).
+	go test -tags soak -count=1 -timeout $$(( $(SOAK_MINUTES) + 30 ))m -v -run TestSoak ./test/soak/
+
 .PHONY: bench
 bench: ## Run the Go benchmarks of the DELETE hot path (field paths, list decoding, index, validator).
 	go test -run='^$$' -bench=. -benchmem ./internal/fieldpath/ ./internal/vw/ ./internal/index/... ./internal/webhook/

@@ -28,11 +28,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,14 +43,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -60,19 +54,17 @@ import (
 
 	"github.com/kcp-dev/logicalcluster/v3"
 	clusterclient "github.com/kcp-dev/multicluster-provider/client"
-	"github.com/kcp-dev/multicluster-provider/envtest"
-	"github.com/kcp-dev/sdk/apis/core"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
+	"github.com/opendefensecloud/dependency-controller/test/procenv"
 )
 
+// The resources of the test providers.
 var (
-	vpcs    = schema.GroupVersionResource{Group: "network.test.io", Version: "v1", Resource: "vpcs"}
-	subnets = schema.GroupVersionResource{Group: "network.test.io", Version: "v1", Resource: "subnets"}
-	vms     = schema.GroupVersionResource{Group: "compute.test.io", Version: "v1", Resource: "virtualmachines"}
-	// kinds are the kinds of the test resources.
-	kinds = map[string]string{vpcs.Resource: "VPC", subnets.Resource: "Subnet", vms.Resource: "VirtualMachine"}
+	vpcs, subnets, vms = procenv.VPCs, procenv.Subnets, procenv.VMs
+	// newObject returns an object of a test resource to create.
+	newObject = procenv.NewObject
 )
 
 // dryRun deletes nothing; it passes kcp's admission chain like a DELETE.
@@ -85,14 +77,13 @@ const burst = 16
 
 // setup is the measured installation.
 type setup struct {
-	cli      clusterclient.ClusterClient
-	dyn      dynamic.Interface // the consumer workspace
-	raw      *rest.RESTClient  // the consumer workspace, raw responses
-	consumer logicalcluster.Path
-	compute  logicalcluster.Path
-	network  logicalcluster.Path
-	// clusters are the logical clusters of the provider workspaces, by path.
-	clusters   map[string]logicalcluster.Name
+	env        *procenv.Env
+	cli        clusterclient.ClusterClient
+	dyn        dynamic.Interface // the consumer workspace
+	raw        *rest.RESTClient  // the consumer workspace, raw responses
+	consumer   logicalcluster.Path
+	compute    logicalcluster.Path
+	network    logicalcluster.Path
 	kubectl    []string // kubectl with the consumer's kubeconfig
 	webhook    *kcpenv.Process
 	controller *kcpenv.Process
@@ -196,121 +187,19 @@ func (s *setup) singles(ctx context.Context, t *testing.T, sizes []int) []string
 	return report
 }
 
-// start starts kcp and the webhook and installs the topology: a network
-// provider (VPCs and Subnets; it grants the webhook access to read, record
-// and replay), a compute provider (VirtualMachines, which reference VPCs or
-// Subnets; it grants the webhook read access) and a consumer binding both.
+// start starts kcp, the webhook and the controller and installs the
+// topology (see procenv.Start): a network provider (VPCs and Subnets; it
+// grants the webhook access to read, record and replay), a compute provider
+// (VirtualMachines, which reference VPCs or Subnets; it grants the webhook
+// read access) and a consumer binding both.
 func start(ctx context.Context, t *testing.T) *setup {
-	env, err := kcpenv.Start()
-	must(t, err)
-	t.Cleanup(func() { _ = env.Stop() })
-	cfg := rest.CopyConfig(env.Config)
-	cfg.QPS, cfg.Burst = 2000, 4000
-	cli, err := clusterclient.New(cfg, client.Options{Scheme: kcpenv.NewScheme()})
-	must(t, err)
-	s := &setup{cli: cli}
-
-	root := core.RootCluster.Path()
-	_, depCtrl := envtest.NewWorkspaceFixture(t, cli, root, envtest.WithNamePrefix("dep-ctrl"))
-	must(t, kcpenv.InstallDependencyAPI(ctx, cli.Cluster(depCtrl)))
-	rbac, err := kcpenv.LoadManifests("config/rbac/webhook")
-	must(t, err)
-	must(t, kcpenv.Apply(ctx, cli.Cluster(depCtrl), rbac...))
-	networkWS, network := envtest.NewWorkspaceFixture(t, cli, root, envtest.WithNamePrefix("network"))
-	must(t, kcpenv.InstallProviderAPI(ctx, cli.Cluster(network), "network.test.io",
-		kcpenv.Resource{Kind: kinds[vpcs.Resource], Plural: vpcs.Resource}, kcpenv.Resource{Kind: kinds[subnets.Resource], Plural: subnets.Resource}))
-	computeWS, compute := envtest.NewWorkspaceFixture(t, cli, root, envtest.WithNamePrefix("compute"))
-	must(t, kcpenv.InstallProviderAPI(ctx, cli.Cluster(compute), "compute.test.io", kcpenv.Resource{Kind: kinds[vms.Resource], Plural: vms.Resource}))
-	for _, p := range []struct {
-		path     logicalcluster.Path
-		provider string
-	}{{network, "network-provider"}, {compute, "compute-provider"}} {
-		grant, err := kcpenv.ReadYAMLFile(filepath.Join(kcpenv.RepoRoot(), "config/samples", p.provider, "webhook-access.yaml"))
-		must(t, err)
-		must(t, kcpenv.Apply(ctx, cli.Cluster(p.path), grant...))
+	e := procenv.Start(ctx, t, procenv.Options{Consumers: []string{"consumer"}})
+	c := e.Consumers[0]
+	s := &setup{
+		env: e, cli: e.Cli, dyn: c.Dyn, raw: c.Raw, consumer: c.Path, compute: e.Compute, network: e.Network,
+		kubectl: []string{filepath.Join(kcpenv.RepoRoot(), "bin", "kubectl"), "--kubeconfig", c.Kubeconfig},
+		webhook: e.Webhook, controller: e.Controller, metrics: e.WebhookMetrics,
 	}
-	for _, p := range []logicalcluster.Path{network, compute} {
-		_, err := kcpenv.BindAPIExport(ctx, cli.Cluster(p), cli.Cluster(depCtrl), depCtrl, kcpenv.DepCtrlExportName)
-		must(t, err)
-	}
-	_, consumer := envtest.NewWorkspaceFixture(t, cli, root, envtest.WithNamePrefix("consumer"))
-	for _, p := range []struct {
-		path logicalcluster.Path
-		name string
-	}{{network, "network.test.io"}, {compute, "compute.test.io"}} {
-		_, err := kcpenv.BindAPIExport(ctx, cli.Cluster(consumer), cli.Cluster(p.path), p.path, p.name)
-		must(t, err)
-	}
-	s.consumer, s.compute, s.network = consumer, compute, network
-	s.clusters = map[string]logicalcluster.Name{
-		network.String(): logicalcluster.Name(networkWS.Spec.Cluster), compute.String(): logicalcluster.Name(computeWS.Spec.Cluster),
-	}
-
-	consumerCfg := rest.CopyConfig(cfg)
-	consumerCfg.Host += consumer.RequestPath()
-	s.dyn, err = dynamic.NewForConfig(consumerCfg)
-	must(t, err)
-	rawCfg := rest.CopyConfig(consumerCfg)
-	rawCfg.APIPath = "/"
-	rawCfg.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
-	s.raw, err = rest.UnversionedRESTClientFor(rawCfg)
-	must(t, err)
-
-	dir := t.TempDir()
-	adminKubeconfig := filepath.Join(dir, "consumer.kubeconfig")
-	writeKubeconfig(t, adminKubeconfig, consumerCfg)
-	s.kubectl = []string{filepath.Join(kcpenv.RepoRoot(), "bin", "kubectl"), "--kubeconfig", adminKubeconfig}
-
-	// The webhook and the controller as processes, each with its own
-	// identity and the RBAC that make deploy gives it; the only replicas, so
-	// they need no election. Marks take effect 5s after an object is seen
-	// unreferenced (production: 2m, above kcp's request timeout), so that
-	// the figures of unreferenced deletes need no long wait.
-	for _, dir := range []string{"config/rbac/webhook", "config/rbac/controller"} {
-		rbac, err := kcpenv.LoadManifests(dir)
-		must(t, err)
-		must(t, kcpenv.Apply(ctx, cli.Cluster(depCtrl), rbac...))
-	}
-	kubeconfig := func(name string) string {
-		user, err := env.AddUser(name)
-		must(t, err)
-		user.Host += depCtrl.RequestPath()
-		path := filepath.Join(dir, name+".kubeconfig")
-		writeKubeconfig(t, path, user)
-		return path
-	}
-	certs := filepath.Join(dir, "certs")
-	ca, err := kcpenv.WriteServingCerts(certs, "127.0.0.1")
-	must(t, err)
-	caFile := filepath.Join(dir, "ca.crt")
-	must(t, os.WriteFile(caFile, ca, 0o600))
-	port, err := kcpenv.FreePort()
-	must(t, err)
-	health, metrics := freeAddr(t), freeAddr(t)
-	s.webhook = &kcpenv.Process{
-		Name: "webhook", Binary: filepath.Join(kcpenv.RepoRoot(), "bin", "webhook"), LogPath: filepath.Join(dir, "webhook.log"), HealthAddr: health,
-		Args: []string{"--kubeconfig=" + kubeconfig("dependency-webhook"), "--bind-address=127.0.0.1", fmt.Sprintf("--port=%d", port), "--cert-dir=" + certs,
-			"--health-probe-bind-address=" + health, "--metrics-bind-address=" + metrics, "--leader-elect=false",
-			"--unreferenced-after=5s", "--marks-interval=2s"},
-	}
-	s.metrics = "http://" + metrics + "/metrics"
-	controllerHealth := freeAddr(t)
-	s.controller = &kcpenv.Process{
-		Name: "controller", Binary: filepath.Join(kcpenv.RepoRoot(), "bin", "controller"), LogPath: filepath.Join(dir, "controller.log"), HealthAddr: controllerHealth,
-		Args: []string{"--kubeconfig=" + kubeconfig("dependency-controller"), fmt.Sprintf("--webhook-url=https://127.0.0.1:%d/validate", port),
-			"--webhook-ca-bundle=" + caFile, "--webhook-timeout-seconds=10", "--leader-elect=false", "--metrics-bind-address=0",
-			"--health-probe-bind-address=" + controllerHealth},
-	}
-	for _, p := range []*kcpenv.Process{s.webhook, s.controller} {
-		must(t, p.Start())
-		t.Cleanup(p.Stop)
-		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-			return p.Ready() == nil, nil
-		}); err != nil {
-			t.Fatalf("the %s is not ready: %v; log:\n%s", p.Name, err, p.LogTail(20))
-		}
-	}
-
 	s.standard = &protection{rules: []*depv1alpha1.DependencyRule{s.rule("vm-to-vpc", vms, vpcs, ".spec.vpcRef.name", depv1alpha1.DeletionPolicyDeny)}}
 	return s
 }
@@ -504,18 +393,10 @@ func (s *setup) counter(t *testing.T, series string) float64 {
 
 // lookup returns the value of a series of the webhook's metrics.
 func (s *setup) lookup(t *testing.T, series string) (float64, bool) {
-	resp, err := http.Get(s.metrics)
+	m, err := procenv.Scrape(s.metrics)
 	must(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	must(t, err)
-	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindSubmatch(body)
-	if m == nil {
-		return 0, false
-	}
-	v, err := strconv.ParseFloat(string(m[1]), 64)
-	must(t, err)
-	return v, true
+	v, ok := m[series]
+	return v, ok
 }
 
 // usage is the webhook's memory: its resident set size and its live Go heap
@@ -524,21 +405,13 @@ type usage struct {
 	rss, heap float64
 }
 
-var vmRSS = regexp.MustCompile(`VmRSS:\s+(\d+) kB`)
-
 // memory returns the webhook's memory, after its runtime had a moment to
 // collect garbage and return freed memory.
 func (s *setup) memory(t *testing.T) usage {
 	time.Sleep(5 * time.Second)
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.webhook.Pid()))
+	rss, err := procenv.RSS(s.webhook.Pid())
 	must(t, err)
-	m := vmRSS.FindSubmatch(status)
-	if m == nil {
-		t.Fatal("no VmRSS in /proc/<pid>/status")
-	}
-	kb, err := strconv.ParseInt(string(m[1]), 10, 64)
-	must(t, err)
-	return usage{rss: float64(kb << 10), heap: s.metric(t, "go_gc_heap_live_bytes")}
+	return usage{rss: rss, heap: s.metric(t, "go_gc_heap_live_bytes")}
 }
 
 func vmSpec(vpc string) map[string]any {
@@ -555,15 +428,6 @@ func createObjects(t *testing.T, dyn dynamic.Interface, gvr schema.GroupVersionR
 		_, err := dyn.Resource(gvr).Namespace(ns).Create(context.Background(), newObject(gvr, ns, name, spec), metav1.CreateOptions{})
 		return err
 	}))
-}
-
-// newObject returns an object of gvr (a test resource) to create.
-func newObject(gvr schema.GroupVersionResource, ns, name string, spec map[string]any) *unstructured.Unstructured {
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": gvr.GroupVersion().String(), "kind": kinds[gvr.Resource],
-		"metadata": map[string]any{"name": name, "namespace": ns, "labels": map[string]any{"app": "web", "tier": "frontend"}},
-		"spec":     spec,
-	}}
 }
 
 // parallel calls f(0) to f(n-1) with the given number of workers and returns
@@ -634,21 +498,6 @@ func measure(t *testing.T, f func() error) string {
 	slices.Sort(d)
 	ms := func(x time.Duration) string { return fmt.Sprintf("%.1f", float64(x.Microseconds())/1000) }
 	return ms(d[len(d)/2]) + " / " + ms(d[len(d)*99/100])
-}
-
-func freeAddr(t *testing.T) string {
-	port, err := kcpenv.FreePort()
-	must(t, err)
-	return fmt.Sprintf("127.0.0.1:%d", port)
-}
-
-func writeKubeconfig(t *testing.T, path string, cfg *rest.Config) {
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["kcp"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData, InsecureSkipTLSVerify: cfg.Insecure}
-	kc.AuthInfos["user"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
-	kc.Contexts["kcp"] = &clientcmdapi.Context{Cluster: "kcp", AuthInfo: "user"}
-	kc.CurrentContext = "kcp"
-	must(t, clientcmd.WriteToFile(*kc, path))
 }
 
 func tail(out []byte) string {

@@ -24,6 +24,7 @@ import (
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
+	"github.com/opendefensecloud/dependency-controller/test/procenv"
 )
 
 // protection is a set of rules; the controller installs the webhook
@@ -37,29 +38,7 @@ type protection struct {
 // rule returns a rule in the workspace of the dependent's provider: the
 // dependent references target by name at path.
 func (s *setup) rule(name string, dependent, target schema.GroupVersionResource, path string, policy depv1alpha1.DeletionPolicy) *depv1alpha1.DependencyRule {
-	return &depv1alpha1.DependencyRule{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{
-			logicalcluster.AnnotationKey: s.clusters[s.provider(dependent).String()].String(),
-		}},
-		Spec: depv1alpha1.DependencyRuleSpec{
-			Dependent: depv1alpha1.DependentResource{APIExportName: dependent.Group, Group: dependent.Group, Version: dependent.Version,
-				Kind: kinds[dependent.Resource], Resource: dependent.Resource},
-			Dependencies: []depv1alpha1.Dependency{{
-				APIExportRef: depv1alpha1.APIExportReference{Path: s.provider(target).String(), Name: target.Group},
-				Group:        target.Group, Version: target.Version, Resource: target.Resource,
-				FieldRef: depv1alpha1.FieldReference{Path: path},
-			}},
-			DeletionPolicy: policy,
-		},
-	}
-}
-
-// provider returns the workspace of the provider that exports gvr.
-func (s *setup) provider(gvr schema.GroupVersionResource) logicalcluster.Path {
-	if gvr.Group == vms.Group {
-		return s.compute
-	}
-	return s.network
+	return s.env.Rule(name, dependent, target, path, policy)
 }
 
 // protect replaces the active protection with p (nil: no rules) and, for a
@@ -154,8 +133,4 @@ func refSpec(path, name string) map[string]any {
 
 // serverCopy returns a copy of a rule to send to the server, without the
 // kcp.io/cluster annotation that the server sets.
-func serverCopy(r *depv1alpha1.DependencyRule) *depv1alpha1.DependencyRule {
-	r = r.DeepCopy()
-	delete(r.Annotations, logicalcluster.AnnotationKey)
-	return r
-}
+var serverCopy = procenv.ServerCopy
