@@ -90,6 +90,9 @@ type Options struct {
 	// OnRetry, if set, is called with the cause (see RetryCause) each time
 	// Confirm or Lookup retries a read.
 	OnRetry func(cause string)
+	// OnRead, if set, is called with how each live read of a scope was
+	// answered (ReadListed, ReadCaughtUp).
+	OnRead func(how string)
 	// Shards, if set, are the base URLs of the shards whose virtual
 	// workspaces the index reads (see sources.Config.Shards); ShardName
 	// names them in messages. Empty: every shard.
@@ -122,6 +125,7 @@ type Index struct {
 	readers *vw.Readers
 	opts    Options
 	reads   *live.Reads
+	now     func() time.Time
 
 	lock    sync.Mutex
 	ctx     context.Context
@@ -149,13 +153,14 @@ func New(cfg *rest.Config, frontProxy string, opts Options) (*Index, error) {
 		watches: map[Source]*running{},
 		changed: make(chan struct{}, 1),
 		updates: make(chan struct{}, 1),
+		now:     time.Now,
 	}
 	ix.cfg = sources.Config{
 		Clients: clients, FrontProxy: frontProxy, Readers: ix.readers,
 		PollInterval: opts.PollInterval, Identity: opts.Identity, Notify: ix.notify, Changed: ix.updated,
 		Shards: opts.Shards,
 	}
-	ix.reads = live.New(ix.readScope, opts.ReadTimeout)
+	ix.reads = live.New(ix.readScope, ix.catchUp, opts.ReadTimeout)
 	return ix, nil
 }
 

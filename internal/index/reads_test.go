@@ -14,6 +14,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/kcp-dev/logicalcluster/v3"
 
@@ -495,5 +496,79 @@ func TestServes(t *testing.T) {
 	err := some.Serves(ctx, testSource, "c3")
 	if !errors.Is(err, ErrNotServed) || !strings.Contains(err.Error(), "shard-1 (https://shard-1)") {
 		t.Errorf("c3, on another shard: %v", err)
+	}
+}
+
+// A live read is answered from the index when the index has caught up with
+// the scope's current resourceVersion on a busy shard, and listed
+// otherwise: the shard's list and the index disagree, so the answer shows
+// which was used.
+func TestConfirmAnswersFromAnIndexThatCaughtUp(t *testing.T) {
+	const listed = `{"metadata":{"resourceVersion":"100"},"items":[{"metadata":{"name":"vm-listed","namespace":"default","uid":"l1"},"spec":{"vpcRef":{"name":"vpc-a"}}}]}`
+	probe := "/clusters/c1/apis/compute.io/v1/namespaces/default/virtualmachines?limit=1"
+	list := "/clusters/c1/apis/compute.io/v1/namespaces/default/virtualmachines?"
+	tests := []struct {
+		name string
+		// indexedAt is the resourceVersion of the index's list, advancedTo
+		// that of an event stored 50ms after Confirm was called, if set.
+		indexedAt, advancedTo string
+		idle                  bool
+		state                 Phase
+		paths                 []fieldpath.Reference
+		wantFrom              string
+		wantRequests          []string
+	}{
+		{name: "caught up", indexedAt: "100", wantFrom: "vm-indexed", wantRequests: []string{probe}},
+		{name: "ahead", indexedAt: "120", wantFrom: "vm-indexed", wantRequests: []string{probe}},
+		{name: "catches up while waiting", indexedAt: "90", advancedTo: "101", wantFrom: "vm-indexed", wantRequests: []string{probe}},
+		{name: "does not catch up in time", indexedAt: "90", wantFrom: "vm-listed", wantRequests: []string{probe, list}},
+		{name: "an event of a lower version does not count", indexedAt: "90", advancedTo: "80", wantFrom: "vm-listed", wantRequests: []string{probe, list}},
+		{name: "idle shard", indexedAt: "100", idle: true, wantFrom: "vm-listed", wantRequests: []string{list}},
+		{name: "version that is not a number", indexedAt: "abc", wantFrom: "vm-listed", wantRequests: []string{list}},
+		{name: "source syncing", indexedAt: "100", state: PhaseSyncing, wantFrom: "vm-listed", wantRequests: []string{list}},
+		{name: "path not indexed", indexedAt: "100", paths: []fieldpath.Reference{vpcRef, nics}, wantFrom: "vm-listed", wantRequests: []string{list}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			shard := &fakeShard{clusters: map[string]string{"c1": listed}}
+			var reads []string
+			ix, w := routedIndex(t, true, Options{OnRead: func(how string) { reads = append(reads, how) }}, shard)
+			state := tt.state
+			if state == "" {
+				state = PhaseSynced
+			}
+			w.setState(State{Phase: state, Namespaced: true})
+			if tt.idle {
+				ix.now = func() time.Time { return time.Now().Add(2 * catchUpBusy) }
+			}
+			shardStore := w.store.ForShard(w.urls[0], func() {})
+			if err := shardStore.Replace([]any{dependent(t, w.paths, "c1", "default/vm-indexed", `{"vpcRef":{"name":"vpc-a"}}`, false)}, tt.indexedAt); err != nil {
+				t.Fatal(err)
+			}
+			if tt.advancedTo != "" {
+				go func() {
+					time.Sleep(50 * time.Millisecond)
+					shardStore.(cache.ResourceVersionUpdater).UpdateResourceVersion(tt.advancedTo)
+				}()
+			}
+			paths := tt.paths
+			if paths == nil {
+				paths = []fieldpath.Reference{vpcRef}
+			}
+			deps, _, err := ix.Confirm(context.Background(), testSource, paths, "c1", "default", "vpc-a")
+			if err != nil || len(deps) != 1 || deps[0].Name != tt.wantFrom {
+				t.Errorf("Confirm() = %v, %v; want %s", deps, err, tt.wantFrom)
+			}
+			if got := shard.requested(); !reflect.DeepEqual(got, tt.wantRequests) {
+				t.Errorf("requests = %q, want %q", got, tt.wantRequests)
+			}
+			wantHow := ReadListed
+			if tt.wantFrom == "vm-indexed" {
+				wantHow = ReadCaughtUp
+			}
+			if len(reads) != 1 || reads[0] != wantHow {
+				t.Errorf("OnRead got %q, want [%s]", reads, wantHow)
+			}
+		})
 	}
 }

@@ -18,6 +18,7 @@ type Metrics struct {
 	rules     prometheus.GaugeFunc
 	indexed   prometheus.GaugeFunc
 	retries   *prometheus.CounterVec
+	reads     *prometheus.CounterVec
 	refChecks *prometheus.CounterVec
 	deferrals *prometheus.CounterVec
 	replays   *prometheus.CounterVec
@@ -80,6 +81,10 @@ func NewMetrics(rules, indexed func() int, sources func() []index.SourceStatus) 
 			Name: "dependency_webhook_read_retries_total",
 			Help: "Live reads of dependents or referenced objects retried within a request, by cause: too-many-requests, unavailable (e.g. storage is (re)initializing), timeout, etcd-leader-changed, gateway, retry-after, connection, not-inspected, refused.",
 		}, []string{"cause"}),
+		reads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dependency_webhook_live_reads_total",
+			Help: "Live reads of the dependents of a scope for DELETE decisions that the index could not take at once (shared by the decisions waiting for the same scope), by how they were answered: list (a consistent LIST of the scope) or index (the index, once it had caught up with the scope's current resourceVersion).",
+		}, []string{"how"}),
 		refChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dependency_webhook_reference_checks_total",
 			Help: "Admission decisions on CREATE and UPDATE requests of dependents, by outcome: allowed, denied (a new reference to an object that is being deleted) or error (request malformed, rules not loaded, or the referenced object could not be read).",
@@ -107,7 +112,7 @@ func NewMetrics(rules, indexed func() int, sources func() []index.SourceStatus) 
 
 // collectors are the metrics one by one.
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.decisions, m.latency, m.scanned, m.rules, m.indexed, m.retries, m.refChecks, m.deferrals, m.replays, m.marked, m.unmarked, m.sources}
+	return []prometheus.Collector{m.decisions, m.latency, m.scanned, m.rules, m.indexed, m.retries, m.reads, m.refChecks, m.deferrals, m.replays, m.marked, m.unmarked, m.sources}
 }
 
 // Describe implements prometheus.Collector.
@@ -150,6 +155,14 @@ func (m *Metrics) Unmarked(reason string) {
 func (m *Metrics) Retried(cause string) {
 	if m != nil {
 		m.retries.WithLabelValues(cause).Inc()
+	}
+}
+
+// Read counts a live read of a scope, by how it was answered; pass it as
+// the index's OnRead.
+func (m *Metrics) Read(how string) {
+	if m != nil {
+		m.reads.WithLabelValues(how).Inc()
 	}
 }
 

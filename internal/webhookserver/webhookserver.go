@@ -125,6 +125,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 		Identity:     identity(ctx, cfg),
 		ReadTimeout:  opts.RequestTimeout,
 		OnRetry:      func(cause string) { metrics.Retried(cause) },
+		OnRead:       func(how string) { metrics.Read(how) },
 		Shards:       opts.ShardURLs,
 		ShardName:    opts.ShardName,
 	})

@@ -4,7 +4,9 @@
 // that need the same scope while a read of it is in flight share the next
 // read, which starts once the current one has finished: a burst of deletes
 // in one namespace costs two reads, not one per delete, and no decision
-// relies on a read that started before it asked.
+// relies on a read that started before it asked. A read can be answered
+// without listing (see CatchUpFunc): the index, once it has caught up with
+// the scope's current resourceVersion, holds what the LIST would return.
 package live
 
 import (
@@ -37,9 +39,20 @@ type Scope struct {
 // It returns how the read ended; visit's errors end it too.
 type ReadFunc func(ctx context.Context, scope Scope, visit func(item []byte) error) error
 
+// Answer returns the dependents that reference the object named name in
+// namespace at one of paths, as found by a read (see CatchUpFunc).
+type Answer func(paths []fieldpath.Reference, namespace, name string) []kcp.Meta
+
+// CatchUpFunc answers in place of a read of a scope: it returns how to find
+// the dependents of the scope as a consistent LIST started now would see
+// them, or nil (and the scope is listed). An error is not a decision's: the
+// scope is listed.
+type CatchUpFunc func(ctx context.Context, scope Scope, paths []fieldpath.Reference) (Answer, error)
+
 // Reads are the live reads of all scopes.
 type Reads struct {
 	read    ReadFunc
+	catchUp CatchUpFunc
 	timeout time.Duration
 
 	lock   sync.Mutex
@@ -49,11 +62,14 @@ type Reads struct {
 // New returns Reads that read with read, each read bounded by timeout
 // (DefaultTimeout if not positive): no decision waits for a read longer
 // than it may wait itself, so this only ends reads nobody waits for.
-func New(read ReadFunc, timeout time.Duration) *Reads {
+//
+// If catchUp is set, each read first asks it, and lists the scope only if
+// it cannot answer.
+func New(read ReadFunc, catchUp CatchUpFunc, timeout time.Duration) *Reads {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	return &Reads{read: read, timeout: timeout, scopes: map[Scope]*scopeReads{}}
+	return &Reads{read: read, catchUp: catchUp, timeout: timeout, scopes: map[Scope]*scopeReads{}}
 }
 
 // scopeReads are the reads of one scope: at most one in flight and one
@@ -77,6 +93,8 @@ type read struct {
 	found   []hit
 	scanned int
 	err     error
+	// answer, if set, answers instead of found: the read was not needed.
+	answer Answer
 }
 
 // hit is a dependent that a read found holding a reference to value (in
@@ -104,6 +122,9 @@ func (rs *Reads) Confirm(ctx context.Context, scope Scope, paths []fieldpath.Ref
 	}
 	if r.err != nil {
 		return nil, r.scanned, r.err
+	}
+	if r.answer != nil {
+		return r.answer(paths, namespace, name), 0, nil
 	}
 	var hits []kcp.Meta
 	for _, h := range r.found {
@@ -169,6 +190,12 @@ func (rs *Reads) list(scope Scope, r *read) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), rs.timeout)
 	defer cancel()
+	if rs.catchUp != nil {
+		if answer, err := rs.catchUp(ctx, scope, r.paths); err == nil && answer != nil {
+			r.answer = answer
+			return
+		}
+	}
 	r.err = rs.read(ctx, scope, func(item []byte) error {
 		r.scanned++
 		return r.match(item, scope.Cluster)

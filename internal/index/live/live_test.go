@@ -109,7 +109,7 @@ func confirm(rs *Reads, scope Scope, paths []fieldpath.Reference, name string) c
 func TestConcurrentConfirmationsShareTheNextRead(t *testing.T) {
 	g := newGatedReads()
 	g.add("vm-a", "vpc-a")
-	rs := New(g.read, 0)
+	rs := New(g.read, nil, 0)
 	paths := []fieldpath.Reference{vpcRef}
 
 	first := confirm(rs, c1Default, paths, "vpc-a")
@@ -163,7 +163,7 @@ func TestReadsOfOtherScopesAreApart(t *testing.T) {
 	g := newGatedReads()
 	g.add("vm-a", "vpc-a")
 	t.Cleanup(func() { close(g.release) })
-	rs := New(g.read, 0)
+	rs := New(g.read, nil, 0)
 	paths := []fieldpath.Reference{vpcRef}
 	hung := confirm(rs, c1Default, paths, "vpc-a")
 	<-g.started
@@ -201,7 +201,7 @@ func TestConfirmMatchesNamesAndPaths(t *testing.T) {
 	}
 	g := newGatedReads()
 	g.items = items
-	rs := New(g.read, 0)
+	rs := New(g.read, nil, 0)
 	first := confirm(rs, c1Default, []fieldpath.Reference{vpcRef}, "unrelated")
 	<-g.started
 	// These share the next read, which looks for vpc-a and vpc-b at both
@@ -283,7 +283,7 @@ func TestAFailedReadFailsItsCalls(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rs := New(tt.read, time.Second)
+			rs := New(tt.read, nil, time.Second)
 			deps, scanned, err := rs.Confirm(context.Background(), c1Default, []fieldpath.Reference{vpcRef}, c1Default.Namespace, "vpc-a")
 			if !tt.wantErr(err) || deps != nil || scanned != tt.wantScanned {
 				t.Errorf("Confirm() = %v, %d, %v", deps, scanned, err)
@@ -299,7 +299,7 @@ func TestAFailedReadFailsItsCalls(t *testing.T) {
 	// Only a dependent that holds the name is decoded.
 	rs := New(func(_ context.Context, _ Scope, visit func([]byte) error) error {
 		return visit([]byte(`{"metadata":{"name":1},"spec":{"vpcRef":{"name":"vpc-b"}}}`))
-	}, time.Second)
+	}, nil, time.Second)
 	if deps, scanned, err := rs.Confirm(context.Background(), c1Default, []fieldpath.Reference{vpcRef}, c1Default.Namespace, "vpc-a"); err != nil || deps != nil || scanned != 1 {
 		t.Errorf("Confirm() with a malformed dependent that does not hold the name = %v, %d, %v", deps, scanned, err)
 	}
@@ -308,7 +308,7 @@ func TestAFailedReadFailsItsCalls(t *testing.T) {
 // A caller whose request is cancelled stops waiting for the read.
 func TestConfirmStopsWaitingWhenTheRequestIsDone(t *testing.T) {
 	g := newGatedReads()
-	rs := New(g.read, 0)
+	rs := New(g.read, nil, 0)
 	t.Cleanup(func() { close(g.release) })
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
@@ -345,7 +345,7 @@ func TestAHungReadEndsAtTheReadTimeout(t *testing.T) {
 	g.add("vm-a", "vpc-a")
 	t.Cleanup(func() { close(g.release) })
 	const timeout = 200 * time.Millisecond
-	rs := New(g.read, timeout)
+	rs := New(g.read, nil, timeout)
 	paths := []fieldpath.Reference{vpcRef}
 
 	hung := confirm(rs, c1Default, paths, "vpc-a")
@@ -368,11 +368,11 @@ func TestAHungReadEndsAtTheReadTimeout(t *testing.T) {
 
 func TestDefaultTimeout(t *testing.T) {
 	for _, timeout := range []time.Duration{0, -time.Second} {
-		if rs := New(nil, timeout); rs.timeout != DefaultTimeout {
+		if rs := New(nil, nil, timeout); rs.timeout != DefaultTimeout {
 			t.Errorf("New(%s).timeout = %s, want %s", timeout, rs.timeout, DefaultTimeout)
 		}
 	}
-	if rs := New(nil, time.Second); rs.timeout != time.Second {
+	if rs := New(nil, nil, time.Second); rs.timeout != time.Second {
 		t.Errorf("New(1s).timeout = %s", rs.timeout)
 	}
 }
@@ -424,7 +424,7 @@ func BenchmarkConfirm(b *testing.B) {
 		rs := New(func(ctx context.Context, scope Scope, visit func([]byte) error) error {
 			_, err := r.List(ctx, vw.ResourcePath(scope.Cluster.Path(), scope.Source.Resource, scope.Namespace), nil, visit)
 			return err
-		}, 0)
+		}, nil, 0)
 		// confirm may run on other goroutines than the benchmark's.
 		confirm := func(b *testing.B, name string) {
 			deps, scanned, err := rs.Confirm(context.Background(), scope, paths, scope.Namespace, name)
@@ -453,5 +453,54 @@ func BenchmarkConfirm(b *testing.B) {
 			b.ReportMetric(float64(reads.Load())/float64(decisions), "reads/decision")
 		})
 		srv.Close()
+	}
+}
+
+// A read asks the catch-up first: an answer replaces the read (each caller
+// gets the answer for its own name and paths), no answer or an error lets
+// the scope be listed.
+func TestCatchUpAnswersInsteadOfTheRead(t *testing.T) {
+	indexed := func(paths []fieldpath.Reference, namespace, name string) []kcp.Meta {
+		if name == "vpc-a" && namespace == "default" && slices.Equal(paths, []fieldpath.Reference{vpcRef}) {
+			return []kcp.Meta{vmOf("vm-indexed")}
+		}
+		return nil
+	}
+	tests := []struct {
+		name        string
+		answer      Answer
+		err         error
+		wantDeps    []kcp.Meta
+		wantScanned int
+		wantReads   int
+	}{
+		{name: "answered", answer: indexed, wantDeps: []kcp.Meta{vmOf("vm-indexed")}, wantScanned: 0, wantReads: 0},
+		{name: "declined", wantDeps: []kcp.Meta{vmOf("vm-listed")}, wantScanned: 1, wantReads: 1},
+		{name: "failed", answer: indexed, err: errors.New("probe failed"), wantDeps: []kcp.Meta{vmOf("vm-listed")}, wantScanned: 1, wantReads: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := newGatedReads()
+			close(g.release)
+			g.add("vm-listed", "vpc-a")
+			var asked []Scope
+			rs := New(g.read, func(_ context.Context, scope Scope, paths []fieldpath.Reference) (Answer, error) {
+				asked = append(asked, scope)
+				if !slices.Equal(paths, []fieldpath.Reference{vpcRef}) {
+					t.Errorf("catch-up asked for paths %v", paths)
+				}
+				return tt.answer, tt.err
+			}, 0)
+			deps, scanned, err := rs.Confirm(context.Background(), c1Default, []fieldpath.Reference{vpcRef}, "default", "vpc-a")
+			if err != nil || scanned != tt.wantScanned || !reflect.DeepEqual(deps, tt.wantDeps) {
+				t.Errorf("Confirm() = %v, %d, %v; want %v, %d", deps, scanned, err, tt.wantDeps, tt.wantScanned)
+			}
+			if n := g.reads(); n != tt.wantReads {
+				t.Errorf("%d reads, want %d", n, tt.wantReads)
+			}
+			if !slices.Equal(asked, []Scope{c1Default}) {
+				t.Errorf("catch-up asked for %v", asked)
+			}
+		})
 	}
 }

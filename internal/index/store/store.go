@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 	"unique"
 
 	"github.com/google/uuid"
@@ -122,13 +123,18 @@ type Store struct {
 	count map[logicalcluster.Name]int
 	// changed, if not nil, is called after every change, without the lock.
 	changed func()
+
+	// plock guards progress, by shard URL.
+	plock    sync.Mutex
+	progress map[string]*progress
+	now      func() time.Time
 }
 
 // New returns an empty store that calls changed (if not nil) after every
 // change of its contents.
 func New(changed func()) *Store {
 	return &Store{objects: map[string]map[objKey]*entry{}, refs: map[refKey][]*entry{}, shardOf: map[logicalcluster.Name]string{},
-		count: map[logicalcluster.Name]int{}, changed: changed}
+		count: map[logicalcluster.Name]int{}, changed: changed, progress: map[string]*progress{}, now: time.Now}
 }
 
 // notify calls the changed hook.
@@ -287,8 +293,9 @@ func (s *Store) unlink(e *entry) {
 // DropShard removes everything of a shard, whose reflector has stopped.
 func (s *Store) DropShard(shard string) {
 	s.lock.Lock()
-	defer s.lock.Unlock()
 	s.dropShard(shard)
+	s.lock.Unlock()
+	s.dropProgress(shard)
 }
 
 // dropShard removes everything of a shard. Callers hold the lock.
@@ -362,7 +369,10 @@ type shardStore struct {
 	synced func()
 }
 
-var _ cache.ReflectorStore = &shardStore{}
+var (
+	_ cache.ReflectorStore         = &shardStore{}
+	_ cache.ResourceVersionUpdater = &shardStore{}
+)
 
 func asObject(obj any) (*Object, error) {
 	o, ok := obj.(*Object)
@@ -403,8 +413,9 @@ func (s *shardStore) Delete(obj any) error {
 	return nil
 }
 
-// Replace implements cache.ReflectorStore: the shard's complete list.
-func (s *shardStore) Replace(list []any, _ string) error {
+// Replace implements cache.ReflectorStore: the shard's complete list, at
+// resourceVersion.
+func (s *shardStore) Replace(list []any, resourceVersion string) error {
 	entries := make([]*entry, 0, len(list))
 	for _, obj := range list {
 		o, err := asObject(obj)
@@ -419,9 +430,16 @@ func (s *shardStore) Replace(list []any, _ string) error {
 		s.store.put(s.shard, e)
 	}
 	s.store.lock.Unlock()
+	s.store.setProgress(s.shard, resourceVersion, true)
 	s.synced()
 	s.store.notify()
 	return nil
+}
+
+// UpdateResourceVersion implements cache.ResourceVersionUpdater: the
+// reflector calls it after each event and bookmark it stored.
+func (s *shardStore) UpdateResourceVersion(resourceVersion string) {
+	s.store.setProgress(s.shard, resourceVersion, false)
 }
 
 // Resync implements cache.ReflectorStore.
