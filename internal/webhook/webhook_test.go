@@ -264,6 +264,47 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 		expectDeletable(ctx, consumer, vpcGVR, "vpc-a")
 	})
 
+	It("answers confirming reads from the index while VMs keep changing, and still sees every VM created before the DELETE", func(ctx context.Context) {
+		By("creating and deleting unrelated VMs in the background, so that the index's watch of VMs is busy")
+		churnCtx, stopChurn := context.WithCancel(ctx)
+		churned := make(chan struct{})
+		go func() {
+			defer GinkgoRecover()
+			defer close(churned)
+			for i := 0; churnCtx.Err() == nil; i++ {
+				name := fmt.Sprintf("churn-%d", i)
+				if err := cli.Cluster(consumer).Create(churnCtx, newObject(vmGVR, "default", name, map[string]any{"vpcRef": map[string]any{"name": "nothing"}})); err == nil {
+					_ = deleteObject(churnCtx, cli.Cluster(consumer), vmGVR, "default", name)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}()
+		DeferCleanup(func() {
+			stopChurn()
+			<-churned
+		})
+		// Wait until the index has seen the churn.
+		time.Sleep(time.Second)
+
+		before, err := wh.LiveReads("index")
+		Expect(err).NotTo(HaveOccurred())
+		for i := range 20 {
+			vpc, free, vm := fmt.Sprintf("busy-vpc-%d", i), fmt.Sprintf("free-vpc-%d", i), fmt.Sprintf("busy-vm-%d", i)
+			create(ctx, consumer, newObject(vpcGVR, "default", vpc, nil))
+			create(ctx, consumer, newObject(vpcGVR, "default", free, nil))
+			create(ctx, consumer, newObject(vmGVR, "default", vm, map[string]any{"vpcRef": map[string]any{"name": vpc}}))
+			// The first answer counts: no retries.
+			err := deleteObject(ctx, cli.Cluster(consumer), vpcGVR, "default", vpc)
+			Expect(apierrors.IsForbidden(err)).To(BeTrue(), "deleting %s, which %s references: %v", vpc, vm, err)
+			Expect(err.Error()).To(ContainSubstring("VirtualMachine/default/" + vm))
+			Expect(deleteObject(ctx, cli.Cluster(consumer), vpcGVR, "default", free)).To(Succeed(), "deleting %s, which nothing references", free)
+		}
+		after, err := wh.LiveReads("index")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(after).To(BeNumerically(">", before), "no read was answered from the index")
+		GinkgoWriter.Printf("reads answered from the index: %.0f\n", after-before)
+	})
+
 	It("leaves another consumer unaffected", func(ctx context.Context) {
 		create(ctx, consumer, newObject(vpcGVR, "default", "shared-name", nil))
 		create(ctx, consumer, newObject(vmGVR, "default", "vm-shared", map[string]any{"vpcRef": map[string]any{"name": "shared-name"}}))

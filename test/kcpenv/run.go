@@ -158,43 +158,43 @@ func (w *Webhook) Decided() (float64, error) {
 // outcome (allowed, denied, ...) and reached via the index or a live read
 // ("index", "live").
 func (w *Webhook) Decisions(outcome, via string) (float64, error) {
-	families, err := w.Metrics.Gather()
-	if err != nil {
-		return 0, err
-	}
-	for _, f := range families {
-		if f.GetName() != "dependency_webhook_decisions_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["outcome"] == outcome && labels["via"] == via {
-				return m.GetCounter().GetValue(), nil
-			}
-		}
-	}
-	return 0, nil
+	return w.Counter("dependency_webhook_decisions_total", map[string]string{"outcome": outcome, "via": via})
 }
 
 // Replayed returns how many attempts to replay a deferred deletion had the
 // result (deleted, refused, cancelled, error).
 func (w *Webhook) Replayed(result string) (float64, error) {
+	return w.Counter("dependency_webhook_deletions_replayed_total", map[string]string{"result": result})
+}
+
+// LiveReads returns how many live reads of dependents were answered how
+// ("list" or "index").
+func (w *Webhook) LiveReads(how string) (float64, error) {
+	return w.Counter("dependency_webhook_live_reads_total", map[string]string{"how": how})
+}
+
+// Counter returns the value of the series of counter name whose labels
+// include labels (0 if there is none yet).
+func (w *Webhook) Counter(name string, labels map[string]string) (float64, error) {
 	families, err := w.Metrics.Gather()
 	if err != nil {
 		return 0, err
 	}
 	for _, f := range families {
-		if f.GetName() != "dependency_webhook_deletions_replayed_total" {
+		if f.GetName() != name {
 			continue
 		}
 		for _, m := range f.GetMetric() {
+			has := map[string]string{}
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "result" && l.GetValue() == result {
-					return m.GetCounter().GetValue(), nil
-				}
+				has[l.GetName()] = l.GetValue()
+			}
+			matches := true
+			for k, v := range labels {
+				matches = matches && has[k] == v
+			}
+			if matches {
+				return m.GetCounter().GetValue(), nil
 			}
 		}
 	}
