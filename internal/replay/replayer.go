@@ -259,10 +259,11 @@ func (r *Replayer) next(ctx context.Context, queue workqueue.TypedRateLimitingIn
 	return true
 }
 
-// replay tries to delete one object whose deletion is deferred: it reads
-// the object, and deletes it if it still carries the label, with the
-// resourceVersion and UID it read as preconditions, so that a label removed
-// meanwhile cancels the deletion.
+// replay tries to delete one object whose deletion is deferred, with the
+// UID and resourceVersion in which the listing saw it recorded as
+// preconditions, so that a label removed meanwhile cancels the deletion.
+// Only when that version is out of date (a conflict) does it read the
+// object, and delete it if it still carries the label.
 func (r *Replayer) replay(ctx context.Context, k key) (string, error) {
 	r.lock.Lock()
 	d, ok := r.pending[k]
@@ -276,44 +277,73 @@ func (r *Replayer) replay(ctx context.Context, k key) (string, error) {
 	defer cancel()
 	logger := log.FromContext(ctx).WithValues("resource", k.src, "cluster", k.cluster, "namespace", k.namespace, "name", k.name)
 
+	obj := d.meta
+	for read := false; ; read = true {
+		if read || obj.UID == "" || obj.ResourceVersion == "" {
+			found, err := r.lookup(ctx, k)
+			if err != nil {
+				return ResultError, fmt.Errorf("failed to read the object: %w", err)
+			}
+			switch {
+			case found == nil || found.Terminating:
+				r.drop(k)
+				return ResultDeleted, nil
+			case !found.DeletionRequested:
+				r.drop(k)
+				logger.Info("Deferred deletion cancelled")
+				return ResultCancelled, nil
+			}
+			obj, read = *found, true
+			r.remember(k, obj)
+		}
+		opts := metav1.DeleteOptions{
+			Preconditions:     &metav1.Preconditions{UID: &obj.UID, ResourceVersion: &obj.ResourceVersion},
+			PropagationPolicy: d.policy,
+		}
+		err := r.index.Delete(ctx, k.src, k.cluster, k.namespace, k.name, opts)
+		switch {
+		case err == nil, apierrors.IsNotFound(err):
+			r.drop(k)
+			logger.V(1).Info("Replayed a deferred deletion")
+			return ResultDeleted, nil
+		case apierrors.IsConflict(err) && !read:
+			// Changed since it was listed (perhaps the label was
+			// removed): read it, and try again with what it is now.
+			continue
+		case apierrors.IsConflict(err):
+			// Changed since it was read: read it again later.
+			return ResultRefused, nil
+		case apierrors.IsForbidden(err):
+			logger.V(1).Info("Replayed deletion refused; trying again later", "reason", err.Error())
+			return ResultRefused, nil
+		}
+		return ResultError, fmt.Errorf("failed to delete the object: %w", err)
+	}
+}
+
+// lookup reads the object of a deferred deletion live; nil if it is gone.
+func (r *Replayer) lookup(ctx context.Context, k key) (*kcp.Meta, error) {
 	found, err := r.index.Lookup(ctx, k.src, k.cluster, k.namespace, k.name)
 	if err != nil {
-		return ResultError, fmt.Errorf("failed to read the object: %w", err)
+		return nil, err
 	}
-	var obj *kcp.Meta
 	for i := range found {
 		if found[i].Namespace == k.namespace && found[i].Name == k.name {
-			obj = &found[i]
+			return &found[i], nil
 		}
 	}
-	switch {
-	case obj == nil || obj.Terminating:
-		r.drop(k)
-		return ResultDeleted, nil
-	case !obj.DeletionRequested:
-		r.drop(k)
-		logger.Info("Deferred deletion cancelled")
-		return ResultCancelled, nil
+	return nil, nil
+}
+
+// remember keeps the state of a deferred deletion that was read, for the
+// next attempt, unless a listing dropped it meanwhile.
+func (r *Replayer) remember(k key, obj kcp.Meta) {
+	r.lock.Lock()
+	defer r.lock.Unlock()
+	if d, ok := r.pending[k]; ok {
+		d.meta = obj
+		r.pending[k] = d
 	}
-	opts := metav1.DeleteOptions{
-		Preconditions:     &metav1.Preconditions{UID: &obj.UID, ResourceVersion: &obj.ResourceVersion},
-		PropagationPolicy: d.policy,
-	}
-	err = r.index.Delete(ctx, k.src, k.cluster, k.namespace, k.name, opts)
-	switch {
-	case err == nil, apierrors.IsNotFound(err):
-		r.drop(k)
-		logger.V(1).Info("Replayed a deferred deletion")
-		return ResultDeleted, nil
-	case apierrors.IsConflict(err):
-		// Changed since it was read (perhaps the label was removed): read
-		// it again.
-		return ResultRefused, nil
-	case apierrors.IsForbidden(err):
-		logger.V(1).Info("Replayed deletion refused; trying again later", "reason", err.Error())
-		return ResultRefused, nil
-	}
-	return ResultError, fmt.Errorf("failed to delete the object: %w", err)
 }
 
 // drop forgets a deferred deletion.

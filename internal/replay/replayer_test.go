@@ -40,11 +40,13 @@ type fakeIndex struct {
 	lock    sync.Mutex
 	objects map[string]*object
 	deletes []string
+	// lookups counts the live reads of each object.
+	lookups map[string]int
 	updates chan struct{}
 }
 
 func newFakeIndex() *fakeIndex {
-	return &fakeIndex{objects: map[string]*object{}, updates: make(chan struct{}, 1)}
+	return &fakeIndex{objects: map[string]*object{}, lookups: map[string]int{}, updates: make(chan struct{}, 1)}
 }
 
 func (f *fakeIndex) set(name string, o *object) {
@@ -89,6 +91,7 @@ func (f *fakeIndex) List(_ context.Context, src index.Source, selector string, v
 func (f *fakeIndex) Lookup(_ context.Context, _ index.Source, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, error) {
 	f.lock.Lock()
 	defer f.lock.Unlock()
+	f.lookups[name]++
 	o, ok := f.objects[name]
 	if !ok {
 		return nil, nil
@@ -233,6 +236,16 @@ func TestReplayer(t *testing.T) {
 	if !ix.has("cancelled") || !ix.has("not-requested") || !ix.has("referenced") {
 		t.Errorf("deleted what it must not: %v", ix.deleted())
 	}
+	// What the listing saw is deleted without reading it again; only an
+	// object that changed since is read.
+	ix.lock.Lock()
+	if n := ix.lookups["free"] + ix.lookups["late"] + ix.lookups["refused-once"]; n != 0 {
+		t.Errorf("read %d objects that had not changed since they were listed: %v", n, ix.lookups)
+	}
+	if n := ix.lookups["changes"]; n != 1 {
+		t.Errorf("read the object that changed %d times, want 1", n)
+	}
+	ix.lock.Unlock()
 	want := map[string]bool{"free Foreground": true, "refused-once ": true, "changes ": true, "late ": true}
 	got := ix.deleted()
 	if len(got) != len(want) {
