@@ -514,7 +514,7 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 
 	It("refuses a new reference to a VPC that is being deleted, once the network provider lets the webhook read VPCs", func(ctx context.Context) {
 		By("installing the check of new references of VirtualMachines in the compute workspace, as the controller does")
-		installWorkspaceConfig(ctx, compute, computeCluster, webhookconfig.Name, wh.URL, wh.CABundle, &webhookconfig.Workspace{Path: compute, Dependents: []schema.GroupVersionResource{vmGVR}})
+		installWorkspaceConfig(ctx, compute, computeCluster, webhookconfig.Name, wh.URL, wh.CABundle, &webhookconfig.Workspace{Path: compute, Dependents: []schema.GroupVersionResource{vmGVR}, ReferenceFields: []string{"spec"}})
 		guarded := func(status metav1.ConditionStatus, reason string, parts ...string) {
 			GinkgoHelper()
 			expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionReferencesGuarded, status, reason, parts...)
@@ -556,8 +556,22 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 		DeferCleanup(func(ctx context.Context) {
 			Expect(cli.Cluster(consumer).Patch(ctx, newObject(vpcGVR, "default", "vpc-held", nil), client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))).To(Succeed())
 		})
+		checks := func() float64 {
+			GinkgoHelper()
+			n, err := wh.Counter("dependency_webhook_reference_checks_total", map[string]string{"outcome": "allowed"})
+			Expect(err).NotTo(HaveOccurred())
+			return n
+		}
+		before := checks()
 		vm := newObject(vmGVR, "default", "vm-held", nil)
 		Expect(cli.Cluster(consumer).Patch(ctx, vm, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"tier":"gold"}},"spec":{"cpu":8}}`)))).To(Succeed())
+		Expect(checks()).To(Equal(before+1), "kcp did not call the check for an UPDATE of the spec")
+
+		By("not even calling the check for an update of labels, annotations or finalizers only (its match condition)")
+		Expect(cli.Cluster(consumer).Patch(ctx, vm, client.RawPatch(types.MergePatchType,
+			[]byte(`{"metadata":{"labels":{"tier":"silver"},"annotations":{"note":"x"},"finalizers":["test.io/keep"]}}`)))).To(Succeed())
+		Expect(cli.Cluster(consumer).Patch(ctx, vm, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))).To(Succeed())
+		Expect(checks()).To(Equal(before+1), "kcp called the check for UPDATEs of metadata only")
 
 		By("refusing an update that adds a reference to a VPC that is being deleted")
 		err = cli.Cluster(consumer).Patch(ctx, vm, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"nics":[{"vpc":"vpc-doomed"}]}}`)))

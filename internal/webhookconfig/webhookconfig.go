@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -29,6 +30,7 @@ import (
 	"github.com/kcp-dev/logicalcluster/v3"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/marks"
 )
 
@@ -42,6 +44,10 @@ const (
 	// ReferencesWebhookName is the name of the webhook that refuses new
 	// references to objects that are being deleted.
 	ReferencesWebhookName = "references.dependencies.opendefense.cloud"
+
+	// ReferencesConditionName is the name of the match condition of the
+	// check of new references (see ReferencesCondition).
+	ReferencesConditionName = "references-may-change"
 
 	// ManagedByLabel and ManagedByValue mark the configurations this
 	// controller owns; only those are updated or pruned.
@@ -80,6 +86,12 @@ type Workspace struct {
 	// Dependents are the resources served by the workspace's APIExports
 	// that its own rules name as dependents, sorted and without duplicates.
 	Dependents []schema.GroupVersionResource
+	// ReferenceFields are the top-level fields of the dependents in which
+	// the references of its own rules lie (e.g. spec for
+	// .spec.vpcRef.name), sorted and without duplicates. kcp calls the
+	// check of new references for an UPDATE only if one of them changed;
+	// empty: for every UPDATE.
+	ReferenceFields []string
 	// Cleared are the fingerprints (see package marks) of the protected
 	// resources whose objects the DELETE webhook skips when they carry the
 	// unreferenced label with that value, sorted: those whose every rule
@@ -146,6 +158,7 @@ func Desired(rules []depv1alpha1.DependencyRule, workspaces map[string]logicalcl
 		own := get(logicalcluster.From(rule))
 		own.Dependents = append(own.Dependents, schema.GroupVersionResource{Group: d.Group, Version: d.Version, Resource: d.Resource})
 		for _, dep := range rule.Spec.Dependencies {
+			own.ReferenceFields = append(own.ReferenceFields, topLevelField(dep.FieldRef.Path))
 			cluster, ok := workspaces[dep.APIExportRef.Path]
 			if !ok {
 				unresolved[dep.APIExportRef.Path] = true
@@ -176,12 +189,44 @@ func Desired(rules []depv1alpha1.DependencyRule, workspaces map[string]logicalcl
 		slices.SortFunc(ws.Dependents, compareGVR)
 		ws.Dependents = slices.Compact(ws.Dependents)
 		slices.Sort(ws.Cleared)
+		slices.Sort(ws.ReferenceFields)
+		ws.ReferenceFields = slices.Compact(ws.ReferenceFields)
+		if slices.Contains(ws.ReferenceFields, "") {
+			// A path that does not parse (the schema rejects it): every
+			// UPDATE is checked.
+			ws.ReferenceFields = nil
+		}
 	}
 	paths := make([]logicalcluster.Path, 0, len(unresolved))
 	for _, p := range slices.Sorted(maps.Keys(unresolved)) {
 		paths = append(paths, logicalcluster.NewPath(p))
 	}
 	return desired, paths
+}
+
+// topLevelField returns the first field name of a field path, or "" if it
+// does not parse.
+func topLevelField(path string) string {
+	p, err := fieldpath.Parse(path)
+	if err != nil {
+		return ""
+	}
+	return p.Steps()[0]
+}
+
+// ReferencesCondition returns the CEL expression of the match condition of
+// the check of new references: every CREATE, and an UPDATE that changes
+// one of fields (top-level fields of the object; see
+// Workspace.ReferenceFields). An UPDATE that changes none of them, such as
+// one of labels, annotations or finalizers only, adds no reference, so kcp
+// need not call the webhook for it.
+func ReferencesCondition(fields []string) string {
+	quoted := make([]string, len(fields))
+	for i, f := range fields {
+		quoted[i] = strconv.Quote(f)
+	}
+	return "request.operation != 'UPDATE' || [" + strings.Join(quoted, ", ") + "]" +
+		".exists(f, (f in object) != (f in oldObject) || f in object && object[f] != oldObject[f])"
 }
 
 func compareGVR(a, b schema.GroupVersionResource) int {
@@ -251,7 +296,13 @@ func Configuration(ws *Workspace, cluster logicalcluster.Name, opts Options) *ad
 		cfg.WithWebhooks(deletion())
 	}
 	if len(ws.Dependents) > 0 {
-		cfg.WithWebhooks(webhook(ReferencesWebhookName, ws.Dependents, admissionregistrationv1.SideEffectClassNone, admissionregistrationv1.Create, admissionregistrationv1.Update))
+		wh := webhook(ReferencesWebhookName, ws.Dependents, admissionregistrationv1.SideEffectClassNone, admissionregistrationv1.Create, admissionregistrationv1.Update)
+		if len(ws.ReferenceFields) > 0 {
+			wh.WithMatchConditions(admissionregistrationv1ac.MatchCondition().
+				WithName(ReferencesConditionName).
+				WithExpression(ReferencesCondition(ws.ReferenceFields)))
+		}
+		cfg.WithWebhooks(wh)
 	}
 	return cfg
 }
@@ -410,10 +461,16 @@ type guarded struct {
 // Reduces reports whether replacing existing with the configuration of ws
 // (nil: deleting it) stops the webhook from being called for an operation
 // on a resource version that existing has it called for: whether the change
-// takes protection away. Changes of the client settings (URL, CA bundle,
+// takes protection away. A changed match condition of the check of new
+// references counts unless the new configuration has none (it is then
+// called for every UPDATE). Changes of the client settings (URL, CA bundle,
 // timeout, failure policy) do not count.
 func Reduces(existing *admissionregistrationv1.ValidatingWebhookConfiguration, ws *Workspace) bool {
 	keep := map[guarded]bool{}
+	condition := ""
+	if ws != nil && len(ws.ReferenceFields) > 0 {
+		condition = ReferencesCondition(ws.ReferenceFields)
+	}
 	if ws != nil {
 		add := func(webhook string, resources []schema.GroupVersionResource, ops ...admissionregistrationv1.OperationType) {
 			for _, gvr := range resources {
@@ -426,6 +483,10 @@ func Reduces(existing *admissionregistrationv1.ValidatingWebhookConfiguration, w
 		add(ReferencesWebhookName, ws.Dependents, admissionregistrationv1.Create, admissionregistrationv1.Update)
 	}
 	for _, wh := range existing.Webhooks {
+		if wh.Name == ReferencesWebhookName && condition != "" &&
+			(len(wh.MatchConditions) != 1 || wh.MatchConditions[0].Expression != condition) {
+			return true
+		}
 		for _, r := range wh.Rules {
 			for _, op := range r.Operations {
 				for _, g := range r.APIGroups {

@@ -62,7 +62,7 @@ func TestDesired(t *testing.T) {
 			rules: []depv1alpha1.DependencyRule{rule("c1", "vm", dep{"root:net", "net.io", "v1", "vpcs", ".spec.vpcRef.name"})},
 			want: map[logicalcluster.Name]*Workspace{
 				"c-net": {Path: path("root:net"), Protected: []schema.GroupVersionResource{gvr("net.io", "v1", "vpcs")}},
-				"c1":    {Path: path("root:c1"), Dependents: []schema.GroupVersionResource{vms}},
+				"c1":    {Path: path("root:c1"), Dependents: []schema.GroupVersionResource{vms}, ReferenceFields: []string{"spec"}},
 			},
 		},
 		{
@@ -74,8 +74,8 @@ func TestDesired(t *testing.T) {
 			want: map[logicalcluster.Name]*Workspace{
 				"c-net":     {Path: path("root:net"), Protected: []schema.GroupVersionResource{gvr("net.io", "v1", "subnets"), gvr("net.io", "v1", "vpcs")}},
 				"c-storage": {Path: path("root:org:team:storage"), Protected: []schema.GroupVersionResource{gvr("storage.io", "v1beta1", "volumes")}},
-				"c1":        {Path: path("root:c1"), Dependents: []schema.GroupVersionResource{vms}},
-				"c2":        {Path: path("root:c2"), Dependents: []schema.GroupVersionResource{vms}},
+				"c1":        {Path: path("root:c1"), Dependents: []schema.GroupVersionResource{vms}, ReferenceFields: []string{"spec"}},
+				"c2":        {Path: path("root:c2"), Dependents: []schema.GroupVersionResource{vms}, ReferenceFields: []string{"spec"}},
 			},
 		},
 		{
@@ -86,15 +86,34 @@ func TestDesired(t *testing.T) {
 			},
 			want: map[logicalcluster.Name]*Workspace{
 				"c-net": {Path: path("root:net"), Protected: []schema.GroupVersionResource{gvr("net.io", "v1", "vpcs"), gvr("net.io", "v2", "vpcs")}},
-				"c1":    {Path: path("root:c1"), Dependents: []schema.GroupVersionResource{vms}},
-				"c2":    {Path: path("root:c2"), Dependents: []schema.GroupVersionResource{vms}},
+				"c1":    {Path: path("root:c1"), Dependents: []schema.GroupVersionResource{vms}, ReferenceFields: []string{"a"}},
+				"c2":    {Path: path("root:c2"), Dependents: []schema.GroupVersionResource{vms}, ReferenceFields: []string{"a"}},
 			},
 		},
 		{
 			name:  "a workspace that protects its own dependents gets both",
 			rules: []depv1alpha1.DependencyRule{rule("c1", "vm", dep{"root:c1", "compute.io", "v1", "images", ".spec.image"})},
 			want: map[logicalcluster.Name]*Workspace{
-				"c1": {Path: path("root:c1"), Protected: []schema.GroupVersionResource{gvr("compute.io", "v1", "images")}, Dependents: []schema.GroupVersionResource{vms}},
+				"c1": {Path: path("root:c1"), Protected: []schema.GroupVersionResource{gvr("compute.io", "v1", "images")}, Dependents: []schema.GroupVersionResource{vms}, ReferenceFields: []string{"spec"}},
+			},
+		},
+		{
+			name: "references in several top-level fields are each watched for changes",
+			rules: []depv1alpha1.DependencyRule{
+				rule("c1", "vm", dep{"root:net", "net.io", "v1", "vpcs", ".spec.vpcRef.name"}, dep{"root:net", "net.io", "v1", "subnets", "status.subnets[*]"}),
+				rule("c1", "vm2", dep{"root:net", "net.io", "v1", "vpcs", ".spec.other"}),
+			},
+			want: map[logicalcluster.Name]*Workspace{
+				"c-net": {Path: path("root:net"), Protected: []schema.GroupVersionResource{gvr("net.io", "v1", "subnets"), gvr("net.io", "v1", "vpcs")}},
+				"c1":    {Path: path("root:c1"), Dependents: []schema.GroupVersionResource{vms}, ReferenceFields: []string{"spec", "status"}},
+			},
+		},
+		{
+			name:  "a path that does not parse has every UPDATE checked",
+			rules: []depv1alpha1.DependencyRule{rule("c1", "vm", dep{"root:net", "net.io", "v1", "vpcs", ".spec..name"}, dep{"root:net", "net.io", "v1", "vpcs", ".spec.b"})},
+			want: map[logicalcluster.Name]*Workspace{
+				"c-net": {Path: path("root:net"), Protected: []schema.GroupVersionResource{gvr("net.io", "v1", "vpcs")}},
+				"c1":    {Path: path("root:c1"), Dependents: []schema.GroupVersionResource{vms}},
 			},
 		},
 		{
@@ -102,7 +121,7 @@ func TestDesired(t *testing.T) {
 			rules: []depv1alpha1.DependencyRule{rule("c3", "vm", dep{"root:gone", "net.io", "v1", "vpcs", ".a"}, dep{"root:net", "net.io", "v1", "subnets", ".b"})},
 			want: map[logicalcluster.Name]*Workspace{
 				"c-net": {Path: path("root:net"), Protected: []schema.GroupVersionResource{gvr("net.io", "v1", "subnets")}},
-				"c3":    {Dependents: []schema.GroupVersionResource{vms}},
+				"c3":    {Dependents: []schema.GroupVersionResource{vms}, ReferenceFields: []string{"a", "b"}},
 			},
 			wantUnresolved: []logicalcluster.Path{path("root:gone")},
 		},
@@ -135,7 +154,8 @@ func TestBuild(t *testing.T) {
 		Protected: []schema.GroupVersionResource{
 			gvr("net.io", "v1", "subnets"), gvr("net.io", "v1", "vpcs"), gvr("net.io", "v2", "vpcs"), gvr("other.io", "v1", "vpcs"),
 		},
-		Dependents: []schema.GroupVersionResource{gvr("net.io", "v1", "routers"), gvr("net.io", "v2", "routers")},
+		Dependents:      []schema.GroupVersionResource{gvr("net.io", "v1", "routers"), gvr("net.io", "v2", "routers")},
+		ReferenceFields: []string{"spec", "status"},
 	}
 	got := Build(ws, "c-net", opts)
 
@@ -159,14 +179,21 @@ func TestBuild(t *testing.T) {
 			Rules:                   rules,
 		}
 	}
+	references := webhook(ReferencesWebhookName, admissionregistrationv1.SideEffectClassNone,
+		opRule([]admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}, "net.io", "routers", "v1", "v2"))
+	// kcp calls the check of new references for an UPDATE only if a
+	// top-level field in which references lie changed.
+	references.MatchConditions = []admissionregistrationv1.MatchCondition{{
+		Name:       ReferencesConditionName,
+		Expression: `request.operation != 'UPDATE' || ["spec", "status"].exists(f, (f in object) != (f in oldObject) || f in object && object[f] != oldObject[f])`,
+	}}
 	want := []admissionregistrationv1.ValidatingWebhook{
 		// A DELETE under a Replay rule is recorded, except in a dry run.
 		webhook(WebhookName, admissionregistrationv1.SideEffectClassNoneOnDryRun,
 			opRule([]admissionregistrationv1.OperationType{admissionregistrationv1.Delete}, "net.io", "subnets", "v1"),
 			deleteRule("net.io", "vpcs", "v1", "v2"),
 			deleteRule("other.io", "vpcs", "v1")),
-		webhook(ReferencesWebhookName, admissionregistrationv1.SideEffectClassNone,
-			opRule([]admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}, "net.io", "routers", "v1", "v2")),
+		references,
 	}
 	if !reflect.DeepEqual(got.Webhooks, want) {
 		t.Errorf("Build() webhooks =\n  %+v\nwant\n  %+v", got.Webhooks, want)
@@ -183,6 +210,10 @@ func TestBuild(t *testing.T) {
 	only := Build(&Workspace{Dependents: []schema.GroupVersionResource{vms}}, "c1", opts)
 	if len(only.Webhooks) != 1 || only.Webhooks[0].Name != ReferencesWebhookName || only.Annotations != nil {
 		t.Errorf("Build() of dependents only = %+v", only)
+	}
+	// Without the fields of the references, every UPDATE is checked.
+	if conditions := only.Webhooks[0].MatchConditions; len(conditions) != 0 {
+		t.Errorf("match conditions without reference fields: %+v", conditions)
 	}
 }
 
@@ -358,16 +389,20 @@ func TestUpgradeManagedFields(t *testing.T) {
 func TestReduces(t *testing.T) {
 	vpcs, vpcsV2, subnets := gvr("net.io", "v1", "vpcs"), gvr("net.io", "v2", "vpcs"), gvr("net.io", "v1", "subnets")
 	opts := Options{URL: "https://a/validate", TimeoutSeconds: 5, FailurePolicy: admissionregistrationv1.Fail}
-	existing := Build(&Workspace{Protected: []schema.GroupVersionResource{vpcs, vpcsV2}, Dependents: []schema.GroupVersionResource{vms}}, "c-net", opts)
+	existing := Build(&Workspace{Protected: []schema.GroupVersionResource{vpcs, vpcsV2}, Dependents: []schema.GroupVersionResource{vms}, ReferenceFields: []string{"spec"}}, "c-net", opts)
+	spec := []string{"spec"}
 	tests := []struct {
 		name string
 		ws   *Workspace
 		want bool
 	}{
-		{"the same", &Workspace{Protected: []schema.GroupVersionResource{vpcs, vpcsV2}, Dependents: []schema.GroupVersionResource{vms}}, false},
-		{"more", &Workspace{Protected: []schema.GroupVersionResource{subnets, vpcs, vpcsV2}, Dependents: []schema.GroupVersionResource{vms}}, false},
+		{"the same", &Workspace{Protected: []schema.GroupVersionResource{vpcs, vpcsV2}, Dependents: []schema.GroupVersionResource{vms}, ReferenceFields: spec}, false},
+		{"every UPDATE checked", &Workspace{Protected: []schema.GroupVersionResource{vpcs, vpcsV2}, Dependents: []schema.GroupVersionResource{vms}}, false},
+		{"UPDATEs of other fields checked", &Workspace{Protected: []schema.GroupVersionResource{vpcs, vpcsV2}, Dependents: []schema.GroupVersionResource{vms}, ReferenceFields: []string{"spec", "status"}}, true},
+		{"UPDATEs of fewer fields checked", &Workspace{Protected: []schema.GroupVersionResource{vpcs, vpcsV2}, Dependents: []schema.GroupVersionResource{vms}, ReferenceFields: []string{"status"}}, true},
+		{"more", &Workspace{Protected: []schema.GroupVersionResource{subnets, vpcs, vpcsV2}, Dependents: []schema.GroupVersionResource{vms}, ReferenceFields: spec}, false},
 		{"deleted", nil, true},
-		{"a version less", &Workspace{Protected: []schema.GroupVersionResource{vpcs}, Dependents: []schema.GroupVersionResource{vms}}, true},
+		{"a version less", &Workspace{Protected: []schema.GroupVersionResource{vpcs}, Dependents: []schema.GroupVersionResource{vms}, ReferenceFields: spec}, true},
 		{"no check of new references", &Workspace{Protected: []schema.GroupVersionResource{vpcs, vpcsV2}}, true},
 		{"a resource moved to the other webhook", &Workspace{Protected: []schema.GroupVersionResource{vpcs, vpcsV2, vms}}, true},
 	}
