@@ -277,9 +277,11 @@ func (r *Replayer) replay(ctx context.Context, k key) (string, error) {
 	defer cancel()
 	logger := log.FromContext(ctx).WithValues("resource", k.src, "cluster", k.cluster, "namespace", k.namespace, "name", k.name)
 
+	// listed: obj is the state the listing saw, not yet read.
 	obj := d.meta
-	for read := false; ; read = true {
-		if read || obj.UID == "" || obj.ResourceVersion == "" {
+	listed := obj.UID != "" && obj.ResourceVersion != ""
+	for {
+		if !listed {
 			found, err := r.lookup(ctx, k)
 			if err != nil {
 				return ResultError, fmt.Errorf("failed to read the object: %w", err)
@@ -293,7 +295,7 @@ func (r *Replayer) replay(ctx context.Context, k key) (string, error) {
 				logger.Info("Deferred deletion cancelled")
 				return ResultCancelled, nil
 			}
-			obj, read = *found, true
+			obj = *found
 			r.remember(k, obj)
 		}
 		opts := metav1.DeleteOptions{
@@ -306,9 +308,10 @@ func (r *Replayer) replay(ctx context.Context, k key) (string, error) {
 			r.drop(k)
 			logger.V(1).Info("Replayed a deferred deletion")
 			return ResultDeleted, nil
-		case apierrors.IsConflict(err) && !read:
+		case apierrors.IsConflict(err) && listed:
 			// Changed since it was listed (perhaps the label was
 			// removed): read it, and try again with what it is now.
+			listed = false
 			continue
 		case apierrors.IsConflict(err):
 			// Changed since it was read: read it again later.
