@@ -46,6 +46,17 @@ const (
 	// in the version the rule names (then the rule does not protect that
 	// type from deletion either).
 	ConditionReferencesGuarded = "ReferencesGuarded"
+	// ConditionDependentsLabelled tells how far the webhook has labelled
+	// the rule's dependents with what they reference (see
+	// docs/architecture.md, "Reference labels"): True when every dependent
+	// carries the labels of the current rules, so that a confirming read
+	// lists only the dependents that may reference the object; Unknown
+	// while it labels those that existed before (they are read in full
+	// meanwhile); False, naming why, when the dependents cannot be
+	// labelled. It does not affect Ready: unlabelled dependents are read in
+	// full, as before. The controller installs the labelling webhook for a
+	// type once the webhook has written this condition on its rules.
+	ConditionDependentsLabelled = "DependentsLabelled"
 )
 
 // Reasons of the conditions that the controller writes.
@@ -94,6 +105,17 @@ const (
 	// protected type of the rule, and refuses new references to objects
 	// that are being deleted.
 	ReasonGuarded = "Guarded"
+	// ReasonLabelled (DependentsLabelled=True): every dependent carries the
+	// reference labels of the current rules.
+	ReasonLabelled = "Labelled"
+	// ReasonLabelling (DependentsLabelled=Unknown): the webhook is labelling
+	// the dependents that existed before the rules, or waits for the
+	// labelling webhook to be installed; the message says how many are left.
+	ReasonLabelling = "Labelling"
+	// ReasonNotLabellable (DependentsLabelled=False): the dependents cannot
+	// be labelled (a reference lies in the status, or the rules of the type
+	// name different versions); every confirming read lists them all.
+	ReasonNotLabellable = "NotLabellable"
 )
 
 // Reasons of DependentsIndexed and ReferencesGuarded that name the state of

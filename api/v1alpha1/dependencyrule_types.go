@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 const (
@@ -20,29 +21,32 @@ const (
 	// propagation policy (a DeletionRequest in JSON).
 	AnnotationDeletionRequest = "deletion.dependencies.opendefense.cloud/request"
 
-	// LabelUnreferenced on a protected object says that the webhook proved
-	// that nothing referenced it (see docs/architecture.md, "Marks"); its
-	// DELETE then does not reach the webhook. Anything that adds a reference
-	// to the object removes the label first.
-	LabelUnreferenced = "dependencies.opendefense.cloud/unreferenced"
-	// UnreferencedPendingPrefix starts the value of LabelUnreferenced while
-	// the proof is in progress: "pending-<fingerprint>". Only the bare
-	// fingerprint of the rules that protect the object is a clearance.
-	UnreferencedPendingPrefix = "pending-"
-	// AnnotationUnreferencedSince is written with a pending
-	// LabelUnreferenced: when the webhook found no reference to the object
-	// (RFC 3339).
-	AnnotationUnreferencedSince = "dependencies.opendefense.cloud/unreferenced-since"
-	// FinalizerMarks on a DependencyRule says that the webhook may have
-	// marked objects the rule protects with LabelUnreferenced: when the
-	// rule is deleted, the webhook removes those marks first, then the
-	// finalizer.
+	// LabelReferencePrefix starts the keys of the labels the webhook keeps
+	// on dependents: one for every object a dependent references, under the
+	// rules of its type, followed by hex digits of a hash of that object's
+	// group, resource and name. The webhook's mutating admission recomputes
+	// them from the object on every write, so that nobody else can set or
+	// remove them; a confirming read lists the dependents that carry the key
+	// of the object being deleted.
+	LabelReferencePrefix = "ref.dependencies.opendefense.cloud/"
+	// LabelReferencesScheme on a dependent names the scheme (a fingerprint
+	// of the rules of its type) under which its reference labels were
+	// computed. A dependent without it, or with another value, is read by
+	// every confirming read of its type.
+	LabelReferencesScheme = "dependencies.opendefense.cloud/references"
+
+	// FinalizerMarks is the finalizer with which releases before the
+	// reference labels guarded the marks of protected objects. The
+	// controller removes it from rules once (see docs/operations.md,
+	// "Upgrading and uninstalling"); nothing sets it any more.
 	FinalizerMarks = "dependencies.opendefense.cloud/marks"
 )
 
 // DeletionRequest is a deletion that the webhook replays once nothing
 // references the object; it is stored as JSON in the
-// AnnotationDeletionRequest annotation.
+// AnnotationDeletionRequest annotation. The webhook signs it with a key only
+// it holds, bound to the object (its workspace, resource, namespace, name
+// and UID), and replays only a request that verifies and has not expired.
 type DeletionRequest struct {
 	// User is the name of the user whose DELETE was deferred.
 	User string `json:"user"`
@@ -52,6 +56,18 @@ type DeletionRequest struct {
 	// the resource's default; the replayed DELETE uses it.
 	// +optional
 	PropagationPolicy *metav1.DeletionPropagation `json:"propagationPolicy,omitempty"`
+	// UID is the UID of the object whose deletion was deferred: a request
+	// is replayed only on that object, and the replayed DELETE carries it as
+	// a precondition.
+	// +optional
+	UID types.UID `json:"uid,omitempty"`
+	// KeyID names the key that signed the request.
+	// +optional
+	KeyID string `json:"keyID,omitempty"`
+	// Signature is the base64 HMAC-SHA256 of the request and the object it
+	// is bound to, under the key KeyID.
+	// +optional
+	Signature string `json:"signature,omitempty"`
 }
 
 // DeletionPolicy says what becomes of a DELETE of a protected object that

@@ -57,18 +57,19 @@ func (o *options) Build(ctx context.Context, cfg *rest.Config) (manager.Runnable
 		TLSOpts:  tlsOpts,
 	})
 	wh, err := webhookserver.New(ctx, cfg, webhookserver.Options{
-		APIExportName:     o.APIExportName,
-		FrontProxyURL:     o.FrontProxyURL,
-		Path:              o.Path,
-		RequestTimeout:    o.RequestTimeout,
-		MaxBlockers:       o.MaxBlockers,
-		ResyncPeriod:      o.ResyncPeriod,
-		IndexPollInterval: o.IndexPollInterval,
-		ReplayInterval:    o.ReplayInterval,
-		UnreferencedAfter: o.UnreferencedAfter,
-		MarksInterval:     o.MarksInterval,
-		ShardName:         o.ShardName,
-		ShardURLs:         o.ShardURLs,
+		APIExportName:       o.APIExportName,
+		FrontProxyURL:       o.FrontProxyURL,
+		Path:                o.Path,
+		RequestTimeout:      o.RequestTimeout,
+		MaxBlockers:         o.MaxBlockers,
+		ResyncPeriod:        o.ResyncPeriod,
+		IndexPollInterval:   o.IndexPollInterval,
+		ReplayInterval:      o.ReplayInterval,
+		RecordKeysDir:       o.RecordKeysDir,
+		DeferredDeletionTTL: o.DeferredDeletionTTL,
+		RelabelInterval:     o.RelabelInterval,
+		ShardName:           o.ShardName,
+		ShardURLs:           o.ShardURLs,
 	}, mgrOpts)
 	if err != nil {
 		return nil, err

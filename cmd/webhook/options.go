@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/opendefensecloud/dependency-controller/internal/command"
+	"github.com/opendefensecloud/dependency-controller/internal/replay"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 )
 
@@ -54,12 +55,13 @@ type options struct {
 	// ReplayInterval is how often deferred deletions are listed again
 	// without a change of the index.
 	ReplayInterval time.Duration
-	// UnreferencedAfter is how long a protected object stays unreferenced
-	// with a pending mark before it is cleared; 0 turns marks off.
-	UnreferencedAfter time.Duration
-	// MarksInterval is how often the objects of protected resources are
-	// listed to mark them.
-	MarksInterval time.Duration
+	// RecordKeysDir holds the keys that sign the records of deferred
+	// deletions; empty turns deferred deletion off.
+	RecordKeysDir string
+	// DeferredDeletionTTL is how long a deferred deletion is replayed.
+	DeferredDeletionTTL time.Duration
+	// RelabelInterval is how often unlabelled dependents are looked for.
+	RelabelInterval time.Duration
 	// ShardName and ShardURLs make the webhook shard-affine: it reads only
 	// the virtual workspaces of the shards at ShardURLs and answers only
 	// for workspaces on them.
@@ -80,8 +82,8 @@ func newOptions() *options {
 		IndexPollInterval:     10 * time.Second,
 		ReplayInterval:        30 * time.Second,
 		ClientCACheckInterval: 10 * time.Second,
-		UnreferencedAfter:     2 * time.Minute,
-		MarksInterval:         30 * time.Second,
+		DeferredDeletionTTL:   replay.DefaultTTL,
+		RelabelInterval:       30 * time.Second,
 	}
 }
 
@@ -101,10 +103,11 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.MaxBlockers, "max-blockers", o.MaxBlockers, "Number of blocking objects a denial names; the rest are counted.")
 	fs.DurationVar(&o.ReplayInterval, "replay-interval", o.ReplayInterval, "How often the elected replica lists deferred deletions again when nothing changed in the index; a change of the index lists them at once (at most every 2s).")
 	fs.DurationVar(&o.IndexPollInterval, "index-poll-interval", o.IndexPollInterval, "How often the APIExports of dependent types are read again: shards added or removed, access granted or revoked.")
-	fs.DurationVar(&o.UnreferencedAfter, "unreferenced-after", o.UnreferencedAfter, "How long a protected object must stay unreferenced, marked pending, before the webhook clears it with the dependencies.opendefense.cloud/unreferenced label, after which its DELETE no longer reaches the webhook. It must exceed the longest time a create or update of a dependent can take from the webhook's read of the object it references to its commit, which kcp's request timeout bounds (60s by default). 0 turns marks off.")
+	fs.StringVar(&o.RecordKeysDir, "record-keys-dir", o.RecordKeysDir, "Directory of the keys that sign and verify the records of deferred deletions: each file is a key (at least 32 bytes), named by its file name; the greatest name signs, every key verifies; re-read every 10s (a mounted Secret). Empty: deferred deletion is off and rules with deletionPolicy Replay deny like Deny. See docs/operations.md, \"Trust boundary\".")
+	fs.DurationVar(&o.DeferredDeletionTTL, "deferred-deletion-ttl", o.DeferredDeletionTTL, "How long a deferred deletion is replayed; an older record is removed, with an Event on the object, without deleting it.")
+	fs.DurationVar(&o.RelabelInterval, "relabel-interval", o.RelabelInterval, "How often the elected replica looks for dependents that are not labelled under the current rules (a change of the rules looks at once).")
 	fs.StringVar(&o.ShardName, "shard-name", o.ShardName, "Name of the kcp shard this webhook serves, with --shard-url: it names the webhook's lease (one replica of each shard's webhook replays and marks) and its messages.")
 	fs.StringSliceVar(&o.ShardURLs, "shard-url", o.ShardURLs, "Base URL of a kcp shard (as its virtual workspace URLs in APIExportEndpointSlices start, e.g. https://shard-1.kcp.example:6443); the webhook then indexes only the dependents on these shards and refuses, with 421, requests for workspaces on other shards, which must be routed to the webhook of their shard. Empty: every shard.")
-	fs.DurationVar(&o.MarksInterval, "marks-interval", o.MarksInterval, "How often the objects of every protected resource are listed to write and remove unreferenced marks (changes of the rules start a pass at once).")
 }
 
 func (o *options) Validate() error {
@@ -138,11 +141,11 @@ func (o *options) Validate() error {
 	if o.ReplayInterval < time.Second {
 		errs = append(errs, fmt.Errorf("--replay-interval must be at least 1s, got %s", o.ReplayInterval))
 	}
-	if o.UnreferencedAfter < 0 {
-		errs = append(errs, fmt.Errorf("--unreferenced-after must not be negative, got %s", o.UnreferencedAfter))
+	if o.DeferredDeletionTTL < time.Minute {
+		errs = append(errs, fmt.Errorf("--deferred-deletion-ttl must be at least 1m, got %s", o.DeferredDeletionTTL))
 	}
-	if o.MarksInterval < 100*time.Millisecond {
-		errs = append(errs, fmt.Errorf("--marks-interval must be at least 100ms, got %s", o.MarksInterval))
+	if o.RelabelInterval < time.Second {
+		errs = append(errs, fmt.Errorf("--relabel-interval must be at least 1s, got %s", o.RelabelInterval))
 	}
 	if (o.ShardName == "") != (len(o.ShardURLs) == 0) {
 		errs = append(errs, errors.New("--shard-name and --shard-url go together"))

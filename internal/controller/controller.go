@@ -5,8 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
+	"strings"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -14,7 +18,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -231,23 +234,23 @@ func (p plan) absenceToProve(state *State) string {
 	if len(p.unresolved) > 0 {
 		return fmt.Sprintf("no workspace at %s binds the export", p.unresolved[0])
 	}
-	for _, cluster := range slices.Sorted(maps.Keys(state.Configs)) {
-		if cfg := state.Configs[cluster]; webhookconfig.IsManaged(cfg) && webhookconfig.Reduces(cfg, p.desired[cluster]) {
-			return fmt.Sprintf("the webhook configuration in logical cluster %s guards resources that no rule protects any more", cluster)
-		}
+	clusters := map[logicalcluster.Name]bool{}
+	for c := range state.Configs {
+		clusters[c] = true
 	}
-	for _, cluster := range slices.Sorted(maps.Keys(p.desired)) {
-		// A clearance the DELETE webhook starts to skip takes protection
-		// away from the objects that carry it: a rule that only the caches
-		// lack would change the fingerprint.
-		var skipped []string
-		if cfg := state.Configs[cluster]; cfg != nil {
-			skipped = webhookconfig.Skipped(cfg)
+	for c := range state.Mutating {
+		clusters[c] = true
+	}
+	for _, cluster := range slices.Sorted(maps.Keys(clusters)) {
+		validating, mutating := state.Configs[cluster], state.Mutating[cluster]
+		if validating != nil && !webhookconfig.IsManaged(validating) {
+			validating = nil
 		}
-		for _, fp := range p.desired[cluster].Cleared {
-			if !slices.Contains(skipped, fp) {
-				return fmt.Sprintf("the DELETE webhook in logical cluster %s would skip objects cleared under %s", cluster, fp)
-			}
+		if mutating != nil && !webhookconfig.IsManaged(mutating) {
+			mutating = nil
+		}
+		if webhookconfig.Reduces(validating, mutating, p.desired[cluster]) {
+			return fmt.Sprintf("the webhook configurations in logical cluster %s guard or label resources that no rule needs any more", cluster)
 		}
 	}
 	for i := range state.Rules {
@@ -264,6 +267,9 @@ func (r *Reconciler) reconcile(ctx context.Context, state *State, p plan) error 
 	webhookOpts := r.opts.Webhook()
 	res := results{installed: make(map[logicalcluster.Name]error, len(p.desired)), unresolved: map[string]error{}}
 	var errs []error
+	if err := r.dropLegacyFinalizers(ctx, state.Rules); err != nil {
+		errs = append(errs, err)
+	}
 	for _, path := range p.unresolved {
 		err := fmt.Errorf("no workspace at %s binds the APIExport %s: the workspace does not exist, or it has not bound the export (bind it and accept its permission claims)",
 			path, r.opts.APIExportName)
@@ -317,117 +323,171 @@ func (r *Reconciler) cluster(ctx context.Context, cluster logicalcluster.Name) (
 	return cl, nil
 }
 
-// install creates or applies the webhook configuration of a workspace,
-// unless the fields the controller owns are up to date already.
+// install brings the admission configurations of a workspace to what ws
+// needs: the validating configuration, and the mutating one (or none).
 func (r *Reconciler) install(ctx context.Context, state *State, cluster logicalcluster.Name, ws *webhookconfig.Workspace, opts webhookconfig.Options) error {
-	logger := log.FromContext(ctx).WithValues("workspace", ws.Path, "cluster", cluster)
 	cl, err := r.cluster(ctx, cluster)
 	if err != nil {
 		return err
 	}
-	existing := state.Configs[cluster]
+	logger := log.FromContext(ctx).WithValues("workspace", ws.Path, "cluster", cluster)
+	var errs []error
+	if desired := webhookconfig.Validating(ws, cluster, opts); desired != nil {
+		errs = append(errs, r.ensure(ctx, cl, logger, orNil(state.Configs[cluster]), desired))
+	}
+	if desired := webhookconfig.Mutating(ws, cluster, opts); desired != nil {
+		errs = append(errs, r.ensure(ctx, cl, logger, orNil(state.Mutating[cluster]), desired))
+	} else if existing := state.Mutating[cluster]; existing != nil && webhookconfig.IsManaged(existing) {
+		errs = append(errs, r.remove(ctx, cl, existing))
+	}
+	return kerrors.NewAggregate(errs)
+}
+
+// orNil returns cfg as a client.Object, nil if it is nil.
+func orNil[T client.Object](cfg T) client.Object {
+	if reflect.ValueOf(cfg).IsNil() {
+		return nil
+	}
+	return cfg
+}
+
+// webhooks returns the webhooks of a configuration.
+func webhooks(cfg client.Object) any {
+	switch c := cfg.(type) {
+	case *admissionregistrationv1.ValidatingWebhookConfiguration:
+		return c.Webhooks
+	case *admissionregistrationv1.MutatingWebhookConfiguration:
+		return c.Webhooks
+	}
+	panic(fmt.Sprintf("not a webhook configuration: %T", cfg))
+}
+
+// setWebhooks replaces the webhooks of dst with those of src.
+func setWebhooks(dst, src client.Object) {
+	switch d := dst.(type) {
+	case *admissionregistrationv1.ValidatingWebhookConfiguration:
+		d.Webhooks = src.(*admissionregistrationv1.ValidatingWebhookConfiguration).Webhooks
+	case *admissionregistrationv1.MutatingWebhookConfiguration:
+		d.Webhooks = src.(*admissionregistrationv1.MutatingWebhookConfiguration).Webhooks
+	}
+}
+
+// kindOf names the kind of a configuration in messages.
+func kindOf(cfg client.Object) string {
+	if _, ok := cfg.(*admissionregistrationv1.MutatingWebhookConfiguration); ok {
+		return "MutatingWebhookConfiguration"
+	}
+	return "ValidatingWebhookConfiguration"
+}
+
+// ensure makes the configuration existing (nil: the cache has none) what
+// desired is, in one write: a create if there is none, else a merge patch
+// that replaces its webhooks with the desired ones and sets the controller's
+// labels and annotations, leaving others' labels and annotations alone. A
+// configuration that is up to date is not written. The create fails if one
+// of that name exists that the cache has not seen yet; one the controller
+// does not manage is reported, not taken over.
+func (r *Reconciler) ensure(ctx context.Context, cl *Cluster, logger logr.Logger, existing, desired client.Object) error {
+	kind := kindOf(desired)
 	if existing == nil {
-		// The cache has none. A create, unlike an apply, fails if one of
-		// that name exists that the cache has not seen yet, which the
-		// controller might not manage.
-		created := webhookconfig.Build(ws, cluster, opts)
-		switch err := cl.Client.Create(ctx, created, client.FieldOwner(FieldOwner)); {
+		switch err := cl.Client.Create(ctx, desired, client.FieldOwner(FieldOwner)); {
 		case err == nil:
-			logger.Info("Installed webhook configuration", "protected", webhookconfig.Describe(ws.Protected), "dependents", webhookconfig.Describe(ws.Dependents))
-			return upgradeManagedFields(ctx, cl, created)
+			logger.Info("Installed webhook configuration", "kind", kind)
+			return nil
 		case apierrors.IsAlreadyExists(err):
-			existing = &admissionregistrationv1.ValidatingWebhookConfiguration{}
+			existing = desired.DeepCopyObject().(client.Object)
 			if err := cl.Live.Get(ctx, client.ObjectKey{Name: webhookconfig.Name}, existing); err != nil {
-				return fmt.Errorf("failed to get ValidatingWebhookConfiguration %s: %w", webhookconfig.Name, err)
+				return fmt.Errorf("failed to get %s %s: %w", kind, webhookconfig.Name, err)
 			}
 		default:
-			return r.writeError(err)
+			return r.writeError(kind, err)
 		}
 	}
 	if !webhookconfig.IsManaged(existing) {
-		return fmt.Errorf("a ValidatingWebhookConfiguration named %q exists that is not managed by the %s (label %s=%s missing); rename or delete it",
-			webhookconfig.Name, ControllerName, webhookconfig.ManagedByLabel, webhookconfig.ManagedByValue)
+		return fmt.Errorf("a %s named %q exists that is not managed by the %s (label %s=%s missing); rename or delete it",
+			kind, webhookconfig.Name, ControllerName, webhookconfig.ManagedByLabel, webhookconfig.ManagedByValue)
 	}
-	if err := upgradeManagedFields(ctx, cl, existing); err != nil {
-		return err
-	}
-	if patch := webhookconfig.DropSelectorPatch(existing, ws, opts); patch != nil {
-		// Every DELETE reaches the webhook again; see DropSelectorPatch.
-		if err := cl.Client.Patch(ctx, existing, client.RawPatch(types.JSONPatchType, patch)); err != nil {
-			return r.writeError(err)
-		}
-		logger.Info("Every DELETE reaches the webhook again: no protected resource of the workspace has clearances that qualify")
-	}
-	desired := webhookconfig.Configuration(ws, cluster, opts)
-	if webhookconfig.UpToDate(existing, desired, FieldOwner) {
+	if webhookconfig.UpToDate(existing, desired, webhooks(existing), webhooks(desired)) {
 		return nil
 	}
-	if err := cl.Client.Apply(ctx, desired, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
-		return r.writeError(err)
+	updated := existing.DeepCopyObject().(client.Object)
+	setWebhooks(updated, desired)
+	updated.SetLabels(merged(updated.GetLabels(), desired.GetLabels()))
+	updated.SetAnnotations(merged(updated.GetAnnotations(), desired.GetAnnotations()))
+	if err := cl.Client.Patch(ctx, updated, client.MergeFrom(existing), client.FieldOwner(FieldOwner)); err != nil {
+		return r.writeError(kind, err)
 	}
-	logger.Info("Updated webhook configuration", "protected", webhookconfig.Describe(ws.Protected), "dependents", webhookconfig.Describe(ws.Dependents), "cleared", ws.Cleared)
+	logger.Info("Updated webhook configuration", "kind", kind)
+	return nil
+}
+
+// merged returns a with the entries of b set.
+func merged(a, b map[string]string) map[string]string {
+	if len(b) == 0 {
+		return a
+	}
+	out := maps.Clone(a)
+	if out == nil {
+		out = map[string]string{}
+	}
+	maps.Copy(out, b)
+	return out
+}
+
+// remove deletes a managed configuration, if it is still the object that
+// was read.
+func (r *Reconciler) remove(ctx context.Context, cl *Cluster, cfg client.Object) error {
+	uid := cfg.GetUID()
+	if err := cl.Client.Delete(ctx, cfg, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("failed to delete the %s in logical cluster %s: %w", kindOf(cfg), logicalcluster.From(cfg), err)
+	}
+	log.FromContext(ctx).Info("Removed webhook configuration: nothing in the workspace needs it any more",
+		"kind", kindOf(cfg), "cluster", logicalcluster.From(cfg), "workspace", cfg.GetAnnotations()[webhookconfig.WorkspacePathAnnotation])
 	return nil
 }
 
 // writeError describes a failed write of a webhook configuration.
-func (r *Reconciler) writeError(err error) error {
+func (r *Reconciler) writeError(kind string, err error) error {
 	if apierrors.IsForbidden(err) {
-		err = fmt.Errorf("%w (has the workspace's APIBinding to %s accepted the permission claim on validatingwebhookconfigurations?)", err, r.opts.APIExportName)
+		resource := strings.ToLower(kind) + "s"
+		err = fmt.Errorf("%w (has the workspace's APIBinding to %s accepted the permission claim on %s? See docs/operations.md, \"Upgrading and uninstalling\")", err, r.opts.APIExportName, resource)
 	}
-	return fmt.Errorf("failed to write ValidatingWebhookConfiguration %s: %w", webhookconfig.Name, err)
+	return fmt.Errorf("failed to write %s %s: %w", kind, webhookconfig.Name, err)
 }
 
-// upgradeManagedFields folds what the controller owns of cfg through
-// updates (its create, and what kcp's virtual workspace records of its
-// applies) into what it owns through applies, so that an apply can remove
-// what it omits, and updates cfg; see webhookconfig.UpgradeManagedFieldsPatch.
-// A conflict (the cache is behind) is left to the next reconcile, which the
-// newer version triggers: the apply goes ahead, and what it cannot remove
-// yet it removes then.
-func upgradeManagedFields(ctx context.Context, cl *Cluster, cfg *admissionregistrationv1.ValidatingWebhookConfiguration) error {
-	patch, err := webhookconfig.UpgradeManagedFieldsPatch(cfg, FieldOwner)
-	if err != nil || patch == nil {
-		return err
-	}
-	if err := cl.Client.Patch(ctx, cfg, client.RawPatch(types.JSONPatchType, patch)); err != nil {
-		if apierrors.IsConflict(err) {
-			log.FromContext(ctx).V(1).Info("The webhook configuration changed since it was cached; upgrading its managed fields later", "cluster", logicalcluster.From(cfg))
-			return nil
-		}
-		return fmt.Errorf("failed to upgrade the managed fields of ValidatingWebhookConfiguration %s: %w", webhookconfig.Name, err)
-	}
-	return nil
-}
-
-// prune deletes managed webhook configurations in workspaces that need none
-// any more. A configuration installed for a path that failed to resolve in
-// this reconcile is kept: it may still be the right one. Reconcile has
-// proven the state complete before anything that guards a resource is
-// deleted.
+// prune deletes managed configurations in workspaces that need none any
+// more (a workspace that needs a validating configuration but no mutating
+// one loses that in install). A configuration installed for a path that
+// failed to resolve in this reconcile is kept: it may still be the right
+// one. Reconcile has proven the state complete before anything that guards
+// a resource is deleted.
 func (r *Reconciler) prune(ctx context.Context, state *State, desired map[logicalcluster.Name]*webhookconfig.Workspace, unresolved map[string]error) error {
 	var errs []error
+	stale := func(cfg client.Object) bool {
+		_, needed := desired[logicalcluster.From(cfg)]
+		_, kept := unresolved[cfg.GetAnnotations()[webhookconfig.WorkspacePathAnnotation]]
+		return !needed && !kept && webhookconfig.IsManaged(cfg)
+	}
+	var configs []client.Object
 	for _, cluster := range slices.Sorted(maps.Keys(state.Configs)) {
-		cfg := state.Configs[cluster]
-		if _, ok := desired[cluster]; ok || !webhookconfig.IsManaged(cfg) {
+		configs = append(configs, state.Configs[cluster])
+	}
+	for _, cluster := range slices.Sorted(maps.Keys(state.Mutating)) {
+		configs = append(configs, state.Mutating[cluster])
+	}
+	for _, cfg := range configs {
+		if !stale(cfg) {
 			continue
 		}
-		if _, ok := unresolved[cfg.Annotations[webhookconfig.WorkspacePathAnnotation]]; ok {
-			continue
-		}
-		cl, err := r.clusters.Get(ctx, cluster)
+		cl, err := r.clusters.Get(ctx, logicalcluster.From(cfg))
 		if errors.Is(err, multicluster.ErrClusterNotFound) {
 			continue // disengaged since it was read: the binding is gone
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("failed to get logical cluster %s: %w", cluster, err))
+			errs = append(errs, fmt.Errorf("failed to get logical cluster %s: %w", logicalcluster.From(cfg), err))
 			continue
 		}
-		if err := cl.Client.Delete(ctx, cfg, client.Preconditions{UID: &cfg.UID}); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("failed to delete the webhook configuration in logical cluster %s: %w", cluster, err))
-			continue
-		}
-		log.FromContext(ctx).Info("Removed webhook configuration: nothing in the workspace is protected or guarded any more",
-			"cluster", cluster, "workspace", cfg.Annotations[webhookconfig.WorkspacePathAnnotation])
+		errs = append(errs, r.remove(ctx, cl, cfg))
 	}
 	return kerrors.NewAggregate(errs)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -24,13 +24,14 @@ import (
 
 	"github.com/kcp-dev/logicalcluster/v3"
 	"github.com/kcp-dev/multicluster-provider/envtest"
+	apisv1alpha2 "github.com/kcp-dev/sdk/apis/apis/v1alpha2"
 	"github.com/kcp-dev/sdk/apis/core"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	depac "github.com/opendefensecloud/dependency-controller/api/v1alpha1/applyconfiguration/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/controller"
 	"github.com/opendefensecloud/dependency-controller/internal/controllerserver"
-	"github.com/opendefensecloud/dependency-controller/internal/marks"
+	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
 	rulestatus "github.com/opendefensecloud/dependency-controller/internal/status"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
@@ -125,6 +126,12 @@ func getConfig(ctx context.Context, ws logicalcluster.Path) (*admissionregistrat
 	return cfg, err
 }
 
+func getMutating(ctx context.Context, ws logicalcluster.Path) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
+	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	err := cli.Cluster(ws).Get(ctx, client.ObjectKey{Name: webhookconfig.Name}, cfg)
+	return cfg, err
+}
+
 // mustConfig returns the configuration in ws.
 func mustConfig(ctx context.Context, ws logicalcluster.Path) *admissionregistrationv1.ValidatingWebhookConfiguration {
 	GinkgoHelper()
@@ -142,6 +149,9 @@ func protectedResources(ctx context.Context, ws logicalcluster.Path) ([]string, 
 	}
 	var out []string
 	for _, wh := range cfg.Webhooks {
+		if wh.Name == webhookconfig.RecordsWebhookName {
+			continue // goes with the DELETE webhook; see "guards the records"
+		}
 		for _, r := range wh.Rules {
 			out = append(out, fmt.Sprintf("%s/%s/%s %v", strings.Join(r.APIGroups, ","), strings.Join(r.APIVersions, ","), strings.Join(r.Resources, ","), r.Operations))
 		}
@@ -368,46 +378,77 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 		Expect(cli.Cluster(compute).Delete(ctx, rule)).To(Succeed())
 	})
 
-	It("lets the DELETE webhook skip objects cleared under the rules' fingerprint only while every rule is guarded", func(ctx context.Context) {
-		rule := newRule("marks", "virtualmachines", dependency{storage, "storage.test.io", "volumes", ".spec.volume"})
+	It("installs the labelling webhook of a dependent type once the webhook labels it, with the scheme of its rules", func(ctx context.Context) {
+		rule := newRule("labelled", "gadgets", dependency{storage, "storage.test.io", "volumes", ".spec.volume"})
 		Expect(cli.Cluster(compute).Create(ctx, rule)).To(Succeed())
 		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionWebhooksInstalled, metav1.ConditionTrue)
+		Consistently(func() error { _, err := getMutating(ctx, compute); return err }).WithTimeout(time.Second).WithPolling(interval).
+			ShouldNot(Succeed(), "a labelling webhook before the webhook labels")
 
-		applyGuarded := func(status metav1.ConditionStatus) *depv1alpha1.DependencyRule {
-			GinkgoHelper()
-			got := &depv1alpha1.DependencyRule{}
-			Expect(cli.Cluster(compute).Get(ctx, client.ObjectKey{Name: rule.Name}, got)).To(Succeed())
-			ac := rulestatus.Apply(rule.Name, got.UID, depac.DependencyRuleStatus(), metav1.Condition{
-				Type: depv1alpha1.ConditionReferencesGuarded, Status: status, Reason: "Test", Message: "set by the test",
-				ObservedGeneration: got.Generation, LastTransitionTime: metav1.Now(),
-			})
-			Expect(cli.Cluster(compute).Status().Apply(ctx, ac, client.FieldOwner(registry.FieldOwner), client.ForceOwnership)).To(Succeed())
-			return got
-		}
-		skipped := func() []string {
-			cfg, err := getConfig(ctx, storage)
-			if err != nil {
-				return []string{err.Error()}
-			}
-			return webhookconfig.Skipped(cfg)
-		}
-		Consistently(skipped).WithTimeout(time.Second).WithPolling(interval).Should(BeEmpty(), "skipped without ReferencesGuarded")
+		By("the webhook's elected replica writing DependentsLabelled under its own field manager")
+		got := &depv1alpha1.DependencyRule{}
+		Expect(cli.Cluster(compute).Get(ctx, client.ObjectKey{Name: rule.Name}, got)).To(Succeed())
+		ac := rulestatus.Apply(rule.Name, got.UID, depac.DependencyRuleStatus(), metav1.Condition{
+			Type: depv1alpha1.ConditionDependentsLabelled, Status: metav1.ConditionUnknown, Reason: depv1alpha1.ReasonLabelling, Message: "labelling",
+			ObservedGeneration: got.Generation, LastTransitionTime: metav1.Now(),
+		})
+		Expect(cli.Cluster(compute).Status().Apply(ctx, ac, client.FieldOwner(registry.LabelsFieldOwner), client.ForceOwnership)).To(Succeed())
+		scheme, reason := reflabels.SchemeOf([]reflabels.Rule{reflabels.RuleOf(got)})
+		Expect(reason).To(BeEmpty())
+		Eventually(func(g Gomega) {
+			cfg, err := getMutating(ctx, compute)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(cfg.Webhooks).To(HaveLen(1))
+			wh := cfg.Webhooks[0]
+			g.Expect(wh.Name).To(Equal("gadgets.compute.test.io." + webhookconfig.LabelsWebhookSuffix))
+			g.Expect(*wh.ClientConfig.URL).To(HaveSuffix("/" + webhookconfig.EndpointLabels + "/" + scheme.Fingerprint))
+			g.Expect(*wh.FailurePolicy).To(Equal(admissionregistrationv1.Fail))
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
 
-		got := applyGuarded(metav1.ConditionTrue)
-		storageCluster := logicalcluster.From(mustConfig(ctx, storage))
-		fp := marks.Fingerprint(storageCluster, schema.GroupResource{Group: "storage.test.io", Resource: "volumes"}, []marks.Rule{marks.RuleOf(got)})
-		Eventually(skipped).WithTimeout(timeout).WithPolling(interval).Should(Equal([]string{fp}))
-
-		By("a provider that revokes its grant (ReferencesGuarded=False) gets every DELETE back on the webhook")
-		applyGuarded(metav1.ConditionFalse)
-		Eventually(skipped).WithTimeout(timeout).WithPolling(interval).Should(BeEmpty())
-
-		By("a change of the rule's spec: the condition speaks of an older generation")
-		applyGuarded(metav1.ConditionTrue)
-		Eventually(skipped).WithTimeout(timeout).WithPolling(interval).Should(HaveLen(1))
-		updateRule(ctx, compute, rule.Name, func(r *depv1alpha1.DependencyRule) { r.Spec.Dependencies[0].FieldRef.Path = ".spec.disk" })
-		Eventually(skipped).WithTimeout(timeout).WithPolling(interval).Should(BeEmpty())
+		By("a rule that no longer exists takes the labelling webhook with it")
 		Expect(cli.Cluster(compute).Delete(ctx, rule)).To(Succeed())
+		Eventually(func() bool { _, err := getMutating(ctx, compute); return apierrors.IsNotFound(err) }).
+			WithTimeout(timeout).WithPolling(interval).Should(BeTrue())
+	})
+
+	It("reports a binding that has not accepted the claim on mutatingwebhookconfigurations, and installs once it has (the upgrade step)", func(ctx context.Context) {
+		By("a provider that bound a release without the claim")
+		_, old := envtest.NewWorkspaceFixture(GinkgoT(), cli, core.RootCluster.Path(), envtest.WithNamePrefix("old-binding"))
+		binding, err := kcpenv.BindAPIExport(ctx, cli.Cluster(old), cli.Cluster(depCtrl), depCtrl, kcpenv.DepCtrlExportName)
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func() error {
+			if err := cli.Cluster(old).Get(ctx, client.ObjectKeyFromObject(binding), binding); err != nil {
+				return err
+			}
+			binding.Spec.PermissionClaims = slices.DeleteFunc(binding.Spec.PermissionClaims, func(c apisv1alpha2.AcceptablePermissionClaim) bool {
+				return c.Resource == "mutatingwebhookconfigurations"
+			})
+			return cli.Cluster(old).Update(ctx, binding)
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		rule := newRule("old-binding", "gadgets", dependency{storage, "storage.test.io", "volumes", ".spec.volume"})
+		rule.Spec.Dependent.APIExportName = "gadgets.test.io"
+		Expect(cli.Cluster(old).Create(ctx, rule)).To(Succeed())
+		expectCondition(ctx, old, rule.Name, depv1alpha1.ConditionWebhooksInstalled, metav1.ConditionTrue)
+		got := &depv1alpha1.DependencyRule{}
+		Expect(cli.Cluster(old).Get(ctx, client.ObjectKey{Name: rule.Name}, got)).To(Succeed())
+		ac := rulestatus.Apply(rule.Name, got.UID, depac.DependencyRuleStatus(), metav1.Condition{
+			Type: depv1alpha1.ConditionDependentsLabelled, Status: metav1.ConditionUnknown, Reason: depv1alpha1.ReasonLabelling, Message: "labelling",
+			ObservedGeneration: got.Generation, LastTransitionTime: metav1.Now(),
+		})
+		Expect(cli.Cluster(old).Status().Apply(ctx, ac, client.FieldOwner(registry.LabelsFieldOwner), client.ForceOwnership)).To(Succeed())
+		expectCondition(ctx, old, rule.Name, depv1alpha1.ConditionWebhooksInstalled, metav1.ConditionFalse,
+			"accepted the permission claim on mutatingwebhookconfigurations")
+		Eventually(func(g Gomega) {
+			got, err := protectedResources(ctx, storage)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(got).To(ContainElement("storage.test.io/v1/volumes [DELETE]"), "deletes stay protected")
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+
+		By("accepting the claim, as docs/operations.md says")
+		Expect(kcpenv.AcceptClaims(ctx, cli.Cluster(old), cli.Cluster(depCtrl), kcpenv.DepCtrlExportName)).To(Succeed())
+		expectCondition(ctx, old, rule.Name, depv1alpha1.ConditionWebhooksInstalled, metav1.ConditionTrue)
+		Eventually(func() error { _, err := getMutating(ctx, old); return err }).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		Expect(cli.Cluster(old).Delete(ctx, rule)).To(Succeed())
 	})
 
 	It("removes a stale configuration on restart when its rule was deleted while the controller was stopped", func(ctx context.Context) {

@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	admissionregistrationv1ac "k8s.io/client-go/applyconfigurations/admissionregistration/v1"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -32,7 +31,7 @@ import (
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	depac "github.com/opendefensecloud/dependency-controller/api/v1alpha1/applyconfiguration/api/v1alpha1"
-	"github.com/opendefensecloud/dependency-controller/internal/marks"
+	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 	"github.com/opendefensecloud/dependency-controller/internal/scheme"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 )
@@ -74,7 +73,14 @@ func testConfig(cluster logicalcluster.Name, path string, resources ...string) *
 		g := schema.ParseGroupResource(gr)
 		ws.Protected = append(ws.Protected, g.WithVersion("v1"))
 	}
-	return inCluster(webhookconfig.Build(ws, cluster, testWebhook), cluster)
+	cfg := webhookconfig.Validating(ws, cluster, testWebhook)
+	if cfg == nil {
+		// An empty configuration, as an earlier release left behind.
+		cfg = &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{
+			Name: webhookconfig.Name, Labels: map[string]string{webhookconfig.ManagedByLabel: webhookconfig.ManagedByValue},
+		}}
+	}
+	return inCluster(cfg, cluster)
 }
 
 // testWorkspaces are the workspaces of the tests that bind the export, by
@@ -224,6 +230,8 @@ func (f *fixture) protected(t *testing.T, cluster logicalcluster.Name) string {
 				deletion = append(deletion, gr)
 			case webhookconfig.ReferencesWebhookName:
 				references = append(references, gr)
+			case webhookconfig.RecordsWebhookName:
+				// The guard of records goes with the DELETE webhook.
 			default:
 				t.Fatalf("unexpected webhook %q", wh.Name)
 			}
@@ -299,7 +307,7 @@ func TestReconcileActions(t *testing.T) {
 			name: "prunes the check of new references with the last rule of the workspace",
 			objects: []client.Object{
 				testConfig("c-net", "root:net", "vpcs.net.io"),
-				inCluster(webhookconfig.Build(&webhookconfig.Workspace{Dependents: []schema.GroupVersionResource{{Group: "compute.io", Version: "v1", Resource: "virtualmachines"}}}, "c-compute", testWebhook), "c-compute"),
+				inCluster(webhookconfig.Validating(&webhookconfig.Workspace{Dependents: []schema.GroupVersionResource{{Group: "compute.io", Version: "v1", Resource: "virtualmachines"}}}, "c-compute", testWebhook), "c-compute"),
 			},
 			want: map[logicalcluster.Name]string{"c-net": "none", "c-compute": "none"},
 		},
@@ -381,7 +389,7 @@ func TestReconcileActions(t *testing.T) {
 func countWrites(writes map[string]int) *interceptor.Funcs {
 	isConfig := func(o any) bool {
 		switch o.(type) {
-		case *admissionregistrationv1.ValidatingWebhookConfiguration, *admissionregistrationv1ac.ValidatingWebhookConfigurationApplyConfiguration:
+		case *admissionregistrationv1.ValidatingWebhookConfiguration, *admissionregistrationv1.MutatingWebhookConfiguration:
 			return true
 		}
 		return false
@@ -443,8 +451,8 @@ func TestReconcileDoesNotTakeOverAConfigurationTheCacheLacks(t *testing.T) {
 	if after.ResourceVersion != before.ResourceVersion || !maps.Equal(after.Labels, before.Labels) || len(after.Webhooks) != 0 {
 		t.Errorf("the foreign configuration was changed: %+v", after)
 	}
-	if want := map[string]int{"create": 2, "patch": 1, "status": 1}; !maps.Equal(writes, want) {
-		t.Errorf("writes %v, want %v: creates in both workspaces, the new configuration's managed fields upgraded", writes, want)
+	if want := map[string]int{"create": 2, "status": 1}; !maps.Equal(writes, want) {
+		t.Errorf("writes %v, want %v: creates in both workspaces, nothing else", writes, want)
 	}
 }
 
@@ -455,8 +463,8 @@ func TestReconcileLeavesWhatIsUpToDate(t *testing.T) {
 	if err := f.reconcile(t); err != nil {
 		t.Fatal(err)
 	}
-	// Three configurations, each created and its managed fields upgraded.
-	if want := map[string]int{"create": 3, "patch": 3, "status": 2}; !maps.Equal(writes, want) {
+	// Three configurations, each created in one write.
+	if want := map[string]int{"create": 3, "status": 2}; !maps.Equal(writes, want) {
 		t.Errorf("first reconcile wrote %v, want %v", writes, want)
 	}
 	clear(writes)
@@ -470,12 +478,12 @@ func TestReconcileLeavesWhatIsUpToDate(t *testing.T) {
 		t.Errorf("%d complete listings, want none: nothing was taken away", f.listings)
 	}
 
-	// A changed setting is applied once.
+	// A changed setting is written once, in one patch per configuration.
 	f.webhook.URL = "https://elsewhere/validate"
 	if err := f.reconcile(t); err != nil {
 		t.Fatal(err)
 	}
-	if want := map[string]int{"apply": 3}; !maps.Equal(writes, want) {
+	if want := map[string]int{"patch": 3}; !maps.Equal(writes, want) {
 		t.Errorf("reconcile after a new URL wrote %v, want %v", writes, want)
 	}
 }
@@ -724,8 +732,8 @@ func TestLiveReader(t *testing.T) {
 	if err := live.Get(ctx, client.ObjectKey{Name: webhookconfig.Name}, cfg); err != nil {
 		t.Fatal(err)
 	}
-	if !webhookconfig.IsManaged(cfg) || len(cfg.Webhooks) != 1 {
-		t.Errorf("Get() = %+v", cfg)
+	if !webhookconfig.IsManaged(cfg) || len(cfg.Webhooks) != 2 {
+		t.Errorf("Get() = %+v, want the DELETE webhook and the guard of records", cfg)
 	}
 	if err := live.Get(ctx, client.ObjectKey{Name: "other"}, cfg); !apierrors.IsNotFound(err) {
 		t.Errorf("Get() of a missing object: %v", err)
@@ -736,82 +744,135 @@ func TestLiveReader(t *testing.T) {
 	}
 }
 
-// The DELETE webhook skips the objects cleared under the fingerprint of a
-// protected resource only while every rule that protects it reports
-// ReferencesGuarded for its generation, and starts to skip them only after
-// a complete listing confirmed the rules.
-func TestReconcileClearances(t *testing.T) {
-	guarded := func(r *depv1alpha1.DependencyRule, status metav1.ConditionStatus) *depv1alpha1.DependencyRule {
-		r.UID = types.UID("uid-" + r.Name)
-		r.Status.Conditions = []metav1.Condition{
-			{Type: depv1alpha1.ConditionReferencesGuarded, Status: status, ObservedGeneration: r.Generation, Reason: "R", LastTransitionTime: metav1.Now()},
-			{Type: depv1alpha1.ConditionWebhooksInstalled, Status: metav1.ConditionTrue, ObservedGeneration: r.Generation, Reason: "R", LastTransitionTime: metav1.Now()},
-		}
-		return r
-	}
-	fp := func(rules ...*depv1alpha1.DependencyRule) string {
-		var covered []marks.Rule
-		for _, r := range rules {
-			covered = append(covered, marks.RuleOf(r))
-		}
-		return marks.Fingerprint("c-net", schema.GroupResource{Group: "net.io", Resource: "vpcs"}, covered)
-	}
-	r := guarded(testRule("r", "root:net/vpcs.net.io"), metav1.ConditionTrue)
-	tests := []struct {
-		name         string
-		rule         *depv1alpha1.DependencyRule
-		want         []string
-		wantListings int
-	}{
-		{name: "guarded: the clearance is skipped, after a complete listing", rule: r, want: []string{fp(r)}, wantListings: 1},
-		{name: "not guarded: every DELETE reaches the webhook", rule: guarded(testRule("r", "root:net/vpcs.net.io"), metav1.ConditionFalse)},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			f := newFixture(t, nil, tt.rule.DeepCopy())
-			if err := f.reconcile(t); err != nil {
-				t.Fatal(err)
-			}
-			cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-			if err := f.clients["c-net"].Get(context.Background(), client.ObjectKey{Name: webhookconfig.Name}, cfg); err != nil {
-				t.Fatal(err)
-			}
-			if got := webhookconfig.Skipped(cfg); !slices.Equal(got, tt.want) {
-				t.Errorf("skipped clearances = %v, want %v", got, tt.want)
-			}
-			if f.listings != tt.wantListings {
-				t.Errorf("%d complete listings, want %d", f.listings, tt.wantListings)
-			}
-			// Once installed, the same clearance needs no proof again.
-			f.listings = 0
-			if err := f.reconcile(t); err != nil {
-				t.Fatal(err)
-			}
-			if f.listings != 0 {
-				t.Errorf("%d complete listings on the second reconcile, want 0", f.listings)
-			}
-		})
-	}
+// labelling returns r with the DependentsLabelled condition that the
+// webhook writes once it labels the rule's dependents.
+func labelling(r *depv1alpha1.DependencyRule, reason string) *depv1alpha1.DependencyRule {
+	r.UID = types.UID("uid-" + r.Name)
+	return withCondition(r, depv1alpha1.ConditionDependentsLabelled, metav1.ConditionUnknown, reason, "labelling")
 }
 
-// A configuration that skips clearances loses its object selector when the
-// rules stop qualifying (server-side apply cannot empty the atomic
-// selector).
-func TestReconcileDropsClearances(t *testing.T) {
-	r := testRule("r", "root:net/vpcs.net.io")
-	r.UID = "uid-r"
-	cfg := inCluster(webhookconfig.Build(&webhookconfig.Workspace{
-		Path: logicalcluster.NewPath("root:net"), Protected: []schema.GroupVersionResource{{Group: "net.io", Version: "v1", Resource: "vpcs"}}, Cleared: []string{"0123456789abcdef"},
-	}, "c-net", testWebhook), "c-net")
-	f := newFixture(t, nil, r, cfg)
+// mutating returns the labelling webhooks in cluster, by name, with the
+// scheme their URL names; nil if there is no MutatingWebhookConfiguration.
+func (f *fixture) mutating(t *testing.T, cluster logicalcluster.Name) map[string]string {
+	t.Helper()
+	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	err := f.clients[cluster].Get(context.Background(), client.ObjectKey{Name: webhookconfig.Name}, cfg)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, wh := range cfg.Webhooks {
+		out[wh.Name] = (*wh.ClientConfig.URL)[strings.LastIndex(*wh.ClientConfig.URL, "/")+1:]
+	}
+	return out
+}
+
+// The labelling webhook of a dependent type is installed once the webhook
+// labels its dependents (it wrote DependentsLabelled on every rule of the
+// type), with the scheme of those rules in its URL; it is removed, after a
+// complete listing, when no rule needs it.
+func TestReconcileLabellingWebhook(t *testing.T) {
+	const name = "virtualmachines.compute.io." + webhookconfig.LabelsWebhookSuffix
+	schemeOf := func(rules ...*depv1alpha1.DependencyRule) string {
+		var covered []reflabels.Rule
+		for _, r := range rules {
+			covered = append(covered, reflabels.RuleOf(r))
+		}
+		s, reason := reflabels.SchemeOf(covered)
+		if reason != "" {
+			t.Fatal(reason)
+		}
+		return s.Fingerprint
+	}
+
+	// Not yet: the webhook has not told on the rule.
+	f := newFixture(t, nil, testRule("r", "root:net/vpcs.net.io"))
 	if err := f.reconcile(t); err != nil {
 		t.Fatal(err)
 	}
-	got := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-	if err := f.clients["c-net"].Get(context.Background(), client.ObjectKey{Name: webhookconfig.Name}, got); err != nil {
+	if got := f.mutating(t, "c-compute"); got != nil {
+		t.Errorf("labelling webhooks %v before the webhook labels", got)
+	}
+
+	// Once it has on every rule of the type.
+	r, r2 := labelling(testRule("r", "root:net/vpcs.net.io"), depv1alpha1.ReasonLabelling), labelling(testRule("r2", "root:net/subnets.net.io"), depv1alpha1.ReasonLabelled)
+	f = newFixture(t, nil, r, r2)
+	if err := f.reconcile(t); err != nil {
 		t.Fatal(err)
 	}
-	if skipped := webhookconfig.Skipped(got); len(skipped) > 0 {
-		t.Errorf("the configuration still skips %v though the rule is not guarded", skipped)
+	if got, want := f.mutating(t, "c-compute"), map[string]string{name: schemeOf(r, r2)}; !maps.Equal(got, want) {
+		t.Errorf("labelling webhooks %v, want %v", got, want)
+	}
+	if f.listings != 0 {
+		t.Errorf("%d complete listings to install a labelling webhook, want 0", f.listings)
+	}
+
+	// One rule of the type that the webhook has not told on yet (or
+	// cannot label) keeps the type unlabelled; removing the webhook needs
+	// a complete listing.
+	for _, reason := range []string{"", depv1alpha1.ReasonNotLabellable} {
+		r3 := testRule("r3", "root:net/routers.net.io")
+		if reason != "" {
+			r3 = labelling(r3, reason)
+		}
+		existing := inCluster(webhookconfig.Mutating(&webhookconfig.Workspace{Labelled: []webhookconfig.Labelled{{
+			Resource: schema.GroupResource{Group: "compute.io", Resource: "virtualmachines"}, Versions: []string{"v1"}, Scheme: schemeOf(r, r2), Fields: []string{"spec"},
+		}}}, "c-compute", testWebhook), "c-compute")
+		f = newFixture(t, nil, r, r2, r3, existing)
+		if err := f.reconcile(t); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.mutating(t, "c-compute"); got != nil {
+			t.Errorf("reason %q: labelling webhooks %v, want none", reason, got)
+		}
+		if f.listings != 1 {
+			t.Errorf("reason %q: %d complete listings before removing a labelling webhook, want 1", reason, f.listings)
+		}
+	}
+}
+
+// A workspace whose binding has not accepted the claim on
+// mutatingwebhookconfigurations (it bound a release before the labelling
+// webhook) keeps its validating configuration, and the rule says which
+// claim to accept.
+func TestReconcileReportsTheMutatingClaim(t *testing.T) {
+	funcs := &interceptor.Funcs{Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+		if _, ok := obj.(*admissionregistrationv1.MutatingWebhookConfiguration); ok {
+			return apierrors.NewForbidden(schema.GroupResource{Group: "admissionregistration.k8s.io", Resource: "mutatingwebhookconfigurations"}, webhookconfig.Name, errors.New("no claim"))
+		}
+		return c.Create(ctx, obj, opts...)
+	}}
+	f := newFixture(t, funcs, labelling(testRule("r", "root:net/vpcs.net.io"), depv1alpha1.ReasonLabelling))
+	err := f.reconcile(t)
+	if err == nil || !strings.Contains(err.Error(), "accepted the permission claim on mutatingwebhookconfigurations") {
+		t.Errorf("Reconcile() error = %v", err)
+	}
+	if got := f.protected(t, "c-net"); got != "vpcs.net.io" {
+		t.Errorf("protected in c-net = %q", got)
+	}
+	if got := f.condition(t, depv1alpha1.ConditionWebhooksInstalled); !strings.Contains(got, "mutatingwebhookconfigurations") {
+		t.Errorf("WebhooksInstalled = %q, want it to name the claim", got)
+	}
+}
+
+// The finalizer of releases that marked objects is removed from rules, so
+// that a rule being deleted is not held forever; nothing else of the rule
+// changes.
+func TestReconcileDropsTheLegacyFinalizer(t *testing.T) {
+	r := testRule("r", "root:net/vpcs.net.io")
+	r.Finalizers = []string{"example.com/keep", depv1alpha1.FinalizerMarks}
+	f := newFixture(t, nil, r)
+	if err := f.reconcile(t); err != nil {
+		t.Fatal(err)
+	}
+	got := &depv1alpha1.DependencyRule{}
+	if err := f.clients["c-compute"].Get(context.Background(), client.ObjectKey{Name: "r"}, got); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Finalizers, []string{"example.com/keep"}) {
+		t.Errorf("finalizers %v, want only the other one", got.Finalizers)
 	}
 }

@@ -41,9 +41,9 @@ var workItem = mcreconcile.Request{Request: reconcile.Request{NamespacedName: ty
 // complete listings through rules (see Reconciler). It reconciles on events
 // in every workspace that binds the APIExport: DependencyRules (spec
 // changes, creation, deletion, and changes of the conditions the webhook
-// writes), the managed ValidatingWebhookConfigurations (to undo changes by
-// others and to prune configurations left behind while the controller was
-// down) and APIBindings (a workspace that binds the export may be protected
+// writes), the managed Validating- and MutatingWebhookConfigurations (to
+// undo changes by others and to prune configurations left behind while the
+// controller was down) and APIBindings (a workspace that binds the export may be protected
 // now). Events on triggers (e.g. a rotated CA bundle) reconcile as well.
 func SetupWithManager(mgr mcmanager.Manager, engaged ClusterNamer, rules *vw.VirtualWorkspace, opts Options, triggers <-chan event.GenericEvent) error {
 	r := NewReconciler(NewClusters(mgr, engaged), NewCompleteLister(rules), opts)
@@ -58,6 +58,10 @@ func SetupWithManager(mgr mcmanager.Manager, engaged ClusterNamer, rules *vw.Vir
 		Watches(&depv1alpha1.DependencyRule{}, enqueueWorkItem,
 			mcbuilder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, webhookConditionsChanged))).
 		Watches(&admissionregistrationv1.ValidatingWebhookConfiguration{}, enqueueWorkItem,
+			mcbuilder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+				return o.GetName() == webhookconfig.Name
+			}))).
+		Watches(&admissionregistrationv1.MutatingWebhookConfiguration{}, enqueueWorkItem,
 			mcbuilder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 				return o.GetName() == webhookconfig.Name
 			}))).
@@ -79,8 +83,14 @@ func SetupWithManager(mgr mcmanager.Manager, engaged ClusterNamer, rules *vw.Vir
 }
 
 // webhookConditions are the conditions that the webhook writes on rules and
-// from which the controller computes Ready.
-var webhookConditions = []string{depv1alpha1.ConditionDependentsIndexed, depv1alpha1.ConditionReferencesGuarded}
+// from which the controller computes Ready (DependentsIndexed and
+// ReferencesGuarded, whose messages it repeats) or whether to install the
+// labelling webhook of a type (DependentsLabelled, whose reason is enough).
+var webhookConditions = map[string]bool{
+	depv1alpha1.ConditionDependentsIndexed:  true,
+	depv1alpha1.ConditionReferencesGuarded:  true,
+	depv1alpha1.ConditionDependentsLabelled: false,
+}
 
 // webhookConditionsChanged passes updates of rules in which a condition that
 // the webhook writes changed, so that Ready follows at once.
@@ -90,9 +100,9 @@ var webhookConditionsChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEv
 	if !ok1 || !ok2 {
 		return false
 	}
-	for _, t := range webhookConditions {
+	for t, message := range webhookConditions {
 		a, b := meta.FindStatusCondition(before.Status.Conditions, t), meta.FindStatusCondition(after.Status.Conditions, t)
-		if (a == nil) != (b == nil) || a != nil && (a.Status != b.Status || a.Reason != b.Reason || a.Message != b.Message) {
+		if (a == nil) != (b == nil) || a != nil && (a.Status != b.Status || a.Reason != b.Reason || message && a.Message != b.Message) {
 			return true
 		}
 	}

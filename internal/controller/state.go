@@ -48,6 +48,9 @@ type State struct {
 	// webhookconfig.Name in the engaged workspaces, managed by the
 	// controller or not, by logical cluster, from the manager's caches.
 	Configs map[logicalcluster.Name]*admissionregistrationv1.ValidatingWebhookConfiguration
+	// Mutating are the MutatingWebhookConfigurations named
+	// webhookconfig.Name, likewise.
+	Mutating map[logicalcluster.Name]*admissionregistrationv1.MutatingWebhookConfiguration
 }
 
 // Cluster is what the controller uses of a workspace that the manager has
@@ -166,7 +169,8 @@ func (l liveReader) List(ctx context.Context, list client.ObjectList, opts ...cl
 func observe(ctx context.Context, clusters Clusters) (*State, error) {
 	state := &State{
 		Listing: Listing{Workspaces: map[string]logicalcluster.Name{}},
-		Configs: map[logicalcluster.Name]*admissionregistrationv1.ValidatingWebhookConfiguration{},
+		Configs:  map[logicalcluster.Name]*admissionregistrationv1.ValidatingWebhookConfiguration{},
+		Mutating: map[logicalcluster.Name]*admissionregistrationv1.MutatingWebhookConfiguration{},
 	}
 	for _, name := range clusters.Engaged() {
 		cl, err := clusters.Get(ctx, name)
@@ -192,6 +196,13 @@ func observe(ctx context.Context, clusters Clusters) (*State, error) {
 			state.Configs[name] = cfg
 		case !apierrors.IsNotFound(err):
 			return nil, fmt.Errorf("failed to get ValidatingWebhookConfiguration %s in logical cluster %s: %w", webhookconfig.Name, name, err)
+		}
+		mutating := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		switch err := cl.Cache.Get(ctx, client.ObjectKey{Name: webhookconfig.Name}, mutating); {
+		case err == nil:
+			state.Mutating[name] = mutating
+		case !apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("failed to get MutatingWebhookConfiguration %s in logical cluster %s: %w", webhookconfig.Name, name, err)
 		}
 	}
 	sortRules(state.Rules)

@@ -131,6 +131,8 @@ type Index struct {
 	ctx     context.Context
 	desired map[Source][]fieldpath.Reference
 	watches map[Source]*running
+	// fences are the teardown fences of scopes (see Fenced).
+	fences  map[live.Scope]fence
 	changed chan struct{}
 	updates chan struct{}
 }
@@ -151,6 +153,7 @@ func New(cfg *rest.Config, frontProxy string, opts Options) (*Index, error) {
 		opts:    opts,
 		desired: map[Source][]fieldpath.Reference{},
 		watches: map[Source]*running{},
+		fences:  map[live.Scope]fence{},
 		changed: make(chan struct{}, 1),
 		updates: make(chan struct{}, 1),
 		now:     time.Now,
@@ -270,9 +273,10 @@ func (ix *Index) State(src Source) State {
 	return w.State()
 }
 
-// Synced reports whether every source has been listed on every shard, or is
-// in a phase in which it takes no part in decisions. An error describes the
-// first source that is not.
+// Synced reports whether every source has been listed on every shard (once:
+// a watch that broke since makes decisions read live, not the replica
+// unready), or is in a phase in which it takes no part in decisions. An
+// error describes the first source that is not.
 func (ix *Index) Synced() error {
 	ix.lock.Lock()
 	if ix.ctx == nil {
@@ -285,7 +289,7 @@ func (ix *Index) Synced() error {
 	}
 	ix.lock.Unlock()
 	for src, w := range watches {
-		if state := w.State(); state.Phase == PhaseSyncing {
+		if state := w.State(); state.Phase == PhaseSyncing && !state.Listed {
 			return fmt.Errorf("%s: %s", src, state.Message)
 		}
 	}

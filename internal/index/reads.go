@@ -14,6 +14,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kcp-dev/logicalcluster/v3"
@@ -21,6 +22,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/index/live"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 	"github.com/opendefensecloud/dependency-controller/internal/vw"
 )
 
@@ -99,22 +101,56 @@ func (ix *Index) retry(ctx context.Context, attempt func() error) error {
 	}
 }
 
-// Confirm reads the dependents of src in cluster live, through the virtual
-// workspace of the shard that serves the cluster, and returns those that
-// reference the object named name in namespace at one of paths, with how
+// Query is what a confirming read looks for: the dependents of Source in
+// Cluster that reference the object of Target named Name in Namespace at
+// one of Paths.
+type Query struct {
+	Source    Source
+	Paths     []fieldpath.Reference
+	Cluster   logicalcluster.Name
+	Namespace string
+	Name      string
+	// Target is the resource of the object.
+	Target schema.GroupResource
+	// Scheme is the fingerprint of the scheme under which the dependents of
+	// Source are labelled with what they reference (see package reflabels);
+	// empty if they are not.
+	Scheme string
+}
+
+// scope returns the scope the dependents that can reference the object lie
+// in: the object's namespace if the dependents are namespaced and no
+// reference may name another namespace, the whole cluster otherwise.
+func (ix *Index) scope(q Query) live.Scope {
+	scope := live.Scope{Source: q.Source, Cluster: q.Cluster}
+	if ix.State(q.Source).Namespaced && !slices.ContainsFunc(q.Paths, fieldpath.Reference.CrossesNamespaces) {
+		scope.Namespace = q.Namespace
+	}
+	return scope
+}
+
+// Confirm reads the dependents of the query's source in its cluster live,
+// through the virtual workspace of the shard that serves the cluster, and
+// returns those that reference the object at one of the paths, with how
 // many dependents it read. A cluster that does not bind the export has
-// none. The scope read is namespace (the namespace of the object they would
-// reference) if the dependents are namespaced and no reference may name
-// another namespace, the whole cluster otherwise.
+// none. See scope for the scope read.
 //
-// The read is a consistent LIST, made after Confirm was called, so it sees
+// With a scheme, the read is two label-selected LISTs made at once: the
+// dependents that carry the object's reference label, and those not
+// labelled under the scheme (created before their rule, or written by a
+// webhook replica with other rules); every other dependent is labelled under
+// the scheme without the object's label, so it does not reference the
+// object. Without one, every dependent in scope is listed. Either way each
+// listed dependent is checked against the paths.
+//
+// The reads are consistent LISTs, made after Confirm was called, so they see
 // every dependent whose create returned before that; concurrent calls for
-// one scope share reads (see package live). Reads that fail for a reason
-// that clears by itself are retried within the deadline of ctx.
+// one scope and selector share reads (see package live). Reads that fail
+// for a reason that clears by itself are retried within the deadline of ctx.
 //
 // It returns an error wrapping ErrVersionNotServed if the export does not
 // serve the version the rules name, and any error from reading.
-func (ix *Index) Confirm(ctx context.Context, src Source, paths []fieldpath.Reference, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, int, error) {
+func (ix *Index) Confirm(ctx context.Context, q Query) ([]kcp.Meta, int, error) {
 	var (
 		found   []kcp.Meta
 		scanned int
@@ -122,12 +158,36 @@ func (ix *Index) Confirm(ctx context.Context, src Source, paths []fieldpath.Refe
 	err := ix.retry(ctx, func() error {
 		// The scope is decided on every attempt: an attempt that failed
 		// because the export had not been read yet did not know it.
-		scope := live.Scope{Source: src, Cluster: cluster}
-		if ix.State(src).Namespaced && !slices.ContainsFunc(paths, fieldpath.Reference.CrossesNamespaces) {
-			scope.Namespace = namespace
+		scope := ix.scope(q)
+		if q.Scheme == "" {
+			var err error
+			found, scanned, err = ix.reads.Confirm(ctx, scope, q.Paths, q.Namespace, q.Name)
+			return err
 		}
-		var err error
-		found, scanned, err = ix.reads.Confirm(ctx, scope, paths, namespace, name)
+		byLabel, stale := scope, scope
+		byLabel.Selector, stale.Selector = reflabels.Key(q.Target, q.Name), reflabels.StaleSelector(q.Scheme)
+		type result struct {
+			found   []kcp.Meta
+			scanned int
+			err     error
+		}
+		done := make(chan result, 1)
+		go func() {
+			var r result
+			r.found, r.scanned, r.err = ix.reads.Confirm(ctx, stale, q.Paths, q.Namespace, q.Name)
+			done <- r
+		}()
+		labelled, n, err := ix.reads.Confirm(ctx, byLabel, q.Paths, q.Namespace, q.Name)
+		other := <-done
+		if err == nil {
+			err = other.err
+		}
+		found, scanned = labelled, n+other.scanned
+		for _, m := range other.found {
+			if !slices.Contains(found, m) {
+				found = append(found, m)
+			}
+		}
 		return err
 	})
 	return found, scanned, err
@@ -169,7 +229,7 @@ const (
 // different answer.
 func (ix *Index) catchUp(ctx context.Context, scope live.Scope, paths []fieldpath.Reference) (live.Answer, error) {
 	w := ix.watch(scope.Source)
-	if w == nil || w.State().Phase != PhaseSynced {
+	if w == nil || w.State().Phase != PhaseSynced || scope.Selector != "" {
 		return nil, nil
 	}
 	indexed := w.Paths()
@@ -232,8 +292,12 @@ func (ix *Index) readScope(ctx context.Context, scope live.Scope, visit func(ite
 		ix.opts.OnRead(ReadListed)
 	}
 	path := vw.ResourcePath(scope.Cluster.Path(), scope.Source.Resource, scope.Namespace)
+	var params url.Values
+	if scope.Selector != "" {
+		params = url.Values{"labelSelector": {scope.Selector}}
+	}
 	return ix.onShardOf(scope.Source, scope.Cluster, func(r *vw.Reader, state State) error {
-		_, err := r.List(ctx, path, nil, visit)
+		_, err := r.List(ctx, path, params, visit)
 		switch {
 		case err == nil && state.Phase == PhaseVersionNotServed:
 			return fmt.Errorf("%w: %s", ErrVersionNotServed, state.Message)

@@ -14,21 +14,51 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/vw"
 )
 
-// The webhook writes protected objects in few cases, each with the consent
-// of their provider (patch or delete on its APIExport's content): it
-// records a deferred deletion on an object and replays it, and it marks
-// objects that nothing references. The writes go, like reads, through the
-// virtual workspace of the object's APIExport on the shard that serves the
-// workspace, and are retried within the deadline of ctx while they fail
-// for a reason that clears by itself.
+// The webhook writes objects in few cases, each with the consent of their
+// provider (patch, delete or create on its APIExport's content): it records
+// a deferred deletion on a protected object and replays it, removes records
+// that do not verify or expired, with an Event on the object, and has
+// dependents that existed before their rules relabelled. The writes go,
+// like reads, through the virtual workspace of the object's APIExport on the
+// shard that serves the workspace, and are retried within the deadline of
+// ctx while they fail for a reason that clears by itself.
 
 // Patch patches the object of src named name in cluster (in namespace, if
-// the resource is namespaced) with body, a patch of type pt. An object that
-// does not exist is a NotFound error.
-func (ix *Index) Patch(ctx context.Context, src Source, cluster logicalcluster.Name, namespace, name string, pt types.PatchType, body []byte) error {
-	return ix.write(ctx, src, cluster, namespace, name, func(r *vw.Reader, path []string) error {
-		return r.Patch(ctx, path, pt, body)
+// the resource is namespaced) with body, a patch of type pt, and returns
+// the patched object. An object that does not exist is a NotFound error.
+func (ix *Index) Patch(ctx context.Context, src Source, cluster logicalcluster.Name, namespace, name string, pt types.PatchType, body []byte) ([]byte, error) {
+	var patched []byte
+	err := ix.write(ctx, src, cluster, namespace, name, func(r *vw.Reader, path []string) error {
+		var err error
+		patched, err = r.Patch(ctx, path, pt, body)
+		return err
 	})
+	return patched, err
+}
+
+// CreateEvent creates the core Event body (JSON) in namespace of cluster,
+// through the virtual workspace of src on the shard that serves cluster:
+// the provider's APIExport must claim events, and the workspace must have
+// accepted the claim.
+func (ix *Index) CreateEvent(ctx context.Context, src Source, cluster logicalcluster.Name, namespace string, body []byte) error {
+	w := ix.watch(src)
+	if w == nil {
+		return fmt.Errorf("%s is not watched", src)
+	}
+	u, ok := w.Serving(cluster)
+	if !ok {
+		urls, _ := w.Shards(cluster)
+		if len(urls) == 0 {
+			return fmt.Errorf("%s: %w", src, errNotInspected)
+		}
+		u = urls[0]
+	}
+	r, err := ix.readers.For(u)
+	if err != nil {
+		return err
+	}
+	path := []string{cluster.Path().RequestPath(), "api", "v1", "namespaces", namespace, "events"}
+	return ix.retry(ctx, func() error { return r.Create(ctx, path, body) })
 }
 
 // Delete deletes the object of src named name in cluster (in namespace, if

@@ -61,8 +61,9 @@ func TestWritesGoToTheShardOfTheCluster(t *testing.T) {
 			ix := newTestIndex(t, w, Options{})
 			ctx := context.Background()
 
+			_, patchErr := ix.Patch(ctx, testSource, "c1", "default", "vm-1", types.MergePatchType, []byte(`{}`))
 			errs := []error{
-				ix.Patch(ctx, testSource, "c1", "default", "vm-1", types.MergePatchType, []byte(`{}`)),
+				patchErr,
 				ix.Delete(ctx, testSource, "c1", "default", "vm-1", metav1.DeleteOptions{}),
 			}
 			for _, err := range errs {

@@ -36,12 +36,13 @@ type Meta struct {
 	// annotation with the value "true".
 	SkipProtection bool
 	// DeletionRequested is set when the object carries the
-	// deletion-requested label (any value): its deletion is deferred until
-	// nothing references it.
+	// deletion-requested label (any value): its deletion may be deferred
+	// until nothing references it, if DeletionRecord verifies (see package
+	// records).
 	DeletionRequested bool
-	// Unreferenced is the value of the unreferenced label, empty without
-	// it.
-	Unreferenced string
+	// DeletionRecord is the value of the deletion-request annotation: the
+	// signed record of a deferred deletion.
+	DeletionRecord string
 }
 
 // metaFields are the fields ReadMeta reads, and how each is kept.
@@ -59,7 +60,7 @@ var metaFields = []struct {
 	{[]string{"metadata", "annotations", logicalcluster.AnnotationKey}, func(m *Meta, v string) { m.Cluster = logicalcluster.Name(v) }},
 	{[]string{"metadata", "annotations", depv1alpha1.AnnotationSkipProtection}, func(m *Meta, v string) { m.SkipProtection = v == "true" }},
 	{[]string{"metadata", "labels", depv1alpha1.LabelDeletionRequested}, func(m *Meta, _ string) { m.DeletionRequested = true }},
-	{[]string{"metadata", "labels", depv1alpha1.LabelUnreferenced}, func(m *Meta, v string) { m.Unreferenced = v }},
+	{[]string{"metadata", "annotations", depv1alpha1.AnnotationDeletionRequest}, func(m *Meta, v string) { m.DeletionRecord = v }},
 }
 
 // metaPaths are the paths of metaFields, as jsonparser takes them.

@@ -68,15 +68,15 @@ func TestReadMeta(t *testing.T) {
 			want: Meta{Name: "vm-é\n", Namespace: "a/b"},
 		},
 		{
-			name: "deletion requested and unreferenced labels",
-			raw: `{"metadata":{"name":"vpc-1","labels":{"deletion.dependencies.opendefense.cloud/requested":"",
-				"dependencies.opendefense.cloud/unreferenced":"a1b2"}}}`,
-			want: Meta{Name: "vpc-1", DeletionRequested: true, Unreferenced: "a1b2"},
+			name: "deletion requested label and its record",
+			raw: `{"metadata":{"name":"vpc-1","labels":{"deletion.dependencies.opendefense.cloud/requested":""},
+				"annotations":{"deletion.dependencies.opendefense.cloud/request":"{\"user\":\"alice\"}"}}}`,
+			want: Meta{Name: "vpc-1", DeletionRequested: true, DeletionRecord: `{"user":"alice"}`},
 		},
 		{
-			name: "the labels' keys as annotations mean nothing",
-			raw: `{"metadata":{"name":"vpc-1","annotations":{"deletion.dependencies.opendefense.cloud/requested":"true",
-				"dependencies.opendefense.cloud/unreferenced":"a1b2"}}}`,
+			name: "the label's key as an annotation, and the record's as a label, mean nothing",
+			raw: `{"metadata":{"name":"vpc-1","annotations":{"deletion.dependencies.opendefense.cloud/requested":"true"},
+				"labels":{"deletion.dependencies.opendefense.cloud/request":"x"}}}`,
 			want: Meta{Name: "vpc-1"},
 		},
 		{

@@ -29,7 +29,6 @@ import (
 	"cmp"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,7 +43,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
-	"github.com/opendefensecloud/dependency-controller/internal/marks"
+	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 )
 
 // tombstoneTTL is how long the UID of a deleted rule is remembered. A
@@ -62,13 +61,10 @@ type Rule struct {
 	// ResourceVersion is the version of the rule object this metadata was
 	// read from.
 	ResourceVersion string
-	// Generation is the rule's metadata.generation, which fingerprints of
-	// its protected resources cover (see package marks).
+	// Generation is the rule's metadata.generation.
 	Generation int64
 	// Terminating is set once the rule has a deletionTimestamp.
 	Terminating bool
-	// Finalized is set while the rule carries depv1alpha1.FinalizerMarks.
-	Finalized bool
 	// Dependent is the resource holding references, as served by the
 	// APIExport in the rule's workspace that the rule names.
 	Dependent index.Source
@@ -158,9 +154,8 @@ type Entry struct {
 	Replay bool
 }
 
-// Protection is a protected resource of one provider with all the rules
-// that protect it: what the webhook needs to mark its objects that nothing
-// references (see package cleaner).
+// Protection is a protected resource of one provider: what the webhook
+// lists to find the deferred deletions recorded on its objects.
 type Protection struct {
 	// Target is the protected resource.
 	Target Target
@@ -168,13 +163,29 @@ type Protection struct {
 	// the resource that the first of the rules names (objects are the same
 	// in every version).
 	Source index.Source
-	// Entries are the dependent types that reference it, one per rule,
-	// sorted by rule.
-	Entries []Entry
-	// Rules are the rules that protect it, sorted by key.
-	Rules []*Rule
-	// Fingerprint is the fingerprint of the resource and its rules.
-	Fingerprint string
+	// Replay is set when a rule that protects it defers deletions; the
+	// records on objects of a resource without one are removed.
+	Replay bool
+}
+
+// Labelling is how the dependents of a type are labelled with what they
+// reference (see package reflabels): the scheme of all rules of the type,
+// or why they are not labelled.
+type Labelling struct {
+	// Dependent is the dependent type as its provider serves it; set when
+	// Labellable.
+	Dependent index.Source
+	// Scheme is the scheme of every rule of the type; set when Labellable.
+	Scheme reflabels.Scheme
+	// Labellable is set when the dependents can be labelled: every rule of
+	// the type names the same APIExport and version, and no reference lies
+	// in the status (a status subresource discards label changes, so a
+	// reference written through it could not be labelled).
+	Labellable bool
+	// Reason says why the dependents are not labelled, if they are not.
+	Reason string
+	// Rules are the rules of the type, sorted.
+	Rules []kcp.ObjectKey
 }
 
 // FromDependencyRule extracts the metadata of a rule.
@@ -186,7 +197,6 @@ func FromDependencyRule(rule *depv1alpha1.DependencyRule) *Rule {
 		ResourceVersion: rule.ResourceVersion,
 		Generation:      rule.Generation,
 		Terminating:     rule.DeletionTimestamp != nil,
-		Finalized:       slices.Contains(rule.Finalizers, depv1alpha1.FinalizerMarks),
 		Dependent: index.Source{
 			Export:   kcp.ObjectKey{Cluster: key.Cluster, Name: rule.Spec.Dependent.APIExportName},
 			Resource: schema.GroupVersionResource{Group: rule.Spec.Dependent.Group, Version: rule.Spec.Dependent.Version, Resource: rule.Spec.Dependent.Resource},
@@ -195,16 +205,7 @@ func FromDependencyRule(rule *depv1alpha1.DependencyRule) *Rule {
 		Replay:        rule.Spec.DeletionPolicy == depv1alpha1.DeletionPolicyReplay,
 	}
 	for _, d := range rule.Spec.Dependencies {
-		p, err := fieldpath.ParseReference(fieldpath.ReferenceSpec{
-			Path:          d.FieldRef.Path,
-			NamespacePath: d.FieldRef.NamespacePath,
-			GroupPath:     d.FieldRef.GroupPath,
-			Group:         d.Group,
-			DefaultGroup:  d.FieldRef.DefaultGroup,
-			KindPath:      d.FieldRef.KindPath,
-			Kind:          d.FieldRef.Kind,
-			DefaultKind:   d.FieldRef.DefaultKind,
-		})
+		p, err := reflabels.ParseReference(d)
 		if err != nil {
 			r.Invalid = append(r.Invalid, d.FieldRef.Path)
 			continue
@@ -248,12 +249,11 @@ type snapshot struct {
 	guards map[Target][]Guard
 	// guardOf is the guard of each rule.
 	guardOf map[kcp.ObjectKey]Guard
-	// replay are the protected resources of rules that defer deletions,
-	// each resource of a provider once.
-	replay []index.Source
 	// protections are the protected resources, sorted by target.
 	protections []Protection
-	rules       int
+	// labelling is keyed like guards.
+	labelling map[Target]Labelling
+	rules     int
 }
 
 // Registry is a thread-safe store of rule metadata. The zero value is not
@@ -455,18 +455,26 @@ func (r *Registry) GuardOf(key kcp.ObjectKey) (Guard, bool) {
 	return g, ok
 }
 
-// ReplayTargets returns the protected resources, as their providers serve
-// them, of which some rule defers deletions: one source per resource of a
-// provider, sorted. The result is shared and must not be modified.
-func (r *Registry) ReplayTargets() []index.Source {
-	return r.current.Load().replay
-}
-
 // Protections returns every protected resource whose provider workspace
-// binds the dependencies APIExport, with its rules. The result is shared
-// and must not be modified.
+// binds the dependencies APIExport, sorted. The result is shared and must
+// not be modified.
 func (r *Registry) Protections() []Protection {
 	return r.current.Load().protections
+}
+
+// Labelling returns how the dependents of the resource of dependent, as
+// the workspace dependent.Cluster serves it, are labelled, and false if no
+// rule names it.
+func (r *Registry) Labelling(dependent Target) (Labelling, bool) {
+	l, ok := r.current.Load().labelling[dependent]
+	return l, ok
+}
+
+// Labellings returns how the dependents of every dependent type are
+// labelled, by the workspace that serves the type and its resource. The
+// result is shared and must not be modified.
+func (r *Registry) Labellings() map[Target]Labelling {
+	return r.current.Load().labelling
 }
 
 // Changes receives a value whenever the registered rules may have changed.
@@ -485,6 +493,7 @@ func (r *Registry) Len() int {
 func (r *Registry) publish() {
 	s := &snapshot{byTarget: map[Target][]Entry{}, guards: map[Target][]Guard{}, guardOf: map[kcp.ObjectKey]Guard{}}
 	sources := map[index.Source][]fieldpath.Reference{}
+	rulesOf := map[Target][]*Rule{}
 	var targets []index.Source
 	protections := map[Target]*Protection{}
 	for _, rec := range r.records {
@@ -519,9 +528,7 @@ func (r *Registry) publish() {
 				p = &Protection{Target: target, Source: targetSource}
 				protections[target] = p
 			}
-			if !slices.Contains(p.Rules, rule) {
-				p.Rules = append(p.Rules, rule)
-			}
+			p.Replay = p.Replay || rule.Replay
 			if compareSources(targetSource, p.Source) < 0 {
 				p.Source = targetSource
 			}
@@ -533,26 +540,20 @@ func (r *Registry) publish() {
 		dependent := Target{Cluster: rule.Key.Cluster, Resource: rule.Dependent.Resource.GroupResource()}
 		s.guards[dependent] = append(s.guards[dependent], guard)
 		s.guardOf[rule.Key] = guard
+		rulesOf[dependent] = append(rulesOf[dependent], rule)
 	}
 	for _, entries := range s.byTarget {
 		slices.SortFunc(entries, func(a, b Entry) int { return a.Rule.Compare(b.Rule) })
-		if i := slices.IndexFunc(entries, func(e Entry) bool { return e.Replay }); i >= 0 {
-			s.replay = append(s.replay, entries[i].Target)
-		}
 	}
-	slices.SortFunc(s.replay, func(a, b index.Source) int { return strings.Compare(a.String(), b.String()) })
 	for _, guards := range s.guards {
 		slices.SortFunc(guards, func(a, b Guard) int { return a.Rule.Compare(b.Rule) })
 	}
-	for target, p := range protections {
-		slices.SortFunc(p.Rules, func(a, b *Rule) int { return a.Key.Compare(b.Key) })
-		p.Entries = s.byTarget[target]
-		covered := make([]marks.Rule, 0, len(p.Rules))
-		for _, rule := range p.Rules {
-			covered = append(covered, marks.Rule{Cluster: rule.Key.Cluster, Name: rule.Key.Name, UID: rule.UID, Generation: rule.Generation})
-		}
-		p.Fingerprint = marks.Fingerprint(target.Cluster, target.Resource, covered)
+	for _, p := range protections {
 		s.protections = append(s.protections, *p)
+	}
+	s.labelling = make(map[Target]Labelling, len(rulesOf))
+	for dependent, rules := range rulesOf {
+		s.labelling[dependent] = labellingOf(rules)
 	}
 	slices.SortFunc(s.protections, func(a, b Protection) int {
 		return cmp.Or(cmp.Compare(a.Target.Cluster, b.Target.Cluster), cmp.Compare(a.Target.Resource.Group, b.Target.Resource.Group), cmp.Compare(a.Target.Resource.Resource, b.Target.Resource.Resource))
@@ -575,6 +576,28 @@ func (r *Registry) publish() {
 		}
 		r.sources(sources)
 	}
+}
+
+// labellingOf returns how the dependents of the type of rules (all rules
+// that name one dependent resource in one workspace) are labelled.
+func labellingOf(rules []*Rule) Labelling {
+	slices.SortFunc(rules, func(a, b *Rule) int { return a.Key.Compare(b.Key) })
+	l := Labelling{Dependent: rules[0].Dependent}
+	covered := make([]reflabels.Rule, 0, len(rules))
+	for _, rule := range rules {
+		l.Rules = append(l.Rules, rule.Key)
+		r := reflabels.Rule{Name: rule.Key.String(), UID: rule.UID, Dependent: rule.Dependent.String()}
+		for _, ref := range rule.References {
+			r.References = append(r.References, reflabels.Reference{Path: ref.Path, Target: ref.Target})
+		}
+		covered = append(covered, r)
+	}
+	l.Scheme, l.Reason = reflabels.SchemeOf(covered)
+	l.Labellable = l.Reason == ""
+	if !l.Labellable {
+		l.Dependent = index.Source{}
+	}
+	return l
 }
 
 // compareSources orders sources by export, then resource.

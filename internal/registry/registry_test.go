@@ -19,7 +19,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath/fieldpathtest"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
-	"github.com/opendefensecloud/dependency-controller/internal/marks"
+	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 )
 
 var (
@@ -417,110 +417,111 @@ func TestFindGuards(t *testing.T) {
 	}
 }
 
-// The webhook's fingerprints of protected resources are those the
-// controller computes from the same rule objects: otherwise no clearance
-// the webhook writes would ever match the controller's object selector.
-func TestProtectionsFingerprintsAgreeWithTheController(t *testing.T) {
-	newRule := func(cluster, name, uid string, generation int64, resources ...string) *depv1alpha1.DependencyRule {
+// The webhook's labelling schemes are those the controller computes from
+// the same rule objects: the webhook vouches for labels only when the
+// configuration that calls it was made for its own scheme.
+func TestLabellingAgreesWithTheController(t *testing.T) {
+	newRule := func(cluster, name, uid string, generation int64, dependent string, paths ...string) *depv1alpha1.DependencyRule {
 		r := &depv1alpha1.DependencyRule{ObjectMeta: metav1.ObjectMeta{
 			Name: name, UID: types.UID(uid), Generation: generation, ResourceVersion: "1",
 			Annotations: map[string]string{logicalcluster.AnnotationKey: cluster},
 		}}
-		r.Spec.Dependent = depv1alpha1.DependentResource{APIExportName: "compute.io", Group: "compute.io", Version: "v1", Kind: "VirtualMachine", Resource: "virtualmachines"}
-		for _, res := range resources {
+		r.Spec.Dependent = depv1alpha1.DependentResource{APIExportName: "compute.io", Group: "compute.io", Version: "v1", Kind: "VirtualMachine", Resource: dependent}
+		for _, p := range paths {
 			r.Spec.Dependencies = append(r.Spec.Dependencies, depv1alpha1.Dependency{
 				APIExportRef: depv1alpha1.APIExportReference{Path: netWorkspace, Name: "network.io"},
-				Group:        "network.io", Version: "v1", Resource: res, FieldRef: depv1alpha1.FieldReference{Path: ".spec." + res},
+				Group:        "network.io", Version: "v1", Resource: "vpcs", FieldRef: depv1alpha1.FieldReference{Path: p},
 			})
 		}
 		return r
 	}
-	a := newRule("c1", "a", "uid-a", 3, "vpcs", "subnets", "vpcs")
-	b := newRule("c2", "b", "uid-b", 1, "vpcs")
-	b.DeletionTimestamp = &metav1.Time{}
-	b.Finalizers = []string{depv1alpha1.FinalizerMarks}
+	a := newRule("c1", "a", "uid-a", 3, "virtualmachines", ".spec.vpc", ".spec.nics[*].vpc")
+	b := newRule("c1", "b", "uid-b", 1, "virtualmachines", ".spec.backupVPC")
+	status := newRule("c1", "s", "uid-s", 1, "gateways", ".status.vpc")
+	other := newRule("c2", "a", "uid-c", 1, "virtualmachines", ".spec.vpc")
 	reg := newRegistry()
-	reg.Apply(FromDependencyRule(a))
-	reg.Apply(FromDependencyRule(b))
+	for _, r := range []*depv1alpha1.DependencyRule{a, b, status, other} {
+		reg.Apply(FromDependencyRule(r))
+	}
 
-	got := map[string]Protection{}
-	for _, p := range reg.Protections() {
-		got[p.Target.Resource.Resource] = p
+	vmsOf := func(cluster logicalcluster.Name) Target {
+		return Target{Cluster: cluster, Resource: schema.GroupResource{Group: "compute.io", Resource: "virtualmachines"}}
 	}
-	want := map[string][]*depv1alpha1.DependencyRule{"vpcs": {a, b}, "subnets": {a}}
-	if len(got) != len(want) {
-		t.Fatalf("Protections() = %+v, want vpcs and subnets", got)
+	l, ok := reg.Labelling(vmsOf("c1"))
+	if !ok || !l.Labellable {
+		t.Fatalf("Labelling(c1 VMs) = %+v, %v; want labellable", l, ok)
 	}
-	for res, rules := range want {
-		var covered []marks.Rule
-		var keys []kcp.ObjectKey
-		for _, r := range rules {
-			covered = append(covered, marks.RuleOf(r))
-			keys = append(keys, kcp.KeyOf(r))
-		}
-		p := got[res]
-		if fp := marks.Fingerprint("c-net", schema.GroupResource{Group: "network.io", Resource: res}, covered); p.Fingerprint != fp {
-			t.Errorf("%s: fingerprint %q, the controller's %q", res, p.Fingerprint, fp)
-		}
-		var gotKeys []kcp.ObjectKey
-		for _, r := range p.Rules {
-			gotKeys = append(gotKeys, r.Key)
-		}
-		if !reflect.DeepEqual(gotKeys, keys) {
-			t.Errorf("%s: rules %v, want %v", res, gotKeys, keys)
-		}
-		if len(p.Entries) != len(rules) {
-			t.Errorf("%s: %d entries, want %d", res, len(p.Entries), len(rules))
-		}
-		if p.Source.Export != (kcp.ObjectKey{Cluster: "c-net", Name: "network.io"}) || p.Source.Resource.Resource != res {
-			t.Errorf("%s: source %v", res, p.Source)
-		}
+	want, reason := reflabels.SchemeOf([]reflabels.Rule{reflabels.RuleOf(a), reflabels.RuleOf(b)})
+	if reason != "" || l.Scheme.Fingerprint != want.Fingerprint {
+		t.Errorf("c1 VMs: scheme %q, the controller's %q (%s)", l.Scheme.Fingerprint, want.Fingerprint, reason)
 	}
-	if r := got["vpcs"].Rules[1]; !r.Terminating || !r.Finalized || r.Generation != 1 {
-		t.Errorf("rule b: Terminating %v, Finalized %v, Generation %d; want true, true, 1", r.Terminating, r.Finalized, r.Generation)
+	if !reflect.DeepEqual(l.Rules, []kcp.ObjectKey{key("c1/a"), key("c1/b")}) {
+		t.Errorf("c1 VMs: rules %v", l.Rules)
 	}
-	select {
-	case <-reg.Changes():
-	default:
-		t.Error("no change was signalled")
+	if l.Dependent.Export != (kcp.ObjectKey{Cluster: "c1", Name: "compute.io"}) {
+		t.Errorf("c1 VMs: dependent %v", l.Dependent)
+	}
+	if l2, _ := reg.Labelling(vmsOf("c2")); l2.Scheme.Fingerprint == l.Scheme.Fingerprint {
+		t.Error("two workspaces' rules share a scheme")
+	}
+	gws, ok := reg.Labelling(Target{Cluster: "c1", Resource: schema.GroupResource{Group: "compute.io", Resource: "gateways"}})
+	if !ok || gws.Labellable || !strings.Contains(gws.Reason, "status") {
+		t.Errorf("a type with a reference in the status: %+v, %v; want not labellable, saying why", gws, ok)
+	}
+	if _, ok := reg.Labelling(vmsOf("c9")); ok {
+		t.Error("a workspace without rules has a labelling")
+	}
+
+	// A new generation with the same references keeps the scheme; a new
+	// reference changes it.
+	a2 := a.DeepCopy()
+	a2.Generation, a2.ResourceVersion, a2.Spec.DeletionPolicy = 4, "2", depv1alpha1.DeletionPolicyReplay
+	reg.Apply(FromDependencyRule(a2))
+	if l2, _ := reg.Labelling(vmsOf("c1")); l2.Scheme.Fingerprint != l.Scheme.Fingerprint {
+		t.Error("a change of the deletion policy changed the scheme")
+	}
+	a3 := a.DeepCopy()
+	a3.Generation, a3.ResourceVersion = 5, "3"
+	a3.Spec.Dependencies = a3.Spec.Dependencies[:1]
+	reg.Apply(FromDependencyRule(a3))
+	if l3, _ := reg.Labelling(vmsOf("c1")); l3.Scheme.Fingerprint == l.Scheme.Fingerprint {
+		t.Error("dropping a reference kept the scheme")
 	}
 }
 
-func TestReplayTargets(t *testing.T) {
+func TestProtections(t *testing.T) {
 	r := newRegistry()
 	replaying := func(rl *Rule) *Rule {
 		rl.Replay = true
 		return rl
 	}
-	// Two Replay rules protect VPCs of c-net: one source for them. Subnets
+	// VPCs of c-net are protected by a Replay rule and a Deny rule, subnets
 	// only under a Deny rule; a Replay rule whose workspace is unbound
 	// protects nothing yet.
 	r.Apply(replaying(rule("c1/a", "u1", 1, vms, "vpcs.network.io@.spec.vpc")))
-	r.Apply(replaying(rule("c2/a", "u2", 1, vms, "vpcs.network.io@.spec.vpc")))
+	r.Apply(rule("c2/a", "u2", 1, vms, "vpcs.network.io@.spec.vpc"))
 	r.Apply(rule("c1/b", "u3", 1, vms, "subnets.network.io@.spec.subnet"))
 	r.Apply(replaying(rule("c1/c", "u4", 1, vms, "root:unbound|routers.network.io@.spec.router")))
 
-	want := []index.Source{targetSource("c-net", vpcs)}
-	if got := r.ReplayTargets(); !reflect.DeepEqual(got, want) {
-		t.Errorf("ReplayTargets() = %+v, want %+v", got, want)
+	want := []Protection{
+		{Target: Target{Cluster: "c-net", Resource: subnets.GroupResource()}, Source: targetSource("c-net", subnets)},
+		{Target: Target{Cluster: "c-net", Resource: vpcs.GroupResource()}, Source: targetSource("c-net", vpcs), Replay: true},
+	}
+	if got := r.Protections(); !reflect.DeepEqual(got, want) {
+		t.Errorf("Protections() = %+v, want %+v", got, want)
 	}
 	for _, e := range r.Find(Target{Cluster: "c-net", Resource: vpcs.GroupResource()}) {
-		if !e.Replay || e.Target != targetSource("c-net", vpcs) {
-			t.Errorf("entry %+v: want Replay with the target's source", e)
-		}
-	}
-	for _, e := range r.Find(Target{Cluster: "c-net", Resource: subnets.GroupResource()}) {
-		if e.Replay {
-			t.Errorf("entry %+v of a Deny rule replays", e)
+		if e.Replay != (e.Rule == key("c1/a")) || e.Target != targetSource("c-net", vpcs) {
+			t.Errorf("entry %+v: want Replay for c1/a only, with the target's source", e)
 		}
 	}
 
-	// Once the workspace binds, its routers are replayed too.
+	// Once the workspace binds, its routers are protected too.
 	r.SetWorkspace("root:unbound", "c-unbound")
 	routers := schema.GroupVersionResource{Group: "network.io", Version: "v1", Resource: "routers"}
-	want = []index.Source{targetSource("c-unbound", routers), targetSource("c-net", vpcs)} // sorted
-	if got := r.ReplayTargets(); !reflect.DeepEqual(got, want) {
-		t.Errorf("after binding, ReplayTargets() = %+v, want %+v", got, want)
+	got := r.Protections()
+	if len(got) != 3 || got[2].Target.Cluster != "c-unbound" || got[2].Source != targetSource("c-unbound", routers) || !got[2].Replay {
+		t.Errorf("after binding, Protections() = %+v", got)
 	}
 }
 

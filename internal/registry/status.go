@@ -20,6 +20,7 @@ import (
 	depac "github.com/opendefensecloud/dependency-controller/api/v1alpha1/applyconfiguration/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	rulestatus "github.com/opendefensecloud/dependency-controller/internal/status"
 )
 
@@ -228,4 +229,37 @@ func (r *Registry) Rules() []*Rule {
 		rules = append(rules, rec.rule)
 	}
 	return rules
+}
+
+// LabelsFieldOwner is the field manager under which the webhook's elected
+// replica applies the DependentsLabelled condition (see package relabel):
+// another manager than FieldOwner, whose applies on every replica would
+// otherwise remove it.
+const LabelsFieldOwner = "dependency-webhook-labels"
+
+// NewConditionWriter returns a function that applies one condition, which
+// condition computes from the rule's generation, to the status of a rule
+// under fieldOwner, reading the rule through the manager's workspaces and
+// writing only when the condition differs from the rule's.
+func NewConditionWriter(mgr mcmanager.Manager, fieldOwner string) func(ctx context.Context, key kcp.ObjectKey, condition func(generation int64) metav1.Condition) error {
+	return func(ctx context.Context, key kcp.ObjectKey, condition func(int64) metav1.Condition) error {
+		cl, err := mgr.GetCluster(ctx, multicluster.ClusterName(key.Cluster))
+		if err != nil {
+			return err
+		}
+		c := cl.GetClient()
+		rule := &depv1alpha1.DependencyRule{}
+		if err := c.Get(ctx, client.ObjectKey{Name: key.Name}, rule); err != nil {
+			return err
+		}
+		conditions, changed := ownConditions(rule.Status.Conditions, []metav1.Condition{condition(rule.Generation)})
+		if !changed {
+			return nil
+		}
+		ac := rulestatus.Apply(rule.Name, rule.UID, depac.DependencyRuleStatus(), conditions...)
+		if err := c.Status().Apply(ctx, ac, client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
+			return fmt.Errorf("failed to apply the status of DependencyRule %s: %w", key, err)
+		}
+		return nil
+	}
 }

@@ -7,8 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/buger/jsonparser"
-
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
@@ -19,11 +18,18 @@ import (
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/records"
+	"github.com/opendefensecloud/dependency-controller/internal/registry"
 )
 
 // Index is what the Replayer needs of the index; *index.Index implements
 // it.
 type Index interface {
+	// State returns what is known about a source.
+	State(src index.Source) index.State
+	// CreateEvent creates a core Event in a workspace through the virtual
+	// workspace of src.
+	CreateEvent(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace string, body []byte) error
 	// List lists the objects of src matching a label selector everywhere.
 	List(ctx context.Context, src index.Source, selector string, visit func(item []byte) error) error
 	// Lookup reads an object live.
@@ -34,10 +40,9 @@ type Index interface {
 	Updates() <-chan struct{}
 }
 
-// Targets lists the protected resources of which some rule defers
-// deletions; *registry.Registry implements it.
+// Targets lists the protected resources; *registry.Registry implements it.
 type Targets interface {
-	ReplayTargets() []index.Source
+	Protections() []registry.Protection
 }
 
 // References tells whether the index holds a dependent that references an
@@ -73,7 +78,14 @@ type Options struct {
 	Timeout time.Duration
 	// OnResult, if set, is called with the result of every attempt.
 	OnResult func(result string)
+	// OnRemoved, if set, is called with the reason of every record removed
+	// without replaying it: a records.Problem, or RemovedUncovered.
+	OnRemoved func(reason string)
 }
+
+// RemovedUncovered is why a record is removed whose resource no rule with
+// the Replay deletion policy protects any more.
+const RemovedUncovered = "uncovered"
 
 // minPass is the least time between two passes over the recorded
 // deletions, and minRelist between two listings, however often the index
@@ -103,6 +115,7 @@ type deferred struct {
 type Replayer struct {
 	targets    Targets
 	index      Index
+	records    *Records
 	references References
 	opts       Options
 
@@ -110,8 +123,8 @@ type Replayer struct {
 	pending map[key]deferred
 }
 
-// New returns a Replayer.
-func New(targets Targets, ix Index, references References, opts Options) *Replayer {
+// New returns a Replayer that verifies and removes records with records.
+func New(targets Targets, ix Index, records *Records, references References, opts Options) *Replayer {
 	if opts.Interval <= 0 {
 		opts.Interval = 30 * time.Second
 	}
@@ -121,7 +134,7 @@ func New(targets Targets, ix Index, references References, opts Options) *Replay
 	if opts.Timeout <= 0 {
 		opts.Timeout = 30 * time.Second
 	}
-	return &Replayer{targets: targets, index: ix, references: references, opts: opts, pending: map[key]deferred{}}
+	return &Replayer{targets: targets, index: ix, records: records, references: references, opts: opts, pending: map[key]deferred{}}
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable.
@@ -179,15 +192,25 @@ func (r *Replayer) Start(ctx context.Context) error {
 	}
 }
 
-// list reads every recorded deletion of the resources whose rules defer
-// deletions. A resource that cannot be listed keeps what was known of it.
+// list reads every recorded deletion of the protected resources. Records
+// that verify, of resources that a rule with the Replay deletion policy
+// protects, are kept to be replayed; every other one is removed, with an
+// Event on its object. A resource that cannot be listed keeps what was
+// known of it.
 func (r *Replayer) list(ctx context.Context) {
 	logger := log.FromContext(ctx)
 	selector := depv1alpha1.LabelDeletionRequested
 	found := map[key]deferred{}
 	listed := map[index.Source]bool{}
-	for _, src := range r.targets.ReplayTargets() {
-		err := r.index.List(ctx, src, selector, func(raw []byte) error {
+	type removal struct {
+		src    index.Source
+		obj    kcp.Meta
+		reason string
+		err    error
+	}
+	var removals []removal
+	for _, p := range r.targets.Protections() {
+		err := r.index.List(ctx, p.Source, selector, func(raw []byte) error {
 			m, err := kcp.ReadMeta(raw)
 			if err != nil {
 				return err
@@ -195,21 +218,25 @@ func (r *Replayer) list(ctx context.Context) {
 			if m.Terminating || !m.DeletionRequested {
 				return nil
 			}
-			d := deferred{meta: m}
-			if s, err := jsonparser.GetString(raw, "metadata", "annotations", depv1alpha1.AnnotationDeletionRequest); err == nil {
-				var req depv1alpha1.DeletionRequest
-				if json.Unmarshal([]byte(s), &req) == nil && req.PropagationPolicy != nil && *req.PropagationPolicy != "" {
-					d.policy = req.PropagationPolicy
-				}
+			request, err := r.records.verify(p.Target.Resource, m)
+			switch {
+			case err != nil:
+				removals = append(removals, removal{src: p.Source, obj: m, reason: string(records.ProblemOf(err)), err: err})
+			case !p.Replay:
+				removals = append(removals, removal{src: p.Source, obj: m, reason: RemovedUncovered})
+			default:
+				found[key{src: p.Source, cluster: m.Cluster, namespace: m.Namespace, name: m.Name}] = deferred{meta: m, policy: request.PropagationPolicy}
 			}
-			found[key{src: src, cluster: m.Cluster, namespace: m.Namespace, name: m.Name}] = d
 			return nil
 		})
 		if err != nil {
-			logger.Error(err, "Failed to list deferred deletions", "resource", src)
+			logger.Error(err, "Failed to list deferred deletions", "resource", p.Source)
 			continue
 		}
-		listed[src] = true
+		listed[p.Source] = true
+	}
+	for _, rm := range removals {
+		r.remove(ctx, rm.src, rm.obj, rm.reason, rm.err)
 	}
 	r.lock.Lock()
 	defer r.lock.Unlock()
@@ -221,6 +248,70 @@ func (r *Replayer) list(ctx context.Context) {
 	for k, d := range found {
 		r.pending[k] = d
 	}
+}
+
+// Reasons of the Events on objects whose record the Replayer removed.
+const (
+	EventReasonDropped = "DeferredDeletionDropped"
+)
+
+// remove removes the record of obj, an object of src, without replaying it
+// (the object was read as it is: a change since makes the removal fail,
+// and the next listing looks again), and tells why with an Event on the
+// object.
+func (r *Replayer) remove(ctx context.Context, src index.Source, obj kcp.Meta, reason string, problem error) {
+	logger := log.FromContext(ctx).WithValues("resource", src, "cluster", obj.Cluster, "namespace", obj.Namespace, "name", obj.Name, "reason", reason)
+	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
+	defer cancel()
+	if err := r.records.Remove(ctx, src, obj); err != nil {
+		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			logger.Error(err, "Failed to remove a record of a deferred deletion")
+		}
+		return
+	}
+	if r.opts.OnRemoved != nil {
+		r.opts.OnRemoved(reason)
+	}
+	var why string
+	switch {
+	case reason == RemovedUncovered:
+		why = fmt.Sprintf("no DependencyRule with deletionPolicy Replay protects %s any more", src.Resource.GroupResource())
+	case records.ProblemOf(problem) == records.ProblemExpired:
+		why = fmt.Sprintf("it expired (%v)", problem)
+	default:
+		why = fmt.Sprintf("the record was not written by the dependency webhook for this object (%v)", problem)
+	}
+	msg := fmt.Sprintf("The deferred deletion recorded on this object was dropped without deleting it: %s. Delete the object again if it should go.", why)
+	logger.Info("Removed a record of a deferred deletion without replaying it", "why", why)
+	if err := r.event(ctx, src, obj, msg); err != nil {
+		logger.V(1).Info("Could not record an Event on the object (does its provider's APIExport claim events?)", "error", err.Error())
+	}
+}
+
+// event records a Warning Event with msg on obj, an object of src, in its
+// workspace.
+func (r *Replayer) event(ctx context.Context, src index.Source, obj kcp.Meta, msg string) error {
+	now := metav1.NewTime(time.Now())
+	namespace := obj.Namespace
+	if namespace == "" {
+		namespace = metav1.NamespaceDefault
+	}
+	ev := corev1.Event{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Event"},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: obj.Name + ".", Namespace: namespace},
+		InvolvedObject: corev1.ObjectReference{
+			APIVersion: src.Resource.GroupVersion().String(), Kind: r.index.State(src).Kind,
+			Namespace: obj.Namespace, Name: obj.Name, UID: obj.UID,
+		},
+		Reason: EventReasonDropped, Message: msg, Type: corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: "dependency-webhook"},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}
+	body, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	return r.index.CreateEvent(ctx, src, obj.Cluster, namespace, body)
 }
 
 // enqueue queues every recorded deletion that the index holds no
@@ -290,7 +381,9 @@ func (r *Replayer) replay(ctx context.Context, k key) (string, error) {
 			case found == nil || found.Terminating:
 				r.drop(k)
 				return ResultDeleted, nil
-			case !found.DeletionRequested:
+			case !found.DeletionRequested || r.records.Verify(k.src.Resource.GroupResource(), *found) != nil:
+				// Cancelled, or the record changed into one that does not
+				// verify (the next listing removes it).
 				r.drop(k)
 				logger.Info("Deferred deletion cancelled")
 				return ResultCancelled, nil

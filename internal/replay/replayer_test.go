@@ -4,10 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -18,6 +22,8 @@ import (
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/records"
+	"github.com/opendefensecloud/dependency-controller/internal/registry"
 )
 
 var vpcs = index.Source{
@@ -31,6 +37,9 @@ type object struct {
 	requested  bool
 	policy     string
 	referenced bool
+	// record, if set, is the record annotation as it is; otherwise the
+	// keyring signs one for the object (requested a minute before now).
+	record string
 	// deleteErr is what the next DELETE answers (then nil).
 	deleteErr error
 }
@@ -38,15 +47,48 @@ type object struct {
 // fakeIndex stores VPCs of one consumer by name.
 type fakeIndex struct {
 	lock    sync.Mutex
+	keys    *records.Keyring
 	objects map[string]*object
 	deletes []string
+	// removed are the objects whose record was removed, and events the
+	// Events recorded, by object name.
+	removed []string
+	events  map[string]string
 	// lookups counts the live reads of each object.
 	lookups map[string]int
 	updates chan struct{}
 }
 
-func newFakeIndex() *fakeIndex {
-	return &fakeIndex{objects: map[string]*object{}, lookups: map[string]int{}, updates: make(chan struct{}, 1)}
+// now is the clock of the replayer tests.
+var now = time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
+
+func newKeyring(t *testing.T, id string) *records.Keyring {
+	t.Helper()
+	k, err := records.NewKeyring([]records.Key{{ID: id, Secret: []byte("0123456789abcdef0123456789abcdef-" + id)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func newFakeIndex(t *testing.T) *fakeIndex {
+	return &fakeIndex{keys: newKeyring(t, "key-1"), objects: map[string]*object{}, events: map[string]string{}, lookups: map[string]int{}, updates: make(chan struct{}, 1)}
+}
+
+// recordOf returns the record annotation of an object (the lock is held).
+func (f *fakeIndex) recordOf(name string, o *object) string {
+	if o.record != "" {
+		return o.record
+	}
+	req := depv1alpha1.DeletionRequest{User: "alice", RequestedAt: metav1.NewTime(now.Add(-time.Minute))}
+	if o.policy != "" {
+		req.PropagationPolicy = (*metav1.DeletionPropagation)(&o.policy)
+	}
+	a, err := f.keys.Encode(records.Subject{Cluster: "consumer", Resource: vpcs.Resource.GroupResource(), Namespace: "default", Name: name, UID: types.UID(o.uid)}, req)
+	if err != nil {
+		panic(err)
+	}
+	return a
 }
 
 func (f *fakeIndex) set(name string, o *object) {
@@ -75,11 +117,10 @@ func (f *fakeIndex) List(_ context.Context, src index.Source, selector string, v
 		if !o.requested {
 			continue
 		}
-		req, _ := json.Marshal(depv1alpha1.DeletionRequest{User: "alice", PropagationPolicy: (*metav1.DeletionPropagation)(&o.policy)})
 		raw, _ := json.Marshal(map[string]any{"metadata": map[string]any{
 			"name": name, "namespace": "default", "uid": o.uid, "resourceVersion": o.rv,
 			"labels":      map[string]string{depv1alpha1.LabelDeletionRequested: "true"},
-			"annotations": map[string]string{logicalcluster.AnnotationKey: "consumer", depv1alpha1.AnnotationDeletionRequest: string(req)},
+			"annotations": map[string]string{logicalcluster.AnnotationKey: "consumer", depv1alpha1.AnnotationDeletionRequest: f.recordOf(name, o)},
 		}})
 		if err := visit(raw); err != nil {
 			return err
@@ -96,7 +137,59 @@ func (f *fakeIndex) Lookup(_ context.Context, _ index.Source, cluster logicalclu
 	if !ok {
 		return nil, nil
 	}
-	return []kcp.Meta{{Cluster: cluster, Namespace: namespace, Name: name, UID: types.UID(o.uid), ResourceVersion: o.rv, DeletionRequested: o.requested}}, nil
+	m := kcp.Meta{Cluster: cluster, Namespace: namespace, Name: name, UID: types.UID(o.uid), ResourceVersion: o.rv, DeletionRequested: o.requested}
+	if o.requested {
+		m.DeletionRecord = f.recordOf(name, o)
+	}
+	return []kcp.Meta{m}, nil
+}
+
+// Patch removes the record of an object whose UID and resourceVersion are
+// those of the patch; the only patch the replayer sends.
+func (f *fakeIndex) Patch(_ context.Context, src index.Source, _ logicalcluster.Name, _, name string, pt types.PatchType, body []byte) ([]byte, error) {
+	f.lock.Lock()
+	defer f.lock.Unlock()
+	var patch struct {
+		Metadata struct {
+			UID             string             `json:"uid"`
+			ResourceVersion string             `json:"resourceVersion"`
+			Labels          map[string]*string `json:"labels"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(body, &patch); err != nil || pt != types.MergePatchType || src != vpcs {
+		return nil, fmt.Errorf("unexpected patch %s of %s: %s", pt, src, body)
+	}
+	o, ok := f.objects[name]
+	if !ok {
+		return nil, apierrors.NewNotFound(vpcs.Resource.GroupResource(), name)
+	}
+	if patch.Metadata.UID != o.uid || patch.Metadata.ResourceVersion != o.rv {
+		return nil, apierrors.NewConflict(vpcs.Resource.GroupResource(), name, fmt.Errorf("precondition failed"))
+	}
+	if v, ok := patch.Metadata.Labels[depv1alpha1.LabelDeletionRequested]; !ok || v != nil {
+		return nil, fmt.Errorf("unexpected patch %s", body)
+	}
+	o.requested, o.record = false, ""
+	f.removed = append(f.removed, name)
+	return nil, nil
+}
+
+func (f *fakeIndex) State(index.Source) index.State {
+	return index.State{Phase: index.PhaseSynced, Kind: "VPC"}
+}
+
+func (f *fakeIndex) CreateEvent(_ context.Context, src index.Source, cluster logicalcluster.Name, namespace string, body []byte) error {
+	f.lock.Lock()
+	defer f.lock.Unlock()
+	var ev corev1.Event
+	if err := json.Unmarshal(body, &ev); err != nil {
+		return err
+	}
+	if src != vpcs || cluster != "consumer" || namespace != "default" || ev.InvolvedObject.Kind != "VPC" || ev.Type != corev1.EventTypeWarning {
+		return fmt.Errorf("unexpected event %s in %s/%s: %s", src, cluster, namespace, body)
+	}
+	f.events[ev.InvolvedObject.Name] = ev.Message
+	return nil
 }
 
 func (f *fakeIndex) Delete(_ context.Context, _ index.Source, _ logicalcluster.Name, _, name string, opts metav1.DeleteOptions) error {
@@ -145,9 +238,12 @@ func (f *fakeIndex) has(name string) bool {
 	return ok
 }
 
-type targets []index.Source
+type targets []registry.Protection
 
-func (t targets) ReplayTargets() []index.Source { return t }
+func (t targets) Protections() []registry.Protection { return t }
+
+// replaying protects VPCs under a Replay rule.
+var replaying = targets{{Target: registry.Target{Cluster: vpcs.Export.Cluster, Resource: vpcs.Resource.GroupResource()}, Source: vpcs, Replay: true}}
 
 // results counts the results the replayer reports.
 type results struct {
@@ -178,8 +274,13 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// newRecords returns the Records of the replayer tests.
+func newRecords(ix *fakeIndex, keyring *records.Keyring) *Records {
+	return &Records{Patcher: ix, Keys: records.StaticKeys(keyring), Now: func() time.Time { return now }}
+}
+
 func TestReplayer(t *testing.T) {
-	ix := newFakeIndex()
+	ix := newFakeIndex(t)
 	ix.set("free", &object{uid: "u1", rv: "1", requested: true, policy: "Foreground"})
 	ix.set("referenced", &object{uid: "u2", rv: "1", requested: true, referenced: true})
 	ix.set("not-requested", &object{uid: "u3", rv: "1"})
@@ -189,7 +290,7 @@ func TestReplayer(t *testing.T) {
 	ix.set("cancelled", &object{uid: "u6", rv: "1", requested: true, referenced: true})
 
 	res := &results{n: map[string]int{}}
-	r := New(targets{vpcs}, ix, ix, Options{Interval: time.Hour, Workers: 2, OnResult: res.add})
+	r := New(replaying, ix, newRecords(ix, ix.keys), ix, Options{Interval: time.Hour, Workers: 2, OnResult: res.add})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -258,7 +359,7 @@ func TestReplayer(t *testing.T) {
 	}
 }
 
-func TestRecorder(t *testing.T) {
+func TestRecord(t *testing.T) {
 	var gotBody []byte
 	var gotType types.PatchType
 	p := patcherFunc(func(_ context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, pt types.PatchType, body []byte) error {
@@ -268,60 +369,138 @@ func TestRecorder(t *testing.T) {
 		gotBody, gotType = body, pt
 		return nil
 	})
+	keyring := newKeyring(t, "key-1")
+	rs := &Records{Patcher: p, Keys: records.StaticKeys(keyring), Now: func() time.Time { return now }}
 	policy := metav1.DeletePropagationOrphan
-	req := depv1alpha1.DeletionRequest{User: "alice", RequestedAt: metav1.NewTime(time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)), PropagationPolicy: &policy}
-	obj := kcp.Meta{Cluster: "consumer", Namespace: "default", Name: "vpc-a", UID: "u-1"}
-	if err := (Recorder{Patcher: p}).Record(context.Background(), vpcs, obj, req); err != nil {
+	req := depv1alpha1.DeletionRequest{User: "alice", RequestedAt: metav1.NewTime(now), PropagationPolicy: &policy}
+	obj := kcp.Meta{Cluster: "consumer", Namespace: "default", Name: "vpc-a", UID: "u-1", ResourceVersion: "7"}
+	if err := rs.Record(context.Background(), vpcs, obj, req); err != nil {
 		t.Fatal(err)
 	}
 	if gotType != types.MergePatchType {
 		t.Errorf("patch type %s", gotType)
 	}
-	want := `{"metadata":{"annotations":{"deletion.dependencies.opendefense.cloud/request":"{\"user\":\"alice\",\"requestedAt\":\"2026-11-24T10:00:00Z\",\"propagationPolicy\":\"Orphan\"}"},"labels":{"deletion.dependencies.opendefense.cloud/requested":"true"},"uid":"u-1"}}`
-	if string(gotBody) != want {
-		t.Errorf("patch\n  %s\nwant\n  %s", gotBody, want)
+	var patch struct {
+		Metadata struct {
+			UID             string            `json:"uid"`
+			ResourceVersion string            `json:"resourceVersion"`
+			Labels          map[string]string `json:"labels"`
+			Annotations     map[string]string `json:"annotations"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(gotBody, &patch); err != nil {
+		t.Fatal(err)
+	}
+	if patch.Metadata.UID != "u-1" || patch.Metadata.ResourceVersion != "7" || patch.Metadata.Labels[depv1alpha1.LabelDeletionRequested] != "true" {
+		t.Errorf("patch %s: want the UID and resourceVersion as preconditions and the label", gotBody)
+	}
+	// What was written verifies for exactly that object.
+	obj.DeletionRequested, obj.DeletionRecord = true, patch.Metadata.Annotations[depv1alpha1.AnnotationDeletionRequest]
+	if err := rs.Verify(vpcs.Resource.GroupResource(), obj); err != nil {
+		t.Errorf("the record does not verify: %v", err)
+	}
+	recreated := obj
+	recreated.UID = "u-2"
+	if err := rs.Verify(vpcs.Resource.GroupResource(), recreated); records.ProblemOf(err) != records.ProblemWrongObject {
+		t.Errorf("the record verifies on a recreated object: %v", err)
+	}
+	if err := rs.Verify(schema.GroupResource{Group: "network.io", Resource: "subnets"}, obj); records.ProblemOf(err) != records.ProblemBadSignature {
+		t.Errorf("the record verifies on an object of another resource: %v", err)
+	}
+	later := &Records{Patcher: p, Keys: records.StaticKeys(keyring), Now: func() time.Time { return now.Add(DefaultTTL + time.Second) }}
+	if err := later.Verify(vpcs.Resource.GroupResource(), obj); records.ProblemOf(err) != records.ProblemExpired {
+		t.Errorf("the record verifies after the TTL: %v", err)
+	}
+	unlabelled := obj
+	unlabelled.DeletionRequested = false
+	if err := rs.Verify(vpcs.Resource.GroupResource(), unlabelled); err == nil {
+		t.Error("a record without the label verifies")
+	}
+
+	// Nothing is recorded for an object without a UID or resourceVersion
+	// (a forged review need not carry them).
+	gotBody = nil
+	if err := rs.Record(context.Background(), vpcs, kcp.Meta{Cluster: "consumer", Namespace: "default", Name: "vpc-a"}, req); err == nil || gotBody != nil {
+		t.Errorf("recorded on an object without UID and resourceVersion: %v, %s", err, gotBody)
 	}
 
 	failing := patcherFunc(func(context.Context, index.Source, logicalcluster.Name, string, string, types.PatchType, []byte) error {
 		return apierrors.NewForbidden(vpcs.Resource.GroupResource(), "vpc-a", fmt.Errorf("no consent"))
 	})
-	if err := (Recorder{Patcher: failing}).Record(context.Background(), vpcs, obj, req); !apierrors.IsForbidden(err) {
+	if err := (&Records{Patcher: failing, Keys: records.StaticKeys(keyring)}).Record(context.Background(), vpcs, obj, req); !apierrors.IsForbidden(err) {
 		t.Errorf("Record's error %v does not wrap the patch's", err)
+	}
+}
+
+// Records that do not verify, have expired, or that no Replay rule covers
+// are removed without deleting anything, with an Event; the others are
+// replayed.
+func TestReplayerRemovesRecordsItDoesNotReplay(t *testing.T) {
+	ix := newFakeIndex(t)
+	other, err := records.NewKeyring([]records.Key{{ID: "key-1", Secret: []byte("another secret of at least thirty-two bytes")}}) // the same key ID
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherRecord, err := other.Encode(records.Subject{Cluster: "consumer", Resource: vpcs.Resource.GroupResource(), Namespace: "default", Name: "forged", UID: "u2"},
+		depv1alpha1.DeletionRequest{User: "mallory", RequestedAt: metav1.NewTime(now)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix.set("valid", &object{uid: "u1", rv: "1", requested: true})
+	ix.set("forged", &object{uid: "u2", rv: "1", requested: true, record: otherRecord})
+	ix.set("unsigned", &object{uid: "u3", rv: "1", requested: true, record: `{"user":"alice","requestedAt":"2026-11-24T09:00:00Z"}`})
+	ix.set("no-record", &object{uid: "u4", rv: "1", requested: true, record: "-"})
+	ix.set("carried", &object{uid: "u5", rv: "1", requested: true})
+	ix.set("expired", &object{uid: "u6", rv: "1", requested: true})
+	ix.lock.Lock()
+	ix.objects["carried"].record = ix.recordOf("carried", &object{uid: "u-earlier"})
+	ix.objects["expired"].record, err = ix.keys.Encode(records.Subject{Cluster: "consumer", Resource: vpcs.Resource.GroupResource(), Namespace: "default", Name: "expired", UID: "u6"},
+		depv1alpha1.DeletionRequest{User: "alice", RequestedAt: metav1.NewTime(now.Add(-DefaultTTL - time.Minute))})
+	ix.lock.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	removed := &results{n: map[string]int{}}
+	r := New(replaying, ix, newRecords(ix, ix.keys), ix, Options{Interval: time.Hour, OnRemoved: removed.add})
+	r.list(context.Background())
+
+	ix.lock.Lock()
+	gotRemoved := slices.Sorted(slices.Values(ix.removed))
+	events := maps.Clone(ix.events)
+	ix.lock.Unlock()
+	if want := []string{"carried", "expired", "forged", "no-record", "unsigned"}; !slices.Equal(gotRemoved, want) {
+		t.Errorf("removed the records of %v, want %v", gotRemoved, want)
+	}
+	for name, problem := range map[string]string{"carried": "written for the object with UID u-earlier", "expired": "expired", "forged": "does not match", "unsigned": "not signed"} {
+		if !strings.Contains(events[name], problem) {
+			t.Errorf("the Event on %s says %q, want it to say %q", name, events[name], problem)
+		}
+	}
+	for reason, n := range map[string]int{string(records.ProblemWrongObject): 1, string(records.ProblemExpired): 1, string(records.ProblemBadSignature): 1, string(records.ProblemMalformed): 2} {
+		if removed.get(reason) != n {
+			t.Errorf("removals for %s: %d, want %d (%v)", reason, removed.get(reason), n, removed.n)
+		}
+	}
+	r.lock.Lock()
+	pending := slices.Collect(maps.Keys(r.pending))
+	r.lock.Unlock()
+	if len(pending) != 1 || pending[0].name != "valid" {
+		t.Errorf("pending %v, want only the valid record", pending)
+	}
+	if d := ix.deleted(); len(d) != 0 {
+		t.Errorf("deleted %v while listing", d)
+	}
+
+	// A rule that stops deferring deletions: its records go.
+	r = New(targets{{Target: replaying[0].Target, Source: vpcs}}, ix, newRecords(ix, ix.keys), ix, Options{Interval: time.Hour, OnRemoved: removed.add})
+	r.list(context.Background())
+	if removed.get(RemovedUncovered) != 1 || ix.has("valid") && !strings.Contains(ix.events["valid"], "Replay") {
+		t.Errorf("the record no Replay rule covers was not removed with an Event: %v, %q", removed.n, ix.events["valid"])
 	}
 }
 
 type patcherFunc func(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, pt types.PatchType, body []byte) error
 
-func (f patcherFunc) Patch(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, pt types.PatchType, body []byte) error {
-	return f(ctx, src, cluster, namespace, name, pt, body)
+func (f patcherFunc) Patch(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, pt types.PatchType, body []byte) ([]byte, error) {
+	return nil, f(ctx, src, cluster, namespace, name, pt, body)
 }
-
-func TestRequest(t *testing.T) {
-	now := metav1.NewTime(time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC))
-	for _, tt := range []struct {
-		name    string
-		options string
-		want    *metav1.DeletionPropagation
-		err     bool
-	}{
-		{name: "no options"},
-		{name: "background", options: `{"propagationPolicy":"Background"}`, want: ptr(metav1.DeletePropagationBackground)},
-		{name: "no policy", options: `{"gracePeriodSeconds":0}`},
-		{name: "malformed", options: `{"propagationPolicy":`, err: true},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := Request("alice", now, []byte(tt.options))
-			if (err != nil) != tt.err {
-				t.Fatalf("err = %v, want error %v", err, tt.err)
-			}
-			if got.User != "alice" || !got.RequestedAt.Equal(&now) {
-				t.Errorf("request %+v", got)
-			}
-			if (got.PropagationPolicy == nil) != (tt.want == nil) || got.PropagationPolicy != nil && *got.PropagationPolicy != *tt.want {
-				t.Errorf("policy %v, want %v", got.PropagationPolicy, tt.want)
-			}
-		})
-	}
-}
-
-func ptr[T any](v T) *T { return &v }

@@ -109,10 +109,16 @@ func (r *Reader) List(ctx context.Context, path []string, params url.Values, vis
 	return StreamList(body, visit)
 }
 
-// Patch sends a PATCH of type pt with body to the path. Only the outcome
-// is returned; the response body is discarded.
-func (r *Reader) Patch(ctx context.Context, path []string, pt types.PatchType, body []byte) error {
-	return r.client.Patch(pt).AbsPath(path...).Body(body).MaxRetries(0).Do(ctx).Error()
+// Patch sends a PATCH of type pt with body to the path and returns the
+// object it answers with (the patched object).
+func (r *Reader) Patch(ctx context.Context, path []string, pt types.PatchType, body []byte) ([]byte, error) {
+	return r.client.Patch(pt).AbsPath(path...).Body(body).MaxRetries(0).Do(ctx).Raw()
+}
+
+// Create sends a POST of the JSON object body to the path (a collection).
+// Only the outcome is returned.
+func (r *Reader) Create(ctx context.Context, path []string, body []byte) error {
+	return r.client.Post().AbsPath(path...).SetHeader("Content-Type", "application/json").Body(body).MaxRetries(0).Do(ctx).Error()
 }
 
 // Delete sends a DELETE with opts to the path. Only the outcome is

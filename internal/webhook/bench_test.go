@@ -29,7 +29,11 @@ func (b *benchDependents) Hits(index.Source, []fieldpath.Reference, logicalclust
 	return b.hits
 }
 
-func (b *benchDependents) Confirm(context.Context, index.Source, []fieldpath.Reference, logicalcluster.Name, string, string) ([]kcp.Meta, int, error) {
+func (b *benchDependents) Fenced(context.Context, index.Query) (bool, error) {
+	return true, nil
+}
+
+func (b *benchDependents) Confirm(context.Context, index.Query) ([]kcp.Meta, int, error) {
 	return nil, 0, errors.New("the benchmark decides from the index only")
 }
 

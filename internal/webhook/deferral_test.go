@@ -19,8 +19,10 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
 )
 
-// fakeRecorder records what Record was asked to record.
+// fakeRecorder records what Record was asked to record; records whose
+// annotation is "valid" verify.
 type fakeRecorder struct {
+	recordsVerifier
 	err      error
 	recorded []string
 	requests []depv1alpha1.DeletionRequest
@@ -30,7 +32,7 @@ func (f *fakeRecorder) Record(_ context.Context, target index.Source, obj kcp.Me
 	if f.err != nil {
 		return f.err
 	}
-	f.recorded = append(f.recorded, target.Resource.Resource+" "+obj.Cluster.String()+"/"+obj.Namespace+"/"+obj.Name+" uid="+string(obj.UID))
+	f.recorded = append(f.recorded, target.Resource.Resource+" "+obj.Cluster.String()+"/"+obj.Namespace+"/"+obj.Name+" uid="+string(obj.UID)+" rv="+obj.ResourceVersion)
 	f.requests = append(f.requests, request)
 	return nil
 }
@@ -78,7 +80,7 @@ func TestDeletionsUnderReplayRulesAreDeferred(t *testing.T) {
 			name: "a referenced object is recorded, with the request's propagation policy", rules: replayOnly, req: foreground(req),
 			setup:        func(f *fakeDependents) { f.add(consumer, vms, object("default", "vm-1", vmRefs("vpc-a"))) },
 			wantMessage:  []string{"still referenced by VirtualMachine/default/vm-1", "its deletion is deferred: it will be deleted once its dependent is gone", "remove its label " + depv1alpha1.LabelDeletionRequested + " to cancel"},
-			wantRecorded: []string{"vpcs consumer/default/vpc-a uid=uid-default-vpc-a"},
+			wantRecorded: []string{"vpcs consumer/default/vpc-a uid=uid-default-vpc-a rv=7"},
 			wantDeferred: true, wantPolicy: ptr.To(metav1.DeletePropagationForeground),
 		},
 		{
@@ -87,7 +89,7 @@ func TestDeletionsUnderReplayRulesAreDeferred(t *testing.T) {
 				f.addLive(vms, object("default", "vm-1", vmRefs("vpc-a")), object("default", "vm-2", vmRefs("vpc-a")))
 			},
 			wantMessage:  []string{"it will be deleted once its 2 dependents are gone"},
-			wantRecorded: []string{"vpcs consumer/default/vpc-a uid=uid-default-vpc-a"},
+			wantRecorded: []string{"vpcs consumer/default/vpc-a uid=uid-default-vpc-a rv=7"},
 			wantDeferred: true,
 		},
 		{
@@ -112,6 +114,7 @@ func TestDeletionsUnderReplayRulesAreDeferred(t *testing.T) {
 				var obj map[string]any
 				_ = json.Unmarshal(r.OldObject.Raw, &obj)
 				obj["metadata"].(map[string]any)["labels"] = map[string]any{depv1alpha1.LabelDeletionRequested: "true"}
+				obj["metadata"].(map[string]any)["annotations"].(map[string]any)[depv1alpha1.AnnotationDeletionRequest] = "valid"
 				r.OldObject.Raw, _ = json.Marshal(obj)
 				return r
 			}(),
@@ -119,6 +122,22 @@ func TestDeletionsUnderReplayRulesAreDeferred(t *testing.T) {
 			// The same answer: the DELETE that recorded it is admitted again
 			// by kcp on the recorded state.
 			wantMessage:  []string{"its deletion is deferred: it will be deleted once its dependent is gone"},
+			wantDeferred: true,
+		},
+		{
+			name: "an object whose record does not verify is recorded anew", rules: replayOnly,
+			req: func() admission.Request {
+				r := deleteRequest(vpcs, consumer, "default", "vpc-a", nil)
+				var obj map[string]any
+				_ = json.Unmarshal(r.OldObject.Raw, &obj)
+				obj["metadata"].(map[string]any)["labels"] = map[string]any{depv1alpha1.LabelDeletionRequested: "true"}
+				obj["metadata"].(map[string]any)["annotations"].(map[string]any)[depv1alpha1.AnnotationDeletionRequest] = `{"user":"mallory"}`
+				r.OldObject.Raw, _ = json.Marshal(obj)
+				return r
+			}(),
+			setup:        func(f *fakeDependents) { f.add(consumer, vms, object("default", "vm-1", vmRefs("vpc-a"))) },
+			wantMessage:  []string{"its deletion is deferred: it will be deleted once its dependent is gone"},
+			wantRecorded: []string{"vpcs consumer/default/vpc-a uid=uid-default-vpc-a rv=7"},
 			wantDeferred: true,
 		},
 		{
@@ -137,7 +156,7 @@ func TestDeletionsUnderReplayRulesAreDeferred(t *testing.T) {
 				f.add(consumer, dbs, object("default", "db-1", dbRefs("vpc-b")))
 			},
 			wantMessage:  []string{"its deletion is deferred"},
-			wantRecorded: []string{"vpcs consumer/default/vpc-a uid=uid-default-vpc-a"},
+			wantRecorded: []string{"vpcs consumer/default/vpc-a uid=uid-default-vpc-a rv=7"},
 			wantDeferred: true,
 		},
 		{

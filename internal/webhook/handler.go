@@ -16,18 +16,30 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 )
 
-// Handler routes the admission requests of kcp by operation: DELETE to the
+// Handler routes the admission requests of kcp by endpoint (see
+// EndpointFrom) and operation: the labels endpoint to the LabelMutator, the
+// records endpoint to the RecordGuard, and otherwise DELETE to the
 // DeletionValidator, CREATE and UPDATE to the ReferenceValidator; anything
 // else is allowed.
 type Handler struct {
 	// Deletion judges DELETE requests.
 	Deletion admission.Handler
-	// References judges CREATE and UPDATE requests.
+	// References judges CREATE and UPDATE requests of dependents.
 	References admission.Handler
+	// Records guards the webhook's records on protected objects.
+	Records admission.Handler
+	// Labels labels dependents with what they reference.
+	Labels admission.Handler
 }
 
 // Handle implements admission.Handler.
 func (h Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
+	switch EndpointFrom(ctx) {
+	case EndpointLabels:
+		return h.Labels.Handle(ctx, req)
+	case EndpointRecords:
+		return h.Records.Handle(ctx, req)
+	}
 	switch req.Operation {
 	case admissionv1.Delete:
 		return h.Deletion.Handle(ctx, req)

@@ -13,6 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/kcp-dev/logicalcluster/v3"
+
+	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 )
 
 // readTimeout bounds the time a caller has to send the body of a request.
@@ -24,11 +26,46 @@ const readTimeout = 10 * time.Second
 // requestKey is the context key of what the request URL says.
 type requestKey struct{}
 
-// fromURL is what the request URL says: the provider workspace, and the
-// time kcp waits for the answer.
+// fromURL is what the request URL says: the provider workspace, the
+// endpoint within it, and the time kcp waits for the answer.
 type fromURL struct {
 	provider logicalcluster.Name
+	endpoint string
+	scheme   string
 	timeout  time.Duration
+}
+
+// The endpoints of a provider workspace, after <path>/<logical cluster>
+// (see webhookconfig.EndpointURL): none for the DELETE webhook and the check
+// of new references (by operation), EndpointRecords for the guard of the
+// webhook's records on protected objects, EndpointLabels for the mutating
+// webhook that labels dependents.
+const (
+	EndpointRecords = webhookconfig.EndpointRecords
+	EndpointLabels  = webhookconfig.EndpointLabels
+)
+
+// EndpointFrom returns the endpoint of the provider workspace that kcp
+// called; empty for the DELETE webhook and the check of new references.
+func EndpointFrom(ctx context.Context) string {
+	u, _ := ctx.Value(requestKey{}).(fromURL)
+	return u.endpoint
+}
+
+// SchemeFrom returns the scheme that the labelling webhook kcp called was
+// configured for: the last element of its URL (see
+// webhookconfig.EndpointURL).
+func SchemeFrom(ctx context.Context) string {
+	u, _ := ctx.Value(requestKey{}).(fromURL)
+	return u.scheme
+}
+
+// WithEndpoint returns ctx with the endpoint of a request and, for a
+// labelling webhook, the scheme it was configured for.
+func WithEndpoint(ctx context.Context, endpoint, scheme string) context.Context {
+	u, _ := ctx.Value(requestKey{}).(fromURL)
+	u.endpoint, u.scheme = endpoint, scheme
+	return context.WithValue(ctx, requestKey{}, u)
 }
 
 // ProviderFrom returns the logical cluster of the provider workspace whose
@@ -73,12 +110,13 @@ func withBudget(ctx context.Context, limit time.Duration) (context.Context, cont
 	return context.WithTimeout(ctx, budget)
 }
 
-// NewAdmissionHandler serves handler as a validating admission webhook at
-// <path>/<logical cluster>, where the logical cluster is the provider
-// workspace whose webhook configuration kcp called (the controller installs
-// every configuration with the URL of its workspace). The handler finds it
-// with ProviderFrom, and the time kcp waits for the answer bounds the
-// decision (see withBudget).
+// NewAdmissionHandler serves handler as an admission webhook at
+// <path>/<logical cluster>[/<endpoint>], where the logical cluster is the
+// provider workspace whose webhook configuration kcp called (the controller
+// installs every configuration with the URL of its workspace) and the
+// endpoint one of EndpointRecords and EndpointLabels. The handler finds
+// them with ProviderFrom and EndpointFrom, and the time kcp waits for the
+// answer bounds the decision (see withBudget).
 //
 // controller-runtime's admission.Webhook serves the request: it decodes the
 // review (admission.k8s.io/v1 or v1beta1, at most 7 MiB), answers a
@@ -89,14 +127,19 @@ func withBudget(ctx context.Context, limit time.Duration) (context.Context, cont
 // answered with code 400 without reaching handler.
 func NewAdmissionHandler(path string, handler admission.Handler) http.Handler {
 	prefix := strings.TrimSuffix(path, "/") + "/"
-	providerOf := func(r *http.Request) logicalcluster.Name {
-		return logicalcluster.Name(strings.TrimPrefix(r.URL.Path, prefix))
+	parse := func(r *http.Request) (cluster logicalcluster.Name, endpoint, scheme string, ok bool) {
+		c, rest, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, prefix), "/")
+		endpoint, scheme, _ = strings.Cut(rest, "/")
+		ok = logicalcluster.Name(c).IsValid() && !strings.Contains(scheme, "/") &&
+			(endpoint == "" && scheme == "" || endpoint == EndpointRecords && scheme == "" || endpoint == EndpointLabels)
+		return logicalcluster.Name(c), endpoint, scheme, ok
 	}
 	wh := &admission.Webhook{
 		Handler:      wellFormed{handler},
 		RecoverPanic: ptr.To(true),
 		WithContextFunc: func(ctx context.Context, r *http.Request) context.Context {
-			ctx = WithProvider(ctx, providerOf(r))
+			provider, endpoint, scheme, _ := parse(r)
+			ctx = WithEndpoint(WithProvider(ctx, provider), endpoint, scheme)
 			if t, err := time.ParseDuration(r.URL.Query().Get("timeout")); err == nil && t > 0 {
 				ctx = withCallerTimeout(ctx, t)
 			}
@@ -104,8 +147,8 @@ func NewAdmissionHandler(path string, handler admission.Handler) http.Handler {
 		},
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !strings.HasPrefix(r.URL.Path, prefix) || !providerOf(r).IsValid() {
-			http.Error(w, fmt.Sprintf("no webhook at %s: the path must be %s<logical cluster of the provider workspace>", r.URL.Path, prefix), http.StatusNotFound)
+		if _, _, _, ok := parse(r); !strings.HasPrefix(r.URL.Path, prefix) || !ok {
+			http.Error(w, fmt.Sprintf("no webhook at %s: the path must be %s<logical cluster of the provider workspace>[/%s|/%s/<scheme>]", r.URL.Path, prefix, EndpointRecords, EndpointLabels), http.StatusNotFound)
 			return
 		}
 		if r.Method != http.MethodPost {

@@ -22,8 +22,10 @@ type Metrics struct {
 	refChecks *prometheus.CounterVec
 	deferrals *prometheus.CounterVec
 	replays   *prometheus.CounterVec
-	marked    *prometheus.CounterVec
-	unmarked  *prometheus.CounterVec
+	records   *prometheus.CounterVec
+	writes    *prometheus.CounterVec
+	labels    *prometheus.CounterVec
+	cycles    prometheus.Counter
 	sources   sourceCollector
 }
 
@@ -41,14 +43,6 @@ const (
 	DeferredFailed = "failed"
 )
 
-// Reasons for removing a mark, besides the cleaner's (see package
-// cleaner).
-const (
-	// UnmarkedNewReference: the reference guard removed the mark before it
-	// admitted a new reference to the object.
-	UnmarkedNewReference = "new-reference"
-)
-
 // NewMetrics creates the metrics. rules reports the number of registered
 // DependencyRules, indexed the number of dependents in the index, sources
 // the state and size of every source of the index (*index.Index.Sources);
@@ -57,7 +51,7 @@ func NewMetrics(rules, indexed func() int, sources func() []index.SourceStatus) 
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dependency_webhook_decisions_total",
-			Help: "Admission decisions on DELETE requests, by outcome: allowed, denied (still referenced), bypassed (skip-protection annotation) or error (request malformed, rules not loaded, or dependents could not be read); and by how they were reached: index (from the index alone), live (dependents read live) or teardown (an item of kcp's own deletion of a namespace, workspace or binding, allowed from the index alone), empty when no dependent was looked at.",
+			Help: "Admission decisions on DELETE requests, by outcome: allowed, denied (still referenced), bypassed (skip-protection annotation) or error (request malformed, rules not loaded, or dependents could not be read); and by how they were reached: index (from the index alone), live (dependents read live) or teardown (an item of kcp's own deletion of a namespace, workspace or binding, decided from the index once it had caught up with the teardown, or where a cycle of references within it was broken), empty when no dependent was looked at.",
 		}, []string{"outcome", "via"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "dependency_webhook_decision_duration_seconds",
@@ -97,14 +91,22 @@ func NewMetrics(rules, indexed func() int, sources func() []index.SourceStatus) 
 			Name: "dependency_webhook_deletions_replayed_total",
 			Help: "Attempts to replay a deferred deletion, by result: deleted, refused (still referenced, or changed meanwhile; tried again), cancelled (the label was removed) or error (tried again).",
 		}, []string{"result"}),
-		marked: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "dependency_webhook_marks_written_total",
-			Help: "Unreferenced marks written on protected objects, by state: pending (no reference in the index; the proof starts) or cleared (no reference in a live read after the delay; the object's DELETE no longer reaches the webhook).",
-		}, []string{"state"}),
-		unmarked: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "dependency_webhook_marks_removed_total",
-			Help: "Unreferenced marks removed from protected objects, by reason: new-reference (a dependent is being created or changed to reference the object), referenced (the index or a live read found a reference) or stale (the rules changed, or one is being deleted).",
+		records: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dependency_webhook_records_removed_total",
+			Help: "Records of deferred deletions removed from objects without replaying them, by reason: expired (older than --deferred-deletion-ttl), uncovered (no rule with the Replay deletion policy protects the resource any more), or the verification problem: malformed (not a signed record, e.g. written by an earlier release), unknown-key (signed with a key the webhook no longer holds), bad-signature (not written by the webhook, or changed since), wrong-object (written for another object or an earlier one of the same name).",
 		}, []string{"reason"}),
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dependency_webhook_record_writes_total",
+			Help: "CREATEs and UPDATEs of protected objects that set or changed the deletion-requested label or the deletion-request annotation, by outcome: allowed (the webhook's own) or denied (anyone else).",
+		}, []string{"outcome"}),
+		labels: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dependency_webhook_labels_total",
+			Help: "Writes of dependents that the labelling webhook saw, by result: changed (the reference labels were set anew), unchanged, unvouched (labelled without the scheme label: the configuration was made for other rules than the webhook's) or error.",
+		}, []string{"result"}),
+		cycles: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dependency_webhook_teardown_cycles_broken_total",
+			Help: "Items of kcp's teardown allowed although dependents referenced them, because the object and its dependents referenced each other in a cycle within the teardown (broken at the object that sorts first).",
+		}),
 		sources: newSourceCollector(sources),
 	}
 	return m
@@ -112,7 +114,7 @@ func NewMetrics(rules, indexed func() int, sources func() []index.SourceStatus) 
 
 // collectors are the metrics one by one.
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.decisions, m.latency, m.scanned, m.rules, m.indexed, m.retries, m.reads, m.refChecks, m.deferrals, m.replays, m.marked, m.unmarked, m.sources}
+	return []prometheus.Collector{m.decisions, m.latency, m.scanned, m.rules, m.indexed, m.retries, m.reads, m.refChecks, m.deferrals, m.replays, m.records, m.writes, m.labels, m.cycles, m.sources}
 }
 
 // Describe implements prometheus.Collector.
@@ -136,17 +138,32 @@ func (m *Metrics) referenceChecked(outcome string) {
 	}
 }
 
-// Marked counts a mark written, by state; the cleaner calls it.
-func (m *Metrics) Marked(state string) {
+// RecordRemoved counts a record of a deferred deletion removed without
+// replaying it, by reason; pass it as the replayer's OnRemoved.
+func (m *Metrics) RecordRemoved(reason string) {
 	if m != nil {
-		m.marked.WithLabelValues(state).Inc()
+		m.records.WithLabelValues(reason).Inc()
 	}
 }
 
-// Unmarked counts a mark removed, by reason.
-func (m *Metrics) Unmarked(reason string) {
+// recordWrite counts a write of a record that the guard judged.
+func (m *Metrics) recordWrite(outcome string) {
 	if m != nil {
-		m.unmarked.WithLabelValues(reason).Inc()
+		m.writes.WithLabelValues(outcome).Inc()
+	}
+}
+
+// labelled counts a write of a dependent that the labelling webhook saw.
+func (m *Metrics) labelled(result string) {
+	if m != nil {
+		m.labels.WithLabelValues(result).Inc()
+	}
+}
+
+// cycleBroken counts a cycle of references broken in kcp's teardown.
+func (m *Metrics) cycleBroken() {
+	if m != nil {
+		m.cycles.Inc()
 	}
 }
 

@@ -42,8 +42,8 @@ func TestMetricsCollector(t *testing.T) {
 			t.Errorf("%v = %v, want %v", tt.collector, got, tt.want)
 		}
 	}
-	if n, err := testutil.GatherAndCount(reg); err != nil || n != 9 {
-		t.Errorf("gathered %d series (%v), want 9: two decisions with their latencies, one histogram of scans, the rest one each", n, err)
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 10 {
+		t.Errorf("gathered %d series (%v), want 10: two decisions with their latencies, one histogram of scans, the counter of broken cycles, the rest one each", n, err)
 	}
 	var none *Metrics
 	none.observe(decision{outcome: DecisionAllowed}, time.Millisecond) // records nothing, and does not panic

@@ -12,9 +12,7 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -41,18 +39,19 @@ type Targets interface {
 	// Reads that fail for a reason that clears by itself are retried within
 	// the deadline of ctx.
 	Lookup(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, error)
-	// Patch patches the object of src named name in cluster (in
-	// namespace); retried like Lookup.
-	Patch(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, pt types.PatchType, body []byte) error
 	// Serves returns an error wrapping index.ErrNotServed if the webhook
 	// reads only some shards and the workspace cluster, which binds the
 	// export of src, is on none of them.
 	Serves(ctx context.Context, src index.Source, cluster logicalcluster.Name) error
 }
 
-// unmarkPatch removes the unreferenced label and its since annotation.
-var unmarkPatch = fmt.Appendf(nil, `{"metadata":{"labels":{%q:null},"annotations":{%q:null}}}`,
-	depv1alpha1.LabelUnreferenced, depv1alpha1.AnnotationUnreferencedSince)
+// Verifier verifies the records of deferred deletions; *replay.Records
+// implements it.
+type Verifier interface {
+	// Verify returns nil if obj, an object of target, carries a record
+	// of a deferred deletion that verifies (see package records).
+	Verify(target schema.GroupResource, obj kcp.Meta) error
+}
 
 // ReferenceValidator is an admission.Handler that kcp calls for CREATE and
 // UPDATE of dependents: it refuses a new reference to an object that is
@@ -64,26 +63,27 @@ var unmarkPatch = fmt.Appendf(nil, `{"metadata":{"labels":{%q:null},"annotations
 // object that does not exist is allowed, so that a dependent may be created
 // before what it references (as GitOps tools do).
 //
-// A referenced object that carries the unreferenced label (a mark of the
-// cleaner, see docs/architecture.md, "Marks") loses it before the request
-// is allowed, and is read once more afterwards: its DELETE reaches the
-// webhook again from then on. If the label cannot be removed, the request
-// is refused with "retry".
+// A reference to an object whose deletion is deferred (it carries a record
+// that verifies, see package records) is refused too: otherwise a stack
+// whose deletion is deferred could gain dependents forever. A record that
+// does not verify refuses nothing.
 type ReferenceValidator struct {
 	rules     GuardFinder
 	readiness Readiness
 	targets   Targets
+	records   Verifier
 	timeout   time.Duration
 	metrics   *Metrics
 }
 
 // NewReferenceValidator returns a validator that finds rules in rules,
-// waits until readiness reports them loaded, and reads targets through
+// waits until readiness reports them loaded, reads targets through
 // targets, within timeout per request (none if 0; the time kcp waits for
-// the answer bounds it too, see withBudget), recording checks in metrics
-// (if not nil).
-func NewReferenceValidator(rules GuardFinder, readiness Readiness, targets Targets, timeout time.Duration, metrics *Metrics) *ReferenceValidator {
-	return &ReferenceValidator{rules: rules, readiness: readiness, targets: targets, timeout: timeout, metrics: metrics}
+// the answer bounds it too, see withBudget), verifies records of deferred
+// deletions with records (none are honoured if nil), and records checks in
+// metrics (if not nil).
+func NewReferenceValidator(rules GuardFinder, readiness Readiness, targets Targets, records Verifier, timeout time.Duration, metrics *Metrics) *ReferenceValidator {
+	return &ReferenceValidator{rules: rules, readiness: readiness, targets: targets, records: records, timeout: timeout, metrics: metrics}
 }
 
 // Handle implements admission.Handler.
@@ -201,19 +201,12 @@ func (v *ReferenceValidator) handle(ctx context.Context, req admission.Request) 
 			return unavailable(fmt.Sprintf("could not check whether %s %q may reference %s %s (reading it failed: %v); retry",
 				kind, name, r.target.Resource.Resource, r.describe(obj.Namespace), err)), DecisionError
 		}
-		if slices.ContainsFunc(found, func(o kcp.Meta) bool { return o.Unreferenced != "" && !o.Terminating }) {
-			if found, err = v.unmark(ctx, r, obj.Cluster, found); err != nil {
-				log.FromContext(ctx).Error(err, "Failed to remove the unreferenced mark of a referenced object", "cluster", obj.Cluster, "target", r.target, "name", r.name)
-				return unavailable(fmt.Sprintf("could not let %s %q reference %s %s (removing its %s label failed: %v); retry",
-					kind, name, r.target.Resource.Resource, r.describe(obj.Namespace), depv1alpha1.LabelUnreferenced, err)), DecisionError
-			}
-		}
 		for _, o := range found {
 			if o.Terminating {
 				problems = append(problems, fmt.Sprintf("%s %q cannot reference %s %s: it is being deleted", kind, name, r.target.Resource.Resource, r.describe(obj.Namespace)))
 				break
 			}
-			if o.DeletionRequested {
+			if o.DeletionRequested && v.records != nil && v.records.Verify(r.target.Resource.GroupResource(), o) == nil {
 				// Otherwise a stack whose deletion is deferred could gain
 				// new dependents forever.
 				problems = append(problems, fmt.Sprintf("%s %q cannot reference %s %s: its deletion is deferred until nothing references it (remove its label %s to cancel)",
@@ -228,24 +221,4 @@ func (v *ReferenceValidator) handle(ctx context.Context, req admission.Request) 
 		return resp, DecisionDenied
 	}
 	return admission.Allowed(""), DecisionAllowed
-}
-
-// unmark removes the unreferenced label from the objects found of a
-// reference that carry it, and reads them again: a DELETE admitted without
-// the webhook (the label matched its object selector) may have committed
-// between the first read and the removal, and the object is then being
-// deleted or gone.
-func (v *ReferenceValidator) unmark(ctx context.Context, r reference, cluster logicalcluster.Name, found []kcp.Meta) ([]kcp.Meta, error) {
-	for _, o := range found {
-		if o.Unreferenced == "" || o.Terminating {
-			continue
-		}
-		err := v.targets.Patch(ctx, r.target, cluster, o.Namespace, o.Name, types.MergePatchType, unmarkPatch)
-		if err != nil && !apierrors.IsNotFound(err) {
-			return nil, err
-		}
-		v.metrics.Unmarked(UnmarkedNewReference)
-		log.FromContext(ctx).V(1).Info("Removed the unreferenced mark of a newly referenced object", "cluster", cluster, "target", r.target, "namespace", o.Namespace, "name", o.Name, "mark", o.Unreferenced)
-	}
-	return v.targets.Lookup(ctx, r.target, cluster, r.namespace, r.name)
 }

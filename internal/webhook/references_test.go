@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/kcp-dev/logicalcluster/v3"
@@ -23,6 +22,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath/fieldpathtest"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/records"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
 )
 
@@ -66,10 +66,6 @@ type fakeTargets struct {
 	states  map[index.Source]index.State
 	err     error
 	calls   []string
-	// patchErr fails patches; afterPatch, if set, changes the object
-	// patched (key as in objects) after the patch applied.
-	patchErr   error
-	afterPatch func(o *kcp.Meta)
 	// elsewhere are the workspaces on shards the webhook does not read.
 	elsewhere map[logicalcluster.Name]bool
 }
@@ -78,31 +74,6 @@ func (f *fakeTargets) Serves(_ context.Context, _ index.Source, cluster logicalc
 	if f.elsewhere[cluster] {
 		return fmt.Errorf("logical cluster %s is %w, shard-1", cluster, index.ErrNotServed)
 	}
-	return nil
-}
-
-// Patch removes the unreferenced label, the only patch the guard sends.
-func (f *fakeTargets) Patch(_ context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, pt types.PatchType, body []byte) error {
-	f.calls = append(f.calls, fmt.Sprintf("patch %s %s %s/%s", cluster, src.Resource.Resource, namespace, name))
-	key := fmt.Sprintf("%s|%s/%s", cluster, namespace, name)
-	if f.patchErr != nil {
-		if apierrors.IsNotFound(f.patchErr) {
-			delete(f.objects, key)
-		}
-		return f.patchErr
-	}
-	if pt != types.MergePatchType || string(body) != string(unmarkPatch) {
-		return fmt.Errorf("unexpected patch %s %s", pt, body)
-	}
-	o, ok := f.objects[key]
-	if !ok {
-		return apierrors.NewNotFound(src.Resource.GroupResource(), name)
-	}
-	o.Unreferenced = ""
-	if f.afterPatch != nil {
-		f.afterPatch(&o)
-	}
-	f.objects[key] = o
 	return nil
 }
 
@@ -188,7 +159,7 @@ func TestReferenceValidator(t *testing.T) {
 			name: "a new reference to an object whose deletion is deferred is refused, saying how to cancel",
 			req:  writeRequest("default", "vm-1", vpcRef("vpc-going"), nil, false),
 			targets: &fakeTargets{objects: map[string]kcp.Meta{
-				"consumer|default/vpc-going": {Namespace: "default", Name: "vpc-going", DeletionRequested: true},
+				"consumer|default/vpc-going": {Namespace: "default", Name: "vpc-going", DeletionRequested: true, DeletionRecord: "valid"},
 			}},
 			wantMessage: `VirtualMachine "vm-1" cannot reference vpcs "vpc-going": its deletion is deferred until nothing references it (remove its label deletion.dependencies.opendefense.cloud/requested to cancel)`,
 			wantCalls:   []string{"consumer vpcs default/vpc-going"},
@@ -312,44 +283,11 @@ func TestReferenceValidator(t *testing.T) {
 			wantCalls:   []string{"consumer vpcs default/vpc-a"},
 		},
 		{
-			name:        "a new reference to an object marked unreferenced removes the mark, reads it again, and is allowed",
-			req:         writeRequest("default", "vm-1", vpcRef("vpc-marked"), nil, false),
-			targets:     &fakeTargets{objects: map[string]kcp.Meta{"consumer|default/vpc-marked": {Name: "vpc-marked", Namespace: "default", Unreferenced: "0123456789abcdef"}}},
+			name:        "a record that does not verify refuses nothing",
+			req:         writeRequest("default", "vm-1", vpcRef("vpc-forged"), nil, false),
+			targets:     &fakeTargets{objects: map[string]kcp.Meta{"consumer|default/vpc-forged": {Name: "vpc-forged", Namespace: "default", DeletionRequested: true, DeletionRecord: "forged"}}},
 			wantAllowed: true,
-			wantCalls:   []string{"consumer vpcs default/vpc-marked", "patch consumer vpcs default/vpc-marked", "consumer vpcs default/vpc-marked"},
-		},
-		{
-			name:        "a pending mark is removed as well",
-			req:         writeRequest("default", "vm-1", vpcRef("vpc-marked"), nil, false),
-			targets:     &fakeTargets{objects: map[string]kcp.Meta{"consumer|default/vpc-marked": {Name: "vpc-marked", Namespace: "default", Unreferenced: "pending-0123456789abcdef"}}},
-			wantAllowed: true,
-			wantCalls:   []string{"consumer vpcs default/vpc-marked", "patch consumer vpcs default/vpc-marked", "consumer vpcs default/vpc-marked"},
-		},
-		{
-			name:        "a mark that cannot be removed is a denial with a retry message (fail closed)",
-			req:         writeRequest("default", "vm-1", vpcRef("vpc-marked"), nil, false),
-			targets:     &fakeTargets{objects: map[string]kcp.Meta{"consumer|default/vpc-marked": {Name: "vpc-marked", Namespace: "default", Unreferenced: "0123456789abcdef"}}, patchErr: apierrors.NewForbidden(vpcs.GroupResource(), "vpc-marked", errors.New("no patch granted"))},
-			wantCode:    http.StatusServiceUnavailable,
-			wantMessage: `could not let VirtualMachine "vm-1" reference vpcs "vpc-marked" (removing its dependencies.opendefense.cloud/unreferenced label failed`,
-			wantCalls:   []string{"consumer vpcs default/vpc-marked", "patch consumer vpcs default/vpc-marked"},
-		},
-		{
-			name:        "a marked object whose DELETE committed before the mark was removed is refused",
-			req:         writeRequest("default", "vm-1", vpcRef("vpc-marked"), nil, false),
-			targets:     &fakeTargets{objects: map[string]kcp.Meta{"consumer|default/vpc-marked": {Name: "vpc-marked", Namespace: "default", Unreferenced: "0123456789abcdef"}}, afterPatch: func(o *kcp.Meta) { o.Terminating = true }},
-			wantMessage: `VirtualMachine "vm-1" cannot reference vpcs "vpc-marked": it is being deleted`,
-			wantCalls:   []string{"consumer vpcs default/vpc-marked", "patch consumer vpcs default/vpc-marked", "consumer vpcs default/vpc-marked"},
-		},
-		{
-			name: "a marked object gone before the mark was removed is a reference to a missing object: allowed",
-			req:  writeRequest("default", "vm-1", vpcRef("vpc-marked"), nil, false),
-			targets: func() *fakeTargets {
-				f := &fakeTargets{objects: map[string]kcp.Meta{"consumer|default/vpc-marked": {Name: "vpc-marked", Namespace: "default", Unreferenced: "0123456789abcdef"}}}
-				f.patchErr = apierrors.NewNotFound(vpcs.GroupResource(), "vpc-marked")
-				return f
-			}(),
-			wantAllowed: true,
-			wantCalls:   []string{"consumer vpcs default/vpc-marked", "patch consumer vpcs default/vpc-marked", "consumer vpcs default/vpc-marked"},
+			wantCalls:   []string{"consumer vpcs default/vpc-forged"},
 		},
 		{
 			name:        "before the rules are loaded, writes of dependents are refused with a retry message",
@@ -377,7 +315,7 @@ func TestReferenceValidator(t *testing.T) {
 			if g == nil {
 				g = guards
 			}
-			v := NewReferenceValidator(g, loaded(!tt.notLoaded), tt.targets, 0, nil)
+			v := NewReferenceValidator(g, loaded(!tt.notLoaded), tt.targets, recordsVerifier{}, 0, nil)
 			resp := v.Handle(WithProvider(context.Background(), provider), tt.req)
 			if resp.Allowed != tt.wantAllowed {
 				t.Fatalf("Allowed = %v, want %v (%+v)", resp.Allowed, tt.wantAllowed, resp.Result)
@@ -397,8 +335,18 @@ func TestReferenceValidator(t *testing.T) {
 	}
 }
 
-// The Handler routes by operation.
-func TestHandlerRoutesByOperation(t *testing.T) {
+// recordsVerifier verifies the records whose annotation is "valid".
+type recordsVerifier struct{}
+
+func (recordsVerifier) Verify(_ schema.GroupResource, obj kcp.Meta) error {
+	if obj.DeletionRequested && obj.DeletionRecord == "valid" {
+		return nil
+	}
+	return &records.Error{Problem: records.ProblemBadSignature}
+}
+
+// The Handler routes by endpoint, then by operation.
+func TestHandlerRoutes(t *testing.T) {
 	var got []string
 	record := func(name string) admission.HandlerFunc {
 		return func(context.Context, admission.Request) admission.Response {
@@ -406,11 +354,14 @@ func TestHandlerRoutesByOperation(t *testing.T) {
 			return admission.Allowed("")
 		}
 	}
-	h := Handler{Deletion: record("deletion"), References: record("references")}
+	h := Handler{Deletion: record("deletion"), References: record("references"), Records: record("records"), Labels: record("labels")}
 	for _, op := range []admissionv1.Operation{admissionv1.Delete, admissionv1.Create, admissionv1.Update, admissionv1.Connect} {
 		h.Handle(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{Operation: op}})
 	}
-	if want := []string{"deletion", "references", "references"}; fmt.Sprint(got) != fmt.Sprint(want) {
+	for _, endpoint := range []string{EndpointRecords, EndpointLabels} {
+		h.Handle(WithEndpoint(context.Background(), endpoint, "fp"), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{Operation: admissionv1.Update}})
+	}
+	if want := []string{"deletion", "references", "references", "records", "labels"}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("routed to %v, want %v", got, want)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/go-logr/logr"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -25,7 +24,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
-	"github.com/opendefensecloud/dependency-controller/internal/replay"
+	"github.com/opendefensecloud/dependency-controller/internal/records"
 )
 
 // Audit annotation keys. kcp prefixes them with the webhook's name.
@@ -56,10 +55,11 @@ const (
 // WithMaxBlockers says otherwise.
 const DefaultMaxBlockers = 10
 
-// RuleFinder finds the rules protecting a resource; *registry.Registry
-// implements it.
+// RuleFinder finds the rules protecting a resource, and how the dependents
+// of a type are labelled; *registry.Registry implements it.
 type RuleFinder interface {
 	Find(target registry.Target) []registry.Entry
+	LabellingFinder
 }
 
 // Readiness tells whether the rule registry is complete;
@@ -77,20 +77,30 @@ type Dependents interface {
 	// Hits returns the indexed dependents of src in cluster (in namespace,
 	// or everywhere if it is empty) that hold name at one of paths.
 	Hits(src index.Source, paths []fieldpath.Reference, cluster logicalcluster.Name, namespace, name string) []kcp.Meta
-	// Confirm reads the dependents of src in cluster that can reference an
-	// object in namespace live, after it was called, and returns those that
-	// hold name at one of paths, with how many it read; it retries what
-	// clears by itself within the deadline of ctx.
-	Confirm(ctx context.Context, src index.Source, paths []fieldpath.Reference, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, int, error)
+	// Confirm reads the dependents of the query's source that can
+	// reference the object live, after it was called, and returns those
+	// that reference it, with how many it read; it retries what clears by
+	// itself within the deadline of ctx.
+	Confirm(ctx context.Context, q index.Query) ([]kcp.Meta, int, error)
+	// Fenced reports whether the index holds every dependent of the
+	// query's source that existed when the teardown of its scope was under
+	// way (see index.Index.Fenced).
+	Fenced(ctx context.Context, q index.Query) (bool, error)
 	// Serves returns an error wrapping index.ErrNotServed if the webhook
 	// reads only some shards and the workspace cluster, which binds the
 	// export of src, is on none of them.
 	Serves(ctx context.Context, src index.Source, cluster logicalcluster.Name) error
 }
 
-// Recorder records deferred deletions on objects; replay.Recorder
-// implements it.
-type Recorder interface {
+// Records verifies and writes the records of deferred deletions on
+// objects; *replay.Records implements it.
+type Records interface {
+	// Verify returns nil if obj, an object of target, carries a record
+	// of a deferred deletion that verifies (see package records).
+	Verify(target schema.GroupResource, obj kcp.Meta) error
+	// Record records on obj, an object of target as its provider serves
+	// it, that its deletion was requested, if obj is still the version the
+	// DELETE was about.
 	Record(ctx context.Context, target index.Source, obj kcp.Meta, request depv1alpha1.DeletionRequest) error
 }
 
@@ -110,7 +120,7 @@ type DeletionValidator struct {
 	maxBlockers int
 	timeout     time.Duration
 	metrics     *Metrics
-	recorder    Recorder
+	recorder    Records
 	now         func() time.Time
 }
 
@@ -136,7 +146,7 @@ func WithMetrics(m *Metrics) Option {
 
 // WithRecorder defers deletions under rules with the Replay deletion policy:
 // a denied DELETE is recorded on the object through r.
-func WithRecorder(r Recorder) Option {
+func WithRecorder(r Records) Option {
 	return func(v *DeletionValidator) { v.recorder = r }
 }
 
@@ -192,7 +202,6 @@ func (v *DeletionValidator) Handle(ctx context.Context, req admission.Request) a
 }
 
 func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (admission.Response, decision) {
-	start := v.now()
 	logger := log.FromContext(ctx, "resource", req.Resource, "name", req.Name, "namespace", req.Namespace)
 	failed := decision{outcome: DecisionError}
 
@@ -212,84 +221,147 @@ func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (
 	if errResp != nil {
 		return *errResp, failed
 	}
-	name, namespace, cluster, provider := obj.Name, obj.Namespace, obj.Cluster, obj.provider
-	if name == "" {
-		name = req.Name
+	if obj.Name == "" {
+		obj.Name = req.Name
 	}
 
 	// 4. Explicit bypass, audited and warned about.
 	if obj.SkipProtection {
-		user := req.UserInfo.Username
-		logger.Info("Deletion protection bypassed", "user", user)
-		resp := admission.Allowed("").WithWarnings(fmt.Sprintf(
-			"deletion protection of %s %q was bypassed by %s with the %s annotation; objects that still reference it may break",
-			req.Resource.Resource, name, user, depv1alpha1.AnnotationSkipProtection))
-		resp.AuditAnnotations = map[string]string{AuditDecision: DecisionBypassed, AuditSkipProtectionBy: user}
-		return resp, decision{outcome: DecisionBypassed}
+		return v.bypass(logger, req, obj), decision{outcome: DecisionBypassed}
 	}
-
-	logger = logger.WithValues("cluster", cluster, "provider", provider)
+	logger = logger.WithValues("cluster", obj.Cluster, "provider", obj.provider)
 
 	// 5. The rules protecting this resource of this provider.
 	target := schema.GroupResource{Group: req.Resource.Group, Resource: req.Resource.Resource}
-	entries := v.rules.Find(registry.Target{Cluster: provider, Resource: target})
+	entries := v.rules.Find(registry.Target{Cluster: obj.provider, Resource: target})
 	if len(entries) == 0 {
 		return admission.Allowed(""), decision{outcome: DecisionAllowed, via: viaIndex}
 	}
+	d := &deletion{logger: logger, req: req, target: target, obj: obj, teardown: teardown(req),
+		self:   selfRef{target: target, namespace: obj.Namespace, name: obj.Name, uid: obj.UID},
+		groups: v.groupByDependent(entries, obj.Namespace)}
+	d.denial = denial{logger: logger, req: req, target: target, obj: obj, source: entries[0].Target, deferrable: v.recorder != nil && !d.teardown}
 
-	self := selfRef{target: target, namespace: namespace, name: name, uid: obj.UID}
-	groups := v.groupByDependent(entries, namespace)
-	denial := denial{logger: logger, req: req, target: target, obj: obj, source: entries[0].Target, deferrable: v.recorder != nil && !teardown(req)}
-
-	// 6. Dependents in the index that reference the object deny at once.
-	for _, g := range groups {
-		denial.add(g, v.blocking(g, self, v.dependents.Hits(g.src, g.paths, cluster, g.namespace, name)))
-	}
-	if len(denial.blockers) > 0 {
-		return v.deny(ctx, denial), decision{outcome: DecisionDenied, via: viaIndex}
+	// 6. Dependents in the index that reference the object deny at once,
+	// unless the object is where kcp's teardown breaks a cycle.
+	if resp, dec, decided := v.fromIndex(ctx, d); decided {
+		return resp, dec
 	}
 
 	// 7. Nothing in the index: a webhook that reads only some shards
 	// allows nothing for a workspace on another shard.
-	if resp, ok := v.misdirected(ctx, logger, entries[0].Target, cluster); !ok {
+	if resp, ok := v.misdirected(ctx, logger, entries[0].Target, obj.Cluster); !ok {
 		return resp, failed
 	}
 
-	// 8. An item of kcp's teardown is allowed without a confirming read
-	// once every dependent type is indexed on every shard: nothing can be
-	// created in a namespace that is being deleted, and an object the index
-	// has not seen yet is torn down with the rest.
-	if teardown(req) && !slices.ContainsFunc(groups, func(g *dependentGroup) bool { return !g.synced }) {
-		logger.V(1).Info("Allowed an item of kcp's teardown from the index", "took", v.now().Sub(start))
-		return admission.Allowed(""), decision{outcome: DecisionAllowed, via: viaTeardown}
-	}
+	// 8. None in the index: read the dependents live before allowing, but
+	// for an item of kcp's teardown only those the index may lack.
+	return v.confirm(ctx, d)
+}
 
-	// 9. None in the index: read the dependents live before allowing.
+// deletion is what the steps of one DELETE decision share.
+type deletion struct {
+	logger   logr.Logger
+	req      admission.Request
+	target   schema.GroupResource
+	obj      *subject
+	self     selfRef
+	groups   []*dependentGroup
+	teardown bool
+	denial   denial
+}
+
+// query returns the confirming read of the dependents of g.
+func (d *deletion) query(g *dependentGroup) index.Query {
+	return index.Query{Source: g.src, Paths: g.paths, Cluster: d.obj.Cluster, Namespace: g.namespace, Name: d.obj.Name, Target: d.target, Scheme: g.scheme}
+}
+
+// bypass allows the deletion of an object with the skip-protection
+// annotation, warning and auditing who did it.
+func (v *DeletionValidator) bypass(logger logr.Logger, req admission.Request, obj *subject) admission.Response {
+	user := req.UserInfo.Username
+	logger.Info("Deletion protection bypassed", "user", user)
+	resp := admission.Allowed("").WithWarnings(fmt.Sprintf(
+		"deletion protection of %s %q was bypassed by %s with the %s annotation; objects that still reference it may break",
+		req.Resource.Resource, obj.Name, user, depv1alpha1.AnnotationSkipProtection))
+	resp.AuditAnnotations = map[string]string{AuditDecision: DecisionBypassed, AuditSkipProtectionBy: user}
+	return resp
+}
+
+// fromIndex denies the deletion if the index holds a dependent that
+// references the object, except where an item of kcp's teardown is where a
+// cycle of references within the teardown is broken (see breakCycle); it
+// reports whether it decided.
+func (v *DeletionValidator) fromIndex(ctx context.Context, d *deletion) (admission.Response, decision, bool) {
+	var blockers []node
+	for _, g := range d.groups {
+		found := v.blocking(g, d.self, v.dependents.Hits(g.src, g.paths, d.obj.Cluster, g.namespace, d.obj.Name))
+		d.denial.add(g, toBlockers(g, found))
+		for _, m := range found {
+			blockers = append(blockers, node{provider: g.src.Export.Cluster, resource: g.src.Resource.GroupResource(), kind: g.kind, meta: m})
+		}
+	}
+	if len(blockers) == 0 {
+		return admission.Response{}, decision{}, false
+	}
+	if d.teardown {
+		self := node{provider: d.obj.provider, resource: d.target, meta: d.obj.Meta}
+		if cycle, ok := v.breakCycle(self, blockers, d.req.Namespace); ok {
+			return v.allowOnCycle(d, cycle), decision{outcome: DecisionAllowed, via: viaTeardown}, true
+		}
+	}
+	return v.deny(ctx, d.denial), decision{outcome: DecisionDenied, via: viaIndex}, true
+}
+
+// confirm decides a DELETE that the index holds no blocker of: an item of
+// kcp's teardown is allowed from the index for every dependent type the
+// index is fenced for (see index.Index.Fenced), every other type (and
+// every other DELETE) is read live.
+func (v *DeletionValidator) confirm(ctx context.Context, d *deletion) (admission.Response, decision) {
+	start := v.now()
 	ctx, cancel := withBudget(ctx, v.timeout)
 	defer cancel()
-	scanned := 0
-	for _, g := range groups {
-		found, n, err := v.dependents.Confirm(ctx, g.src, g.paths, cluster, g.namespace, name)
+	scanned, read := 0, false
+	for _, g := range d.groups {
+		q := d.query(g)
+		if d.teardown && g.synced {
+			if fenced, err := v.dependents.Fenced(ctx, q); err == nil && fenced {
+				continue
+			} else if err != nil {
+				d.logger.V(1).Info("Cannot fence the index for an item of kcp's teardown; reading live", "dependent", g.src, "error", err.Error())
+			}
+		}
+		read = true
+		found, n, err := v.dependents.Confirm(ctx, q)
 		scanned += n
-		denial.add(g, v.blocking(g, self, found))
-		if errors.Is(err, index.ErrVersionNotServed) {
-			resp := admission.Denied(fmt.Sprintf("cannot check whether %s %q is still referenced: %v", target, name, err))
-			resp.AuditAnnotations = map[string]string{AuditDecision: DecisionError, AuditFailedRule: g.rules[0].String()}
-			return resp, decision{outcome: DecisionError, via: viaLive, scanned: scanned}
-		}
+		d.denial.add(g, toBlockers(g, v.blocking(g, d.self, found)))
 		if err != nil {
-			logger.Error(err, "Failed to read dependents", "dependent", g.src, "rules", g.rules)
-			resp := unavailable(fmt.Sprintf("could not check whether %s %q is still referenced (reading %s failed: %v); retry the delete",
-				target.Resource, name, g.src.Resource.GroupResource(), err))
-			resp.AuditAnnotations = map[string]string{AuditDecision: DecisionError, AuditFailedRule: g.rules[0].String()}
-			return resp, decision{outcome: DecisionError, via: viaLive, scanned: scanned}
+			return v.readFailed(d, g, err), decision{outcome: DecisionError, via: viaLive, scanned: scanned}
 		}
 	}
-	if len(denial.blockers) == 0 {
-		logger.V(1).Info("Allowed deletion", "scanned", scanned, "took", v.now().Sub(start))
-		return admission.Allowed(""), decision{outcome: DecisionAllowed, via: viaLive, scanned: scanned}
+	via := viaLive
+	if !read {
+		via = viaTeardown
 	}
-	return v.deny(ctx, denial), decision{outcome: DecisionDenied, via: viaLive, scanned: scanned}
+	if len(d.denial.blockers) == 0 {
+		d.logger.V(1).Info("Allowed deletion", "via", via, "scanned", scanned, "took", v.now().Sub(start))
+		return admission.Allowed(""), decision{outcome: DecisionAllowed, via: via, scanned: scanned}
+	}
+	return v.deny(ctx, d.denial), decision{outcome: DecisionDenied, via: via, scanned: scanned}
+}
+
+// readFailed is the answer when the dependents of g could not be read.
+func (v *DeletionValidator) readFailed(d *deletion, g *dependentGroup, err error) admission.Response {
+	if errors.Is(err, index.ErrVersionNotServed) {
+		resp := admission.Denied(fmt.Sprintf("cannot check whether %s %q is still referenced: %v", d.target, d.obj.Name, err))
+		resp.AuditAnnotations = map[string]string{AuditDecision: DecisionError, AuditFailedRule: g.rules[0].String()}
+		return resp
+	}
+	d.logger.Error(err, "Failed to read dependents", "dependent", g.src, "rules", g.rules)
+	resp := unavailable(fmt.Sprintf("could not check whether %s %q is still referenced (reading %s failed: %v); retry the delete",
+		d.target.Resource, d.obj.Name, g.src.Resource.GroupResource(), err))
+	resp.AuditAnnotations = map[string]string{AuditDecision: DecisionError, AuditFailedRule: g.rules[0].String()}
+	return resp
 }
 
 // misdirected checks that the webhook serves the workspace cluster, which
@@ -335,6 +407,9 @@ type denial struct {
 
 // add adds blockers found among the dependents of g.
 func (d *denial) add(g *dependentGroup, blockers []Blocker) {
+	if g == nil {
+		return
+	}
 	if len(blockers) > 0 {
 		d.blockers = append(d.blockers, blockers...)
 		d.deferrable = d.deferrable && g.replay
@@ -378,14 +453,14 @@ func (v *DeletionValidator) deferDeletion(ctx context.Context, d denial, msg str
 	case d.req.DryRun != nil && *d.req.DryRun:
 		v.metrics.deferred(DeferredDryRun)
 		return fmt.Sprintf("%s; its deletion would be deferred until %s gone", msg, dependents), false
-	case d.obj.DeletionRequested:
+	case d.obj.DeletionRequested && v.recorder.Verify(d.target, d.obj.Meta) == nil:
 		// Also the answer to the DELETE that recorded it: the record
 		// changes the object, so kcp admits that DELETE again on the new
 		// state before it answers.
 		v.metrics.deferred(DeferredAlready)
 		return fmt.Sprintf("%s; its deletion is deferred: it will be deleted once %s gone (%s)", msg, dependents, cancel), true
 	}
-	request, err := replay.Request(d.req.UserInfo.Username, metav1.NewTime(v.now()), d.req.Options.Raw)
+	request, err := records.Request(d.req.UserInfo.Username, v.now(), d.req.Options.Raw)
 	if err == nil {
 		ctx, stop := withBudget(ctx, v.timeout)
 		defer stop()
@@ -424,10 +499,14 @@ type dependentGroup struct {
 	// one: a namespaced target is referenced from its own namespace, and by
 	// cluster-scoped dependents; a cluster-scoped target from anywhere.
 	namespace string
-	// synced is set when the index has listed the source on every shard.
+	// synced is set when the index has listed the source on every shard
+	// and its watch is not broken.
 	synced bool
 	// replay is set when every rule of the group defers deletions.
 	replay bool
+	// scheme is the fingerprint of the scheme under which the dependents
+	// are labelled with what they reference, empty if they are not.
+	scheme string
 }
 
 // groupByDependent groups the entries by dependent source, leaving out
@@ -446,6 +525,10 @@ func (v *DeletionValidator) groupByDependent(entries []registry.Entry, namespace
 			g = &dependentGroup{src: e.Dependent, kind: e.DependentKind, synced: state.Phase == index.PhaseSynced, replay: true}
 			if state.Kind != "" {
 				g.kind = state.Kind
+			}
+			dependent := registry.Target{Cluster: e.Dependent.Export.Cluster, Resource: e.Dependent.Resource.GroupResource()}
+			if l, ok := v.rules.Labelling(dependent); ok && l.Labellable && l.Dependent == e.Dependent {
+				g.scheme = l.Scheme.Fingerprint
 			}
 			g.namespace = namespace
 			bySource[e.Dependent] = g
@@ -477,12 +560,21 @@ func compactPaths(paths []fieldpath.Reference) []fieldpath.Reference {
 // blocking returns the blockers among the dependents of g that reference
 // the object: those not being deleted already (waiting for them could
 // deadlock a namespace deletion) and not the object itself.
-func (v *DeletionValidator) blocking(g *dependentGroup, self selfRef, deps []kcp.Meta) []Blocker {
-	var out []Blocker
+func (v *DeletionValidator) blocking(g *dependentGroup, self selfRef, deps []kcp.Meta) []kcp.Meta {
+	var out []kcp.Meta
 	for _, d := range deps {
 		if !d.Terminating && !self.is(g.src.Resource.GroupResource(), d.Namespace, d.Name, d.UID) {
-			out = append(out, Blocker{Kind: g.kind, Namespace: d.Namespace, Name: d.Name})
+			out = append(out, d)
 		}
+	}
+	return out
+}
+
+// toBlockers names the dependents of g.
+func toBlockers(g *dependentGroup, deps []kcp.Meta) []Blocker {
+	out := make([]Blocker, 0, len(deps))
+	for _, d := range deps {
+		out = append(out, Blocker{Kind: g.kind, Namespace: d.Namespace, Name: d.Name})
 	}
 	return out
 }

@@ -51,6 +51,16 @@ type fakeDependents struct {
 	calls []string
 	// elsewhere are the workspaces on shards the webhook does not read.
 	elsewhere map[logicalcluster.Name]bool
+	// unfenced are the dependent resources for which the index has not
+	// caught up with a teardown (see Fenced); queries records the queries
+	// of Confirm.
+	unfenced map[schema.GroupVersionResource]bool
+	queries  []index.Query
+}
+
+// Fenced reports the index caught up unless the resource is unfenced.
+func (f *fakeDependents) Fenced(_ context.Context, q index.Query) (bool, error) {
+	return !f.unfenced[q.Source.Resource], nil
 }
 
 func (f *fakeDependents) Serves(_ context.Context, _ index.Source, cluster logicalcluster.Name) error {
@@ -120,7 +130,9 @@ func (f *fakeDependents) matching(objs []map[string]any, paths []fieldpath.Refer
 
 // Confirm reads the scope the index would read: the namespace for a
 // namespaced dependent type, the whole workspace otherwise.
-func (f *fakeDependents) Confirm(_ context.Context, src index.Source, paths []fieldpath.Reference, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, int, error) {
+func (f *fakeDependents) Confirm(_ context.Context, q index.Query) ([]kcp.Meta, int, error) {
+	f.queries = append(f.queries, q)
+	src, paths, cluster, namespace, name := q.Source, q.Paths, q.Cluster, q.Namespace, q.Name
 	if !f.State(src).Namespaced {
 		namespace = ""
 	}
@@ -160,7 +172,7 @@ func terminating(o map[string]any) map[string]any {
 }
 
 func deleteRequest(gvr schema.GroupVersionResource, cluster logicalcluster.Name, namespace, name string, annotations map[string]string) admission.Request {
-	meta := map[string]any{"name": name, "uid": "uid-" + namespace + "-" + name, "annotations": map[string]any{}}
+	meta := map[string]any{"name": name, "uid": "uid-" + namespace + "-" + name, "resourceVersion": "7", "annotations": map[string]any{}}
 	if namespace != "" {
 		meta["namespace"] = namespace
 	}
@@ -210,6 +222,11 @@ func (s staticRules) Find(t registry.Target) []registry.Entry {
 		return nil
 	}
 	return s[t.Resource]
+}
+
+// Labelling implements LabellingFinder: no dependents are labelled.
+func (s staticRules) Labelling(registry.Target) (registry.Labelling, bool) {
+	return registry.Labelling{}, false
 }
 
 func TestDeletionValidator(t *testing.T) {

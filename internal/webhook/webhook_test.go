@@ -154,15 +154,20 @@ func installWebhookConfig(ctx context.Context, ws logicalcluster.Path, cluster l
 	installWorkspaceConfig(ctx, ws, cluster, name, url, ca, &webhookconfig.Workspace{Path: ws, Protected: resources})
 }
 
-// installWorkspaceConfig installs the webhook configuration of a workspace
-// ws (logical cluster cluster), as the controller would.
+// installWorkspaceConfig installs the webhook configurations of a
+// workspace ws (logical cluster cluster), as the controller would: the
+// validating one, and the mutating one if spec labels dependents.
 func installWorkspaceConfig(ctx context.Context, ws logicalcluster.Path, cluster logicalcluster.Name, name, url string, ca []byte, spec *webhookconfig.Workspace) {
 	GinkgoHelper()
-	cfg := webhookconfig.Build(spec, cluster, webhookconfig.Options{
-		URL: url, CABundle: ca, TimeoutSeconds: 10, FailurePolicy: admissionregistrationv1.Fail,
-	})
-	cfg.Name = name
-	Expect(cli.Cluster(ws).Create(ctx, cfg)).To(Succeed())
+	opts := webhookconfig.Options{URL: url, CABundle: ca, TimeoutSeconds: 10, FailurePolicy: admissionregistrationv1.Fail}
+	if cfg := webhookconfig.Validating(spec, cluster, opts); cfg != nil {
+		cfg.Name = name
+		Expect(cli.Cluster(ws).Create(ctx, cfg)).To(Succeed())
+	}
+	if cfg := webhookconfig.Mutating(spec, cluster, opts); cfg != nil {
+		cfg.Name = name
+		Expect(cli.Cluster(ws).Create(ctx, cfg)).To(Succeed())
+	}
 }
 
 var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, func() {

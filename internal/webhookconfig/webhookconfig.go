@@ -1,16 +1,20 @@
-// Package webhookconfig computes the ValidatingWebhookConfigurations that the
-// controller installs: one per provider workspace that serves resources
-// protected by any DependencyRule (a DELETE webhook) or dependents of its
-// own rules (a CREATE and UPDATE webhook that refuses new references to
-// objects being deleted). The desired state is computed from the complete
-// set of rules every time, as the apply configuration of the fields the
-// controller owns; nothing here remembers earlier results.
+// Package webhookconfig computes the admission configurations that the
+// controller installs in provider workspaces: a ValidatingWebhookConfiguration
+// in every workspace that serves resources protected by any DependencyRule
+// (a DELETE webhook, and a webhook that guards the webhook's records on
+// protected objects) or dependents of its own rules (a CREATE and UPDATE
+// webhook that refuses new references to objects being deleted), and a
+// MutatingWebhookConfiguration in every workspace whose dependents the
+// webhook labels with what they reference (see package reflabels). The
+// desired state is computed from the complete set of rules every time;
+// nothing here remembers earlier results.
 package webhookconfig
 
 import (
 	"bytes"
 	"cmp"
-	"encoding/json"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"slices"
@@ -22,21 +26,18 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/sets"
-	admissionregistrationv1ac "k8s.io/client-go/applyconfigurations/admissionregistration/v1"
-	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
-	"k8s.io/client-go/util/csaupgrade"
+	"k8s.io/utils/ptr"
 
 	"github.com/kcp-dev/logicalcluster/v3"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
-	"github.com/opendefensecloud/dependency-controller/internal/marks"
+	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 )
 
 const (
-	// Name is the name of the ValidatingWebhookConfiguration in every
-	// workspace that needs one.
+	// Name is the name of the ValidatingWebhookConfiguration and of the
+	// MutatingWebhookConfiguration in every workspace that needs one.
 	Name = "dependency-controller"
 	// WebhookName is the name of the webhook that protects objects from
 	// deletion.
@@ -44,10 +45,30 @@ const (
 	// ReferencesWebhookName is the name of the webhook that refuses new
 	// references to objects that are being deleted.
 	ReferencesWebhookName = "references.dependencies.opendefense.cloud"
+	// RecordsWebhookName is the name of the webhook that lets only the
+	// dependency webhook write the records of deferred deletions on
+	// protected objects.
+	RecordsWebhookName = "records.dependencies.opendefense.cloud"
+	// LabelsWebhookSuffix ends the names of the mutating webhooks that label
+	// dependents, one per dependent type: <resource>.<group>.<suffix>.
+	LabelsWebhookSuffix = "labels.dependencies.opendefense.cloud"
 
 	// ReferencesConditionName is the name of the match condition of the
 	// check of new references (see ReferencesCondition).
 	ReferencesConditionName = "references-may-change"
+	// RecordsConditionName is the name of the match condition of the guard
+	// of records (see RecordsCondition).
+	RecordsConditionName = "records-set-or-changed"
+	// LabelsConditionName is the name of the match condition of a labelling
+	// webhook (see LabelsCondition).
+	LabelsConditionName = "labels-may-change"
+
+	// EndpointRecords and EndpointLabels follow the logical cluster in the
+	// URL of the guard of records and of a labelling webhook (see
+	// EndpointURL); a labelling webhook's URL ends with the fingerprint of
+	// the scheme it was configured for.
+	EndpointRecords = "records"
+	EndpointLabels  = "labels"
 
 	// ManagedByLabel and ManagedByValue mark the configurations this
 	// controller owns; only those are updated or pruned.
@@ -62,16 +83,19 @@ const (
 
 // Options are the webhook client settings shared by all configurations.
 type Options struct {
-	// URL is the HTTPS URL of the webhook's validating endpoint. Every
-	// configuration calls it with the logical cluster of its workspace
-	// appended (see WebhookURL).
+	// URL is the HTTPS URL of the webhook's endpoint. Every configuration
+	// calls it with the logical cluster of its workspace appended (see
+	// EndpointURL).
 	URL string
 	// CABundle is the PEM encoded CA bundle that verifies the webhook's
 	// serving certificate. Empty means the system roots of kcp.
 	CABundle []byte
 	// TimeoutSeconds is how long kcp waits for the webhook (1 to 30).
 	TimeoutSeconds int32
-	// FailurePolicy is what kcp does when the webhook cannot be reached.
+	// FailurePolicy is what kcp does when the webhook cannot be reached, for
+	// the DELETE webhook and the check of new references. The guard of
+	// records and the labelling webhooks always fail closed: the trust in
+	// records and labels rests on every write passing them.
 	FailurePolicy admissionregistrationv1.FailurePolicyType
 }
 
@@ -86,50 +110,66 @@ type Workspace struct {
 	// Dependents are the resources served by the workspace's APIExports
 	// that its own rules name as dependents, sorted and without duplicates.
 	Dependents []schema.GroupVersionResource
+	// StatusReferences are the dependents whose rules read references in
+	// the status, sorted: the check of new references also runs on writes
+	// through their status subresource.
+	StatusReferences []schema.GroupResource
 	// ReferenceFields are the top-level fields of the dependents in which
 	// the references of its own rules lie (e.g. spec for
 	// .spec.vpcRef.name), sorted and without duplicates. kcp calls the
 	// check of new references for an UPDATE only if one of them changed;
 	// empty: for every UPDATE.
 	ReferenceFields []string
-	// Cleared are the fingerprints (see package marks) of the protected
-	// resources whose objects the DELETE webhook skips when they carry the
-	// unreferenced label with that value, sorted: those whose every rule
-	// reports ReferencesGuarded=True for its current generation and none
-	// is being deleted. See Qualifies.
-	Cleared []string
+	// Labelled are the dependent types whose objects the webhook labels,
+	// sorted by resource.
+	Labelled []Labelled
 }
 
-// Qualifies reports whether the clearances of a protected resource may
-// keep its objects from the DELETE webhook under rules, all the rules that
-// protect it: every rule reports, for its current generation,
-// ReferencesGuarded=True (the webhook can read the objects, so it removes a
-// clearance before it admits a new reference) and WebhooksInstalled=True
-// (kcp calls that check for every new reference), and no rule is being
-// deleted (its clearances are being removed).
-func Qualifies(rules []*depv1alpha1.DependencyRule) bool {
-	if len(rules) == 0 {
-		return false
+// Labelled is a dependent type whose objects the webhook labels with what
+// they reference.
+type Labelled struct {
+	// Resource is the dependent resource, in the versions its rules name.
+	Resource schema.GroupResource
+	Versions []string
+	// Scheme is the fingerprint of the scheme of its rules (see package
+	// reflabels); the webhook vouches for its labels only when called for
+	// this scheme.
+	Scheme string
+	// Fields are the top-level fields in which its references lie, sorted.
+	Fields []string
+}
+
+// WebhookName returns the name of the labelling webhook of the type.
+func (l Labelled) WebhookName() string {
+	name := l.Resource.Resource + "." + l.Resource.Group + "." + LabelsWebhookSuffix
+	if len(name) > 253 {
+		sum := sha256.Sum256([]byte(l.Resource.String()))
+		name = "t" + hex.EncodeToString(sum[:])[:16] + "." + LabelsWebhookSuffix
 	}
+	return name
+}
+
+// Labelling reports whether the webhook has told, on every one of rules
+// (the rules of one dependent type), how it labels their dependents: the
+// DependentsLabelled condition, in any generation, and not with the reason
+// NotLabellable. A webhook that writes it serves the labelling endpoint, so
+// kcp may call it; one of a release without labels never writes it.
+func Labelling(rules []*depv1alpha1.DependencyRule) bool {
 	for _, rule := range rules {
-		if rule.DeletionTimestamp != nil {
+		c := meta.FindStatusCondition(rule.Status.Conditions, depv1alpha1.ConditionDependentsLabelled)
+		if c == nil || c.Reason == depv1alpha1.ReasonNotLabellable {
 			return false
 		}
-		for _, t := range []string{depv1alpha1.ConditionReferencesGuarded, depv1alpha1.ConditionWebhooksInstalled} {
-			c := meta.FindStatusCondition(rule.Status.Conditions, t)
-			if c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != rule.Generation {
-				return false
-			}
-		}
 	}
-	return true
+	return len(rules) > 0
 }
 
 // Desired computes from all rules what every workspace needs: the resources
 // each dependency protects go to the workspace at its apiExportRef.path,
 // found in workspaces (workspace paths to logical clusters); the dependent
-// of each rule goes to the rule's own workspace, which serves it. It returns
-// the workspaces by logical cluster, and the paths that no workspace in
+// of each rule goes to the rule's own workspace, which serves it, and is
+// labelled there once the webhook labels it (see Labelling). It returns the
+// workspaces by logical cluster, and the paths that no workspace in
 // workspaces has, sorted.
 func Desired(rules []depv1alpha1.DependencyRule, workspaces map[string]logicalcluster.Name) (map[logicalcluster.Name]*Workspace, []logicalcluster.Path) {
 	pathOf := make(map[logicalcluster.Name]string, len(workspaces))
@@ -146,19 +186,25 @@ func Desired(rules []depv1alpha1.DependencyRule, workspaces map[string]logicalcl
 		return ws
 	}
 	unresolved := map[string]bool{}
-	// The rules that protect each resource of each workspace.
-	type protected struct {
+	type dependentType struct {
 		cluster  logicalcluster.Name
 		resource schema.GroupResource
 	}
-	protecting := map[protected][]*depv1alpha1.DependencyRule{}
+	types := map[dependentType][]*depv1alpha1.DependencyRule{}
 	for i := range rules {
 		rule := &rules[i]
 		d := rule.Spec.Dependent
 		own := get(logicalcluster.From(rule))
-		own.Dependents = append(own.Dependents, schema.GroupVersionResource{Group: d.Group, Version: d.Version, Resource: d.Resource})
+		dependent := schema.GroupVersionResource{Group: d.Group, Version: d.Version, Resource: d.Resource}
+		own.Dependents = append(own.Dependents, dependent)
+		t := dependentType{logicalcluster.From(rule), dependent.GroupResource()}
+		types[t] = append(types[t], rule)
 		for _, dep := range rule.Spec.Dependencies {
-			own.ReferenceFields = append(own.ReferenceFields, topLevelField(dep.FieldRef.Path))
+			field := topLevelField(dep.FieldRef.Path)
+			own.ReferenceFields = append(own.ReferenceFields, field)
+			if field == "status" {
+				own.StatusReferences = append(own.StatusReferences, dependent.GroupResource())
+			}
 			cluster, ok := workspaces[dep.APIExportRef.Path]
 			if !ok {
 				unresolved[dep.APIExportRef.Path] = true
@@ -166,29 +212,21 @@ func Desired(rules []depv1alpha1.DependencyRule, workspaces map[string]logicalcl
 			}
 			ws := get(cluster)
 			ws.Protected = append(ws.Protected, schema.GroupVersionResource{Group: dep.Group, Version: dep.Version, Resource: dep.Resource})
-			p := protected{cluster, schema.GroupResource{Group: dep.Group, Resource: dep.Resource}}
-			if !slices.Contains(protecting[p], rule) {
-				protecting[p] = append(protecting[p], rule)
-			}
 		}
 	}
-	for p, rs := range protecting {
-		if !Qualifies(rs) {
-			continue
+	for t, rs := range types {
+		if l, ok := labelled(t.resource, rs); ok {
+			desired[t.cluster].Labelled = append(desired[t.cluster].Labelled, l)
 		}
-		covered := make([]marks.Rule, 0, len(rs))
-		for _, rule := range rs {
-			covered = append(covered, marks.RuleOf(rule))
-		}
-		ws := desired[p.cluster]
-		ws.Cleared = append(ws.Cleared, marks.Fingerprint(p.cluster, p.resource, covered))
 	}
 	for _, ws := range desired {
 		slices.SortFunc(ws.Protected, compareGVR)
 		ws.Protected = slices.Compact(ws.Protected)
 		slices.SortFunc(ws.Dependents, compareGVR)
 		ws.Dependents = slices.Compact(ws.Dependents)
-		slices.Sort(ws.Cleared)
+		slices.SortFunc(ws.StatusReferences, compareGR)
+		ws.StatusReferences = slices.Compact(ws.StatusReferences)
+		slices.SortFunc(ws.Labelled, func(a, b Labelled) int { return compareGR(a.Resource, b.Resource) })
 		slices.Sort(ws.ReferenceFields)
 		ws.ReferenceFields = slices.Compact(ws.ReferenceFields)
 		if slices.Contains(ws.ReferenceFields, "") {
@@ -204,6 +242,34 @@ func Desired(rules []depv1alpha1.DependencyRule, workspaces map[string]logicalcl
 	return desired, paths
 }
 
+// labelled returns the labelling webhook of the dependent resource of rs,
+// all the rules that name it in one workspace, if its dependents are
+// labellable and the webhook labels them (see Labelling).
+func labelled(resource schema.GroupResource, rs []*depv1alpha1.DependencyRule) (Labelled, bool) {
+	if !Labelling(rs) {
+		return Labelled{}, false
+	}
+	covered := make([]reflabels.Rule, 0, len(rs))
+	l := Labelled{Resource: resource}
+	for _, rule := range rs {
+		covered = append(covered, reflabels.RuleOf(rule))
+		l.Versions = append(l.Versions, rule.Spec.Dependent.Version)
+		for _, dep := range rule.Spec.Dependencies {
+			l.Fields = append(l.Fields, topLevelField(dep.FieldRef.Path))
+		}
+	}
+	scheme, reason := reflabels.SchemeOf(covered)
+	if reason != "" || slices.Contains(l.Fields, "") {
+		return Labelled{}, false
+	}
+	slices.Sort(l.Versions)
+	l.Versions = slices.Compact(l.Versions)
+	slices.Sort(l.Fields)
+	l.Fields = slices.Compact(l.Fields)
+	l.Scheme = scheme.Fingerprint
+	return l, true
+}
+
 // topLevelField returns the first field name of a field path, or "" if it
 // does not parse.
 func topLevelField(path string) string {
@@ -214,6 +280,18 @@ func topLevelField(path string) string {
 	return p.Steps()[0]
 }
 
+// fieldsChanged returns the CEL expression that is true when one of the
+// top-level fields differs between object and oldObject (or is in only
+// one of them).
+func fieldsChanged(fields []string) string {
+	quoted := make([]string, len(fields))
+	for i, f := range fields {
+		quoted[i] = strconv.Quote(f)
+	}
+	return "[" + strings.Join(quoted, ", ") + "]" +
+		".exists(f, (f in object) != (f in oldObject) || f in object && object[f] != oldObject[f])"
+}
+
 // ReferencesCondition returns the CEL expression of the match condition of
 // the check of new references: every CREATE, and an UPDATE that changes
 // one of fields (top-level fields of the object; see
@@ -221,16 +299,38 @@ func topLevelField(path string) string {
 // one of labels, annotations or finalizers only, adds no reference, so kcp
 // need not call the webhook for it.
 func ReferencesCondition(fields []string) string {
-	quoted := make([]string, len(fields))
-	for i, f := range fields {
-		quoted[i] = strconv.Quote(f)
+	return "request.operation != 'UPDATE' || " + fieldsChanged(fields)
+}
+
+// LabelsCondition returns the CEL expression of the match condition of a
+// labelling webhook: every CREATE, and an UPDATE that changes the labels
+// or one of fields (the top-level fields in which the type's references
+// lie). Any other UPDATE keeps both the references and the labels.
+func LabelsCondition(fields []string) string {
+	labels := func(o string) string { return "(has(" + o + ".metadata.labels) ? " + o + ".metadata.labels : {})" }
+	return "request.operation != 'UPDATE' || " + labels("object") + " != " + labels("oldObject") + " || " + fieldsChanged(fields)
+}
+
+// RecordsCondition returns the CEL expression of the match condition of
+// the guard of records: the deletion-requested label or the deletion-request
+// annotation is set by a CREATE, or set to a new value by an UPDATE.
+// Removing them (cancelling a deferred deletion), and an UPDATE that keeps
+// their values (re-applying an exported object), do not call the webhook.
+func RecordsCondition() string {
+	set := func(field, key string) string {
+		in := func(o string) string { return "has(" + o + ".metadata." + field + ") && " + strconv.Quote(key) + " in " + o + ".metadata." + field }
+		value := func(o string) string { return o + ".metadata." + field + "[" + strconv.Quote(key) + "]" }
+		return "(" + in("object") + " && (request.operation != 'UPDATE' || !(" + in("oldObject") + ") || " + value("oldObject") + " != " + value("object") + "))"
 	}
-	return "request.operation != 'UPDATE' || [" + strings.Join(quoted, ", ") + "]" +
-		".exists(f, (f in object) != (f in oldObject) || f in object && object[f] != oldObject[f])"
+	return set("labels", depv1alpha1.LabelDeletionRequested) + " || " + set("annotations", depv1alpha1.AnnotationDeletionRequest)
 }
 
 func compareGVR(a, b schema.GroupVersionResource) int {
 	return cmp.Or(cmp.Compare(a.Group, b.Group), cmp.Compare(a.Resource, b.Resource), cmp.Compare(a.Version, b.Version))
+}
+
+func compareGR(a, b schema.GroupResource) int {
+	return cmp.Or(cmp.Compare(a.Group, b.Group), cmp.Compare(a.Resource, b.Resource))
 }
 
 // WebhookURL returns the URL with which the configuration in the workspace
@@ -241,267 +341,241 @@ func WebhookURL(base string, cluster logicalcluster.Name) string {
 	return strings.TrimSuffix(base, "/") + "/" + cluster.String()
 }
 
-// Configuration returns the apply configuration of the webhook
-// configuration of a workspace (logical cluster cluster): exactly the fields
-// the controller owns, which server-side apply sets and keeps, leaving every
-// other field to the server's defaults or to whoever else sets it. It has a
-// webhook with a DELETE rule per protected group and resource, and one with
-// a CREATE and UPDATE rule per dependent group and resource, each listing
-// every version that rules name; a webhook with no rules is left out.
-func Configuration(ws *Workspace, cluster logicalcluster.Name, opts Options) *admissionregistrationv1ac.ValidatingWebhookConfigurationApplyConfiguration {
-	webhook := func(name string, resources []schema.GroupVersionResource, sideEffects admissionregistrationv1.SideEffectClass, ops ...admissionregistrationv1.OperationType) *admissionregistrationv1ac.ValidatingWebhookApplyConfiguration {
-		clientConfig := admissionregistrationv1ac.WebhookClientConfig().WithURL(WebhookURL(opts.URL, cluster))
-		if len(opts.CABundle) > 0 {
-			clientConfig.WithCABundle(bytes.Clone(opts.CABundle)...)
-		}
-		return admissionregistrationv1ac.ValidatingWebhook().
-			WithName(name).
-			WithClientConfig(clientConfig).
-			WithRules(rules(resources, ops)...).
-			WithFailurePolicy(opts.FailurePolicy).
-			// Equivalent (v1's default, stated as the intent): kcp also
-			// calls the webhook for versions of a resource that no rule
-			// names, converted to one that a rule names.
-			WithMatchPolicy(admissionregistrationv1.Equivalent).
-			WithSideEffects(sideEffects).
-			WithTimeoutSeconds(opts.TimeoutSeconds).
-			WithAdmissionReviewVersions("v1").
-			// An empty namespace selector: every namespace. Owning the
-			// selectors means that a selector someone else sets, which
-			// would narrow the protection, is taken back.
-			WithNamespaceSelector(metav1ac.LabelSelector()).
-			WithObjectSelector(metav1ac.LabelSelector())
+// EndpointURL returns the URL of an endpoint (EndpointRecords, or
+// EndpointLabels followed by a scheme) of the workspace of logical cluster
+// cluster.
+func EndpointURL(base string, cluster logicalcluster.Name, endpoint ...string) string {
+	return strings.Join(append([]string{WebhookURL(base, cluster)}, endpoint...), "/")
+}
+
+// clientConfig is the client configuration of a webhook at url.
+func clientConfig(url string, opts Options) admissionregistrationv1.WebhookClientConfig {
+	c := admissionregistrationv1.WebhookClientConfig{URL: ptr.To(url)}
+	if len(opts.CABundle) > 0 {
+		c.CABundle = bytes.Clone(opts.CABundle)
 	}
-	deletion := func() *admissionregistrationv1ac.ValidatingWebhookApplyConfiguration {
+	return c
+}
+
+// Validating returns the desired ValidatingWebhookConfiguration of a
+// workspace (logical cluster cluster), or nil if it needs none: a DELETE
+// webhook and the guard of records for the protected resources, and the
+// check of new references for the dependents. Every field that the API
+// server would default is set, so that a configuration that needs no change
+// compares equal to the stored one.
+func Validating(ws *Workspace, cluster logicalcluster.Name, opts Options) *admissionregistrationv1.ValidatingWebhookConfiguration {
+	webhook := func(name, url string, failure admissionregistrationv1.FailurePolicyType, rules []admissionregistrationv1.RuleWithOperations, sideEffects admissionregistrationv1.SideEffectClass) admissionregistrationv1.ValidatingWebhook {
+		return admissionregistrationv1.ValidatingWebhook{
+			Name:         name,
+			ClientConfig: clientConfig(url, opts),
+			Rules:        rules,
+			// Equivalent: kcp also calls the webhook for versions of a
+			// resource that no rule names, converted to one that a rule
+			// names.
+			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+			FailurePolicy:           ptr.To(failure),
+			SideEffects:             ptr.To(sideEffects),
+			TimeoutSeconds:          ptr.To(opts.TimeoutSeconds),
+			AdmissionReviewVersions: []string{"v1"},
+			// Empty selectors: every namespace and object. Any selector
+			// someone else sets, which would narrow the protection, is
+			// replaced.
+			NamespaceSelector: &metav1.LabelSelector{},
+			ObjectSelector:    &metav1.LabelSelector{},
+		}
+	}
+	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: objectMeta(ws)}
+	if len(ws.Protected) > 0 {
 		// A denied DELETE under a rule with the Replay deletion policy is
 		// recorded on the object, except in a dry run.
-		wh := webhook(WebhookName, ws.Protected, admissionregistrationv1.SideEffectClassNoneOnDryRun, admissionregistrationv1.Delete)
-		if len(ws.Cleared) > 0 && opts.FailurePolicy == admissionregistrationv1.Fail {
-			// kcp matches the selector against the stored object on
-			// DELETE: an object cleared under the current rules does not
-			// reach the webhook. NotIn with no values is invalid, so
-			// without clearances the selector stays empty. With the
-			// failure policy Ignore, a new reference can pass without the
-			// check that removes the clearance, so none is honoured.
-			wh.WithObjectSelector(ObjectSelector(ws.Cleared))
-		}
-		return wh
-	}
-	cfg := admissionregistrationv1ac.ValidatingWebhookConfiguration(Name).
-		WithLabels(map[string]string{ManagedByLabel: ManagedByValue})
-	if !ws.Path.Empty() {
-		cfg.WithAnnotations(map[string]string{WorkspacePathAnnotation: ws.Path.String()})
-	}
-	if len(ws.Protected) > 0 {
-		cfg.WithWebhooks(deletion())
+		cfg.Webhooks = append(cfg.Webhooks, webhook(WebhookName, WebhookURL(opts.URL, cluster), opts.FailurePolicy,
+			rules(ws.Protected, nil, admissionregistrationv1.Delete), admissionregistrationv1.SideEffectClassNoneOnDryRun))
 	}
 	if len(ws.Dependents) > 0 {
-		wh := webhook(ReferencesWebhookName, ws.Dependents, admissionregistrationv1.SideEffectClassNone, admissionregistrationv1.Create, admissionregistrationv1.Update)
+		wh := webhook(ReferencesWebhookName, WebhookURL(opts.URL, cluster), opts.FailurePolicy,
+			rules(ws.Dependents, ws.StatusReferences, admissionregistrationv1.Create, admissionregistrationv1.Update), admissionregistrationv1.SideEffectClassNone)
 		if len(ws.ReferenceFields) > 0 {
-			wh.WithMatchConditions(admissionregistrationv1ac.MatchCondition().
-				WithName(ReferencesConditionName).
-				WithExpression(ReferencesCondition(ws.ReferenceFields)))
+			wh.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: ReferencesConditionName, Expression: ReferencesCondition(ws.ReferenceFields)}}
 		}
-		cfg.WithWebhooks(wh)
+		cfg.Webhooks = append(cfg.Webhooks, wh)
 	}
-	return cfg
-}
-
-// ObjectSelector returns the object selector of the DELETE webhook that
-// lets objects carrying the unreferenced label with one of the
-// fingerprints cleared pass without calling the webhook.
-func ObjectSelector(cleared []string) *metav1ac.LabelSelectorApplyConfiguration {
-	return metav1ac.LabelSelector().WithMatchExpressions(metav1ac.LabelSelectorRequirement().
-		WithKey(depv1alpha1.LabelUnreferenced).
-		WithOperator(metav1.LabelSelectorOpNotIn).
-		WithValues(cleared...))
-}
-
-// Skipped returns the fingerprints whose clearances the DELETE webhook of
-// cfg skips (the values of its NotIn requirement on the unreferenced
-// label), or nil.
-func Skipped(cfg *admissionregistrationv1.ValidatingWebhookConfiguration) []string {
-	var out []string
-	for _, wh := range cfg.Webhooks {
-		if wh.Name != WebhookName || wh.ObjectSelector == nil {
-			continue
-		}
-		for _, req := range wh.ObjectSelector.MatchExpressions {
-			if req.Key == depv1alpha1.LabelUnreferenced && req.Operator == metav1.LabelSelectorOpNotIn {
-				out = append(out, req.Values...)
-			}
-		}
+	if len(ws.Protected) > 0 {
+		wh := webhook(RecordsWebhookName, EndpointURL(opts.URL, cluster, EndpointRecords), admissionregistrationv1.Fail,
+			rules(ws.Protected, nil, admissionregistrationv1.Create, admissionregistrationv1.Update), admissionregistrationv1.SideEffectClassNone)
+		wh.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: RecordsConditionName, Expression: RecordsCondition()}}
+		cfg.Webhooks = append(cfg.Webhooks, wh)
 	}
-	return out
-}
-
-// DropSelectorPatch returns a JSON patch that empties the object selector
-// of the DELETE webhook of existing, or nil if ws (the desired state) has
-// clearances or existing skips none. Server-side apply cannot do it: the
-// selector is an atomic struct, and applying the empty one leaves the
-// stored requirements in place. Emptying it only makes more DELETEs reach
-// the webhook, so it needs no precondition besides the webhook's position.
-func DropSelectorPatch(existing *admissionregistrationv1.ValidatingWebhookConfiguration, ws *Workspace, opts Options) []byte {
-	if len(ws.Cleared) > 0 && opts.FailurePolicy == admissionregistrationv1.Fail {
+	if len(cfg.Webhooks) == 0 {
 		return nil
 	}
-	for i, wh := range existing.Webhooks {
-		if wh.Name != WebhookName || wh.ObjectSelector == nil || len(wh.ObjectSelector.MatchExpressions) == 0 {
-			continue
-		}
-		patch, err := json.Marshal([]map[string]any{
-			{"op": "test", "path": fmt.Sprintf("/webhooks/%d/name", i), "value": WebhookName},
-			{"op": "remove", "path": fmt.Sprintf("/webhooks/%d/objectSelector/matchExpressions", i)},
-		})
-		if err != nil {
-			panic(fmt.Sprintf("failed to encode a JSON patch: %v", err)) // cannot happen: plain data
-		}
-		return patch
-	}
-	return nil
+	return cfg
 }
 
-// Build returns the configuration of Configuration as an object, for tests
-// and tools that create it directly, as the controller would.
-func Build(ws *Workspace, cluster logicalcluster.Name, opts Options) *admissionregistrationv1.ValidatingWebhookConfiguration {
-	raw, err := json.Marshal(Configuration(ws, cluster, opts))
-	if err != nil {
-		panic(fmt.Sprintf("failed to encode a ValidatingWebhookConfiguration: %v", err)) // cannot happen: plain data
+// Mutating returns the desired MutatingWebhookConfiguration of a workspace
+// (logical cluster cluster), or nil if it needs none: a labelling webhook
+// per labelled dependent type, which kcp calls again if a later mutating
+// webhook changes the object, and which fails closed.
+func Mutating(ws *Workspace, cluster logicalcluster.Name, opts Options) *admissionregistrationv1.MutatingWebhookConfiguration {
+	if len(ws.Labelled) == 0 {
+		return nil
 	}
-	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-	if err := json.Unmarshal(raw, cfg); err != nil {
-		panic(fmt.Sprintf("failed to decode a ValidatingWebhookConfiguration: %v", err)) // cannot happen: the same type
+	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: objectMeta(ws)}
+	for _, l := range ws.Labelled {
+		resources := make([]schema.GroupVersionResource, 0, len(l.Versions))
+		for _, v := range l.Versions {
+			resources = append(resources, l.Resource.WithVersion(v))
+		}
+		cfg.Webhooks = append(cfg.Webhooks, admissionregistrationv1.MutatingWebhook{
+			Name:                    l.WebhookName(),
+			ClientConfig:            clientConfig(EndpointURL(opts.URL, cluster, EndpointLabels, l.Scheme), opts),
+			Rules:                   rules(resources, nil, admissionregistrationv1.Create, admissionregistrationv1.Update),
+			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			TimeoutSeconds:          ptr.To(opts.TimeoutSeconds),
+			AdmissionReviewVersions: []string{"v1"},
+			NamespaceSelector:       &metav1.LabelSelector{},
+			ObjectSelector:          &metav1.LabelSelector{},
+			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
+			MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: LabelsConditionName, Expression: LabelsCondition(l.Fields)}},
+		})
 	}
 	return cfg
+}
+
+// objectMeta is the metadata of the configurations of a workspace.
+func objectMeta(ws *Workspace) metav1.ObjectMeta {
+	m := metav1.ObjectMeta{Name: Name, Labels: map[string]string{ManagedByLabel: ManagedByValue}}
+	if !ws.Path.Empty() {
+		m.Annotations = map[string]string{WorkspacePathAnnotation: ws.Path.String()}
+	}
+	return m
 }
 
 // rules returns one rule per group and resource with ops, listing every
-// version of it in resources (which are sorted).
-func rules(resources []schema.GroupVersionResource, ops []admissionregistrationv1.OperationType) []*admissionregistrationv1ac.RuleWithOperationsApplyConfiguration {
-	var out []*admissionregistrationv1ac.RuleWithOperationsApplyConfiguration
+// version of it in resources (which are sorted), and for the resources in
+// withStatus also their status subresource.
+func rules(resources []schema.GroupVersionResource, withStatus []schema.GroupResource, ops ...admissionregistrationv1.OperationType) []admissionregistrationv1.RuleWithOperations {
+	var out []admissionregistrationv1.RuleWithOperations
 	for _, gvr := range resources {
 		if n := len(out); n > 0 {
-			last := out[n-1]
+			last := &out[n-1]
 			if last.APIGroups[0] == gvr.Group && last.Resources[0] == gvr.Resource {
-				last.WithAPIVersions(gvr.Version)
+				last.APIVersions = append(last.APIVersions, gvr.Version)
 				continue
 			}
 		}
-		// The scope is all scopes, the default. The rules are an atomic
-		// list, which the controller owns as a whole as stored, defaults
-		// included, so stating it also keeps what it applies equal to what
-		// it owns.
-		out = append(out, admissionregistrationv1ac.RuleWithOperations().
-			WithOperations(ops...).
-			WithAPIGroups(gvr.Group).
-			WithAPIVersions(gvr.Version).
-			WithResources(gvr.Resource).
-			WithScope(admissionregistrationv1.AllScopes))
+		names := []string{gvr.Resource}
+		if slices.Contains(withStatus, gvr.GroupResource()) {
+			names = append(names, gvr.Resource+"/status")
+		}
+		out = append(out, admissionregistrationv1.RuleWithOperations{
+			Operations: ops,
+			Rule: admissionregistrationv1.Rule{
+				APIGroups:   []string{gvr.Group},
+				APIVersions: []string{gvr.Version},
+				Resources:   names,
+				Scope:       ptr.To(admissionregistrationv1.AllScopes),
+			},
+		})
 	}
 	return out
 }
 
-// IsManaged reports whether cfg carries the label of the configurations
-// that the controller manages. Only those are written or deleted.
-func IsManaged(cfg *admissionregistrationv1.ValidatingWebhookConfiguration) bool {
-	return cfg.Labels[ManagedByLabel] == ManagedByValue
+// IsManaged reports whether the configuration with metadata m carries the
+// label of the configurations that the controller manages. Only those are
+// written or deleted.
+func IsManaged(m metav1.Object) bool {
+	return m.GetLabels()[ManagedByLabel] == ManagedByValue
 }
 
-// UpToDate reports whether applying desired under fieldManager would
-// change nothing: the fields that fieldManager applied to existing, as its
-// managed fields record them, are exactly desired; fieldManager owns nothing
-// through an update besides (see UpgradeManagedFieldsPatch); and existing
-// has no webhook of the controller's that desired lacks. A field that
-// someone else changed or took over counts as a difference. It is false if
-// the managed fields cannot be read.
-func UpToDate(existing *admissionregistrationv1.ValidatingWebhookConfiguration, desired *admissionregistrationv1ac.ValidatingWebhookConfigurationApplyConfiguration, fieldManager string) bool {
-	for _, mf := range existing.ManagedFields {
-		if mf.Manager == fieldManager && mf.Operation == metav1.ManagedFieldsOperationUpdate {
+// UpToDate reports whether existing has the webhooks, labels and
+// annotations of desired.
+func UpToDate(existing, desired metav1.Object, existingWebhooks, desiredWebhooks any) bool {
+	for k, v := range desired.GetLabels() {
+		if existing.GetLabels()[k] != v {
 			return false
 		}
 	}
-	for _, wh := range existing.Webhooks {
-		if (wh.Name == WebhookName || wh.Name == ReferencesWebhookName) &&
-			!slices.ContainsFunc(desired.Webhooks, func(d admissionregistrationv1ac.ValidatingWebhookApplyConfiguration) bool { return *d.Name == wh.Name }) {
+	for k, v := range desired.GetAnnotations() {
+		if existing.GetAnnotations()[k] != v {
 			return false
 		}
 	}
-	owned, err := admissionregistrationv1ac.ExtractValidatingWebhookConfiguration(existing, fieldManager)
-	if err != nil {
-		return false
-	}
-	return equality.Semantic.DeepEqual(owned, desired)
+	return equality.Semantic.DeepEqual(existingWebhooks, desiredWebhooks)
 }
 
-// UpgradeManagedFieldsPatch returns a JSON patch that folds what
-// fieldManager owns of existing through updates into what it owns through
-// applies, or nil if it owns nothing through updates. kcp's virtual
-// workspace executes an apply as a create or an update of the object it
-// computes, which the shard records as an update by fieldManager besides
-// its apply; a field that only that update owns would outlive its omission
-// from later applies, such as the webhook of a workspace that needs it no
-// more. The patch fails with a conflict if existing is not the current
-// version.
-func UpgradeManagedFieldsPatch(existing *admissionregistrationv1.ValidatingWebhookConfiguration, fieldManager string) ([]byte, error) {
-	patch, err := csaupgrade.UpgradeManagedFieldsPatch(existing, sets.New(fieldManager), fieldManager)
-	if err != nil {
-		return nil, fmt.Errorf("failed to fold the fields %s owns through updates into its applied ones: %w", fieldManager, err)
-	}
-	return patch, nil
-}
-
-// guarded is one operation on one version of a resource that a webhook of
-// the configuration is called for.
+// guarded is one operation on one version of a (sub)resource that a
+// webhook of a configuration is called for.
 type guarded struct {
 	webhook                  string
 	operation                admissionregistrationv1.OperationType
 	group, version, resource string
 }
 
-// Reduces reports whether replacing existing with the configuration of ws
-// (nil: deleting it) stops the webhook from being called for an operation
-// on a resource version that existing has it called for: whether the change
-// takes protection away. A changed match condition of the check of new
-// references counts unless the new configuration has none (it is then
-// called for every UPDATE). Changes of the client settings (URL, CA bundle,
-// timeout, failure policy) do not count.
-func Reduces(existing *admissionregistrationv1.ValidatingWebhookConfiguration, ws *Workspace) bool {
-	keep := map[guarded]bool{}
-	condition := ""
-	if ws != nil && len(ws.ReferenceFields) > 0 {
-		condition = ReferencesCondition(ws.ReferenceFields)
-	}
-	if ws != nil {
-		add := func(webhook string, resources []schema.GroupVersionResource, ops ...admissionregistrationv1.OperationType) {
-			for _, gvr := range resources {
-				for _, op := range ops {
-					keep[guarded{webhook, op, gvr.Group, gvr.Version, gvr.Resource}] = true
-				}
-			}
-		}
-		add(WebhookName, ws.Protected, admissionregistrationv1.Delete)
-		add(ReferencesWebhookName, ws.Dependents, admissionregistrationv1.Create, admissionregistrationv1.Update)
-	}
-	for _, wh := range existing.Webhooks {
-		if wh.Name == ReferencesWebhookName && condition != "" &&
-			(len(wh.MatchConditions) != 1 || wh.MatchConditions[0].Expression != condition) {
-			return true
-		}
-		for _, r := range wh.Rules {
-			for _, op := range r.Operations {
-				for _, g := range r.APIGroups {
-					for _, v := range r.APIVersions {
-						for _, res := range r.Resources {
-							if !keep[guarded{wh.Name, op, g, v, res}] {
-								return true
-							}
-						}
+// calls returns every operation on a resource version that webhooks (name
+// and rules) are called for.
+func calls(add func(guarded), name string, rules []admissionregistrationv1.RuleWithOperations) {
+	for _, r := range rules {
+		for _, op := range r.Operations {
+			for _, g := range r.APIGroups {
+				for _, v := range r.APIVersions {
+					for _, res := range r.Resources {
+						add(guarded{name, op, g, v, res})
 					}
 				}
 			}
 		}
 	}
-	return false
+}
+
+// Reduces reports whether replacing the existing configurations of a
+// workspace (either may be nil) with those of ws (nil: deleting them) stops
+// a webhook from being called for an operation on a resource version that
+// it is called for now: whether the change takes protection away, which
+// for a labelling webhook means that writes could change references without
+// relabelling. A changed match condition of the check of new references or
+// of a labelling webhook counts unless the new configuration has none. A
+// changed scheme of a labelling webhook does not count: the webhook stops
+// vouching for labels of the old scheme. Changes of the client settings
+// (URL, CA bundle, timeout, failure policy) do not count.
+func Reduces(validating *admissionregistrationv1.ValidatingWebhookConfiguration, mutating *admissionregistrationv1.MutatingWebhookConfiguration, ws *Workspace) bool {
+	keep := map[guarded]bool{}
+	conditions := map[string]string{}
+	if ws != nil {
+		if cfg := Validating(ws, "", Options{}); cfg != nil {
+			for _, wh := range cfg.Webhooks {
+				calls(func(g guarded) { keep[g] = true }, wh.Name, wh.Rules)
+				if len(wh.MatchConditions) == 1 {
+					conditions[wh.Name] = wh.MatchConditions[0].Expression
+				}
+			}
+		}
+		if cfg := Mutating(ws, "", Options{}); cfg != nil {
+			for _, wh := range cfg.Webhooks {
+				calls(func(g guarded) { keep[g] = true }, wh.Name, wh.Rules)
+				conditions[wh.Name] = wh.MatchConditions[0].Expression
+			}
+		}
+	}
+	reduced := false
+	check := func(name string, rules []admissionregistrationv1.RuleWithOperations, matchConditions []admissionregistrationv1.MatchCondition) {
+		if want, ok := conditions[name]; ok && (len(matchConditions) != 1 || matchConditions[0].Expression != want) {
+			reduced = true
+		}
+		calls(func(g guarded) { reduced = reduced || !keep[g] }, name, rules)
+	}
+	if validating != nil {
+		for _, wh := range validating.Webhooks {
+			check(wh.Name, wh.Rules, wh.MatchConditions)
+		}
+	}
+	if mutating != nil {
+		for _, wh := range mutating.Webhooks {
+			check(wh.Name, wh.Rules, wh.MatchConditions)
+		}
+	}
+	return reduced
 }
 
 // Describe returns a short description of the resources protected in a

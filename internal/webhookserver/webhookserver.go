@@ -1,9 +1,9 @@
 // Package webhookserver assembles the webhook binary: a multicluster manager
 // over the dependencies APIExport, the rule registry and what keeps it
 // current, the index of dependents and what reports its state on rules, the
-// admission handler with its health checks, and the cleaner that marks
-// objects nothing references. cmd/webhook runs what New
-// returns; the tests run the same.
+// admission handlers with their health checks, and, on the elected replica,
+// the replay of deferred deletions and the relabelling of dependents.
+// cmd/webhook runs what New returns; the tests run the same.
 package webhookserver
 
 import (
@@ -12,9 +12,6 @@ import (
 	"net/http"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -22,10 +19,11 @@ import (
 
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
-	"github.com/opendefensecloud/dependency-controller/internal/cleaner"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/records"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
+	"github.com/opendefensecloud/dependency-controller/internal/relabel"
 	"github.com/opendefensecloud/dependency-controller/internal/replay"
 	"github.com/opendefensecloud/dependency-controller/internal/vw"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
@@ -56,14 +54,17 @@ type Options struct {
 	// ReplayInterval is how often deferred deletions are listed again
 	// without a change of the index; default 30s.
 	ReplayInterval time.Duration
-	// UnreferencedAfter is how long a protected object must stay
-	// unreferenced, with its pending mark, before the webhook clears it,
-	// so that its DELETE no longer reaches the webhook; 0 turns marks off.
-	// See cleaner.Options.Delay.
-	UnreferencedAfter time.Duration
-	// MarksInterval is how often the objects of every protected resource
-	// are listed to mark them; default 30s.
-	MarksInterval time.Duration
+	// RecordKeysDir is the directory of the keys that sign and verify the
+	// records of deferred deletions (see records.LoadDir); empty turns
+	// deferred deletion off (Replay rules deny like Deny rules).
+	RecordKeysDir string
+	// DeferredDeletionTTL is how long a deferred deletion is replayed;
+	// default replay.DefaultTTL.
+	DeferredDeletionTTL time.Duration
+	// RelabelInterval is how often the dependents that are not labelled
+	// under the current rules are looked for without a change of the
+	// rules; default 30s.
+	RelabelInterval time.Duration
 	// ShardName and ShardURLs, if set, make the webhook shard-affine: it
 	// reads only the virtual workspaces of the shards whose base URLs are
 	// ShardURLs, answers only for workspaces on them, and elects its
@@ -87,6 +88,10 @@ type Webhook struct {
 	// where the manager serves metrics.
 	Metrics *webhook.Metrics
 }
+
+// recordKeysInterval is how often the record keys are read again, so that
+// a rotated Secret takes effect without a restart.
+const recordKeysInterval = 10 * time.Second
 
 // New assembles the webhook with the credentials of cfg, which must point
 // at the workspace of the APIExport. mgrOpts configure the manager; its
@@ -119,10 +124,11 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 		logger.Error(err, "Cannot read the APIExportEndpointSlice yet; deletes of protected objects are denied until the rules are loaded")
 	}
 
+	self := webhook.NewSelfReview(cfg)
 	var metrics *webhook.Metrics
 	ix, err := index.New(cfg, frontProxy, index.Options{
 		PollInterval: opts.IndexPollInterval,
-		Identity:     identity(ctx, cfg),
+		Identity:     identity(ctx, self),
 		ReadTimeout:  opts.RequestTimeout,
 		OnRetry:      func(cause string) { metrics.Retried(cause) },
 		OnRead:       func(how string) { metrics.Read(how) },
@@ -156,23 +162,40 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 	}
 
 	metrics = webhook.NewMetrics(reg.Len, ix.Len, ix.Sources)
-	deletion := webhook.NewDeletionValidator(reg, readiness, ix,
-		webhook.WithTimeout(opts.RequestTimeout), webhook.WithMaxBlockers(opts.MaxBlockers), webhook.WithMetrics(metrics),
-		webhook.WithRecorder(replay.Recorder{Patcher: ix}))
+	deletionOpts := []webhook.Option{webhook.WithTimeout(opts.RequestTimeout), webhook.WithMaxBlockers(opts.MaxBlockers), webhook.WithMetrics(metrics)}
+	// One replica writes: it relabels dependents and replays deferred
+	// deletions.
+	writers := []manager.Runnable{relabel.New(reg, ix, registry.NewConditionWriter(mgr, registry.LabelsFieldOwner), relabel.Options{Interval: opts.RelabelInterval})}
+	var (
+		verifier webhook.Verifier
+		recs     *replay.Records
+	)
+	if opts.RecordKeysDir != "" {
+		keys, err := records.NewKeys(opts.RecordKeysDir, recordKeysInterval)
+		if err != nil {
+			return nil, err
+		}
+		if err := mgr.GetLocalManager().Add(keys); err != nil {
+			return nil, err
+		}
+		recs = &replay.Records{Patcher: ix, Keys: keys, TTL: opts.DeferredDeletionTTL}
+		verifier = recs
+		deletionOpts = append(deletionOpts, webhook.WithRecorder(recs))
+	} else {
+		logger.Info("No record keys (--record-keys-dir): deferred deletion is off, and rules with the Replay deletion policy deny like Deny rules")
+	}
+	deletion := webhook.NewDeletionValidator(reg, readiness, ix, deletionOpts...)
+	if recs != nil {
+		writers = append(writers, replay.New(reg, ix, recs, deletion, replay.Options{Interval: opts.ReplayInterval, OnResult: metrics.Replayed, OnRemoved: metrics.RecordRemoved}))
+	}
 	handler := webhook.Handler{
 		Deletion:   deletion,
-		References: webhook.NewReferenceValidator(reg, readiness, ix, opts.RequestTimeout, metrics),
+		References: webhook.NewReferenceValidator(reg, readiness, ix, verifier, opts.RequestTimeout, metrics),
+		Records:    webhook.NewRecordGuard(self, metrics),
+		Labels:     webhook.NewLabelMutator(reg, readiness, metrics),
 	}
 	if err := webhook.Serve(mgr, opts.Path, handler); err != nil {
 		return nil, err
-	}
-	// One replica writes: it replays deferred deletions and marks
-	// unreferenced objects.
-	writers := []manager.Runnable{replay.New(reg, ix, deletion, replay.Options{Interval: opts.ReplayInterval, OnResult: metrics.Replayed})}
-	if opts.UnreferencedAfter > 0 {
-		writers = append(writers, cleaner.New(reg, readiness, ix, cleaner.ManagerFinalizers{Manager: mgr}, cleaner.Options{
-			Delay: opts.UnreferencedAfter, Interval: opts.MarksInterval, Timeout: opts.RequestTimeout, Metrics: metrics,
-		}))
 	}
 	lease := LeaseName
 	if opts.ShardName != "" {
@@ -218,18 +241,14 @@ func addElected(mgr manager.Manager, cfg *rest.Config, elect bool, namespace, le
 	return mgr.Add(manager.RunnableFunc(elected.Start))
 }
 
-// identity returns the user name the credentials of cfg authenticate as,
+// identity returns the user name the webhook's credentials authenticate as,
 // for messages that tell providers whom to grant access, or "" if it cannot
-// be learned; kcp answers a SelfSubjectReview in any workspace.
-func identity(ctx context.Context, cfg *rest.Config) string {
-	cs, err := kubernetes.NewForConfig(cfg)
+// be learned yet; kcp answers a SelfSubjectReview in any workspace.
+func identity(ctx context.Context, self *webhook.SelfReview) string {
+	u, err := self.Identity(ctx)
 	if err != nil {
+		log.FromContext(ctx).V(1).Info("Could not learn the webhook's user name", "error", err.Error())
 		return ""
 	}
-	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
-	if err != nil || review.Status.UserInfo.Username == "" {
-		log.FromContext(ctx).V(1).Info("Could not learn the webhook's user name", "error", err)
-		return ""
-	}
-	return review.Status.UserInfo.Username
+	return u.Username
 }

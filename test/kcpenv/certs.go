@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/pem"
 	"fmt"
 	"math/big"
@@ -117,4 +118,18 @@ func FreePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// WriteRecordKey writes a new random key that signs the records of deferred
+// deletions into dir (created if missing), as the file key-1, and returns
+// dir, the webhook's --record-keys-dir.
+func WriteRecordKey(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return "", err
+	}
+	return dir, os.WriteFile(filepath.Join(dir, "key-1"), []byte(hex.EncodeToString(secret)), 0o600)
 }

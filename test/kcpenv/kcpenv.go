@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kcp-dev/logicalcluster/v3"
@@ -236,4 +237,29 @@ func BindAPIExport(ctx context.Context, c client.Client, exportClient client.Cli
 		return nil, fmt.Errorf("APIBinding %s to %s:%s not bound (phase %q): %w", exportName, exportPath, exportName, lastPhase, err)
 	}
 	return binding, nil
+}
+
+// AcceptClaims updates the APIBinding named exportName in the workspace of
+// c to accept every permission claim the export makes, as a provider does
+// when an upgrade adds a claim (see docs/operations.md, "Upgrading and
+// uninstalling").
+func AcceptClaims(ctx context.Context, c client.Client, exportClient client.Client, exportName string) error {
+	export := &apisv1alpha2.APIExport{}
+	if err := exportClient.Get(ctx, client.ObjectKey{Name: exportName}, export); err != nil {
+		return fmt.Errorf("failed to get APIExport %s: %w", exportName, err)
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		binding := &apisv1alpha2.APIBinding{}
+		if err := c.Get(ctx, client.ObjectKey{Name: exportName}, binding); err != nil {
+			return err
+		}
+		binding.Spec.PermissionClaims = nil
+		for _, claim := range export.Spec.PermissionClaims {
+			binding.Spec.PermissionClaims = append(binding.Spec.PermissionClaims, apisv1alpha2.AcceptablePermissionClaim{
+				ScopedPermissionClaim: apisv1alpha2.ScopedPermissionClaim{PermissionClaim: claim, Selector: apisv1alpha2.PermissionClaimSelector{MatchAll: true}},
+				State:                 apisv1alpha2.ClaimAccepted,
+			})
+		}
+		return c.Update(ctx, binding)
+	})
 }

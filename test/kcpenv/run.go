@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -67,14 +68,18 @@ func StartWebhook(ctx context.Context, depCtrl *rest.Config, certDir string, tls
 }
 
 // StartWebhookWith is StartWebhook with the webhook's options changed by
-// configure (if not nil). StartWebhook leaves marks off; set
-// UnreferencedAfter to turn them on.
+// configure (if not nil). The webhook signs the records of deferred
+// deletions with a key of its own, in certDir.
 func StartWebhookWith(ctx context.Context, depCtrl *rest.Config, certDir string, configure func(*webhookserver.Options), tlsOpts ...func(*tls.Config)) (*Webhook, error) {
 	ca, err := WriteServingCerts(certDir, "127.0.0.1")
 	if err != nil {
 		return nil, err
 	}
 	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	keys, err := WriteRecordKey(filepath.Join(certDir, "record-keys"))
 	if err != nil {
 		return nil, err
 	}
@@ -89,6 +94,8 @@ func StartWebhookWith(ctx context.Context, depCtrl *rest.Config, certDir string,
 		ResyncPeriod:      time.Minute,
 		IndexPollInterval: time.Second,
 		ReplayInterval:    5 * time.Second,
+		RecordKeysDir:     keys,
+		RelabelInterval:   2 * time.Second,
 	}
 	if configure != nil {
 		configure(&whOpts)

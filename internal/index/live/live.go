@@ -27,11 +27,15 @@ import (
 const DefaultTimeout = 30 * time.Second
 
 // Scope is what one read lists: the objects of a source in one logical
-// cluster, in one namespace or (Namespace empty) in all of them.
+// cluster, in one namespace or (Namespace empty) in all of them, and, if
+// Selector is set, only those that match it.
 type Scope struct {
 	Source    sources.Source
 	Cluster   logicalcluster.Name
 	Namespace string
+	// Selector is a label selector (see package reflabels); empty: every
+	// object.
+	Selector string
 }
 
 // ReadFunc lists the objects of a scope with a consistent read and calls

@@ -27,12 +27,13 @@ import (
 // shard's virtual workspace for a reflector, decoding objects itself: only
 // the metadata and the strings at the source's paths are read from each
 // object (see store.Decode). Errors are reported to onError before they are
-// returned.
+// returned, and onWatching is called whenever a watch has started.
 type listWatch struct {
-	reader  *vw.Reader
-	gvr     schema.GroupVersionResource
-	paths   []fieldpath.Reference
-	onError func(error)
+	reader     *vw.Reader
+	gvr        schema.GroupVersionResource
+	paths      []fieldpath.Reference
+	onError    func(error)
+	onWatching func()
 }
 
 // ListWithContext implements cache.ListerWithContext.
@@ -79,6 +80,9 @@ func (lw *listWatch) WatchWithContext(ctx context.Context, options metav1.ListOp
 	if err != nil {
 		lw.onError(err)
 		return nil, err
+	}
+	if lw.onWatching != nil {
+		lw.onWatching()
 	}
 	decoder := &eventDecoder{body: body, dec: json.NewDecoder(body), paths: lw.paths, onError: lw.onError}
 	return watch.NewStreamWatcher(decoder, apierrors.NewClientErrorReporter(http.StatusInternalServerError, http.MethodGet, "ClientWatchDecoding")), nil

@@ -92,12 +92,16 @@ type State struct {
 	// PathProblems are the paths to read that can never hold a name in the
 	// schema of the resource, as its APIExport serves it.
 	PathProblems []PathProblem
+	// Listed is set once the source has been listed on every shard. It
+	// stays set while a broken watch makes the phase Syncing again: the
+	// index is then incomplete, but was complete once.
+	Listed bool
 }
 
 // Equal reports whether two states are the same.
 func (s State) Equal(o State) bool {
 	return s.Phase == o.Phase && s.Message == o.Message && s.Namespaced == o.Namespaced && s.Kind == o.Kind &&
-		s.Shards == o.Shards && slices.Equal(s.PathProblems, o.PathProblems)
+		s.Shards == o.Shards && slices.Equal(s.PathProblems, o.PathProblems) && s.Listed == o.Listed
 }
 
 // PathProblem is a field path that can never hold a name in the schema of

@@ -347,32 +347,48 @@ func (w *Watch) indexed() bool {
 	return len(w.paths) > 0
 }
 
-// shardWatch is the reflector of one shard.
+// shardWatch is the reflector of one shard. It is synced from its first
+// complete list on, except while its watch is broken: from an error of the
+// list or the watch until the reflector has listed again or watches again
+// from where it stopped, the store may lack changes.
 type shardWatch struct {
 	url    string
 	cancel context.CancelFunc
 
 	lock    sync.Mutex
-	synced  bool
+	listed  bool
+	broken  bool
 	lastErr error
 }
 
-func (s *shardWatch) setSynced() {
+// setListed records a complete list.
+func (s *shardWatch) setListed() {
 	s.lock.Lock()
 	defer s.lock.Unlock()
-	s.synced, s.lastErr = true, nil
+	s.listed, s.broken, s.lastErr = true, false, nil
 }
 
+// setWatching records that a watch started where the last one ended.
+func (s *shardWatch) setWatching() {
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	s.broken = false
+}
+
+// setError records an error of the list or the watch.
 func (s *shardWatch) setError(err error) {
 	s.lock.Lock()
 	defer s.lock.Unlock()
-	s.lastErr = err
+	s.lastErr, s.broken = err, true
 }
 
-func (s *shardWatch) status() (bool, error) {
+// status returns whether the store holds every change of the shard's
+// objects up to what the reflector has seen (listed, and the watch not
+// broken since), whether it was listed at all, and the last error.
+func (s *shardWatch) status() (synced, listed bool, err error) {
 	s.lock.Lock()
 	defer s.lock.Unlock()
-	return s.synced, s.lastErr
+	return s.listed && !s.broken, s.listed, s.lastErr
 }
 
 // ensureShards runs a reflector for each URL (if run is set) and stops
@@ -401,12 +417,16 @@ func (w *Watch) ensureShards(ctx context.Context, urls []string, run bool) {
 		w.shards[u] = s
 		lw := &listWatch{reader: r, gvr: w.src.Resource, paths: w.paths, onError: func(err error) {
 			s.setError(err)
+			w.refreshState()
 			if apierrors.IsForbidden(err) {
 				w.cfg.Notify()
 			}
+		}, onWatching: func() {
+			s.setWatching()
+			w.refreshState()
 		}}
 		reflector := cache.NewReflectorWithOptions(lw, &store.Object{}, w.store.ForShard(u, func() {
-			s.setSynced()
+			s.setListed()
 			w.refreshState()
 		}), cache.ReflectorOptions{
 			Name:            "dependents " + w.src.String() + " on " + u,
@@ -440,15 +460,20 @@ func (w *Watch) shardState(base State) State {
 		return state
 	}
 	state.Phase, state.Message = PhaseSynced, fmt.Sprintf("Indexing %s from the APIExport %q on %d shard(s)", w.src.Resource.GroupResource(), w.src.Export.Name, len(w.shards))
+	state.Listed = true
 	// A reflector's 403 does not make the source AccessDenied here: a shard
 	// that is starting refuses lists for a few seconds, and the rules must
 	// keep their effect meanwhile. A grant that was really revoked is found
 	// by inspect, and confirmed (see confirmShrink).
 	for _, s := range w.shards {
-		synced, err := s.status()
+		synced, listed, err := s.status()
+		state.Listed = state.Listed && listed
 		if !synced {
 			state.Phase = PhaseSyncing
 			state.Message = fmt.Sprintf("Listing %s from the APIExport %q", w.src.Resource.GroupResource(), w.src.Export.Name)
+			if listed {
+				state.Message = fmt.Sprintf("The watch of %s from the APIExport %q broke; listing again", w.src.Resource.GroupResource(), w.src.Export.Name)
+			}
 			if err != nil {
 				state.Message += fmt.Sprintf(" (last error on %s: %v)", s.url, err)
 			}

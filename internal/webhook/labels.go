@@ -1,0 +1,111 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/registry"
+	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
+)
+
+// LabellingFinder finds how the dependents of a type are labelled;
+// *registry.Registry implements it.
+type LabellingFinder interface {
+	Labelling(dependent registry.Target) (registry.Labelling, bool)
+}
+
+// Results of the LabelMutator, the values of the result label of
+// dependency_webhook_labels_total.
+const (
+	// LabelsChanged: the managed labels were set anew.
+	LabelsChanged = "changed"
+	// LabelsUnchanged: they were right already.
+	LabelsUnchanged = "unchanged"
+	// LabelsUnvouched: the configuration that called was made for another
+	// scheme than the webhook's rules, so the labels were set without the
+	// scheme label (the dependent is read in full until the two agree).
+	LabelsUnvouched = "unvouched"
+)
+
+// LabelMutator is the mutating admission.Handler that kcp calls for every
+// CREATE and UPDATE of a dependent (that changes its labels or the fields
+// its references lie in): it sets the dependent's reference labels to what
+// the rules of its type make of the object, removing any other label with
+// a managed key (see package reflabels). Users can therefore neither forge
+// nor remove them: whatever a request sets, the labels that get stored are
+// computed here, and kcp calls the webhook again if a later mutating webhook
+// changes the object.
+//
+// The scheme label, which the DELETE path trusts, is set only when the
+// scheme of the configuration that called (in its URL, computed by the
+// controller from the rules it sees) is the scheme of the webhook's own
+// rules: the configuration's match condition then covers every field the
+// labels are computed from.
+type LabelMutator struct {
+	rules     LabellingFinder
+	readiness Readiness
+	metrics   *Metrics
+}
+
+// NewLabelMutator returns a mutator that finds the schemes of dependent
+// types in rules, and waits until readiness reports them loaded.
+func NewLabelMutator(rules LabellingFinder, readiness Readiness, metrics *Metrics) *LabelMutator {
+	return &LabelMutator{rules: rules, readiness: readiness, metrics: metrics}
+}
+
+// Handle implements admission.Handler.
+func (m *LabelMutator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	resp, result := m.handle(ctx, req)
+	m.metrics.labelled(result)
+	return resp
+}
+
+func (m *LabelMutator) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update || req.SubResource != "" {
+		// A subresource cannot change labels.
+		return admission.Allowed(""), LabelsUnchanged
+	}
+	if !m.readiness.Loaded() {
+		return notLoaded(), DecisionError
+	}
+	obj, errResp := readSubject(ctx, req.Object.Raw, "object")
+	if errResp != nil {
+		return *errResp, DecisionError
+	}
+	var meta struct {
+		Metadata struct {
+			Labels map[string]string `json:"labels"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(req.Object.Raw, &meta); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("failed to decode the object's labels: %w", err)), DecisionError
+	}
+	want := map[string]string{}
+	result := LabelsChanged
+	gr := schema.GroupResource{Group: req.Resource.Group, Resource: req.Resource.Resource}
+	if l, ok := m.rules.Labelling(registry.Target{Cluster: obj.provider, Resource: gr}); ok && l.Labellable {
+		var err error
+		if want, err = l.Scheme.Labels(req.Object.Raw); err != nil {
+			return admission.Errored(http.StatusBadRequest, fmt.Errorf("failed to read the references of the object: %w", err)), DecisionError
+		}
+		if SchemeFrom(ctx) != l.Scheme.Fingerprint {
+			delete(want, depv1alpha1.LabelReferencesScheme)
+			result = LabelsUnvouched
+		}
+	}
+	ops := reflabels.Patch(meta.Metadata.Labels, want)
+	if len(ops) == 0 {
+		if result == LabelsChanged {
+			result = LabelsUnchanged
+		}
+		return admission.Allowed(""), result
+	}
+	return admission.Patched("", ops...), result
+}
