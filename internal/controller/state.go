@@ -168,7 +168,7 @@ func (l liveReader) List(ctx context.Context, list client.ObjectList, opts ...cl
 // Reconciler for what that means.
 func observe(ctx context.Context, clusters Clusters) (*State, error) {
 	state := &State{
-		Listing: Listing{Workspaces: map[string]logicalcluster.Name{}},
+		Listing:  Listing{Workspaces: map[string]logicalcluster.Name{}},
 		Configs:  map[logicalcluster.Name]*admissionregistrationv1.ValidatingWebhookConfiguration{},
 		Mutating: map[logicalcluster.Name]*admissionregistrationv1.MutatingWebhookConfiguration{},
 	}

@@ -23,8 +23,8 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
-	"github.com/opendefensecloud/dependency-controller/internal/registry"
 	"github.com/opendefensecloud/dependency-controller/internal/records"
+	"github.com/opendefensecloud/dependency-controller/internal/registry"
 )
 
 // Audit annotation keys. kcp prefixes them with the webhook's name.

@@ -318,7 +318,9 @@ func LabelsCondition(fields []string) string {
 // their values (re-applying an exported object), do not call the webhook.
 func RecordsCondition() string {
 	set := func(field, key string) string {
-		in := func(o string) string { return "has(" + o + ".metadata." + field + ") && " + strconv.Quote(key) + " in " + o + ".metadata." + field }
+		in := func(o string) string {
+			return "has(" + o + ".metadata." + field + ") && " + strconv.Quote(key) + " in " + o + ".metadata." + field
+		}
 		value := func(o string) string { return o + ".metadata." + field + "[" + strconv.Quote(key) + "]" }
 		return "(" + in("object") + " && (request.operation != 'UPDATE' || !(" + in("oldObject") + ") || " + value("oldObject") + " != " + value("object") + "))"
 	}
