@@ -76,35 +76,60 @@ func (ix *Index) Fenced(ctx context.Context, q Query) (bool, error) {
 }
 
 // fence returns the current fence of scope, taking a new one on shard if
-// there is none or it is fenceTTL old; fresh is set if it was taken now.
+// there is none or it is fenceTTL old; fresh is set if it was taken by this
+// call. Concurrent calls for one scope take one fence: the first takes it,
+// the others wait for it.
 func (ix *Index) fence(ctx context.Context, scope live.Scope, shard string) (fence, bool, error) {
-	now := ix.now()
-	ix.lock.Lock()
-	f, ok := ix.fences[scope]
-	for s, old := range ix.fences {
-		if now.Sub(old.at) >= fenceTTL {
-			delete(ix.fences, s)
+	for {
+		now := ix.now()
+		ix.lock.Lock()
+		for s, old := range ix.fences {
+			if now.Sub(old.at) >= fenceTTL {
+				delete(ix.fences, s)
+			}
+		}
+		if f, ok := ix.fences[scope]; ok {
+			ix.lock.Unlock()
+			return f, false, nil
+		}
+		taking, busy := ix.fencing[scope]
+		if !busy {
+			taking = make(chan struct{})
+			ix.fencing[scope] = taking
+		}
+		ix.lock.Unlock()
+		if !busy {
+			f, err := ix.takeFence(ctx, scope, shard, now)
+			ix.lock.Lock()
+			delete(ix.fencing, scope)
+			if err == nil {
+				ix.fences[scope] = f
+			}
+			ix.lock.Unlock()
+			close(taking)
+			return f, err == nil, err
+		}
+		select {
+		case <-taking:
+		case <-ctx.Done():
+			return fence{}, false, ctx.Err()
 		}
 	}
-	ix.lock.Unlock()
-	if ok && now.Sub(f.at) < fenceTTL {
-		return f, false, nil
-	}
+}
+
+// takeFence reads the resourceVersion of scope on shard.
+func (ix *Index) takeFence(ctx context.Context, scope live.Scope, shard string, now time.Time) (fence, error) {
 	r, err := ix.readers.For(shard)
 	if err != nil {
-		return fence{}, false, err
+		return fence{}, err
 	}
 	version, err := r.List(ctx, vw.ResourcePath(scope.Cluster.Path(), scope.Source.Resource, scope.Namespace), url.Values{"limit": {"1"}}, func([]byte) error { return nil })
 	if err != nil {
-		return fence{}, false, fmt.Errorf("failed to read the resourceVersion of %s in %s: %w", scope.Source, scope.Cluster, err)
+		return fence{}, fmt.Errorf("failed to read the resourceVersion of %s in %s: %w", scope.Source, scope.Cluster, err)
 	}
 	rv, err := strconv.ParseUint(version, 10, 64)
 	if err != nil {
-		return fence{}, false, fmt.Errorf("unexpected resourceVersion %q of %s: %w", version, scope.Source, err)
+		return fence{}, fmt.Errorf("unexpected resourceVersion %q of %s: %w", version, scope.Source, err)
 	}
-	f = fence{rv: rv, at: now}
-	ix.lock.Lock()
-	ix.fences[scope] = f
-	ix.lock.Unlock()
-	return f, true, nil
+	return fence{rv: rv, at: now}, nil
 }

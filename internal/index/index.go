@@ -131,10 +131,13 @@ type Index struct {
 	ctx     context.Context
 	desired map[Source][]fieldpath.Reference
 	watches map[Source]*running
-	// fences are the teardown fences of scopes (see Fenced).
-	fences  map[live.Scope]fence
-	changed chan struct{}
-	updates chan struct{}
+	// fences are the teardown fences of scopes (see Fenced), namespaces
+	// what NamespaceTerminating learned.
+	fences     map[live.Scope]fence
+	fencing    map[live.Scope]chan struct{}
+	namespaces map[namespaceKey]namespaceState
+	changed    chan struct{}
+	updates    chan struct{}
 }
 
 // New returns an index that reads with the credentials of cfg: endpoint
@@ -149,14 +152,16 @@ func New(cfg *rest.Config, frontProxy string, opts Options) (*Index, error) {
 		return nil, err
 	}
 	ix := &Index{
-		readers: vw.NewReaders(cfg),
-		opts:    opts,
-		desired: map[Source][]fieldpath.Reference{},
-		watches: map[Source]*running{},
-		fences:  map[live.Scope]fence{},
-		changed: make(chan struct{}, 1),
-		updates: make(chan struct{}, 1),
-		now:     time.Now,
+		readers:    vw.NewReaders(cfg),
+		opts:       opts,
+		desired:    map[Source][]fieldpath.Reference{},
+		watches:    map[Source]*running{},
+		fences:     map[live.Scope]fence{},
+		fencing:    map[live.Scope]chan struct{}{},
+		namespaces: map[namespaceKey]namespaceState{},
+		changed:    make(chan struct{}, 1),
+		updates:    make(chan struct{}, 1),
+		now:        time.Now,
 	}
 	ix.cfg = sources.Config{
 		Clients: clients, FrontProxy: frontProxy, Readers: ix.readers,

@@ -200,6 +200,9 @@ const (
 	// ReadCaughtUp: the index answered, once it had caught up with the
 	// scope's current resourceVersion (see catchUp).
 	ReadCaughtUp = "index"
+	// ReadSelected: the dependents of the scope that match a label
+	// selector were listed (see Query.Scheme).
+	ReadSelected = "label"
 )
 
 // When the index answers in place of a live read (see catchUp): only for a
@@ -289,7 +292,11 @@ func (ix *Index) readScope(ctx context.Context, scope live.Scope, visit func(ite
 		defer context.AfterFunc(base, cancel)()
 	}
 	if ix.opts.OnRead != nil {
-		ix.opts.OnRead(ReadListed)
+		how := ReadListed
+		if scope.Selector != "" {
+			how = ReadSelected
+		}
+		ix.opts.OnRead(how)
 	}
 	path := vw.ResourcePath(scope.Cluster.Path(), scope.Source.Resource, scope.Namespace)
 	var params url.Values

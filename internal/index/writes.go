@@ -57,8 +57,7 @@ func (ix *Index) CreateEvent(ctx context.Context, src Source, cluster logicalclu
 	if err != nil {
 		return err
 	}
-	path := []string{cluster.Path().RequestPath(), "api", "v1", "namespaces", namespace, "events"}
-	return ix.retry(ctx, func() error { return r.Create(ctx, path, body) })
+	return ix.retry(ctx, func() error { return r.Create(ctx, eventsPath(cluster, namespace), nil, body) })
 }
 
 // Delete deletes the object of src named name in cluster (in namespace, if

@@ -33,6 +33,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
@@ -65,6 +66,9 @@ type Rule struct {
 	Generation int64
 	// Terminating is set once the rule has a deletionTimestamp.
 	Terminating bool
+	// Labelled is set while the rule reports DependentsLabelled=True: its
+	// dependents are labelled with what they reference.
+	Labelled bool
 	// Dependent is the resource holding references, as served by the
 	// APIExport in the rule's workspace that the rule names.
 	Dependent index.Source
@@ -184,6 +188,12 @@ type Labelling struct {
 	Labellable bool
 	// Reason says why the dependents are not labelled, if they are not.
 	Reason string
+	// Labelled is set when every rule of the type reports that the
+	// dependents are labelled (DependentsLabelled=True): then a confirming
+	// read selects by label. Until they are, reading every dependent in
+	// scope costs less than a read by label plus a read of everything not
+	// labelled.
+	Labelled bool
 	// Rules are the rules of the type, sorted.
 	Rules []kcp.ObjectKey
 }
@@ -197,6 +207,7 @@ func FromDependencyRule(rule *depv1alpha1.DependencyRule) *Rule {
 		ResourceVersion: rule.ResourceVersion,
 		Generation:      rule.Generation,
 		Terminating:     rule.DeletionTimestamp != nil,
+		Labelled:        meta.IsStatusConditionTrue(rule.Status.Conditions, depv1alpha1.ConditionDependentsLabelled),
 		Dependent: index.Source{
 			Export:   kcp.ObjectKey{Cluster: key.Cluster, Name: rule.Spec.Dependent.APIExportName},
 			Resource: schema.GroupVersionResource{Group: rule.Spec.Dependent.Group, Version: rule.Spec.Dependent.Version, Resource: rule.Spec.Dependent.Resource},
@@ -582,10 +593,11 @@ func (r *Registry) publish() {
 // that name one dependent resource in one workspace) are labelled.
 func labellingOf(rules []*Rule) Labelling {
 	slices.SortFunc(rules, func(a, b *Rule) int { return a.Key.Compare(b.Key) })
-	l := Labelling{Dependent: rules[0].Dependent}
+	l := Labelling{Dependent: rules[0].Dependent, Labelled: true}
 	covered := make([]reflabels.Rule, 0, len(rules))
 	for _, rule := range rules {
 		l.Rules = append(l.Rules, rule.Key)
+		l.Labelled = l.Labelled && rule.Labelled
 		r := reflabels.Rule{Name: rule.Key.String(), UID: rule.UID, Dependent: rule.Dependent.String()}
 		for _, ref := range rule.References {
 			r.References = append(r.References, reflabels.Reference{Path: ref.Path, Target: ref.Target})
@@ -595,7 +607,7 @@ func labellingOf(rules []*Rule) Labelling {
 	l.Scheme, l.Reason = reflabels.SchemeOf(covered)
 	l.Labellable = l.Reason == ""
 	if !l.Labellable {
-		l.Dependent = index.Source{}
+		l.Dependent, l.Labelled = index.Source{}, false
 	}
 	return l
 }

@@ -220,6 +220,12 @@ func (r *Replayer) list(ctx context.Context) {
 			}
 			request, err := r.records.verify(p.Target.Resource, m)
 			switch {
+			case records.ProblemOf(err) == records.ProblemUnknownKey && request.KeyID > r.records.Keys.Keyring().SigningKeyID():
+				// Signed with a key that sorts after this replica's
+				// signing key: a new key that another replica read first
+				// during a rotation. It is looked at again once this one
+				// has read it.
+				logger.V(1).Info("A record is signed with a newer key than this replica holds; leaving it for now", "key", request.KeyID)
 			case err != nil:
 				removals = append(removals, removal{src: p.Source, obj: m, reason: string(records.ProblemOf(err)), err: err})
 			case !p.Replay:

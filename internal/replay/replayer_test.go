@@ -450,6 +450,18 @@ func TestReplayerRemovesRecordsItDoesNotReplay(t *testing.T) {
 	ix.set("forged", &object{uid: "u2", rv: "1", requested: true, record: otherRecord})
 	ix.set("unsigned", &object{uid: "u3", rv: "1", requested: true, record: `{"user":"alice","requestedAt":"2026-11-24T09:00:00Z"}`})
 	ix.set("no-record", &object{uid: "u4", rv: "1", requested: true, record: "-"})
+	// Signed with keys this replica does not hold: an older one, rotated
+	// out (removed), and a newer one that another replica read first
+	// during a rotation (left alone until this one reads it too).
+	for name, id := range map[string]string{"retired-key": "key-0", "newer-key": "key-2"} {
+		k := newKeyring(t, id)
+		a, err := k.Encode(records.Subject{Cluster: "consumer", Resource: vpcs.Resource.GroupResource(), Namespace: "default", Name: name, UID: types.UID("u-" + name)},
+			depv1alpha1.DeletionRequest{User: "alice", RequestedAt: metav1.NewTime(now)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ix.set(name, &object{uid: "u-" + name, rv: "1", requested: true, record: a})
+	}
 	ix.set("carried", &object{uid: "u5", rv: "1", requested: true})
 	ix.set("expired", &object{uid: "u6", rv: "1", requested: true})
 	ix.lock.Lock()
@@ -468,7 +480,7 @@ func TestReplayerRemovesRecordsItDoesNotReplay(t *testing.T) {
 	gotRemoved := slices.Sorted(slices.Values(ix.removed))
 	events := maps.Clone(ix.events)
 	ix.lock.Unlock()
-	if want := []string{"carried", "expired", "forged", "no-record", "unsigned"}; !slices.Equal(gotRemoved, want) {
+	if want := []string{"carried", "expired", "forged", "no-record", "retired-key", "unsigned"}; !slices.Equal(gotRemoved, want) {
 		t.Errorf("removed the records of %v, want %v", gotRemoved, want)
 	}
 	for name, problem := range map[string]string{"carried": "written for the object with UID u-earlier", "expired": "expired", "forged": "does not match", "unsigned": "not signed"} {
@@ -476,7 +488,7 @@ func TestReplayerRemovesRecordsItDoesNotReplay(t *testing.T) {
 			t.Errorf("the Event on %s says %q, want it to say %q", name, events[name], problem)
 		}
 	}
-	for reason, n := range map[string]int{string(records.ProblemWrongObject): 1, string(records.ProblemExpired): 1, string(records.ProblemBadSignature): 1, string(records.ProblemMalformed): 2} {
+	for reason, n := range map[string]int{string(records.ProblemWrongObject): 1, string(records.ProblemExpired): 1, string(records.ProblemBadSignature): 1, string(records.ProblemMalformed): 2, string(records.ProblemUnknownKey): 1} {
 		if removed.get(reason) != n {
 			t.Errorf("removals for %s: %d, want %d (%v)", reason, removed.get(reason), n, removed.n)
 		}
@@ -486,6 +498,9 @@ func TestReplayerRemovesRecordsItDoesNotReplay(t *testing.T) {
 	r.lock.Unlock()
 	if len(pending) != 1 || pending[0].name != "valid" {
 		t.Errorf("pending %v, want only the valid record", pending)
+	}
+	if !ix.has("newer-key") {
+		t.Error("the object with a record of a newer key was deleted")
 	}
 	if d := ix.deleted(); len(d) != 0 {
 		t.Errorf("deleted %v while listing", d)

@@ -115,10 +115,16 @@ func (r *Reader) Patch(ctx context.Context, path []string, pt types.PatchType, b
 	return r.client.Patch(pt).AbsPath(path...).Body(body).MaxRetries(0).Do(ctx).Raw()
 }
 
-// Create sends a POST of the JSON object body to the path (a collection).
-// Only the outcome is returned.
-func (r *Reader) Create(ctx context.Context, path []string, body []byte) error {
-	return r.client.Post().AbsPath(path...).SetHeader("Content-Type", "application/json").Body(body).MaxRetries(0).Do(ctx).Error()
+// Create sends a POST of the JSON object body to the path (a collection),
+// with params. Only the outcome is returned.
+func (r *Reader) Create(ctx context.Context, path []string, params url.Values, body []byte) error {
+	req := r.client.Post().AbsPath(path...).SetHeader("Content-Type", "application/json").Body(body).MaxRetries(0)
+	for k, vs := range params {
+		for _, v := range vs {
+			req = req.Param(k, v)
+		}
+	}
+	return req.Do(ctx).Error()
 }
 
 // Delete sends a DELETE with opts to the path. Only the outcome is

@@ -45,9 +45,13 @@ func (n node) String() string {
 	return Blocker{Kind: kind, Namespace: n.meta.Namespace, Name: n.meta.Name}.String()
 }
 
+// compareNodes orders the objects of a cycle: by namespace first, so that
+// a cluster-scoped object (no namespace) comes first, since only a
+// teardown of the whole workspace sees a cycle through it whole; then by
+// group, resource and name.
 func compareNodes(a, b node) int {
-	return cmp.Or(cmp.Compare(a.resource.Group, b.resource.Group), cmp.Compare(a.resource.Resource, b.resource.Resource),
-		cmp.Compare(a.meta.Namespace, b.meta.Namespace), cmp.Compare(a.meta.Name, b.meta.Name))
+	return cmp.Or(cmp.Compare(a.meta.Namespace, b.meta.Namespace), cmp.Compare(a.resource.Group, b.resource.Group),
+		cmp.Compare(a.resource.Resource, b.resource.Resource), cmp.Compare(a.meta.Name, b.meta.Name))
 }
 
 // blockersOf returns the dependents in the index that reference n and would
@@ -72,7 +76,7 @@ func (v *DeletionValidator) blockersOf(n node) []node {
 // blockers reference each other in a cycle that lies within the teardown
 // (in namespace, or anywhere in the workspace if namespace is empty), every
 // object on it would wait for another forever. The cycle is broken at the
-// object that sorts first (by group, resource, namespace and name) among
+// object that sorts first (by namespace, group, resource and name) among
 // the objects that reference each other (the strongly connected component
 // of self in the graph of references): it is deleted first, and the others
 // follow in dependency order. It returns the objects of the component, and

@@ -77,7 +77,7 @@ func NewMetrics(rules, indexed func() int, sources func() []index.SourceStatus) 
 		}, []string{"cause"}),
 		reads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dependency_webhook_live_reads_total",
-			Help: "Live reads of the dependents of a scope for DELETE decisions that the index could not take at once (shared by the decisions waiting for the same scope), by how they were answered: list (a consistent LIST of the scope) or index (the index, once it had caught up with the scope's current resourceVersion).",
+			Help: "Live reads of the dependents of a scope for DELETE decisions that the index could not take at once (shared by the decisions waiting for the same scope), by how they were answered: list (a consistent LIST of the scope), label (a consistent LIST of the dependents with a label: those labelled as referencing the object, or not labelled under the current rules; two per decision) or index (the index, once it had caught up with the scope's current resourceVersion).",
 		}, []string{"how"}),
 		refChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dependency_webhook_reference_checks_total",

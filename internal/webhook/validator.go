@@ -86,6 +86,10 @@ type Dependents interface {
 	// query's source that existed when the teardown of its scope was under
 	// way (see index.Index.Fenced).
 	Fenced(ctx context.Context, q index.Query) (bool, error)
+	// NamespaceTerminating reports whether a namespace of a workspace is
+	// being deleted, asking kcp through the virtual workspace of src (see
+	// index.Index.NamespaceTerminating).
+	NamespaceTerminating(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace string) (bool, error)
 	// Serves returns an error wrapping index.ErrNotServed if the webhook
 	// reads only some shards and the workspace cluster, which binds the
 	// export of src, is on none of them.
@@ -313,23 +317,25 @@ func (v *DeletionValidator) fromIndex(ctx context.Context, d *deletion) (admissi
 	return v.deny(ctx, d.denial), decision{outcome: DecisionDenied, via: viaIndex}, true
 }
 
-// confirm decides a DELETE that the index holds no blocker of: an item of
-// kcp's teardown is allowed from the index for every dependent type the
-// index is fenced for (see index.Index.Fenced), every other type (and
-// every other DELETE) is read live.
+// confirm decides a DELETE that the index holds no blocker of by reading
+// the dependents live, except, for an item of kcp's teardown, those the
+// index is known to hold completely (see fromIndexOnly).
 func (v *DeletionValidator) confirm(ctx context.Context, d *deletion) (admission.Response, decision) {
 	start := v.now()
 	ctx, cancel := withBudget(ctx, v.timeout)
 	defer cancel()
+	terminating := false
+	if d.teardown && d.req.Namespace != "" {
+		var err error
+		if terminating, err = v.dependents.NamespaceTerminating(ctx, d.denial.source, d.obj.Cluster, d.req.Namespace); err != nil {
+			d.logger.V(1).Info("Cannot tell whether the namespace of an item of kcp's teardown is being deleted; reading live", "error", err.Error())
+		}
+	}
 	scanned, read := 0, false
 	for _, g := range d.groups {
 		q := d.query(g)
-		if d.teardown && g.synced {
-			if fenced, err := v.dependents.Fenced(ctx, q); err == nil && fenced {
-				continue
-			} else if err != nil {
-				d.logger.V(1).Info("Cannot fence the index for an item of kcp's teardown; reading live", "dependent", g.src, "error", err.Error())
-			}
+		if d.teardown && v.fromIndexOnly(ctx, d, g, q, terminating) {
+			continue
 		}
 		read = true
 		found, n, err := v.dependents.Confirm(ctx, q)
@@ -348,6 +354,34 @@ func (v *DeletionValidator) confirm(ctx context.Context, d *deletion) (admission
 		return admission.Allowed(""), decision{outcome: DecisionAllowed, via: via, scanned: scanned}
 	}
 	return v.deny(ctx, d.denial), decision{outcome: DecisionDenied, via: via, scanned: scanned}
+}
+
+// fromIndexOnly reports whether, for an item of kcp's teardown, the index
+// holds every dependent of g that the confirming read could find (it held
+// none that references the object), so that the read can be left out. The
+// source must be synced (listed, its watch not broken), and either
+//
+//   - the item's namespace is being deleted (terminating) and the dependents
+//     that can reference the object are namespaced in it: kcp creates
+//     nothing in a namespace being deleted, so what the index lacks is at
+//     most a dependent created within its lag before the deletion began,
+//     which the same teardown deletes (only the order is lost); or
+//   - the index has caught up with a fence read after the teardown began
+//     (index.Index.Fenced): it holds every dependent that existed before,
+//     whatever the teardown is (a workspace's, or an APIBinding's, whose
+//     dependents stay).
+func (v *DeletionValidator) fromIndexOnly(ctx context.Context, d *deletion, g *dependentGroup, q index.Query, terminating bool) bool {
+	if !g.synced {
+		return false
+	}
+	if terminating && v.dependents.State(g.src).Namespaced && !slices.ContainsFunc(g.paths, fieldpath.Reference.CrossesNamespaces) {
+		return true
+	}
+	fenced, err := v.dependents.Fenced(ctx, q)
+	if err != nil {
+		d.logger.V(1).Info("Cannot fence the index for an item of kcp's teardown; reading live", "dependent", g.src, "error", err.Error())
+	}
+	return fenced
 }
 
 // readFailed is the answer when the dependents of g could not be read.
@@ -527,7 +561,7 @@ func (v *DeletionValidator) groupByDependent(entries []registry.Entry, namespace
 				g.kind = state.Kind
 			}
 			dependent := registry.Target{Cluster: e.Dependent.Export.Cluster, Resource: e.Dependent.Resource.GroupResource()}
-			if l, ok := v.rules.Labelling(dependent); ok && l.Labellable && l.Dependent == e.Dependent {
+			if l, ok := v.rules.Labelling(dependent); ok && l.Labellable && l.Labelled && l.Dependent == e.Dependent {
 				g.scheme = l.Scheme.Fingerprint
 			}
 			g.namespace = namespace

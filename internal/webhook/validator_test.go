@@ -56,11 +56,19 @@ type fakeDependents struct {
 	// of Confirm.
 	unfenced map[schema.GroupVersionResource]bool
 	queries  []index.Query
+	// terminatingNamespaces are the namespaces being deleted.
+	terminatingNamespaces map[string]bool
 }
 
 // Fenced reports the index caught up unless the resource is unfenced.
 func (f *fakeDependents) Fenced(_ context.Context, q index.Query) (bool, error) {
 	return !f.unfenced[q.Source.Resource], nil
+}
+
+// NamespaceTerminating reports the namespaces in terminatingNamespaces as
+// being deleted.
+func (f *fakeDependents) NamespaceTerminating(_ context.Context, _ index.Source, _ logicalcluster.Name, namespace string) (bool, error) {
+	return f.terminatingNamespaces[namespace], nil
 }
 
 func (f *fakeDependents) Serves(_ context.Context, _ index.Source, cluster logicalcluster.Name) error {

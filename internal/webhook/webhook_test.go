@@ -466,6 +466,15 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 	})
 
 	It("decides the items of kcp's own namespace deletion from the index: dependents first, no live reads", func(ctx context.Context) {
+		By("granting the webhook what config/samples/network-provider/webhook-access.yaml grants: with create, it asks kcp whether the namespace is being deleted")
+		grant, err := kcpenv.ReadYAMLFile(filepath.Join(kcpenv.RepoRoot(), "config/samples/network-provider/webhook-access.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(kcpenv.Apply(ctx, cli.Cluster(network), grant...)).To(Succeed())
+		DeferCleanup(func(ctx context.Context) {
+			for _, o := range grant {
+				Expect(client.IgnoreNotFound(cli.Cluster(network).Delete(ctx, o))).To(Succeed())
+			}
+		})
 		c := cli.Cluster(consumer)
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "teardown"}}
 		Expect(c.Create(ctx, ns)).To(Succeed())

@@ -791,6 +791,9 @@ func TestMutating(t *testing.T) {
 		{Resource: vms.GroupResource(), Versions: []string{"v1"}, Scheme: "11bb", Fields: []string{"spec"}},
 	}
 	long := Labelled{Resource: gr(longGroup, "things"), Versions: []string{"v1"}, Scheme: "22cc", Fields: []string{"spec"}}
+	if name := long.WebhookName(); strings.Contains(name, longGroup) || len(name) >= 253 {
+		t.Fatalf("test setup: the long type's webhook name %q is not the hashed one", name)
+	}
 	managed := map[string]string{ManagedByLabel: ManagedByValue}
 	tests := []struct {
 		name            string

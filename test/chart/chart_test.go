@@ -2,9 +2,12 @@
 // `helm lint` and `helm template` with the default values, with each TLS mode
 // and with the optional features on; every rendered object against the
 // Kubernetes OpenAPI schemas (validate_test.go); the properties the
-// deployment relies on (below); values.schema.json, the documentation of the
-// values and the chart's version (values_test.go); and that the kcp-operator
-// samples issue the identities the chart mounts (samples_test.go).
+// deployment relies on (below), among them the keys of the webhook's records
+// (recordkeys_test.go); that the chart passes exactly the flags the binaries
+// define (flags_test.go); values.schema.json, the documentation of the
+// values and the chart's version (values_test.go); the alerts and the
+// dashboard (monitoring_test.go); and that the kcp-operator samples issue
+// the identities the chart mounts (samples_test.go).
 //
 // The tests run bin/helm-<version> and bin/validate-manifests, which `make
 // test` builds (`make helm validate-manifests`); they fail, naming the make
@@ -37,6 +40,7 @@ const (
 	// fullname is the prefix of every object name for the release "dc".
 	fullname          = "dc-dependency-controller"
 	servingSecret     = fullname + "-webhook-tls"
+	recordKeysSecret  = fullname + "-record-keys"
 	webhookService    = fullname + "-webhook"
 	defaultWebhookURL = "https://" + webhookService + "." + namespace + ".svc:443/validate"
 )
@@ -47,7 +51,12 @@ type rendered struct {
 	objs       []*unstructured.Unstructured
 	bins       *helmchart.Binaries
 	controller *appsv1.Deployment
-	webhook    *appsv1.Deployment
+	// webhook is the webhook's Deployment for every shard; nil with
+	// webhook.shards.
+	webhook *appsv1.Deployment
+	// webhooks are all the webhook's Deployments: webhook, or one per
+	// shard.
+	webhooks []*appsv1.Deployment
 }
 
 // render lints and renders the chart with values, validates every object
@@ -74,7 +83,14 @@ func render(t *testing.T, values map[string]any) *rendered {
 	}
 	r := &rendered{objs: objs, bins: bins}
 	r.controller = typed[appsv1.Deployment](t, r, "Deployment", fullname+"-controller")
-	r.webhook = typed[appsv1.Deployment](t, r, "Deployment", fullname+"-webhook")
+	if len(bins.ShardWebhooks) == 0 {
+		r.webhook = typed[appsv1.Deployment](t, r, "Deployment", fullname+"-webhook")
+	}
+	for _, o := range objs {
+		if o.GetKind() == "Deployment" && o.GetLabels()["app.kubernetes.io/component"] == helmchart.Webhook {
+			r.webhooks = append(r.webhooks, typed[appsv1.Deployment](t, r, "Deployment", o.GetName()))
+		}
+	}
 	return r
 }
 
@@ -138,6 +154,7 @@ func TestDefaults(t *testing.T) {
 		"Issuer/" + fullname + "-ca",
 		"Issuer/" + fullname + "-selfsigned",
 		"PodDisruptionBudget/" + fullname + "-webhook",
+		"Secret/" + recordKeysSecret,
 		"Service/" + fullname + "-controller-metrics",
 		"Service/" + fullname + "-webhook",
 		"Service/" + fullname + "-webhook-metrics",
@@ -171,6 +188,12 @@ func TestDefaults(t *testing.T) {
 	if v, _ := r.bins.Controller.Flag("webhook-url"); v != defaultWebhookURL {
 		t.Errorf("--webhook-url=%s, want the webhook Service's %s", v, defaultWebhookURL)
 	}
+	for f, want := range map[string]string{"deferred-deletion-ttl": "24h", "relabel-interval": "30s", "replay-interval": "30s"} {
+		if v := flag(t, r.bins.Webhook, f); v != want {
+			t.Errorf("--%s=%s, want the default %s", f, v, want)
+		}
+	}
+	checkRecordKeys(t, r, recordKeysSecret)
 	for _, d := range []*appsv1.Deployment{r.controller, r.webhook} {
 		c := d.Spec.Template.Spec.Containers[0]
 		if !strings.HasSuffix(c.Image, ":"+chartAppVersion(t)) {
@@ -459,6 +482,14 @@ func checkCommon(t *testing.T, r *rendered, serving string, ca helmchart.FileSou
 		name := flag(t, w, f)
 		if src, ok := w.Files()[path.Join(certDir, name)]; !ok || src.Name != serving || src.Key != name {
 			t.Errorf("--%s=%s is not a key of %s in --cert-dir: %+v", f, name, serving, m.Files)
+		}
+	}
+
+	// The record keys, if on, are every key of a mounted Secret, as a
+	// directory, so that keys added or removed reach the webhook.
+	if dir, ok := w.Flag("record-keys-dir"); ok {
+		if m, rel, ok := w.MountOf(dir); !ok || rel != "." || m.SubPath != "" || m.Kind != "Secret" || m.Files != nil {
+			t.Errorf("--record-keys-dir=%s is not a directory of all keys of a mounted Secret: %+v", dir, m)
 		}
 	}
 

@@ -582,7 +582,8 @@ func TestDashboards(t *testing.T) {
 			"dependency_webhook_decisions_total", "dependency_webhook_decision_duration_seconds_bucket",
 			"dependency_webhook_source_indexed_dependents", "dependency_webhook_read_retries_total",
 			"dependency_webhook_deletions_deferred_total", "dependency_webhook_deletions_replayed_total",
-			"dependency_webhook_marks_written_total", "dependency_webhook_marks_removed_total",
+			"dependency_webhook_records_removed_total", "dependency_webhook_record_writes_total",
+			"dependency_webhook_labels_total", "dependency_webhook_teardown_cycles_broken_total",
 		} {
 			if !slices.Contains(queried, m) {
 				t.Errorf("%s: no panel shows %s", name, m)

@@ -82,6 +82,26 @@ func TestBadValuesAreRejected(t *testing.T) {
 			map[string]any{"webhook": map[string]any{"clientAuth": map[string]any{"allowedNames": []any{"kcp"}}}},
 			"allowedNames needs", true,
 		},
+		"a value of the removed marks": {
+			map[string]any{"webhook": map[string]any{"unreferencedAfter": "2m"}},
+			"unreferencedAfter", false,
+		},
+		"a TTL that is not a duration": {
+			map[string]any{"webhook": map[string]any{"deferredDeletionTTL": "1 day"}},
+			"/webhook/deferredDeletionTTL", false,
+		},
+		"a misspelled record keys value": {
+			map[string]any{"webhook": map[string]any{"recordKeys": map[string]any{"secretName": "keys"}}},
+			"secretName", false,
+		},
+		"record keys from a Secret that is not a name": {
+			map[string]any{"webhook": map[string]any{"recordKeys": map[string]any{"existingSecret": "Record Keys"}}},
+			"/webhook/recordKeys/existingSecret", false,
+		},
+		"a Secret of record keys while they are off": {
+			map[string]any{"webhook": map[string]any{"recordKeys": map[string]any{"enabled": false, "existingSecret": "keys"}}},
+			"webhook.recordKeys.existingSecret needs webhook.recordKeys.enabled", true,
+		},
 		"ServiceMonitor without metrics": {
 			map[string]any{"metrics": map[string]any{"enabled": false, "serviceMonitor": map[string]any{"enabled": true}}},
 			"metrics.serviceMonitor.enabled needs", true,

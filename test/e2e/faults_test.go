@@ -235,7 +235,7 @@ func expectConfigurationsConverge(ctx context.Context) {
 			cluster := workspaces[ws.String()]
 			want := "none"
 			if d, ok := desired[cluster]; ok {
-				want = webhooksOf(webhookconfig.Build(d, cluster, webhookconfig.Options{}))
+				want = webhooksOf(webhookconfig.Validating(d, cluster, webhookconfig.Options{}))
 			}
 			cfg, err := getConfigIn(ctx, ws)
 			if apierrors.IsNotFound(err) {

@@ -159,6 +159,14 @@ var _ = BeforeSuite(func(ctx context.Context) {
 	webhookChartValues = chartValues(webhookPort, webhookHealth, controllerHealth)
 	bins, err := helmchart.RenderBinaries(context.Background(), helmchart.Options{Values: webhookChartValues})
 	Expect(err).NotTo(HaveOccurred())
+	// The Secrets the chart generates (the record keys): rendered once,
+	// as an installation keeps them.
+	for name, data := range bins.Secrets {
+		if _, ok := suiteSecrets[name]; !ok {
+			suiteSecrets[name] = data
+		}
+	}
+	Expect(err).NotTo(HaveOccurred())
 	webhookProc = &kcpenv.Process{
 		Name: "webhook", Binary: filepath.Join(binDir, "webhook"), LogPath: filepath.Join(artifacts, "webhook.log"),
 		HealthAddr: webhookHealth, Args: localArgs(bins.Webhook, suiteSecrets),

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kcp-dev/logicalcluster/v3"
@@ -30,6 +32,21 @@ import (
 // previousDir holds the binaries of the release the upgrade starts from
 // (make previous, PREVIOUS_REF).
 var previousDir = filepath.Join(binDir, "previous")
+
+// newFlags are the webhook's flags that the previous release does not
+// know; its replicas run without them.
+var newFlags = []string{"record-keys-dir", "deferred-deletion-ttl", "relabel-interval"}
+
+// withoutFlags returns args without the flags named.
+func withoutFlags(args []string, names ...string) []string {
+	var out []string
+	for _, a := range args {
+		if !slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(a, "--"+n+"=") || a == "--"+n }) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
 
 // upgradeScenarios upgrade a running installation, two webhook replicas
 // behind a Service-like proxy that sends new connections only to ready
@@ -61,7 +78,7 @@ func upgradeScenarios() {
 			backends[i] = addr
 			replicas[i] = &kcpenv.Process{
 				Name: fmt.Sprintf("webhook-%d", i), Binary: filepath.Join(previousDir, "webhook"), LogPath: filepath.Join(artifacts, fmt.Sprintf("webhook-upgrade-%d.log", i)),
-				HealthAddr: health, Args: append(append([]string{}, webhookProc.Args...), "--port="+port, "--health-probe-bind-address="+health),
+				HealthAddr: health, Args: append(withoutFlags(webhookProc.Args, newFlags...), "--port="+port, "--health-probe-bind-address="+health),
 			}
 		}
 		health := map[string]*kcpenv.Process{backends[0]: replicas[0], backends[1]: replicas[1]}
@@ -143,6 +160,9 @@ func upgradeScenarios() {
 			time.Sleep(2 * time.Second)
 			p.Stop()
 			p.Binary = filepath.Join(binDir, filepath.Base(p.Binary))
+			if p != controller {
+				p.Args = append(p.Args, withNewFlags(webhookProc.Args)...)
+			}
 			Expect(p.Start()).To(Succeed())
 			Eventually(p.Ready).WithTimeout(timeout).WithPolling(interval).Should(Succeed(), "%s log:\n%s", p.Name, p.LogTail(40))
 		}
@@ -158,6 +178,22 @@ func upgradeScenarios() {
 		Expect(notLoaded.Load()).To(BeZero(), "a request was answered by a replica that had not loaded its rules")
 		Expect(denied.Load()).To(BeNumerically(">", 0))
 
+		By("checking that the DELETE webhook no longer skips objects the previous release cleared, and that a copied clearance deletes nothing")
+		Eventually(func(g Gomega) {
+			cfg, err := getConfigIn(ctx, network)
+			g.Expect(err).NotTo(HaveOccurred())
+			for _, wh := range cfg.Webhooks {
+				g.Expect(wh.ObjectSelector.MatchExpressions).To(BeEmpty(), "webhook %s still has an object selector", wh.Name)
+			}
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		for _, ws := range workspaces {
+			copied := inUpgrade(vpc("vpc-01"))
+			Expect(cli.Cluster(ws).Patch(ctx, copied, client.RawPatch(types.MergePatchType,
+				[]byte(`{"metadata":{"labels":{"dependencies.opendefense.cloud/unreferenced":"0123456789abcdef"}}}`)))).To(Succeed())
+			err := cli.Cluster(ws).Delete(ctx, inUpgrade(vpc("vpc-01")))
+			Expect(err).To(MatchError(ContainSubstring("VirtualMachine/"+ns+"/vm-01")), "a VPC carrying a label the previous release honoured was not protected")
+		}
+
 		By("checking that every VPC still exists, and the current binaries decide")
 		for _, ws := range workspaces {
 			for i := range pairs {
@@ -171,4 +207,16 @@ func upgradeScenarios() {
 			Expect(cli.Cluster(ws).Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
 		}
 	})
+}
+
+// withNewFlags returns the flags of args that withoutFlags(args, newFlags)
+// leaves out.
+func withNewFlags(args []string) []string {
+	var out []string
+	for _, a := range args {
+		if !slices.Contains(withoutFlags([]string{a}, newFlags...), a) {
+			out = append(out, a)
+		}
+	}
+	return out
 }

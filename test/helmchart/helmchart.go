@@ -1,11 +1,12 @@
 // Package helmchart renders the project's Helm chart
 // (deploy/charts/dependency-controller) with the Helm binary pinned in
 // hack/tools/helm, and tells how the chart runs the controller and the
-// webhook: their command line arguments and the Secrets and ConfigMaps
-// mounted into their containers. The chart tests (test/chart) check the chart
-// with it; the e2e suite can run both binaries with exactly the chart's
+// webhook: their command line arguments, the Secrets and ConfigMaps
+// mounted into their containers, and the Secrets the chart creates itself
+// (the keys of the webhook's records). The chart tests (test/chart) check the
+// chart with it; the e2e suite can run both binaries with exactly the chart's
 // arguments, with the mounted files replaced by local ones (see
-// Invocation.LocalArgs).
+// Invocation.LocalArgs and WriteSecretVolume).
 //
 // Rendering needs bin/helm-<version>, which `make helm` builds; it needs no
 // cluster and no network.

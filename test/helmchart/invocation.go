@@ -2,6 +2,7 @@ package helmchart
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path"
 	"path/filepath"
@@ -30,6 +31,21 @@ type Binaries struct {
 	// ShardWebhooks are the containers of the webhook's Deployments per
 	// kcp shard (webhook.shards), by shard name.
 	ShardWebhooks map[string]Invocation
+	// Secrets are the contents of the Secrets the chart renders, by name
+	// and key: by default RecordKeysSecret(<fullname>), which the webhook
+	// mounts at --record-keys-dir. `helm template` sees no cluster, so each
+	// rendering holds a new random key: a caller that renders more than once
+	// and runs webhooks of several renderings together (they must share
+	// their keys) should keep the Secrets of the first.
+	Secrets map[string]map[string][]byte
+}
+
+// RecordKeysSecret returns the name of the Secret with the keys of the
+// records of deferred deletions that the chart creates for a release whose
+// objects are named <fullname>-... (e.g. "dependency-controller" for
+// DefaultReleaseName), unless webhook.recordKeys.existingSecret names one.
+func RecordKeysSecret(fullname string) string {
+	return fullname + "-record-keys"
 }
 
 // ShardLabel is the label of a webhook Deployment of one shard.
@@ -98,6 +114,17 @@ func BinariesFrom(objs []*unstructured.Unstructured) (*Binaries, error) {
 	var b Binaries
 	var whole []*unstructured.Unstructured
 	for _, o := range objs {
+		if o.GetKind() == "Secret" && o.GetAPIVersion() == "v1" {
+			data, err := secretData(o)
+			if err != nil {
+				return nil, err
+			}
+			if b.Secrets == nil {
+				b.Secrets = map[string]map[string][]byte{}
+			}
+			b.Secrets[o.GetName()] = data
+			continue
+		}
 		if o.GetKind() != "Deployment" || o.GetLabels()["app.kubernetes.io/component"] != Webhook {
 			whole = append(whole, o)
 			continue
@@ -131,6 +158,28 @@ func BinariesFrom(objs []*unstructured.Unstructured) (*Binaries, error) {
 		}
 	}
 	return &b, nil
+}
+
+// secretData returns the content of a rendered Secret by key: its data,
+// decoded, and its stringData, which overrides data as the API server
+// merges them.
+func secretData(o *unstructured.Unstructured) (map[string][]byte, error) {
+	raw, err := json.Marshal(o.Object)
+	if err != nil {
+		return nil, fmt.Errorf("encoding Secret %s: %w", o.GetName(), err)
+	}
+	var s corev1.Secret
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, fmt.Errorf("decoding Secret %s: %w", o.GetName(), err)
+	}
+	out := map[string][]byte{}
+	for k, v := range s.Data {
+		out[k] = v
+	}
+	for k, v := range s.StringData {
+		out[k] = []byte(v)
+	}
+	return out, nil
 }
 
 func invocationOf(objs []*unstructured.Unstructured, component string) (Invocation, error) {

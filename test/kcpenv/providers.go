@@ -17,22 +17,34 @@ import (
 )
 
 // Resource describes a resource type of a test provider: any spec is
-// accepted (x-kubernetes-preserve-unknown-fields).
+// accepted (x-kubernetes-preserve-unknown-fields), and with Status any
+// status, written through a status subresource.
 type Resource struct {
 	Kind          string
 	Plural        string
 	ClusterScoped bool
+	Status        bool
 }
 
 // InstallProviderAPI creates an APIResourceSchema per resource (version v1)
 // and an APIExport named like the group in the workspace of c, and waits
-// until the export is ready to be bound.
+// until the export is ready to be bound. The export claims core events, as
+// the samples' do, so that the webhook can record Events on its objects in
+// the workspaces that bind it (BindAPIExport accepts the claim).
 func InstallProviderAPI(ctx context.Context, c client.Client, group string, resources ...Resource) error {
-	export := &apisv1alpha2.APIExport{ObjectMeta: metav1.ObjectMeta{Name: group}}
+	export := &apisv1alpha2.APIExport{ObjectMeta: metav1.ObjectMeta{Name: group}, Spec: apisv1alpha2.APIExportSpec{
+		PermissionClaims: []apisv1alpha2.PermissionClaim{{GroupResource: apisv1alpha2.GroupResource{Resource: "events"}, Verbs: []string{"create", "patch"}}},
+	}}
 	for _, r := range resources {
 		scope := apiextensionsv1.NamespaceScoped
 		if r.ClusterScoped {
 			scope = apiextensionsv1.ClusterScoped
+		}
+		openAPI := `{"type":"object","properties":{"spec":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}`
+		var subresources apiextensionsv1.CustomResourceSubresources
+		if r.Status {
+			openAPI = `{"type":"object","properties":{"spec":{"type":"object","x-kubernetes-preserve-unknown-fields":true},"status":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}`
+			subresources.Status = &apiextensionsv1.CustomResourceSubresourceStatus{}
 		}
 		schema := &apisv1alpha1.APIResourceSchema{
 			ObjectMeta: metav1.ObjectMeta{Name: "v1." + r.Plural + "." + group},
@@ -44,7 +56,8 @@ func InstallProviderAPI(ctx context.Context, c client.Client, group string, reso
 				Scope: scope,
 				Versions: []apisv1alpha1.APIResourceVersion{{
 					Name: "v1", Served: true, Storage: true,
-					Schema: runtime.RawExtension{Raw: []byte(`{"type":"object","properties":{"spec":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}`)},
+					Schema:       runtime.RawExtension{Raw: []byte(openAPI)},
+					Subresources: subresources,
 				}},
 			},
 		}

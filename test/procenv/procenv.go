@@ -117,9 +117,8 @@ func BinDir() string {
 // webhook-access.yaml). Everything is stopped when the test ends.
 //
 // The webhook and the controller are the only replicas, so they need no
-// election. Marks take effect 5s after an object is seen unreferenced
-// (production: 2m, above kcp's request timeout), so that unreferenced
-// deletes skip the webhook without a long wait.
+// election. The webhook signs records with a key of its own, and looks for
+// unlabelled dependents every 2s (production: 30s).
 func Start(ctx context.Context, t testing.TB, opts Options) *Env {
 	t.Helper()
 	if len(opts.Consumers) == 0 {
@@ -190,12 +189,14 @@ func Start(ctx context.Context, t testing.TB, opts Options) *Env {
 	must(t, os.WriteFile(caFile, ca, 0o600))
 	port, err := kcpenv.FreePort()
 	must(t, err)
+	keys, err := kcpenv.WriteRecordKey(filepath.Join(e.Dir, "record-keys"))
+	must(t, err)
 	health, metrics := FreeAddr(t), FreeAddr(t)
 	e.Webhook = &kcpenv.Process{
 		Name: "webhook", Binary: filepath.Join(BinDir(), "webhook"), LogPath: filepath.Join(e.Dir, "webhook.log"), HealthAddr: health,
 		Args: append([]string{"--kubeconfig=" + kubeconfig("dependency-webhook"), "--bind-address=127.0.0.1", fmt.Sprintf("--port=%d", port), "--cert-dir=" + certs,
 			"--health-probe-bind-address=" + health, "--metrics-bind-address=" + metrics, "--leader-elect=false",
-			"--unreferenced-after=5s", "--marks-interval=2s"}, opts.WebhookArgs...),
+			"--record-keys-dir=" + keys, "--relabel-interval=2s"}, opts.WebhookArgs...),
 	}
 	e.WebhookMetrics = "http://" + metrics + "/metrics"
 	e.Webhook.Env = []string{"GOTRACEBACK=all"} // SIGQUIT dumps every goroutine

@@ -3,6 +3,7 @@ package sources
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -465,7 +466,10 @@ func (w *Watch) shardState(base State) State {
 	// that is starting refuses lists for a few seconds, and the rules must
 	// keep their effect meanwhile. A grant that was really revoked is found
 	// by inspect, and confirmed (see confirmShrink).
-	for _, s := range w.shards {
+	// In the order of their URLs, so that the message names the same
+	// shard each time.
+	for _, u := range slices.Sorted(maps.Keys(w.shards)) {
+		s := w.shards[u]
 		synced, listed, err := s.status()
 		state.Listed = state.Listed && listed
 		if !synced {

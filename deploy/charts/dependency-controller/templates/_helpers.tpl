@@ -174,3 +174,12 @@ nodes. Call with (dict "ctx" $ "component" ...).
       {{- include "dependency-controller.selectorLabels" . | nindent 6 }}
 {{- end }}
 {{- end }}
+
+{{/*
+Name of the Secret with the keys that sign the records of deferred
+deletions: webhook.recordKeys.existingSecret, or the chart's
+"<fullname>-record-keys".
+*/}}
+{{- define "dependency-controller.recordKeysSecretName" -}}
+{{- default (printf "%s-record-keys" (include "dependency-controller.fullname" .)) .Values.webhook.recordKeys.existingSecret }}
+{{- end }}

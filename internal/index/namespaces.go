@@ -1,0 +1,102 @@
+package index
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+
+	"github.com/opendefensecloud/dependency-controller/internal/vw"
+)
+
+// How long what NamespaceTerminating learned is kept: a namespace that is
+// being deleted stays so, one that is not may start any time.
+const (
+	terminatingTTL    = 10 * time.Minute
+	notTerminatingTTL = 2 * time.Second
+)
+
+// namespaceKey is a namespace of a logical cluster.
+type namespaceKey struct {
+	cluster   logicalcluster.Name
+	namespace string
+}
+
+// namespaceState is what NamespaceTerminating learned of a namespace.
+type namespaceState struct {
+	terminating bool
+	at          time.Time
+}
+
+// NamespaceTerminating reports whether namespace in cluster is being
+// deleted: kcp refuses to create anything in it then, dependents included,
+// so nothing can come to reference an object in it. It asks kcp itself,
+// with a dry-run CREATE of an Event in the namespace through the virtual
+// workspace of src, the protected type, on the shard that serves cluster
+// (the provider's APIExport claims events, the workspace accepted the claim,
+// and the provider granted the webhook create on its content); kcp's
+// namespace lifecycle admission refuses it with the cause
+// NamespaceTerminating in a namespace being deleted. It returns false, with
+// the error, when it cannot tell (no claim, no grant): the caller then reads
+// live. A namespace found terminating is remembered for terminatingTTL, one
+// found active for notTerminatingTTL.
+func (ix *Index) NamespaceTerminating(ctx context.Context, src Source, cluster logicalcluster.Name, namespace string) (bool, error) {
+	key := namespaceKey{cluster, namespace}
+	now := ix.now()
+	ix.lock.Lock()
+	s, ok := ix.namespaces[key]
+	for k, old := range ix.namespaces {
+		if now.Sub(old.at) >= terminatingTTL {
+			delete(ix.namespaces, k)
+		}
+	}
+	ix.lock.Unlock()
+	if ok && (s.terminating || now.Sub(s.at) < notTerminatingTTL) {
+		return s.terminating, nil
+	}
+	body, err := json.Marshal(corev1.Event{
+		TypeMeta:       metav1.TypeMeta{APIVersion: "v1", Kind: "Event"},
+		ObjectMeta:     metav1.ObjectMeta{GenerateName: "dependency-webhook-probe.", Namespace: namespace},
+		InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "Namespace", Name: namespace},
+		Reason:         "Probe", Message: "a dry run: is the namespace being deleted?", Type: corev1.EventTypeNormal,
+		Source: corev1.EventSource{Component: "dependency-webhook"},
+	})
+	if err != nil {
+		return false, err
+	}
+	var terminating, answered bool
+	err = ix.onShardOf(src, cluster, func(r *vw.Reader, _ State) error {
+		err := r.Create(ctx, eventsPath(cluster, namespace), url.Values{"dryRun": {metav1.DryRunAll}}, body)
+		switch {
+		case err == nil:
+			answered = true
+			return nil
+		case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
+			terminating, answered = true, true
+			return nil
+		}
+		return err
+	})
+	if err == nil && !answered {
+		err = fmt.Errorf("every shard refused a dry-run Event (does the APIExport %s claim events, has the workspace accepted the claim, and has its provider granted the webhook create on apiexports/content?)", src.Export)
+	}
+	if err != nil {
+		return false, fmt.Errorf("cannot tell whether namespace %s of logical cluster %s is being deleted: %w", namespace, cluster, err)
+	}
+	ix.lock.Lock()
+	ix.namespaces[key] = namespaceState{terminating: terminating, at: now}
+	ix.lock.Unlock()
+	return terminating, nil
+}
+
+// eventsPath is the path of the core Events of namespace in cluster.
+func eventsPath(cluster logicalcluster.Name, namespace string) []string {
+	return []string{cluster.Path().RequestPath(), "api", "v1", "namespaces", namespace, "events"}
+}

@@ -1,0 +1,581 @@
+package webhook_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+	"github.com/kcp-dev/multicluster-provider/envtest"
+	apisv1alpha2 "github.com/kcp-dev/sdk/apis/apis/v1alpha2"
+	"github.com/kcp-dev/sdk/apis/core"
+	tenancyv1alpha1 "github.com/kcp-dev/sdk/apis/tenancy/v1alpha1"
+
+	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/controllerserver"
+	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
+	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
+	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
+)
+
+// The trust boundary, attacked: every label, annotation and request that a
+// fast path rests on is written by someone who may write objects but not
+// delete them, carried along in exported YAML, or forged on the webhook's
+// port. The webhook and the controller run together, as deployed.
+var _ = Describe("Trust boundary", Ordered, func() {
+	var (
+		depCtrl, network, compute, consumer logicalcluster.Path
+		networkCluster                      logicalcluster.Name
+		wh                                  *kcpenv.Webhook
+		tenant                              client.Client
+		stopController                      func() error
+		// breaker breaks the index's watches of the webhook.
+		breaker = &kcpenv.WatchBreaker{Match: "/clusters/*/apis/compute.test.io/"}
+	)
+	applianceGVR := schema.GroupVersionResource{Group: "compute.test.io", Version: "v1", Resource: "appliances"}
+	vmRef := func(vpc string) map[string]any { return map[string]any{"vpcRef": map[string]any{"name": vpc}} }
+	// get reads an object of the consumer.
+	get := func(ctx context.Context, gvr schema.GroupVersionResource, name string) *unstructured.Unstructured {
+		GinkgoHelper()
+		o := newObject(gvr, "default", name, nil)
+		Expect(cli.Cluster(consumer).Get(ctx, client.ObjectKeyFromObject(o), o)).To(Succeed())
+		return o
+	}
+	patch := func(ctx context.Context, c client.Client, gvr schema.GroupVersionResource, name, body string) error {
+		return c.Patch(ctx, newObject(gvr, "default", name, nil), client.RawPatch(types.MergePatchType, []byte(body)))
+	}
+	// managedLabels returns the labels of a dependent that the webhook
+	// manages.
+	managedLabels := func(o *unstructured.Unstructured) map[string]string {
+		out := map[string]string{}
+		for k, v := range o.GetLabels() {
+			if reflabels.Managed(k) {
+				out[k] = v
+			}
+		}
+		return out
+	}
+	vmScheme := func(ctx context.Context) string {
+		GinkgoHelper()
+		r := &depv1alpha1.DependencyRule{}
+		Expect(cli.Cluster(compute).Get(ctx, client.ObjectKey{Name: "vm-vpcs"}, r)).To(Succeed())
+		s, reason := reflabels.SchemeOf([]reflabels.Rule{reflabels.RuleOf(r)})
+		Expect(reason).To(BeEmpty())
+		return s.Fingerprint
+	}
+	// labelledFor returns the managed labels of a VM that references vpc
+	// under the current rules.
+	labelledFor := func(ctx context.Context, vpc string) map[string]string {
+		return map[string]string{
+			reflabels.Key(vpcGVR.GroupResource(), vpc): "",
+			depv1alpha1.LabelReferencesScheme:          vmScheme(ctx),
+		}
+	}
+
+	BeforeAll(func(ctx context.Context) {
+		root := core.RootCluster.Path()
+		_, depCtrl = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("dep-ctrl"))
+		Expect(kcpenv.InstallDependencyAPI(ctx, cli.Cluster(depCtrl))).To(Succeed())
+		for _, dir := range []string{"config/rbac/webhook", "config/rbac/controller"} {
+			rbac, err := kcpenv.LoadManifests(dir)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(kcpenv.Apply(ctx, cli.Cluster(depCtrl), rbac...)).To(Succeed())
+		}
+		var networkWS *tenancyv1alpha1.Workspace
+		networkWS, network = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("network"))
+		networkCluster = logicalcluster.Name(networkWS.Spec.Cluster)
+		Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(network), "network.test.io", kcpenv.Resource{Kind: "VPC", Plural: "vpcs"})).To(Succeed())
+		_, compute = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("compute"))
+		Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(compute), "compute.test.io",
+			kcpenv.Resource{Kind: "VirtualMachine", Plural: "virtualmachines"},
+			kcpenv.Resource{Kind: "Appliance", Plural: "appliances", Status: true})).To(Succeed())
+		for _, p := range []struct {
+			ws       logicalcluster.Path
+			provider string
+		}{{network, "network-provider"}, {compute, "compute-provider"}} {
+			_, err := kcpenv.BindAPIExport(ctx, cli.Cluster(p.ws), cli.Cluster(depCtrl), depCtrl, kcpenv.DepCtrlExportName)
+			Expect(err).NotTo(HaveOccurred())
+			grant, err := kcpenv.ReadYAMLFile(filepath.Join(kcpenv.RepoRoot(), "config/samples", p.provider, "webhook-access.yaml"))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(kcpenv.Apply(ctx, cli.Cluster(p.ws), grant...)).To(Succeed())
+		}
+		// The compute grant names compute.test.io, the network grant
+		// network.test.io, like the samples.
+		_, consumer = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("consumer"))
+		bindExports(ctx, consumer, export{network, "network.test.io"}, export{compute, "compute.test.io"})
+
+		By("a tenant who may read, create, update and patch VPCs and VMs, but not delete them")
+		tenantCfg, err := kcpEnv.AddUser("tenant")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(kcpenv.Apply(ctx, cli.Cluster(consumer), toUnstructured(&rbacv1.ClusterRole{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
+			ObjectMeta: metav1.ObjectMeta{Name: "tenant"},
+			Rules: []rbacv1.PolicyRule{
+				{NonResourceURLs: []string{"/"}, Verbs: []string{"access"}},
+				{APIGroups: []string{"network.test.io", "compute.test.io"}, Resources: []string{"*"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}},
+			},
+		}), toUnstructured(&rbacv1.ClusterRoleBinding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
+			ObjectMeta: metav1.ObjectMeta{Name: "tenant"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "tenant"},
+			Subjects:   []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: "tenant"}},
+		}))).To(Succeed())
+		tenantCfg.Host += consumer.RequestPath()
+		tenant, err = client.New(tenantCfg, client.Options{Scheme: kcpenv.NewScheme()})
+		Expect(err).NotTo(HaveOccurred())
+
+		By("rules: VMs reference VPCs (Replay), VPCs their gateway VM (a cycle), appliances reference VPCs in their status")
+		Expect(cli.Cluster(compute).Create(ctx, &depv1alpha1.DependencyRule{
+			ObjectMeta: metav1.ObjectMeta{Name: "vm-vpcs"},
+			Spec: depv1alpha1.DependencyRuleSpec{
+				Dependent:      depv1alpha1.DependentResource{APIExportName: "compute.test.io", Group: "compute.test.io", Version: "v1", Kind: "VirtualMachine", Resource: "virtualmachines"},
+				Dependencies:   []depv1alpha1.Dependency{{APIExportRef: depv1alpha1.APIExportReference{Path: network.String(), Name: "network.test.io"}, Group: "network.test.io", Version: "v1", Resource: "vpcs", FieldRef: depv1alpha1.FieldReference{Path: ".spec.vpcRef.name"}}},
+				DeletionPolicy: depv1alpha1.DeletionPolicyReplay,
+			},
+		})).To(Succeed())
+		Expect(cli.Cluster(network).Create(ctx, &depv1alpha1.DependencyRule{
+			ObjectMeta: metav1.ObjectMeta{Name: "vpc-gateways"},
+			Spec: depv1alpha1.DependencyRuleSpec{
+				Dependent:    depv1alpha1.DependentResource{APIExportName: "network.test.io", Group: "network.test.io", Version: "v1", Kind: "VPC", Resource: "vpcs"},
+				Dependencies: []depv1alpha1.Dependency{{APIExportRef: depv1alpha1.APIExportReference{Path: compute.String(), Name: "compute.test.io"}, Group: "compute.test.io", Version: "v1", Resource: "virtualmachines", FieldRef: depv1alpha1.FieldReference{Path: ".spec.gatewayVM"}}},
+			},
+		})).To(Succeed())
+		Expect(cli.Cluster(compute).Create(ctx, &depv1alpha1.DependencyRule{
+			ObjectMeta: metav1.ObjectMeta{Name: "appliance-vpcs"},
+			Spec: depv1alpha1.DependencyRuleSpec{
+				Dependent:    depv1alpha1.DependentResource{APIExportName: "compute.test.io", Group: "compute.test.io", Version: "v1", Kind: "Appliance", Resource: "appliances"},
+				Dependencies: []depv1alpha1.Dependency{{APIExportRef: depv1alpha1.APIExportReference{Path: network.String(), Name: "network.test.io"}, Group: "network.test.io", Version: "v1", Resource: "vpcs", FieldRef: depv1alpha1.FieldReference{Path: ".status.vpc"}}},
+			},
+		})).To(Succeed())
+
+		By("starting the webhook and the controller, as deployed")
+		user, err := kcpEnv.AddUser("dependency-webhook")
+		Expect(err).NotTo(HaveOccurred())
+		user.Host += depCtrl.RequestPath()
+		user.WrapTransport = breaker.Wrap
+		wh, err = kcpenv.StartWebhook(ctx, user, GinkgoT().TempDir())
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(wh.Stop)
+		caFile := filepath.Join(GinkgoT().TempDir(), "ca.crt")
+		Expect(os.WriteFile(caFile, wh.CABundle, 0o600)).To(Succeed())
+		controllerCfg := rest.CopyConfig(kcpConfig)
+		controllerCfg.Host += depCtrl.RequestPath()
+		c, err := controllerserver.New(ctx, controllerCfg, controllerserver.Options{
+			APIExportName: kcpenv.DepCtrlExportName, WebhookURL: wh.URL, WebhookCABundleFile: caFile, CABundleCheckInterval: time.Second,
+			WebhookTimeoutSeconds: 10, FailurePolicy: admissionregistrationv1.Fail, ResyncPeriod: time.Hour,
+		}, kcpenv.TestManagerOptions())
+		Expect(err).NotTo(HaveOccurred())
+		stopController = kcpenv.RunInBackground(c.Manager.Start)
+		DeferCleanup(func() { Expect(stopController()).To(Succeed()) })
+		expectCondition(ctx, compute, "vm-vpcs", depv1alpha1.ConditionReady, metav1.ConditionTrue, "Protecting")
+		expectCondition(ctx, compute, "vm-vpcs", depv1alpha1.ConditionDependentsLabelled, metav1.ConditionTrue, "Labelled")
+	})
+
+	It("labels every VM with what it references, recomputed on every write: nobody can remove or forge the labels", func(ctx context.Context) {
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-l1", nil))
+		Eventually(func() error {
+			return tenant.Create(ctx, newObject(vmGVR, "default", "vm-l", vmRef("vpc-l1")))
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		Expect(managedLabels(get(ctx, vmGVR, "vm-l"))).To(Equal(labelledFor(ctx, "vpc-l1")))
+
+		By("a tenant removing the labels: they come back")
+		Expect(patch(ctx, tenant, vmGVR, "vm-l", fmt.Sprintf(`{"metadata":{"labels":{%q:null,%q:null}}}`,
+			reflabels.Key(vpcGVR.GroupResource(), "vpc-l1"), depv1alpha1.LabelReferencesScheme))).To(Succeed())
+		Expect(managedLabels(get(ctx, vmGVR, "vm-l"))).To(Equal(labelledFor(ctx, "vpc-l1")))
+
+		By("a tenant forging a label for another VPC and a scheme: they are replaced")
+		Expect(patch(ctx, tenant, vmGVR, "vm-l", fmt.Sprintf(`{"metadata":{"labels":{%q:"",%q:"0000000000000000"}}}`,
+			reflabels.Key(vpcGVR.GroupResource(), "vpc-other"), depv1alpha1.LabelReferencesScheme))).To(Succeed())
+		Expect(managedLabels(get(ctx, vmGVR, "vm-l"))).To(Equal(labelledFor(ctx, "vpc-l1")))
+
+		By("re-applying the VM's exported YAML with another reference: the labels follow the spec, not the YAML")
+		exported := get(ctx, vmGVR, "vm-l")
+		Expect(unstructured.SetNestedField(exported.Object, "vpc-l2", "spec", "vpcRef", "name")).To(Succeed())
+		Expect(tenant.Update(ctx, exported)).To(Succeed())
+		Expect(managedLabels(get(ctx, vmGVR, "vm-l"))).To(Equal(labelledFor(ctx, "vpc-l2")))
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-l2", nil))
+		expectDenied(ctx, consumer, vpcGVR, "default", "vpc-l2", "VirtualMachine/default/vm-l")
+		expectDeletable(ctx, consumer, vpcGVR, "vpc-l1")
+	})
+
+	It("decides an allowed DELETE with reads by label, and still blocks one whose dependent was created just before", func(ctx context.Context) {
+		before, err := wh.LiveReads("label")
+		Expect(err).NotTo(HaveOccurred())
+		listsBefore, err := wh.LiveReads("list")
+		Expect(err).NotTo(HaveOccurred())
+		for i := range 10 {
+			vpc, free, vm := fmt.Sprintf("vpc-lr-%d", i), fmt.Sprintf("vpc-lr-free-%d", i), fmt.Sprintf("vm-lr-%d", i)
+			Expect(cli.Cluster(consumer).Create(ctx, newObject(vpcGVR, "default", vpc, nil))).To(Succeed())
+			Expect(cli.Cluster(consumer).Create(ctx, newObject(vpcGVR, "default", free, nil))).To(Succeed())
+			Expect(cli.Cluster(consumer).Create(ctx, newObject(vmGVR, "default", vm, vmRef(vpc)))).To(Succeed())
+			err := deleteObject(ctx, cli.Cluster(consumer), vpcGVR, "default", vpc, client.DryRunAll)
+			Expect(apierrors.IsForbidden(err)).To(BeTrue(), "deleting %s right after %s was created: %v", vpc, vm, err)
+			Expect(deleteObject(ctx, cli.Cluster(consumer), vpcGVR, "default", free)).To(Succeed())
+		}
+		after, err := wh.LiveReads("label")
+		Expect(err).NotTo(HaveOccurred())
+		listsAfter, err := wh.LiveReads("list")
+		Expect(err).NotTo(HaveOccurred())
+		// Each allowed DELETE reads the VMs twice by label, and lists the
+		// appliances, whose references in the status cannot be labelled.
+		Expect(after-before).To(BeNumerically(">=", 20), "not every allowed delete read the VMs by label")
+		Expect(listsAfter-listsBefore).To(BeNumerically("<=", 10), "a confirming read listed every VM")
+	})
+
+	It("does not honour a copied clearance: the label of the earlier marks protects nothing from the webhook", func(ctx context.Context) {
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-copied", nil))
+		create(ctx, consumer, newObject(vmGVR, "default", "vm-copied", vmRef("vpc-copied")))
+		Expect(patch(ctx, tenant, vpcGVR, "vpc-copied", `{"metadata":{"labels":{"dependencies.opendefense.cloud/unreferenced":"0123456789abcdef"}}}`)).To(Succeed())
+		expectDenied(ctx, consumer, vpcGVR, "default", "vpc-copied", "VirtualMachine/default/vm-copied")
+
+		By("a VPC applied from exported YAML, label included, after the VM that references it")
+		create(ctx, consumer, newObject(vmGVR, "default", "vm-first", vmRef("vpc-later")))
+		later := newObject(vpcGVR, "default", "vpc-later", nil)
+		later.SetLabels(map[string]string{"dependencies.opendefense.cloud/unreferenced": "0123456789abcdef"})
+		create(ctx, consumer, later)
+		expectDenied(ctx, consumer, vpcGVR, "default", "vpc-later", "VirtualMachine/default/vm-first")
+	})
+
+	It("lets nobody but the webhook write a record: update rights do not become delete rights", func(ctx context.Context) {
+		for _, name := range []string{"vpc-t1", "vpc-t2"} {
+			create(ctx, consumer, newObject(vpcGVR, "default", name, nil))
+		}
+		By("the tenant may not delete")
+		err := tenant.Delete(ctx, newObject(vpcGVR, "default", "vpc-t1", nil))
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "the tenant deleted: %v", err)
+
+		By("setting the deletion-requested label, with and without a hand-written request")
+		for _, body := range []string{
+			fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, depv1alpha1.LabelDeletionRequested),
+			fmt.Sprintf(`{"metadata":{"labels":{%q:"true"},"annotations":{%q:%q}}}`, depv1alpha1.LabelDeletionRequested, depv1alpha1.AnnotationDeletionRequest,
+				`{"user":"admin","requestedAt":"2026-11-26T00:00:00Z"}`),
+			fmt.Sprintf(`{"metadata":{"annotations":{%q:"x"}}}`, depv1alpha1.AnnotationDeletionRequest),
+		} {
+			for _, name := range []string{"vpc-t1", "vpc-t2"} {
+				err := patch(ctx, tenant, vpcGVR, name, body)
+				Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%s: %v", body, err)
+				Expect(err.Error()).To(And(ContainSubstring("managed by the dependency webhook"), ContainSubstring("remove")))
+			}
+		}
+		By("an administrator is refused as well: only the webhook writes records")
+		err = patch(ctx, cli.Cluster(consumer), vpcGVR, "vpc-t1", fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, depv1alpha1.LabelDeletionRequested))
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("the label " + depv1alpha1.LabelDeletionRequested + " is managed by the dependency webhook"))
+		Consistently(func() error {
+			return cli.Cluster(consumer).Get(ctx, client.ObjectKey{Namespace: "default", Name: "vpc-t2"}, newObject(vpcGVR, "default", "vpc-t2", nil))
+		}).WithTimeout(6 * time.Second).WithPolling(time.Second).Should(Succeed())
+	})
+
+	It("replays a record only on the object it was written for: exported YAML re-applied passes, a recreated object carrying it is refused", func(ctx context.Context) {
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-r", nil))
+		create(ctx, consumer, newObject(vmGVR, "default", "vm-r", vmRef("vpc-r")))
+		Eventually(func(g Gomega) {
+			err := deleteObject(ctx, cli.Cluster(consumer), vpcGVR, "default", "vpc-r")
+			g.Expect(err).To(MatchError(ContainSubstring("its deletion is deferred")))
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		recorded := get(ctx, vpcGVR, "vpc-r")
+		Expect(recorded.GetLabels()).To(HaveKey(depv1alpha1.LabelDeletionRequested))
+		var request depv1alpha1.DeletionRequest
+		Expect(json.Unmarshal([]byte(recorded.GetAnnotations()[depv1alpha1.AnnotationDeletionRequest]), &request)).To(Succeed())
+		Expect(request.UID).To(Equal(recorded.GetUID()))
+		Expect(request.Signature).NotTo(BeEmpty())
+		Expect(request.User).NotTo(BeEmpty())
+
+		By("re-applying the exported object unchanged (kubectl replace)")
+		Expect(cli.Cluster(consumer).Update(ctx, recorded.DeepCopy())).To(Succeed())
+
+		By("recreating it from the exported YAML, record included")
+		exported := recorded.DeepCopy()
+		Expect(patch(ctx, cli.Cluster(consumer), vpcGVR, "vpc-r", fmt.Sprintf(`{"metadata":{"labels":{%q:null},"annotations":{%q:"true"}}}`,
+			depv1alpha1.LabelDeletionRequested, depv1alpha1.AnnotationSkipProtection))).To(Succeed())
+		Expect(deleteObject(ctx, cli.Cluster(consumer), vpcGVR, "default", "vpc-r")).To(Succeed())
+		for _, f := range []string{"uid", "resourceVersion", "creationTimestamp", "generation", "managedFields"} {
+			unstructured.RemoveNestedField(exported.Object, "metadata", f)
+		}
+		err := cli.Cluster(consumer).Create(ctx, exported)
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "recreated with the record: %v", err)
+		Expect(err.Error()).To(ContainSubstring("managed by the dependency webhook"))
+	})
+
+	It("drops a record it did not write, with an Event, and deletes nothing", func(ctx context.Context) {
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-forged", nil))
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-carried", nil))
+		By("a record the webhook wrote for another VPC")
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-source", nil))
+		create(ctx, consumer, newObject(vmGVR, "default", "vm-source", vmRef("vpc-source")))
+		Eventually(func(g Gomega) {
+			err := deleteObject(ctx, cli.Cluster(consumer), vpcGVR, "default", "vpc-source")
+			g.Expect(err).To(MatchError(ContainSubstring("its deletion is deferred")))
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		carried := get(ctx, vpcGVR, "vpc-source")
+		By("writing records while the guard is not installed (the controller stopped, the guard removed)")
+		Expect(stopController()).To(Succeed())
+		cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		Expect(cli.Cluster(network).Get(ctx, client.ObjectKey{Name: webhookconfig.Name}, cfg)).To(Succeed())
+		withoutGuard := cfg.DeepCopy()
+		withoutGuard.Webhooks = nil
+		for _, w := range cfg.Webhooks {
+			if w.Name != webhookconfig.RecordsWebhookName {
+				withoutGuard.Webhooks = append(withoutGuard.Webhooks, w)
+			}
+		}
+		Expect(cli.Cluster(network).Update(ctx, withoutGuard)).To(Succeed())
+		Eventually(func() error {
+			return patch(ctx, tenant, vpcGVR, "vpc-forged", fmt.Sprintf(`{"metadata":{"labels":{%q:"true"},"annotations":{%q:%q}}}`,
+				depv1alpha1.LabelDeletionRequested, depv1alpha1.AnnotationDeletionRequest, `{"user":"admin","requestedAt":"2026-11-26T00:00:00Z"}`))
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		// A record the webhook signed for another object.
+		Expect(patch(ctx, tenant, vpcGVR, "vpc-carried", fmt.Sprintf(`{"metadata":{"labels":{%q:"true"},"annotations":{%q:%q}}}`,
+			depv1alpha1.LabelDeletionRequested, depv1alpha1.AnnotationDeletionRequest, carried.GetAnnotations()[depv1alpha1.AnnotationDeletionRequest]))).To(Succeed())
+		restart := func() {
+			controllerCfg := rest.CopyConfig(kcpConfig)
+			controllerCfg.Host += depCtrl.RequestPath()
+			caFile := filepath.Join(GinkgoT().TempDir(), "ca.crt")
+			Expect(os.WriteFile(caFile, wh.CABundle, 0o600)).To(Succeed())
+			c, err := controllerserver.New(ctx, controllerCfg, controllerserver.Options{
+				APIExportName: kcpenv.DepCtrlExportName, WebhookURL: wh.URL, WebhookCABundleFile: caFile, CABundleCheckInterval: time.Second,
+				WebhookTimeoutSeconds: 10, FailurePolicy: admissionregistrationv1.Fail, ResyncPeriod: time.Hour,
+			}, kcpenv.TestManagerOptions())
+			Expect(err).NotTo(HaveOccurred())
+			stopController = kcpenv.RunInBackground(c.Manager.Start)
+		}
+		restart()
+
+		By("the replayer removing both records, with an Event, deleting nothing")
+		for _, name := range []string{"vpc-forged", "vpc-carried"} {
+			Eventually(func(g Gomega) {
+				o := newObject(vpcGVR, "default", name, nil)
+				g.Expect(cli.Cluster(consumer).Get(ctx, client.ObjectKeyFromObject(o), o)).To(Succeed(), "%s was deleted", name)
+				g.Expect(o.GetLabels()).NotTo(HaveKey(depv1alpha1.LabelDeletionRequested))
+			}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+			Eventually(func(g Gomega) {
+				events := &corev1.EventList{}
+				g.Expect(cli.Cluster(consumer).List(ctx, events, client.InNamespace("default"))).To(Succeed())
+				found := false
+				for _, e := range events.Items {
+					found = found || e.InvolvedObject.Name == name && e.Reason == "DeferredDeletionDropped" && strings.Contains(e.Message, "not written by the dependency webhook for this object")
+				}
+				g.Expect(found).To(BeTrue(), "no Event on %s", name)
+			}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		}
+		removed, err := wh.Counter("dependency_webhook_records_removed_total", map[string]string{"reason": "malformed"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(removed).To(BeNumerically(">=", 1))
+	})
+
+	It("writes no record for a forged review sent to its port", func(ctx context.Context) {
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-port", nil))
+		create(ctx, consumer, newObject(vmGVR, "default", "vm-port", vmRef("vpc-port")))
+		// A dry run: a real DELETE would defer the deletion (a Replay rule).
+		Eventually(func() error {
+			return deleteObject(ctx, cli.Cluster(consumer), vpcGVR, "default", "vpc-port", client.DryRunAll)
+		}).WithTimeout(timeout).WithPolling(interval).Should(MatchError(ContainSubstring("VirtualMachine/default/vm-port")))
+		real := get(ctx, vpcGVR, "vpc-port")
+		consumerCluster := logicalcluster.Name(real.GetAnnotations()[logicalcluster.AnnotationKey])
+		pool := x509.NewCertPool()
+		Expect(pool.AppendCertsFromPEM(wh.CABundle)).To(BeTrue())
+		httpc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+		for _, forged := range []map[string]any{
+			{"name": "vpc-port", "namespace": "default", "uid": "00000000-0000-0000-0000-000000000000", "resourceVersion": real.GetResourceVersion()},
+			{"name": "vpc-port", "namespace": "default", "uid": string(real.GetUID()), "resourceVersion": "1"},
+			{"name": "vpc-port", "namespace": "default"},
+		} {
+			forged["annotations"] = map[string]any{logicalcluster.AnnotationKey: consumerCluster.String()}
+			oldObject, _ := json.Marshal(map[string]any{"apiVersion": "network.test.io/v1", "kind": "VPC", "metadata": forged})
+			review := admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Request: &admissionv1.AdmissionRequest{
+				UID: "forged", Operation: admissionv1.Delete, Name: "vpc-port", Namespace: "default",
+				Kind:      metav1.GroupVersionKind{Group: "network.test.io", Version: "v1", Kind: "VPC"},
+				Resource:  metav1.GroupVersionResource{Group: "network.test.io", Version: "v1", Resource: "vpcs"},
+				UserInfo:  authenticationv1.UserInfo{Username: "someone-with-no-rights"},
+				OldObject: runtime.RawExtension{Raw: oldObject},
+			}}
+			body, _ := json.Marshal(review)
+			resp, err := httpc.Post(webhookconfig.WebhookURL(wh.URL, networkCluster), "application/json", bytes.NewReader(body))
+			Expect(err).NotTo(HaveOccurred())
+			answer, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			Expect(string(answer)).To(ContainSubstring(`"allowed":false`))
+			Expect(string(answer)).To(ContainSubstring("could not be deferred"), "the webhook said it recorded a forged review: %s", answer)
+		}
+		Expect(get(ctx, vpcGVR, "vpc-port").GetLabels()).NotTo(HaveKey(depv1alpha1.LabelDeletionRequested), "a forged review caused a write")
+	})
+
+	It("checks references in the status on writes through the status subresource, and reads such dependents in full", func(ctx context.Context) {
+		expectCondition(ctx, compute, "appliance-vpcs", depv1alpha1.ConditionDependentsLabelled, metav1.ConditionFalse, depv1alpha1.ReasonNotLabellable, "status")
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-status", nil))
+		create(ctx, consumer, newObject(applianceGVR, "default", "appliance-1", nil))
+		appliance := newObject(applianceGVR, "default", "appliance-1", nil)
+		Expect(cli.Cluster(consumer).Get(ctx, client.ObjectKeyFromObject(appliance), appliance)).To(Succeed())
+		Expect(unstructured.SetNestedField(appliance.Object, "vpc-status", "status", "vpc")).To(Succeed())
+		Expect(cli.Cluster(consumer).Status().Update(ctx, appliance)).To(Succeed())
+		expectDenied(ctx, consumer, vpcGVR, "default", "vpc-status", "Appliance/default/appliance-1")
+
+		By("refusing a status write that references a VPC being deleted")
+		doomed := newObject(vpcGVR, "default", "vpc-status-doomed", nil)
+		doomed.SetFinalizers([]string{"test.io/hold"})
+		create(ctx, consumer, doomed)
+		Expect(deleteObject(ctx, cli.Cluster(consumer), vpcGVR, "default", "vpc-status-doomed")).To(Succeed())
+		DeferCleanup(func(ctx context.Context) {
+			Expect(patch(ctx, cli.Cluster(consumer), vpcGVR, "vpc-status-doomed", `{"metadata":{"finalizers":null}}`)).To(Succeed())
+		})
+		Expect(cli.Cluster(consumer).Get(ctx, client.ObjectKeyFromObject(appliance), appliance)).To(Succeed())
+		Expect(unstructured.SetNestedField(appliance.Object, "vpc-status-doomed", "status", "vpc")).To(Succeed())
+		err := cli.Cluster(consumer).Status().Update(ctx, appliance)
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a status write referencing a VPC being deleted: %v", err)
+		Expect(err.Error()).To(ContainSubstring("it is being deleted"))
+	})
+
+	It("tears a namespace down in dependency order while the index's watch is broken, reading live what it cannot vouch for", func(ctx context.Context) {
+		c := cli.Cluster(consumer)
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "broken-watch"}}
+		Expect(c.Create(ctx, ns)).To(Succeed())
+		create(ctx, consumer, newObject(vpcGVR, ns.Name, "vpc-b1", nil))
+		create(ctx, consumer, newObject(vmGVR, ns.Name, "vm-b1", vmRef("vpc-b1")))
+		create(ctx, consumer, newObject(vpcGVR, ns.Name, "vpc-b2", nil))
+		expectDenied(ctx, consumer, vpcGVR, ns.Name, "vpc-b1", "VirtualMachine/"+ns.Name+"/vm-b1")
+
+		By("breaking the index's watch of VMs, then creating a VM it cannot see")
+		breaker.Break()
+		DeferCleanup(breaker.Mend)
+		Eventually(func(g Gomega) {
+			rule := &depv1alpha1.DependencyRule{}
+			g.Expect(cli.Cluster(compute).Get(ctx, client.ObjectKey{Name: "vm-vpcs"}, rule)).To(Succeed())
+			c := meta.FindStatusCondition(rule.Status.Conditions, depv1alpha1.ConditionDependentsIndexed)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionUnknown), "a broken watch left the type %s: %s", c.Status, c.Message)
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		create(ctx, consumer, newObject(vmGVR, ns.Name, "vm-b2", vmRef("vpc-b2")))
+
+		var (
+			lock    sync.Mutex
+			deleted = map[string]int64{}
+		)
+		watchCtx, stopWatch := context.WithCancel(ctx)
+		DeferCleanup(stopWatch)
+		for _, gvr := range []schema.GroupVersionResource{vpcGVR, vmGVR} {
+			Expect(kcpenv.WatchDeletions(watchCtx, dynamicFor(consumer).Resource(gvr).Namespace(ns.Name), func(_, name string, rev int64) {
+				lock.Lock()
+				defer lock.Unlock()
+				deleted[name] = rev
+			})).To(Succeed())
+		}
+		teardownBefore, err := wh.Decisions("allowed", "teardown")
+		Expect(err).NotTo(HaveOccurred())
+		By("deleting the namespace while the watch stays broken for a while")
+		Expect(c.Delete(ctx, ns)).To(Succeed())
+		time.Sleep(8 * time.Second)
+		teardownBroken, err := wh.Decisions("allowed", "teardown")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(teardownBroken).To(Equal(teardownBefore), "an item was decided from an index whose watch was broken")
+		lock.Lock()
+		if rev, gone := deleted["vpc-b2"]; gone {
+			Expect(deleted).To(HaveKey("vm-b2"), "vpc-b2 went while vm-b2, which references it, was there")
+			Expect(rev).To(BeNumerically(">", deleted["vm-b2"]))
+		}
+		lock.Unlock()
+
+		By("mending the watch: the teardown completes")
+		breaker.Mend()
+		Eventually(func() bool {
+			return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(ns), &corev1.Namespace{}))
+		}).WithTimeout(2*timeout).WithPolling(interval).Should(BeTrue(), "the namespace was not deleted")
+		Eventually(func(g Gomega) {
+			lock.Lock()
+			defer lock.Unlock()
+			g.Expect(deleted).To(HaveKey("vpc-b2"))
+			g.Expect(deleted).To(HaveKey("vm-b2"))
+			g.Expect(deleted["vpc-b2"]).To(BeNumerically(">", deleted["vm-b2"]), "vpc-b2 went before vm-b2, which references it")
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+	})
+
+	It("breaks a cycle of references in a namespace's teardown at the object that sorts first, instead of stalling", func(ctx context.Context) {
+		c := cli.Cluster(consumer)
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "cycle"}}
+		Expect(c.Create(ctx, ns)).To(Succeed())
+		create(ctx, consumer, newObject(vpcGVR, ns.Name, "vpc-c", map[string]any{"gatewayVM": "vm-c"}))
+		create(ctx, consumer, newObject(vmGVR, ns.Name, "vm-c", vmRef("vpc-c")))
+		expectDenied(ctx, consumer, vpcGVR, ns.Name, "vpc-c", "VirtualMachine/"+ns.Name+"/vm-c")
+		expectDenied(ctx, consumer, vmGVR, ns.Name, "vm-c", "VPC/"+ns.Name+"/vpc-c")
+		before, err := wh.Counter("dependency_webhook_teardown_cycles_broken_total", nil)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(c.Delete(ctx, ns)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(ns), &corev1.Namespace{}))
+		}).WithTimeout(2*timeout).WithPolling(interval).Should(BeTrue(), "the namespace's teardown stalled on the cycle")
+		after, err := wh.Counter("dependency_webhook_teardown_cycles_broken_total", nil)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(after).To(BeNumerically(">", before), "the cycle was not reported")
+	})
+
+	It("keeps the VPCs that VMs created before an APIBinding's deletion reference, however soon before", func(ctx context.Context) {
+		_, ws := envtest.NewWorkspaceFixture(GinkgoT(), cli, core.RootCluster.Path(), envtest.WithNamePrefix("binding-race"))
+		bindExports(ctx, ws, export{network, "network.test.io"}, export{compute, "compute.test.io"})
+		const n = 10
+		for i := range n {
+			create(ctx, ws, newObject(vpcGVR, "default", fmt.Sprintf("vpc-%d", i), nil))
+		}
+		By("creating the VMs and deleting the network binding right after the last CREATE returned")
+		for i := range n {
+			Expect(cli.Cluster(ws).Create(ctx, newObject(vmGVR, "default", fmt.Sprintf("vm-%d", i), vmRef(fmt.Sprintf("vpc-%d", i))))).To(Succeed())
+		}
+		binding := &apisv1alpha2.APIBinding{ObjectMeta: metav1.ObjectMeta{Name: "network.test.io"}}
+		Expect(cli.Cluster(ws).Delete(ctx, binding)).To(Succeed())
+		Consistently(func(g Gomega) {
+			for i := range n {
+				o := newObject(vpcGVR, "default", fmt.Sprintf("vpc-%d", i), nil)
+				g.Expect(cli.Cluster(ws).Get(ctx, client.ObjectKeyFromObject(o), o)).To(Succeed(), "vpc-%d went while vm-%d references it", i, i)
+			}
+		}).WithTimeout(8 * time.Second).WithPolling(500 * time.Millisecond).Should(Succeed())
+
+		By("deleting the VMs: the binding's deletion completes")
+		for i := range n {
+			Expect(deleteObject(ctx, cli.Cluster(ws), vmGVR, "default", fmt.Sprintf("vm-%d", i))).To(Succeed())
+		}
+		Eventually(func() bool {
+			return apierrors.IsNotFound(cli.Cluster(ws).Get(ctx, client.ObjectKeyFromObject(binding), binding))
+		}).WithTimeout(2*timeout).WithPolling(interval).Should(BeTrue(), "the APIBinding was not deleted")
+	})
+})
+
+// toUnstructured converts a typed object for kcpenv.Apply.
+func toUnstructured(obj runtime.Object) *unstructured.Unstructured {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	Expect(err).NotTo(HaveOccurred())
+	return &unstructured.Unstructured{Object: m}
+}
+
+// dynamicFor returns a dynamic client of the workspace ws.
+func dynamicFor(ws logicalcluster.Path) dynamic.Interface {
+	cfg := rest.CopyConfig(kcpConfig)
+	cfg.Host += ws.RequestPath()
+	return dynamic.NewForConfigOrDie(cfg)
+}
