@@ -149,7 +149,8 @@ test-e2e: build kcp ginkgo helm previous ## Run the e2e suite: both binaries as 
 # package's testdata/fuzz/<Target>/ by go test; commit them, and they run as
 # regression cases in `make test` from then on.
 FUZZ_TARGETS ?= ./internal/fieldpath/:FuzzParse ./internal/fieldpath/:FuzzResolveJSON \
-	./internal/vw/:FuzzStreamList ./internal/index/store/:FuzzDecodeObject ./internal/webhook/:FuzzAdmissionHandler
+	./internal/vw/:FuzzStreamList ./internal/index/store/:FuzzDecodeObject ./internal/webhook/:FuzzAdmissionHandler \
+	./internal/records/:FuzzVerify
 FUZZTIME ?= 30s
 
 .PHONY: fuzz
@@ -160,7 +161,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 30s) on top of its corpus.
 	done
 
 .PHONY: measure
-measure: build kcp ## Measure on a real kcp: single DELETEs (1,000 and 10,000 dependents), a dependent CREATE, bulk deletions (500 to 2,000), a 3-level stack deleted under Replay rules (1,000 per level), the webhook's memory; prints tables (MEASURE_ONLY=single,create,bulk,stack).
+measure: build kcp ## Measure on a real kcp: single DELETEs (1,000 and 10,000 dependents), dependent CREATEs and UPDATEs, bulk deletions (500 to 2,000), a 3-level stack deleted under Replay rules (1,000 per level), protected-object UPDATEs, the webhook's memory; prints tables (MEASURE_ONLY=single,create,update,bulk,stack).
 	go test -tags perf -count=1 -timeout 60m -v -run TestMeasure ./test/perf/
 
 # How long `make soak` churns, in minutes.

@@ -16,7 +16,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -174,10 +176,20 @@ func (e *env) up(ctx context.Context, withObjects bool) error {
 	if err != nil {
 		return err
 	}
+	// The key that signs deferred deletions' records, as the chart's
+	// record-keys Secret provides it; kept across restarts, like the
+	// Secret, so that records written before still verify.
+	recordKeys := filepath.Join(e.state, "record-keys")
+	if _, err := os.Stat(filepath.Join(recordKeys, "key-1")); errors.Is(err, fs.ErrNotExist) {
+		if _, err := kcpenv.WriteRecordKey(recordKeys); err != nil {
+			return err
+		}
+	}
 	e.webhook = &kcpenv.Process{
 		Name: "webhook", Binary: filepath.Join(e.bin, "webhook"), LogPath: filepath.Join(e.state, "webhook.log"), HealthAddr: freeAddr(),
 		Args: []string{"--kubeconfig=" + filepath.Join(e.state, "dependency-webhook.kubeconfig"),
-			"--bind-address=127.0.0.1", fmt.Sprintf("--port=%d", webhookPort), "--cert-dir=" + certDir, "--metrics-bind-address=0"},
+			"--bind-address=127.0.0.1", fmt.Sprintf("--port=%d", webhookPort), "--cert-dir=" + certDir, "--metrics-bind-address=0",
+			"--record-keys-dir=" + recordKeys},
 	}
 	e.webhook.Args = append(e.webhook.Args, "--health-probe-bind-address="+e.webhook.HealthAddr)
 	e.controller = &kcpenv.Process{

@@ -226,8 +226,13 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 		cfg, err := getConfig(ctx, network)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(cfg.Labels).To(HaveKeyWithValue(webhookconfig.ManagedByLabel, webhookconfig.ManagedByValue))
-		Expect(cfg.Webhooks).To(HaveLen(1))
+		Expect(cfg.Webhooks).To(HaveLen(2), "the deletion webhook and the guard of deferred deletions' records")
 		wh := cfg.Webhooks[0]
+		Expect(wh.Name).To(Equal("deletion.dependencies.opendefense.cloud"))
+		guard := cfg.Webhooks[1]
+		Expect(guard.Name).To(Equal(webhookconfig.RecordsWebhookName))
+		Expect(guard.FailurePolicy).To(Equal(ptr.To(admissionregistrationv1.Fail)), "records are guarded while the webhook is down")
+		Expect(guard.MatchConditions).To(HaveLen(1), "kcp calls the guard only for writes that set or change a record")
 		Expect(*wh.ClientConfig.URL).To(HavePrefix(webhookURL+"/"), "the URL names the provider workspace")
 		Expect(wh.ClientConfig.CABundle).To(Equal(ca))
 		Expect(wh.TimeoutSeconds).To(Equal(ptr.To[int32](4)))
@@ -246,8 +251,7 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 
 		By("not rewriting an unchanged configuration")
 		// Read after Ready: the reconcile that reported it has finished
-		// its writes (a create is followed by a write of its managed
-		// fields, see upgradeManagedFields).
+		// its writes.
 		cfg, err = getConfig(ctx, network)
 		Expect(err).NotTo(HaveOccurred())
 		Consistently(func() string {

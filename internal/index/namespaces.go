@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/kcp-dev/logicalcluster/v3"
 
@@ -93,6 +94,7 @@ func (ix *Index) NamespaceTerminating(ctx context.Context, src Source, cluster l
 	ix.lock.Lock()
 	ix.namespaces[key] = namespaceState{terminating: terminating, at: now}
 	ix.lock.Unlock()
+	log.FromContext(ctx).V(1).Info("Asked kcp whether a namespace is being deleted", "cluster", cluster, "namespace", namespace, "terminating", terminating)
 	return terminating, nil
 }
 

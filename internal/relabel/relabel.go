@@ -132,7 +132,7 @@ func (r *Relabeller) pass(ctx context.Context) {
 		targets = append(targets, t)
 	}
 	slices.SortFunc(targets, func(a, b registry.Target) int {
-		return compareStrings(string(a.Cluster)+"/"+a.Resource.String(), string(b.Cluster)+"/"+b.Resource.String())
+		return strings.Compare(string(a.Cluster)+"/"+a.Resource.String(), string(b.Cluster)+"/"+b.Resource.String())
 	})
 	for _, t := range targets {
 		if ctx.Err() != nil {
@@ -146,16 +146,6 @@ func (r *Relabeller) pass(ctx context.Context) {
 			}
 		}
 	}
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // relabel has the dependents of one type that are not labelled under its
@@ -217,43 +207,59 @@ const relabelPrefix = "relabel-"
 // trigger writes a throwaway value to the scheme label of each dependent,
 // which kcp passes through the labelling webhook, and returns how many came
 // back labelled under l's scheme, how many came back with any managed label
-// at all (the labelling webhook ran), and how many writes were refused.
+// at all (the labelling webhook ran), and how many writes were refused. The
+// first dependent goes alone: if the labelling webhook did not run for it
+// (not installed yet) or the write was refused, the others are left for
+// the next pass, so that a missing webhook or grant costs one write per
+// pass, not one per dependent.
 func (r *Relabeller) trigger(ctx context.Context, l registry.Labelling, stale []kcp.Meta) (labelled, vouched, denied int) {
+	if len(stale) == 0 {
+		return 0, 0, 0
+	}
 	body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{
 		depv1alpha1.LabelReferencesScheme: relabelPrefix + strconv.FormatInt(r.now().UnixNano(), 36),
 	}}})
+	var lock sync.Mutex
+	one := func(m kcp.Meta) {
+		patched, err := r.index.Patch(ctx, l.Dependent, m.Cluster, m.Namespace, m.Name, types.MergePatchType, body)
+		lock.Lock()
+		defer lock.Unlock()
+		switch {
+		case err == nil:
+			scheme, _ := jsonparser.GetString(patched, "metadata", "labels", depv1alpha1.LabelReferencesScheme)
+			if scheme == l.Scheme.Fingerprint {
+				labelled++
+			}
+			if scheme != "" && !strings.HasPrefix(scheme, relabelPrefix) {
+				vouched++
+			}
+		case apierrors.IsNotFound(err):
+			labelled++ // gone
+		case apierrors.IsForbidden(err):
+			denied++
+		}
+	}
+	one(stale[0])
+	if labelled == 0 && vouched == 0 {
+		return labelled, vouched, denied
+	}
 	var (
-		lock sync.Mutex
 		wg   sync.WaitGroup
 		next = make(chan kcp.Meta)
 	)
 	for range r.opts.Workers {
 		wg.Go(func() {
 			for m := range next {
-				patched, err := r.index.Patch(ctx, l.Dependent, m.Cluster, m.Namespace, m.Name, types.MergePatchType, body)
-				lock.Lock()
-				switch {
-				case err == nil:
-					scheme, _ := jsonparser.GetString(patched, "metadata", "labels", depv1alpha1.LabelReferencesScheme)
-					if scheme == l.Scheme.Fingerprint {
-						labelled++
-					}
-					if scheme != "" && !strings.HasPrefix(scheme, relabelPrefix) {
-						vouched++
-					}
-				case apierrors.IsNotFound(err):
-					labelled++ // gone
-				case apierrors.IsForbidden(err):
-					denied++
-				}
-				lock.Unlock()
+				one(m)
 			}
 		})
 	}
-	for _, m := range stale {
+feed:
+	for _, m := range stale[1:] {
 		select {
 		case next <- m:
 		case <-ctx.Done():
+			break feed
 		}
 	}
 	close(next)

@@ -206,7 +206,9 @@ func (v *DeletionValidator) Handle(ctx context.Context, req admission.Request) a
 }
 
 func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (admission.Response, decision) {
-	logger := log.FromContext(ctx, "resource", req.Resource, "name", req.Name, "namespace", req.Namespace)
+	// controller-runtime's logger names the request's resource, namespace
+	// and name already.
+	logger := log.FromContext(ctx)
 	failed := decision{outcome: DecisionError}
 
 	// 1. Only deletions are judged.
@@ -234,6 +236,11 @@ func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (
 		return v.bypass(logger, req, obj), decision{outcome: DecisionBypassed}
 	}
 	logger = logger.WithValues("cluster", obj.Cluster, "provider", obj.provider)
+	if req.Name == "" {
+		// An item of a DELETECOLLECTION (a namespace's teardown): the
+		// request names the collection only.
+		logger = logger.WithValues("item", obj.Name)
+	}
 
 	// 5. The rules protecting this resource of this provider.
 	target := schema.GroupResource{Group: req.Resource.Group, Resource: req.Resource.Resource}

@@ -206,13 +206,15 @@ func TestWebhookAccessSamples(t *testing.T) {
 					t.Errorf("rule %+v is not limited to the provider's export by name", r)
 				}
 				// Writes only on the export's content: patch records a
-				// deferred deletion (or a mark), delete replays it.
+				// deferred deletion and relabels dependents, delete replays
+				// a deferred deletion, create writes Events through the
+				// export's events claim (and the namespace probe's dry runs).
 				content := slices.Equal(r.Resources, []string{"apiexports/content"})
 				for _, v := range r.Verbs {
 					read := v == "get" || v == "list" || v == "watch" || v == "access"
-					write := v == "patch" || v == "delete"
+					write := v == "patch" || v == "delete" || v == "create"
 					if !read && (!write || !content) {
-						t.Errorf("rule %+v grants %q; the webhook reads, and patches and deletes only objects of the export", r, v)
+						t.Errorf("rule %+v grants %q; the webhook reads, and patches, deletes and creates only objects of the export", r, v)
 					}
 				}
 			}

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,27 +17,55 @@ import (
 
 // creates measures the CREATE of a dependent (a VirtualMachine referencing
 // an existing VPC) without any rule and with the rule, under which kcp calls
-// the webhook's check of new references, which reads the VPC.
+// the labelling webhook, which computes the VM's reference labels, and the
+// check of new references, which reads the VPC. The labelling call is
+// isolated as a label-only UPDATE of a VM: kcp calls the labelling webhook
+// for it (its match condition covers label changes) but not the check of
+// new references (whose match condition covers only the fields references
+// lie in).
 func (s *setup) creates(ctx context.Context, t *testing.T) []string {
 	const ns = "create"
-	must(t, s.cli.Cluster(s.consumer).Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	s.createNamespace(ctx, t, ns)
 	createObjects(t, s.dyn, vpcs, ns, 1, func(int) (string, map[string]any) { return "target", map[string]any{} })
+	createObjects(t, s.dyn, vms, ns, 1, func(int) (string, map[string]any) { return "vm-relabelled", vmSpec("target") })
 	seq := 0
 	create := func() error {
 		seq++
 		_, err := s.dyn.Resource(vms).Namespace(ns).Create(ctx, newObject(vms, ns, fmt.Sprintf("vm-%05d", seq), vmSpec("target")), metav1.CreateOptions{})
 		return err
 	}
+	relabel := func() error {
+		seq++
+		_, err := s.dyn.Resource(vms).Namespace(ns).Patch(ctx, "vm-relabelled", types.MergePatchType,
+			fmt.Appendf(nil, `{"metadata":{"labels":{"perf-seq":"%d"}}}`, seq), metav1.PatchOptions{})
+		return err
+	}
+	// calls returns how often the webhook was called to label a dependent
+	// and to check its new references.
+	calls := func() (labelled, checked float64) {
+		return s.sum(t, "dependency_webhook_labels_total"), s.sum(t, "dependency_webhook_reference_checks_total")
+	}
 
 	s.protect(ctx, t, nil)
-	free := measure(t, create)
+	free, freeRelabel := measure(t, create), measure(t, relabel)
 	s.protect(ctx, t, s.standard)
 	s.waitReferencesGuarded(ctx, t, ns)
+	labelled0, checked0 := calls()
 	guarded := measure(t, create)
-	return []string{"## Dependent CREATE (p50 / p99, ms): a VirtualMachine referencing an existing VPC", "",
-		"| no rule | with the rule (new references checked) |",
-		"|---|---|",
-		fmt.Sprintf("| %s | %s |", free, guarded), ""}
+	labelled1, checked1 := calls()
+	guardedRelabel := measure(t, relabel)
+	labelled2, checked2 := calls()
+	diff := func(with, without latency) string { return fmt.Sprintf("%+.1f", msOf(with.p50-without.p50)) }
+	return []string{"## Dependent writes (p50 / p99, ms): a VirtualMachine referencing an existing VPC", "",
+		"| request | no rule | with the rule | with minus without (p50) |",
+		"|---|---|---|---|",
+		fmt.Sprintf("| CREATE (with the rule: the labelling webhook and the check of new references) | %s | %s | %s |", free, guarded, diff(guarded, free)),
+		fmt.Sprintf("| label-only UPDATE (with the rule: the labelling webhook alone) | %s | %s | %s |", freeRelabel, guardedRelabel, diff(guardedRelabel, freeRelabel)),
+		"",
+		fmt.Sprintf("With the rule, the webhook labelled %.0f times and checked new references %.0f times during the %d CREATEs, and %.0f and %.0f times during the %d label-only UPDATEs (dependency_webhook_labels_total, dependency_webhook_reference_checks_total).",
+			labelled1-labelled0, checked1-checked0, samples+2, labelled2-labelled1, checked2-checked1, samples+2),
+		fmt.Sprintf("So of the %s ms that the rule adds to a CREATE, the labelling call takes about %s ms (taking it to cost on a CREATE what it costs on an UPDATE) and the check of new references the rest.",
+			diff(guarded, free), diff(guardedRelabel, freeRelabel)), ""}
 }
 
 // waitReferencesGuarded waits until the check of new references refuses a

@@ -6,18 +6,44 @@
 // (MEASURE_ONLY, comma-separated; all by default):
 //
 //   - single: single DELETEs with 1,000 and 10,000 dependents in the
-//     namespace (MEASURE_SINGLE_N) of a never referenced, a formerly
-//     referenced and a referenced object (and a burst of concurrent allowed
-//     ones), the same DELETE without any rule, and the webhook's memory per
-//     indexed dependent;
-//   - create: a dependent's CREATE with the check of new references and
-//     without any rule;
+//     namespace (MEASURE_SINGLE_N): the DELETE of a VPC created a moment
+//     before that nothing references, with the rule and without any rule,
+//     once before the dependents are labelled with what they reference
+//     (the confirming read lists every dependent in scope) and once the
+//     rule reports DependentsLabelled=True (two label-selected LISTs); a
+//     formerly referenced VPC, a referenced one (denied from the index), a
+//     burst of concurrent allowed ones; how the webhook read the
+//     dependents for each allowed DELETE (from its metrics); kcp's part of
+//     a label-selected read (the LIST made directly, with nothing written
+//     before it and right after a VPC's CREATE); and the webhook's memory
+//     per indexed dependent;
+//   - create: a dependent's CREATE with the rule (the labelling webhook and
+//     the check of new references) and without any rule, and a label-only
+//     UPDATE of a dependent, which kcp sends to the labelling webhook alone;
+//   - update: UPDATEs of a protected object that leave the records of
+//     deferred deletions alone, with the rule (the guard of records is
+//     configured, and kcp evaluates its match condition) and without, and
+//     that kcp called the guard for none of them;
 //   - bulk: bulk deletions (kubectl delete --all, and deleting a namespace)
 //     with 500, 1,000 and 2,000 targets (MEASURE_BULK_N) and as many
-//     dependents referencing them, with the rule and without it;
+//     dependents referencing them, with the rule and without it, and how
+//     the webhook decided the items of the namespace deletion;
 //   - stack: a three-level stack of 1,000 objects per level
 //     (MEASURE_STACK_N) deleted in one go under Replay rules, against an
 //     ordered deletion without rules.
+//
+// The webhook looks for unlabelled dependents every 30s, as in production
+// (procenv's 2s would add a wildcard LIST of every dependent every 2s to the
+// measurements with rules); a change of the rules has it look at once.
+// Before measuring with rules, protect waits until every rule reports
+// DependentsLabelled=True, so that the webhook's relabelling does not run
+// during a measurement; single and bulk delete the namespaces they leave
+// behind, so that a later change of the rules has few dependents to
+// relabel. The allowed DELETE before labelling is held still by revoking
+// the compute provider's grant of patch (its webhook-access.yaml) while a
+// VirtualMachine from before the rule exists: the webhook cannot relabel
+// it, so the rule reports DependentsLabelled=False (AccessDenied) until the
+// grant is restored.
 //
 // Run it with `make measure`; it prints tables (and writes them to
 // MEASURE_OUTPUT if set).
@@ -56,6 +82,7 @@ import (
 	clusterclient "github.com/kcp-dev/multicluster-provider/client"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
 	"github.com/opendefensecloud/dependency-controller/test/procenv"
 )
@@ -75,6 +102,10 @@ const samples = 30
 // burst is how many allowed DELETEs of one namespace are sent at once.
 const burst = 16
 
+// relabelInterval is how often the webhook looks for unlabelled dependents:
+// the production default.
+const relabelInterval = 30 * time.Second
+
 // setup is the measured installation.
 type setup struct {
 	env        *procenv.Env
@@ -93,10 +124,12 @@ type setup struct {
 	standard *protection
 	// active is the installed protection, nil for none.
 	active *protection
+	// seq numbers the objects created to be measured.
+	seq int
 }
 
 // parts are the parts of the measurement, in the order they run.
-var parts = []string{"single", "create", "bulk", "stack"}
+var parts = []string{"single", "create", "update", "bulk", "stack"}
 
 func TestMeasure(t *testing.T) {
 	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
@@ -126,14 +159,18 @@ func TestMeasure(t *testing.T) {
 			report = append(report, s.singles(ctx, t, singleN)...)
 		case "create":
 			report = append(report, s.creates(ctx, t)...)
+		case "update":
+			report = append(report, s.updates(ctx, t)...)
 		case "bulk":
 			report = append(report, "## Bulk deletions (seconds): N targets and N dependents referencing them", "",
-				"| N | `kubectl delete vpcs --all`, no rule | same, with the rule (all denied) | namespace, no rule | namespace, with the rule |",
-				"|---|---|---|---|---|")
+				"| N | `kubectl delete vpcs --all`, no rule | same, with the rule (all denied) | namespace, no rule | namespace, with the rule | ratio | namespace with the rule: items decided via teardown / live / index |",
+				"|---|---|---|---|---|---|---|")
 			for _, n := range bulkN {
 				report = append(report, s.bulk(ctx, t, n))
 			}
-			report = append(report, "")
+			report = append(report, "", "Items: the webhook's DELETE decisions during the namespace deletion (dependency_webhook_decisions_total by via, every outcome): "+
+				"teardown items are decided from the index alone once kcp refuses a dry-run Event in the namespace (it is being deleted); "+
+				"live ones read the dependents; index ones were denied from the index (their VM was not deleted yet, and kcp retries them).", "")
 		case "stack":
 			report = append(report, s.stacks(ctx, t, stackN)...)
 		}
@@ -148,35 +185,87 @@ func TestMeasure(t *testing.T) {
 
 // singles measures single DELETEs with each number of dependents in the
 // namespace, and the webhook's memory.
+//
+// The allowed DELETE of a VPC created a moment before is measured twice:
+// before the dependents are labelled, and once they are. To hold the first
+// state still, the compute provider's grant of patch to the webhook is
+// revoked and a VirtualMachine is created before the rule: the webhook
+// cannot relabel it, so the rule reports DependentsLabelled=False
+// (AccessDenied) and every confirming read lists all dependents in scope,
+// as while the relabeller works through the dependents of a new rule. The
+// dependents created under the rule are labelled anyway, by kcp's call of
+// the labelling webhook. Then the grant is restored, and the rest is
+// measured once the rule reports DependentsLabelled=True.
 func (s *setup) singles(ctx context.Context, t *testing.T, sizes []int) []string {
 	report := []string{"## Single DELETEs (p50 / p99, ms; dry-run, through kcp's admission chain)", "",
-		fmt.Sprintf("| dependents in the namespace | DELETE, no rule | never referenced (allowed) | formerly referenced (allowed) | referenced (denied) | %d concurrent never referenced, whole burst | raw LIST of the dependents |", burst),
-		"|---|---|---|---|---|---|---|"}
-	s.protect(ctx, t, s.standard)
+		fmt.Sprintf("| dependents in the namespace | DELETE of a VPC created a moment before, no rule | referenced (denied, from the index) | created a moment before, unreferenced (allowed): before labelling | same, dependents labelled | labelled minus no rule (p50) | formerly referenced (allowed) | %d concurrent unreferenced, whole burst | raw LIST of the dependents |", burst),
+		"|---|---|---|---|---|---|---|---|---|"}
+	s.protect(ctx, t, nil)
+	s.grantPatch(ctx, t, false)
+	const unlabelled = "unlabelled"
+	s.createNamespace(ctx, t, unlabelled)
+	createObjects(t, s.dyn, vms, unlabelled, 1, func(int) (string, map[string]any) { return "vm-unlabelled", vmSpec("none") })
+	s.install(ctx, t, s.standard)
+	vmRule := s.standard.rules[0]
 	// The memory per indexed dependent is read once the dependents are
 	// indexed, before the DELETEs below add the garbage of their live reads.
 	before := s.memory(t)
-	for _, n := range sizes {
-		s.populateSingle(ctx, t, n)
+	rows := make([]singleRow, len(sizes))
+	for i, n := range sizes {
+		rows[i] = singleRow{n: n, ns: fmt.Sprintf("n%d", n)}
+		s.populateSingle(ctx, t, rows[i].ns, n)
 	}
 	s.waitIndexed(ctx, t)
 	indexed := s.indexed(t)
 	after := s.memory(t)
-	rows := make([]singleRow, len(sizes))
-	for i, n := range sizes {
-		rows[i] = s.single(ctx, t, n)
+
+	var notes []string
+	if c := s.waitCondition(ctx, t, vmRule); c.Status == metav1.ConditionTrue {
+		notes = append(notes, fmt.Sprintf("Before labelling: not measured; the rule %s reported DependentsLabelled=True already (the webhook relabelled before the revoked grant of patch took effect).", vmRule.Name))
+	} else {
+		notes = append(notes, fmt.Sprintf("Before labelling, the rule %s reported DependentsLabelled=%s (%s): %s", vmRule.Name, c.Status, c.Reason, c.Message))
+		for i := range rows {
+			rows[i].before, rows[i].beforeReads = s.measureNew(ctx, t, rows[i].ns)
+		}
 	}
+	changed := s.sum(t, "dependency_webhook_labels_total", `result="changed"`)
+	restored := time.Now()
+	s.grantPatch(ctx, t, true)
+	s.waitLabelled(ctx, t, s.standard)
+	notes = append(notes, fmt.Sprintf("Once the webhook was granted patch again, the rule reported DependentsLabelled=True after %.1f s (the webhook looks for unlabelled dependents every %s; the labelling webhook changed the labels of %.0f dependents meanwhile).",
+		time.Since(restored).Seconds(), relabelInterval, s.sum(t, "dependency_webhook_labels_total", `result="changed"`)-changed))
+	s.waitLabelReads(ctx, t, rows[0].ns)
+	for i := range rows {
+		s.single(ctx, t, &rows[i])
+	}
+
 	// The baseline: the same DELETE without any rule.
 	s.protect(ctx, t, nil)
-	var marked []string
-	for i, row := range rows {
-		rows[i].baseline = measure(t, func() error { return s.dyn.Resource(vpcs).Namespace(row.ns).Delete(ctx, "free", dryRun) })
-		report = append(report, fmt.Sprintf("| %d | %s | %s | %s | %s | %s | %s |", row.n, rows[i].baseline, row.never, row.former, row.denied, row.burst, row.list))
-		marked = append(marked, row.marked...)
+	for i := range rows {
+		row := &rows[i]
+		row.baseline, _ = s.measureNew(ctx, t, row.ns)
+		report = append(report, fmt.Sprintf("| %d | %s | %s | %s | %s | %+.1f | %s | %s | %s |", row.n, row.baseline, row.denied, row.before, row.labelled,
+			msOf(row.labelled.p50-row.baseline.p50), row.former, row.burst, row.list))
 	}
-	if len(marked) > 0 {
-		report = append(report, "", fmt.Sprintf("Marked %s before the DELETEs: %s.", depv1alpha1.LabelUnreferenced, strings.Join(marked, ", ")))
+	report = append(report, "")
+	for _, row := range rows {
+		if row.beforeReads != "" {
+			notes = append(notes, fmt.Sprintf("%d dependents, before labelling, per allowed DELETE: %s.", row.n, row.beforeReads))
+		}
+		notes = append(notes, fmt.Sprintf("%d dependents, labelled, per allowed DELETE: %s.", row.n, row.labelledReads))
+		notes = append(notes, fmt.Sprintf("%d dependents: a consistent label-selected LIST of the namespace's VMs that matches none (one of the webhook's two reads, made directly) takes %s ms with nothing written before it, and %s ms right after a VPC's CREATE "+
+			"(kcp answers a consistent LIST from its watch cache once that has caught up with etcd's current revision, which a write of another resource moves on; so the LIST waits for a progress notification of the VMs' watch).",
+			row.n, row.selected, row.selectedAfterWrite))
+		if row.deniedElsewhere > 0 {
+			notes = append(notes, fmt.Sprintf("%d dependents: %.0f of the %d denials were not decided from the index.", row.n, row.deniedElsewhere, samples+2))
+		}
 	}
+	report = append(report, notes...)
+	s.dropNamespaces(ctx, t, unlabelled)
+	for _, row := range rows {
+		s.dropNamespaces(ctx, t, row.ns)
+	}
+
 	perTenK := func(before, after float64) float64 { return (after - before) / float64(indexed) * 10000 / (1 << 20) }
 	rss, heap := perTenK(before.rss, after.rss), perTenK(before.heap, after.heap)
 	report = append(report, "", "## Webhook memory", "",
@@ -191,9 +280,9 @@ func (s *setup) singles(ctx context.Context, t *testing.T, sizes []int) []string
 // topology (see procenv.Start): a network provider (VPCs and Subnets; it
 // grants the webhook access to read, record and replay), a compute provider
 // (VirtualMachines, which reference VPCs or Subnets; it grants the webhook
-// read access) and a consumer binding both.
+// read access and patch to relabel) and a consumer binding both.
 func start(ctx context.Context, t *testing.T) *setup {
-	e := procenv.Start(ctx, t, procenv.Options{Consumers: []string{"consumer"}})
+	e := procenv.Start(ctx, t, procenv.Options{Consumers: []string{"consumer"}, WebhookArgs: []string{"--relabel-interval=" + relabelInterval.String()}})
 	c := e.Consumers[0]
 	s := &setup{
 		env: e, cli: e.Cli, dyn: c.Dyn, raw: c.Raw, consumer: c.Path, compute: e.Compute, network: e.Network,
@@ -204,13 +293,12 @@ func start(ctx context.Context, t *testing.T) *setup {
 	return s
 }
 
-// populateSingle creates the namespace of single with n dependents and the
-// VPCs to delete: "protected" (referenced by vm-target), "former"
-// (referenced by vm-former until single deletes it), "free" and the burst's
-// free-0 to free-15 (never referenced).
-func (s *setup) populateSingle(ctx context.Context, t *testing.T, n int) {
-	ns := fmt.Sprintf("n%d", n)
-	must(t, s.cli.Cluster(s.consumer).Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+// populateSingle creates the namespace ns of single with n dependents and
+// the VPCs to delete: "protected" (referenced by vm-target), "former"
+// (referenced by vm-former until single deletes it) and the burst's free-0
+// to free-15 (never referenced).
+func (s *setup) populateSingle(ctx context.Context, t *testing.T, ns string, n int) {
+	s.createNamespace(ctx, t, ns)
 	start := time.Now()
 	createObjects(t, s.dyn, vms, ns, n, func(i int) (string, map[string]any) {
 		switch i {
@@ -222,27 +310,31 @@ func (s *setup) populateSingle(ctx context.Context, t *testing.T, n int) {
 		return fmt.Sprintf("vm-%05d", i), vmSpec(fmt.Sprintf("vpc-%d", i%50))
 	})
 	t.Logf("created %d VirtualMachines in %s", n, time.Since(start).Round(time.Second))
-	createObjects(t, s.dyn, vpcs, ns, 3+burst, func(i int) (string, map[string]any) {
-		if i < 3 {
-			return []string{"protected", "former", "free"}[i], map[string]any{}
+	createObjects(t, s.dyn, vpcs, ns, 2+burst, func(i int) (string, map[string]any) {
+		if i < 2 {
+			return []string{"protected", "former"}[i], map[string]any{}
 		}
-		return fmt.Sprintf("free-%d", i-3), map[string]any{}
+		return fmt.Sprintf("free-%d", i-2), map[string]any{}
 	})
 }
 
 // singleRow is a row of the single DELETEs: p50 / p99 of each column.
 type singleRow struct {
-	n                                            int
-	ns                                           string
-	baseline, never, former, denied, burst, list string
-	// marked are the objects that carried the unreferenced mark.
-	marked []string
+	n                                                       int
+	ns                                                      string
+	baseline, before, labelled, former, denied, burst, list latency
+	// selected and selectedAfterWrite are a label-selected LIST of the
+	// dependents made directly, with nothing written before it and right
+	// after a VPC's CREATE.
+	selected, selectedAfterWrite latency
+	beforeReads, labelledReads   string
+	// deniedElsewhere counts the denials not decided from the index.
+	deniedElsewhere float64
 }
 
-// single measures single DELETEs with n dependents in the namespace that
-// populateSingle created, under the standard rule, all but the baseline.
-func (s *setup) single(ctx context.Context, t *testing.T, n int) singleRow {
-	row := singleRow{n: n, ns: fmt.Sprintf("n%d", n)}
+// single measures single DELETEs under the standard rule, its dependents
+// labelled, in the namespace of row that populateSingle created.
+func (s *setup) single(ctx context.Context, t *testing.T, row *singleRow) {
 	vpcsIn := s.dyn.Resource(vpcs).Namespace(row.ns)
 	// "former" was referenced: its dependent goes, and the index sees it go.
 	must(t, s.dyn.Resource(vms).Namespace(row.ns).Delete(ctx, "vm-former", metav1.DeleteOptions{}))
@@ -253,16 +345,13 @@ func (s *setup) single(ctx context.Context, t *testing.T, n int) singleRow {
 	}); err != nil {
 		t.Fatalf("the formerly referenced VPC %s/former is still not deletable: %v", row.ns, last)
 	}
-	for _, name := range []string{"free", "former"} {
-		if s.waitUnreferencedMarked(ctx, t, vpcs, row.ns, name) {
-			row.marked = append(row.marked, row.ns+"/"+name)
-		}
-	}
 
 	row.list = measure(t, func() error {
 		_, err := s.raw.Get().AbsPath("apis", vms.Group, vms.Version, "namespaces", row.ns, vms.Resource).DoRaw(ctx)
 		return err
 	})
+	const fromIndex = `dependency_webhook_decisions_total{outcome="denied",via="index"}`
+	denials, fromIndex0 := s.sum(t, "dependency_webhook_decisions_total", `outcome="denied"`), s.counter(t, fromIndex)
 	row.denied = measure(t, func() error {
 		err := vpcsIn.Delete(ctx, "protected", dryRun)
 		switch {
@@ -273,43 +362,105 @@ func (s *setup) single(ctx context.Context, t *testing.T, n int) singleRow {
 		}
 		return nil
 	})
-	row.never = measure(t, func() error { return vpcsIn.Delete(ctx, "free", dryRun) })
+	row.deniedElsewhere = s.sum(t, "dependency_webhook_decisions_total", `outcome="denied"`) - denials - (s.counter(t, fromIndex) - fromIndex0)
+	row.labelled, row.labelledReads = s.measureNew(ctx, t, row.ns)
+	selected := func() error {
+		_, err := s.raw.Get().AbsPath("apis", vms.Group, vms.Version, "namespaces", row.ns, vms.Resource).
+			Param("labelSelector", reflabels.Key(vpcs.GroupResource(), "nothing-references-this")).DoRaw(ctx)
+		return err
+	}
+	row.selected = measure(t, selected)
+	row.selectedAfterWrite = measureEach(t, func() error {
+		s.seq++
+		_, err := vpcsIn.Create(ctx, newObject(vpcs, row.ns, fmt.Sprintf("new-%05d", s.seq), map[string]any{}), metav1.CreateOptions{})
+		return err
+	}, selected)
 	row.former = measure(t, func() error { return vpcsIn.Delete(ctx, "former", dryRun) })
 	row.burst = measure(t, func() error {
 		return parallel(burst, burst, func(i int) error { return vpcsIn.Delete(ctx, fmt.Sprintf("free-%d", i), dryRun) })
 	})
-	return row
 }
 
-// markWait is how long waitUnreferencedMarked waits for a mark to take
-// effect: --unreferenced-after, a pass of the cleaner, the controller's
-// object selector and kcp's admission picking it up.
-const markWait = time.Minute
+// measureNew measures the dry-run DELETE of a VPC in ns created a moment
+// before (each sample creates one, untimed) that nothing references, and
+// returns how the webhook read the dependents for it.
+func (s *setup) measureNew(ctx context.Context, t *testing.T, ns string) (latency, string) {
+	vpcsIn := s.dyn.Resource(vpcs).Namespace(ns)
+	before := s.reads(t)
+	var name string
+	l := measureEach(t, func() error {
+		s.seq++
+		name = fmt.Sprintf("new-%05d", s.seq)
+		_, err := vpcsIn.Create(ctx, newObject(vpcs, ns, name, map[string]any{}), metav1.CreateOptions{})
+		return err
+	}, func() error { return vpcsIn.Delete(ctx, name, dryRun) })
+	return l, s.reads(t).since(before, samples+2)
+}
 
-// waitUnreferencedMarked waits until deleting the object no longer reaches
-// the webhook (it carries the unreferenced mark that the DELETE webhook's
-// object selector skips), as a dry run that the webhook does not count
-// shows, and reports whether it came to that within markWait.
-func (s *setup) waitUnreferencedMarked(ctx context.Context, t *testing.T, gvr schema.GroupVersionResource, ns, name string) bool {
-	const allowedLive = `dependency_webhook_decisions_total{outcome="allowed",via="live"}`
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, markWait, true, func(context.Context) (bool, error) {
-		before := s.counter(t, allowedLive)
-		if err := s.dyn.Resource(gvr).Namespace(ns).Delete(ctx, name, dryRun); err != nil {
+// waitLabelReads waits until the webhook confirms an allowed DELETE in ns
+// with label-selected reads: it has seen the rule report
+// DependentsLabelled=True.
+func (s *setup) waitLabelReads(ctx context.Context, t *testing.T, ns string) {
+	vpcsIn := s.dyn.Resource(vpcs).Namespace(ns)
+	must(t, wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		before := s.reads(t)
+		s.seq++
+		name := fmt.Sprintf("new-%05d", s.seq)
+		if _, err := vpcsIn.Create(ctx, newObject(vpcs, ns, name, map[string]any{}), metav1.CreateOptions{}); err != nil {
 			return false, err
 		}
-		return s.counter(t, allowedLive) == before, nil
-	})
-	if err != nil && !wait.Interrupted(err) {
-		t.Fatal(err)
+		if err := vpcsIn.Delete(ctx, name, dryRun); err != nil {
+			return false, err
+		}
+		after := s.reads(t)
+		return after.label > before.label && after.list == before.list, nil
+	}))
+}
+
+// readCounts are the webhook's counts of its live reads of dependents.
+type readCounts struct {
+	// list, label and index count the reads of a scope: a LIST of every
+	// dependent in it, label-selected LISTs, or answered by the index.
+	list, label, index float64
+	// decisions counts the DELETEs decided with live reads, scanned the
+	// dependents they read.
+	decisions, scanned float64
+	// allowed counts the allowed DELETEs, took the seconds the webhook
+	// took to decide them.
+	allowed, took float64
+}
+
+// reads returns the webhook's counts of live reads.
+func (s *setup) reads(t *testing.T) readCounts {
+	m, err := procenv.Scrape(s.metrics)
+	must(t, err)
+	return readCounts{
+		list:      m[`dependency_webhook_live_reads_total{how="list"}`],
+		label:     m[`dependency_webhook_live_reads_total{how="label"}`],
+		index:     m[`dependency_webhook_live_reads_total{how="index"}`],
+		decisions: m["dependency_webhook_dependents_scanned_count"],
+		scanned:   m["dependency_webhook_dependents_scanned_sum"],
+		allowed:   m[`dependency_webhook_decision_duration_seconds_count{outcome="allowed"}`],
+		took:      m[`dependency_webhook_decision_duration_seconds_sum{outcome="allowed"}`],
 	}
-	return err == nil
+}
+
+// since describes the reads since before, per DELETE of n.
+func (c readCounts) since(before readCounts, n int) string {
+	per := func(a, b float64) float64 { return (a - b) / float64(n) }
+	took := 0.0
+	if allowed := c.allowed - before.allowed; allowed > 0 {
+		took = 1000 * (c.took - before.took) / allowed
+	}
+	return fmt.Sprintf("%.1f LISTs of every dependent in scope, %.1f label-selected LISTs, %.1f reads answered by the index, %.1f decisions read live, %.0f dependents read; the webhook took %.1f ms to decide",
+		per(c.list, before.list), per(c.label, before.label), per(c.index, before.index), per(c.decisions, before.decisions), per(c.scanned, before.scanned), took)
 }
 
 // bulk measures deleting n VPCs referenced by n VMs with kubectl delete
 // --all and by deleting their namespace, without the rule and with it.
 func (s *setup) bulk(ctx context.Context, t *testing.T, n int) string {
 	populate := func(ns string) {
-		must(t, s.cli.Cluster(s.consumer).Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+		s.createNamespace(ctx, t, ns)
 		createObjects(t, s.dyn, vpcs, ns, n, func(i int) (string, map[string]any) { return fmt.Sprintf("vpc-%05d", i), map[string]any{} })
 		createObjects(t, s.dyn, vms, ns, n, func(i int) (string, map[string]any) {
 			return fmt.Sprintf("vm-%05d", i), vmSpec(fmt.Sprintf("vpc-%05d", i))
@@ -332,27 +483,63 @@ func (s *setup) bulk(ctx context.Context, t *testing.T, n int) string {
 		}
 		return fmt.Sprintf("%.1f", took.Seconds())
 	}
-	deleteNamespace := func(ns string, protected bool) string {
+	deleteNamespace := func(ns string, protected bool) time.Duration {
 		populate(ns)
 		if protected {
 			s.waitIndexed(ctx, t)
 		}
 		start := time.Now()
-		must(t, s.cli.Cluster(s.consumer).Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
-		must(t, wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
-			err := s.cli.Cluster(s.consumer).Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{})
-			return apierrors.IsNotFound(err), nil
-		}))
-		return fmt.Sprintf("%.1f", time.Since(start).Seconds())
+		s.dropNamespaces(ctx, t, ns)
+		return time.Since(start)
+	}
+	decided := func() [3]float64 {
+		var out [3]float64
+		for i, via := range []string{"teardown", "live", "index"} {
+			out[i] = s.sum(t, "dependency_webhook_decisions_total", `via="`+via+`"`)
+		}
+		return out
 	}
 
+	allFree, allProtected := fmt.Sprintf("all-free-%d", n), fmt.Sprintf("all-protected-%d", n)
 	s.protect(ctx, t, nil)
-	allFree := deleteAll(fmt.Sprintf("all-free-%d", n), false)
+	allFreeTook := deleteAll(allFree, false)
+	// What kubectl delete --all leaves (the n VMs, and with the rule the n
+	// denied VPCs) goes, or every later change of the rules would have the
+	// VMs relabelled.
+	s.dropNamespaces(ctx, t, allFree)
 	nsFree := deleteNamespace(fmt.Sprintf("ns-free-%d", n), false)
 	s.protect(ctx, t, s.standard)
-	allProtected := deleteAll(fmt.Sprintf("all-protected-%d", n), true)
+	allProtectedTook := deleteAll(allProtected, true)
+	before := decided()
 	nsProtected := deleteNamespace(fmt.Sprintf("ns-protected-%d", n), true)
-	return fmt.Sprintf("| %d | %s | %s | %s | %s |", n, allFree, allProtected, nsFree, nsProtected)
+	items := decided()
+	s.protect(ctx, t, nil)
+	s.dropNamespaces(ctx, t, allProtected)
+	return fmt.Sprintf("| %d | %s | %s | %.1f | %.1f | %.2f | %.0f / %.0f / %.0f |", n, allFreeTook, allProtectedTook, nsFree.Seconds(), nsProtected.Seconds(),
+		nsProtected.Seconds()/nsFree.Seconds(), items[0]-before[0], items[1]-before[1], items[2]-before[2])
+}
+
+// createNamespace creates a namespace in the consumer workspace.
+func (s *setup) createNamespace(ctx context.Context, t *testing.T, ns string) {
+	t.Helper()
+	must(t, s.cli.Cluster(s.consumer).Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+}
+
+// dropNamespaces deletes namespaces of the consumer workspace and waits
+// until they are gone.
+func (s *setup) dropNamespaces(ctx context.Context, t *testing.T, names ...string) {
+	t.Helper()
+	for _, ns := range names {
+		must(t, client.IgnoreNotFound(s.cli.Cluster(s.consumer).Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})))
+	}
+	must(t, wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, ns := range names {
+			if err := s.cli.Cluster(s.consumer).Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
+				return false, nil
+			}
+		}
+		return true, nil
+	}))
 }
 
 // waitIndexed waits until the webhook's index holds every dependent of the
@@ -389,6 +576,25 @@ func (s *setup) metric(t *testing.T, name string) float64 {
 func (s *setup) counter(t *testing.T, series string) float64 {
 	v, _ := s.lookup(t, series)
 	return v
+}
+
+// sum returns the sum of the series of the webhook's metric name whose
+// labels include each of labels (written as in the exposition format:
+// via="live"), 0 if there is none.
+func (s *setup) sum(t *testing.T, name string, labels ...string) float64 {
+	m, err := procenv.Scrape(s.metrics)
+	must(t, err)
+	total := 0.0
+	for series, v := range m {
+		rest, ok := strings.CutPrefix(series, name)
+		if !ok || rest != "" && !strings.HasPrefix(rest, "{") {
+			continue
+		}
+		if !slices.ContainsFunc(labels, func(l string) bool { return !strings.Contains(rest, l) }) {
+			total += v
+		}
+	}
+	return total
 }
 
 // lookup returns the value of a series of the webhook's metrics.
@@ -481,12 +687,41 @@ func must(t *testing.T, err error) {
 	}
 }
 
-// measure runs f twice to warm up, then samples times, and returns
-// "p50 / p99" in milliseconds.
-func measure(t *testing.T, f func() error) string {
+// latency is the p50 and p99 of a measurement; the zero value is one not
+// made.
+type latency struct {
+	p50, p99 time.Duration
+}
+
+// String returns "p50 / p99" in milliseconds, "–" if not measured.
+func (l latency) String() string {
+	if l == (latency{}) {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f / %.1f", msOf(l.p50), msOf(l.p99))
+}
+
+// msOf returns d in milliseconds.
+func msOf(d time.Duration) float64 {
+	return float64(d.Microseconds()) / 1000
+}
+
+// measure runs f twice to warm up, then samples times, and returns its p50
+// and p99.
+func measure(t *testing.T, f func() error) latency {
+	t.Helper()
+	return measureEach(t, nil, f)
+}
+
+// measureEach is measure with prepare (if set) called before each call of
+// f, untimed.
+func measureEach(t *testing.T, prepare, f func() error) latency {
 	t.Helper()
 	var d []time.Duration
 	for i := range samples + 2 {
+		if prepare != nil {
+			must(t, prepare())
+		}
 		start := time.Now()
 		if err := f(); err != nil {
 			t.Fatal(err)
@@ -496,8 +731,7 @@ func measure(t *testing.T, f func() error) string {
 		}
 	}
 	slices.Sort(d)
-	ms := func(x time.Duration) string { return fmt.Sprintf("%.1f", float64(x.Microseconds())/1000) }
-	return ms(d[len(d)/2]) + " / " + ms(d[len(d)*99/100])
+	return latency{p50: d[len(d)/2], p99: d[len(d)*99/100]}
 }
 
 func tail(out []byte) string {

@@ -12,8 +12,10 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	corev1 "k8s.io/api/core/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -42,8 +44,27 @@ func (s *setup) rule(name string, dependent, target schema.GroupVersionResource,
 }
 
 // protect replaces the active protection with p (nil: no rules) and, for a
-// new p, waits until each of its rules protects a referenced object.
+// new p, waits until each of its rules protects a referenced object, kcp
+// calls the labelling webhook for its dependents, and it reports
+// DependentsLabelled=True (the webhook has relabelled the dependents that
+// existed before it, so its relabelling does not run during a measurement,
+// and allowed DELETEs read the dependents by label).
 func (s *setup) protect(ctx context.Context, t *testing.T, p *protection) {
+	t.Helper()
+	if s.active == p {
+		return
+	}
+	s.install(ctx, t, p)
+	if p != nil {
+		took := s.waitLabelled(ctx, t, p)
+		t.Logf("the rules %s reported DependentsLabelled=True %s after they protected", p.names(), took.Round(100*time.Millisecond))
+	}
+}
+
+// install replaces the active protection with p (nil: no rules) and, for a
+// new p, waits until kcp calls the labelling webhook for the dependents of
+// each of its rules and each of its rules protects a referenced object.
+func (s *setup) install(ctx context.Context, t *testing.T, p *protection) {
 	t.Helper()
 	if s.active == p {
 		return
@@ -52,8 +73,8 @@ func (s *setup) protect(ctx context.Context, t *testing.T, p *protection) {
 		for _, r := range old.rules {
 			must(t, client.IgnoreNotFound(s.cli.Cluster(logicalcluster.From(r).Path()).Delete(ctx, serverCopy(r))))
 		}
-		// Gone once the webhook has removed its marks (its finalizer), and
-		// then the controller removes the configurations.
+		// Gone at once, and then the controller removes the
+		// configurations.
 		must(t, wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
 			for _, r := range old.rules {
 				err := s.cli.Cluster(logicalcluster.From(r).Path()).Get(ctx, client.ObjectKeyFromObject(serverCopy(r)), &depv1alpha1.DependencyRule{})
@@ -62,9 +83,10 @@ func (s *setup) protect(ctx context.Context, t *testing.T, p *protection) {
 				}
 			}
 			for _, ws := range []logicalcluster.Path{s.network, s.compute} {
-				err := s.cli.Cluster(ws).Get(ctx, client.ObjectKey{Name: webhookconfig.Name}, &admissionregistrationv1.ValidatingWebhookConfiguration{})
-				if !apierrors.IsNotFound(err) {
-					return false, nil
+				for _, cfg := range []client.Object{&admissionregistrationv1.ValidatingWebhookConfiguration{}, &admissionregistrationv1.MutatingWebhookConfiguration{}} {
+					if err := s.cli.Cluster(ws).Get(ctx, client.ObjectKey{Name: webhookconfig.Name}, cfg); !apierrors.IsNotFound(err) {
+						return false, nil
+					}
 				}
 			}
 			return true, nil
@@ -79,14 +101,31 @@ func (s *setup) protect(ctx context.Context, t *testing.T, p *protection) {
 		must(t, s.cli.Cluster(logicalcluster.From(r).Path()).Create(ctx, serverCopy(r)))
 	}
 	// Protection is on once, for every rule, a referenced target cannot be
-	// deleted (a dry run, which records nothing under Replay).
+	// deleted (a dry run, which records nothing under Replay). The
+	// dependents are created once kcp calls the labelling webhook for them
+	// (a dry-run CREATE comes back labelled under the webhook's scheme), so
+	// that they need no relabelling.
 	ns := "probe-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	must(t, s.cli.Cluster(s.consumer).Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	s.createNamespace(ctx, t, ns)
 	for _, r := range p.rules {
 		target, dependent, path := ruleResources(r)
 		name := "probe-" + r.Name
 		createObjects(t, s.dyn, target, ns, 1, func(int) (string, map[string]any) { return name, map[string]any{} })
-		createObjects(t, s.dyn, dependent, ns, 1, func(int) (string, map[string]any) { return name, refSpec(path, name) })
+		probe := newObject(dependent, ns, name, refSpec(path, name))
+		var labels map[string]string
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			created, err := s.dyn.Resource(dependent).Namespace(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if err != nil {
+				return false, nil
+			}
+			labels = created.GetLabels()
+			scheme := labels[depv1alpha1.LabelReferencesScheme]
+			return scheme != "" && !strings.HasPrefix(scheme, "relabel-"), nil
+		}); err != nil {
+			t.Fatalf("kcp does not call the labelling webhook for the %s of the rule %s (a dry-run CREATE came back with the labels %v)", dependent.Resource, r.Name, labels)
+		}
+		_, err := s.dyn.Resource(dependent).Namespace(ns).Create(ctx, probe, metav1.CreateOptions{})
+		must(t, err)
 	}
 	must(t, wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		for _, r := range p.rules {
@@ -97,6 +136,104 @@ func (s *setup) protect(ctx context.Context, t *testing.T, p *protection) {
 		}
 		return true, nil
 	}))
+}
+
+// names returns the names of the rules of p.
+func (p *protection) names() string {
+	var names []string
+	for _, r := range p.rules {
+		names = append(names, r.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// labelledWait bounds how long waitLabelled waits: the relabelling of
+// every dependent that existed before the rules.
+const labelledWait = 15 * time.Minute
+
+// waitLabelled waits until every rule of p reports DependentsLabelled=True,
+// and returns how long that took.
+func (s *setup) waitLabelled(ctx context.Context, t *testing.T, p *protection) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var last *metav1.Condition
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, labelledWait, true, func(context.Context) (bool, error) {
+		for _, r := range p.rules {
+			if last = s.condition(ctx, t, r); last == nil || last.Status != metav1.ConditionTrue {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("the rules %s do not report DependentsLabelled=True within %s: %+v", p.names(), labelledWait, last)
+	}
+	return time.Since(start)
+}
+
+// waitCondition waits until rule reports the DependentsLabelled condition,
+// and returns it.
+func (s *setup) waitCondition(ctx context.Context, t *testing.T, rule *depv1alpha1.DependencyRule) *metav1.Condition {
+	t.Helper()
+	var c *metav1.Condition
+	must(t, wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		c = s.condition(ctx, t, rule)
+		return c != nil, nil
+	}))
+	return c
+}
+
+// condition returns the DependentsLabelled condition of rule, nil if it
+// has none.
+func (s *setup) condition(ctx context.Context, t *testing.T, rule *depv1alpha1.DependencyRule) *metav1.Condition {
+	t.Helper()
+	var r depv1alpha1.DependencyRule
+	must(t, s.cli.Cluster(logicalcluster.From(rule).Path()).Get(ctx, client.ObjectKey{Name: rule.Name}, &r))
+	return meta.FindStatusCondition(r.Status.Conditions, depv1alpha1.ConditionDependentsLabelled)
+}
+
+// webhookUser is the user the webhook authenticates as, and webhookAccess
+// the ClusterRole with which each provider grants it access (the samples'
+// webhook-access.yaml).
+const (
+	webhookUser   = "dependency-webhook"
+	webhookAccess = "dependency-webhook-access"
+)
+
+// grantPatch grants (or revokes) the webhook patch on the content of the
+// compute provider's APIExport, with which it relabels VirtualMachines,
+// and waits until a SubjectAccessReview in the provider's workspace agrees.
+func (s *setup) grantPatch(ctx context.Context, t *testing.T, granted bool) {
+	t.Helper()
+	c := s.cli.Cluster(s.compute)
+	var role rbacv1.ClusterRole
+	must(t, c.Get(ctx, client.ObjectKey{Name: webhookAccess}, &role))
+	for i, r := range role.Rules {
+		if slices.Contains(r.Resources, "apiexports/content") {
+			verbs := slices.DeleteFunc(slices.Clone(r.Verbs), func(v string) bool { return v == "patch" })
+			if granted {
+				verbs = append(verbs, "patch")
+			}
+			role.Rules[i].Verbs = verbs
+		}
+	}
+	must(t, c.Update(ctx, &role))
+	var last error
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: webhookUser,
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Verb: "patch", Group: "apis.kcp.io", Resource: "apiexports", Subresource: "content", Name: vms.Group,
+			},
+		}}
+		if last = c.Create(ctx, review); last != nil {
+			return false, nil
+		}
+		return review.Status.Allowed == granted, nil
+	}); err != nil {
+		t.Logf("granting the webhook patch=%t: no SubjectAccessReview agreed within 30s (last error: %v)", granted, last)
+	}
+	// kcp's virtual workspace authorizes from caches of its own.
+	time.Sleep(2 * time.Second)
 }
 
 // dependents returns the dependent resources of the active protection.
