@@ -243,6 +243,22 @@ var _ = Describe("Trust boundary", Ordered, func() {
 			reflabels.Key(vpcGVR.GroupResource(), "vpc-other"), depv1alpha1.LabelReferencesScheme))).To(Succeed())
 		Expect(managedLabels(get(ctx, vmGVR, "vm-l"))).To(Equal(labelledFor(ctx, "vpc-l1")))
 
+		By("a tenant changing a label of its own: kcp does not call the labelling webhook, and the labels stay")
+		labelCalls := func() float64 {
+			GinkgoHelper()
+			var sum float64
+			for _, result := range []string{"changed", "unchanged", "unvouched", "error"} {
+				n, err := wh.Counter("dependency_webhook_labels_total", map[string]string{"result": result})
+				Expect(err).NotTo(HaveOccurred())
+				sum += n
+			}
+			return sum
+		}
+		calls := labelCalls()
+		Expect(patch(ctx, tenant, vmGVR, "vm-l", `{"metadata":{"labels":{"team":"blue"}}}`)).To(Succeed())
+		Expect(labelCalls()).To(Equal(calls), "the labelling webhook was called for a change of an unmanaged label")
+		Expect(managedLabels(get(ctx, vmGVR, "vm-l"))).To(Equal(labelledFor(ctx, "vpc-l1")))
+
 		By("re-applying the VM's exported YAML with another reference: the labels follow the spec, not the YAML")
 		exported := get(ctx, vmGVR, "vm-l")
 		Expect(unstructured.SetNestedField(exported.Object, "vpc-l2", "spec", "vpcRef", "name")).To(Succeed())

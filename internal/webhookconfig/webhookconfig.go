@@ -303,12 +303,19 @@ func ReferencesCondition(fields []string) string {
 }
 
 // LabelsCondition returns the CEL expression of the match condition of a
-// labelling webhook: every CREATE, and an UPDATE that changes the labels
-// or one of fields (the top-level fields in which the type's references
-// lie). Any other UPDATE keeps both the references and the labels.
+// labelling webhook: every CREATE, and an UPDATE that sets, changes or
+// removes a label the webhook manages (see reflabels.Managed) or changes
+// one of fields (the top-level fields in which the type's references lie).
+// Any other UPDATE, such as one of other labels (a deferred deletion's
+// record among them), keeps both the references and the managed labels.
 func LabelsCondition(fields []string) string {
-	labels := func(o string) string { return "(has(" + o + ".metadata.labels) ? " + o + ".metadata.labels : {})" }
-	return "request.operation != 'UPDATE' || " + labels("object") + " != " + labels("oldObject") + " || " + fieldsChanged(fields)
+	// changedIn: a managed label of a is not in b with the same value.
+	changedIn := func(a, b string) string {
+		return "has(" + a + ".metadata.labels) && " + a + ".metadata.labels.exists(k, (k.startsWith(" + strconv.Quote(depv1alpha1.LabelReferencePrefix) +
+			") || k == " + strconv.Quote(depv1alpha1.LabelReferencesScheme) + ") && !(has(" + b + ".metadata.labels) && k in " + b + ".metadata.labels && " +
+			b + ".metadata.labels[k] == " + a + ".metadata.labels[k]))"
+	}
+	return "request.operation != 'UPDATE' || " + changedIn("object", "oldObject") + " || " + changedIn("oldObject", "object") + " || " + fieldsChanged(fields)
 }
 
 // RecordsCondition returns the CEL expression of the match condition of

@@ -866,7 +866,10 @@ func TestMutating(t *testing.T) {
 // dependency of the module.)
 func TestConditionText(t *testing.T) {
 	const changed = `.exists(f, (f in object) != (f in oldObject) || f in object && object[f] != oldObject[f])`
-	const labels = `(has(object.metadata.labels) ? object.metadata.labels : {}) != (has(oldObject.metadata.labels) ? oldObject.metadata.labels : {})`
+	const labels = `has(object.metadata.labels) && object.metadata.labels.exists(k, (k.startsWith("ref.dependencies.opendefense.cloud/") || k == "dependencies.opendefense.cloud/references") && ` +
+		`!(has(oldObject.metadata.labels) && k in oldObject.metadata.labels && oldObject.metadata.labels[k] == object.metadata.labels[k])) || ` +
+		`has(oldObject.metadata.labels) && oldObject.metadata.labels.exists(k, (k.startsWith("ref.dependencies.opendefense.cloud/") || k == "dependencies.opendefense.cloud/references") && ` +
+		`!(has(object.metadata.labels) && k in object.metadata.labels && object.metadata.labels[k] == oldObject.metadata.labels[k]))`
 	tests := []struct {
 		name string
 		got  string
@@ -890,7 +893,7 @@ func TestConditionText(t *testing.T) {
 		{
 			name: "labels",
 			got:  LabelsCondition([]string{"network", "spec"}),
-			want: `request.operation != 'UPDATE' || (has(object.metadata.labels) ? object.metadata.labels : {}) != (has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}) || ["network", "spec"].exists(f, (f in object) != (f in oldObject) || f in object && object[f] != oldObject[f])`,
+			want: `request.operation != 'UPDATE' || ` + labels + ` || ["network", "spec"]` + changed,
 		},
 		{
 			name: "labels, no field",
