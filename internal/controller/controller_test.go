@@ -132,14 +132,6 @@ func getMutating(ctx context.Context, ws logicalcluster.Path) (*admissionregistr
 	return cfg, err
 }
 
-// mustConfig returns the configuration in ws.
-func mustConfig(ctx context.Context, ws logicalcluster.Path) *admissionregistrationv1.ValidatingWebhookConfiguration {
-	GinkgoHelper()
-	cfg, err := getConfig(ctx, ws)
-	Expect(err).NotTo(HaveOccurred())
-	return cfg
-}
-
 // protectedResources returns "group/version/resource" for each rule of the
 // configuration in ws, or an error if it does not exist.
 func protectedResources(ctx context.Context, ws logicalcluster.Path) ([]string, error) {

@@ -153,7 +153,7 @@ func TestConfirmAndLookupFindTheShardOfTheCluster(t *testing.T) {
 	ix, w := routedIndex(t, true, Options{OnRetry: retries.add}, shard1, shard2)
 	ctx := context.Background()
 
-	seen, scanned, err := confirm(ix, ctx, testSource, []fieldpath.Reference{vpcRef}, "c2", "default", "vpc-a")
+	seen, scanned, err := confirm(ctx, ix, testSource, []fieldpath.Reference{vpcRef}, "c2", "default", "vpc-a")
 	if want := []kcp.Meta{{Cluster: "c2", Namespace: "default", Name: "vm-2", UID: "u2"}}; err != nil || scanned != 1 || !reflect.DeepEqual(seen, want) {
 		t.Fatalf("Confirm(c2) = %v, %d, %v; want vm-2 from the second shard", seen, scanned, err)
 	}
@@ -199,7 +199,7 @@ func TestConfirmAndLookupFindTheShardOfTheCluster(t *testing.T) {
 	}
 
 	// A cluster that no shard serves binds no export: nothing to read.
-	if seen, _, err := confirm(ix, ctx, testSource, []fieldpath.Reference{vpcRef}, "c3", "default", "vpc-a"); err != nil || seen != nil {
+	if seen, _, err := confirm(ctx, ix, testSource, []fieldpath.Reference{vpcRef}, "c3", "default", "vpc-a"); err != nil || seen != nil {
 		t.Errorf("Confirm(c3) = %v, %v", seen, err)
 	}
 	if found, err := ix.Lookup(ctx, testSource, "c3", "default", "vpc-a"); err != nil || len(found) != 0 {
@@ -213,7 +213,7 @@ func TestConfirmAndLookupFindTheShardOfTheCluster(t *testing.T) {
 	}
 	// A source that is not watched cannot be read.
 	other := Source{Export: testSource.Export, Resource: vms.GroupResource().WithVersion("v2")}
-	if _, _, err := confirm(ix, ctx, other, []fieldpath.Reference{vpcRef}, "c2", "default", "vpc-a"); err == nil {
+	if _, _, err := confirm(ctx, ix, other, []fieldpath.Reference{vpcRef}, "c2", "default", "vpc-a"); err == nil {
 		t.Error("Confirm() of a source that is not watched succeeded")
 	}
 	if _, err := ix.Lookup(ctx, other, "c2", "default", "vpc-a"); err == nil {
@@ -242,7 +242,7 @@ func TestConfirmReadsTheScopeOfTheSource(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			w.setState(State{Phase: PhaseSynced, Namespaced: tt.namespaced})
-			deps, scanned, err := confirm(ix, ctx, testSource, []fieldpath.Reference{vpcRef}, "c1", tt.namespace, "vpc-a")
+			deps, scanned, err := confirm(ctx, ix, testSource, []fieldpath.Reference{vpcRef}, "c1", tt.namespace, "vpc-a")
 			if want := []kcp.Meta{{Cluster: "c1", Name: "gateway", UID: "g1"}}; err != nil || scanned != 1 || !reflect.DeepEqual(deps, want) {
 				t.Errorf("Confirm() = %v, %d, %v; want %v", deps, scanned, err, want)
 			}
@@ -269,7 +269,7 @@ func TestConfirmDecidesTheScopeOnEveryAttempt(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, _, err := confirm(ix, ctx, testSource, []fieldpath.Reference{vpcRef}, "c1", "default", "vpc-a"); err != nil {
+	if _, _, err := confirm(ctx, ix, testSource, []fieldpath.Reference{vpcRef}, "c1", "default", "vpc-a"); err != nil {
 		t.Fatal(err)
 	}
 	if r := shard.requested(); !slices.Equal(r, []string{"/clusters/c1/apis/compute.io/v1/namespaces/default/virtualmachines?"}) {
@@ -293,7 +293,7 @@ func TestConfirmAndLookupRetry(t *testing.T) {
 	ix, _ := routedIndex(t, true, Options{OnRetry: retries.add}, shard)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	deps, scanned, err := confirm(ix, ctx, testSource, []fieldpath.Reference{vpcRef}, "c1", "default", "vpc-a")
+	deps, scanned, err := confirm(ctx, ix, testSource, []fieldpath.Reference{vpcRef}, "c1", "default", "vpc-a")
 	if want := []kcp.Meta{{Cluster: "c1", Namespace: "default", Name: "vm-1", UID: "u1"}}; err != nil || scanned != 1 || !reflect.DeepEqual(deps, want) {
 		t.Errorf("Confirm() = %v, %d, %v; want %v", deps, scanned, err, want)
 	}
@@ -316,7 +316,7 @@ func TestConfirmAndLookupRetry(t *testing.T) {
 	}
 	// A failure that a retry does not change is not retried.
 	shard.failNext(status(http.StatusInternalServerError, "InternalError", "boom", ""))
-	if _, _, err := confirm(ix, ctx, testSource, []fieldpath.Reference{vpcRef}, "c1", "default", "vpc-a"); err == nil || !strings.Contains(err.Error(), "boom") {
+	if _, _, err := confirm(ctx, ix, testSource, []fieldpath.Reference{vpcRef}, "c1", "default", "vpc-a"); err == nil || !strings.Contains(err.Error(), "boom") {
 		t.Errorf("Confirm() after an internal error = %v", err)
 	}
 	if got := retries.get(); len(got) != 3 || len(shard.requested()) != 6 {
@@ -407,7 +407,7 @@ func TestReadsOfAVersionNotServedFail(t *testing.T) {
 	ix, w := routedIndex(t, true, Options{OnRetry: retries.add}, shard)
 	w.setState(State{Phase: PhaseVersionNotServed, Namespaced: true, Message: "the APIExport serves v2"})
 	ctx := context.Background()
-	if _, _, err := confirm(ix, ctx, testSource, []fieldpath.Reference{vpcRef}, "c1", "default", "vpc-a"); !errors.Is(err, ErrVersionNotServed) || !strings.Contains(err.Error(), "serves v2") {
+	if _, _, err := confirm(ctx, ix, testSource, []fieldpath.Reference{vpcRef}, "c1", "default", "vpc-a"); !errors.Is(err, ErrVersionNotServed) || !strings.Contains(err.Error(), "serves v2") {
 		t.Errorf("Confirm() = %v, want ErrVersionNotServed", err)
 	}
 	n := len(shard.requested())
@@ -418,13 +418,13 @@ func TestReadsOfAVersionNotServedFail(t *testing.T) {
 		t.Error("Lookup() read a version that is not served")
 	}
 	// A workspace that does not bind the export has nothing to read.
-	if _, _, err := confirm(ix, ctx, testSource, []fieldpath.Reference{vpcRef}, "c9", "default", "vpc-a"); err != nil {
+	if _, _, err := confirm(ctx, ix, testSource, []fieldpath.Reference{vpcRef}, "c9", "default", "vpc-a"); err != nil {
 		t.Errorf("Confirm(c9) = %v", err)
 	}
 	// A list that the shard does not find is of a version it does not serve.
 	w.setState(State{Phase: PhaseSynced, Namespaced: true})
 	shard.failNext(status(http.StatusNotFound, "NotFound", "the server could not find the requested resource", ""))
-	if _, _, err := confirm(ix, ctx, testSource, []fieldpath.Reference{vpcRef}, "c1", "default", "vpc-a"); !errors.Is(err, ErrVersionNotServed) {
+	if _, _, err := confirm(ctx, ix, testSource, []fieldpath.Reference{vpcRef}, "c1", "default", "vpc-a"); !errors.Is(err, ErrVersionNotServed) {
 		t.Errorf("Confirm() of a list not found = %v, want ErrVersionNotServed", err)
 	}
 	if got := retries.get(); len(got) != 0 {
@@ -435,7 +435,7 @@ func TestReadsOfAVersionNotServedFail(t *testing.T) {
 // confirmErr returns the error of confirming that nothing in the default
 // namespace of cluster references vpc-a.
 func confirmErr(ix *Index, cluster logicalcluster.Name) error {
-	_, _, err := confirm(ix, context.Background(), testSource, []fieldpath.Reference{vpcRef}, cluster, "default", "vpc-a")
+	_, _, err := confirm(context.Background(), ix, testSource, []fieldpath.Reference{vpcRef}, cluster, "default", "vpc-a")
 	return err
 }
 
@@ -450,7 +450,7 @@ func TestConfirmReadsEveryNamespaceForReferencesAcrossNamespaces(t *testing.T) {
 	ix, w := routedIndex(t, true, Options{}, shard)
 	w.setState(State{Phase: PhaseSynced, Namespaced: true})
 	parents := fieldpathtest.MustParseReference(fieldpath.ReferenceSpec{Path: ".spec.parentRefs[*].name", NamespacePath: "namespace"})
-	deps, scanned, err := confirm(ix, context.Background(), testSource, []fieldpath.Reference{parents}, "c1", "infra", "edge")
+	deps, scanned, err := confirm(context.Background(), ix, testSource, []fieldpath.Reference{parents}, "c1", "infra", "edge")
 	want := []kcp.Meta{{Cluster: "c1", Namespace: "apps", Name: "r1", UID: "u1"}, {Cluster: "c1", Namespace: "infra", Name: "r3", UID: "u3"}}
 	if err != nil || scanned != 3 || !reflect.DeepEqual(deps, want) {
 		t.Errorf("Confirm() = %v, %d, %v; want %v", deps, scanned, err, want)
@@ -555,7 +555,7 @@ func TestConfirmAnswersFromAnIndexThatCaughtUp(t *testing.T) {
 			if paths == nil {
 				paths = []fieldpath.Reference{vpcRef}
 			}
-			deps, _, err := confirm(ix, context.Background(), testSource, paths, "c1", "default", "vpc-a")
+			deps, _, err := confirm(context.Background(), ix, testSource, paths, "c1", "default", "vpc-a")
 			if err != nil || len(deps) != 1 || deps[0].Name != tt.wantFrom {
 				t.Errorf("Confirm() = %v, %v; want %s", deps, err, tt.wantFrom)
 			}
@@ -575,6 +575,6 @@ func TestConfirmAnswersFromAnIndexThatCaughtUp(t *testing.T) {
 
 // confirm is Confirm of a query without a scheme: every dependent in scope
 // is listed.
-func confirm(ix *Index, ctx context.Context, src Source, paths []fieldpath.Reference, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, int, error) {
+func confirm(ctx context.Context, ix *Index, src Source, paths []fieldpath.Reference, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, int, error) {
 	return ix.Confirm(ctx, Query{Source: src, Paths: paths, Cluster: cluster, Namespace: namespace, Name: name})
 }

@@ -430,14 +430,14 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		Eventually(func() error {
 			return deleteObject(ctx, cli.Cluster(consumer), vpcGVR, "default", "vpc-port", client.DryRunAll)
 		}).WithTimeout(timeout).WithPolling(interval).Should(MatchError(ContainSubstring("VirtualMachine/default/vm-port")))
-		real := get(ctx, vpcGVR, "vpc-port")
-		consumerCluster := logicalcluster.Name(real.GetAnnotations()[logicalcluster.AnnotationKey])
+		stored := get(ctx, vpcGVR, "vpc-port")
+		consumerCluster := logicalcluster.Name(stored.GetAnnotations()[logicalcluster.AnnotationKey])
 		pool := x509.NewCertPool()
 		Expect(pool.AppendCertsFromPEM(wh.CABundle)).To(BeTrue())
 		httpc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 		for _, forged := range []map[string]any{
-			{"name": "vpc-port", "namespace": "default", "uid": "00000000-0000-0000-0000-000000000000", "resourceVersion": real.GetResourceVersion()},
-			{"name": "vpc-port", "namespace": "default", "uid": string(real.GetUID()), "resourceVersion": "1"},
+			{"name": "vpc-port", "namespace": "default", "uid": "00000000-0000-0000-0000-000000000000", "resourceVersion": stored.GetResourceVersion()},
+			{"name": "vpc-port", "namespace": "default", "uid": string(stored.GetUID()), "resourceVersion": "1"},
 			{"name": "vpc-port", "namespace": "default"},
 		} {
 			forged["annotations"] = map[string]any{logicalcluster.AnnotationKey: consumerCluster.String()}

@@ -63,12 +63,13 @@ const (
 	// webhook (see LabelsCondition).
 	LabelsConditionName = "labels-may-change"
 
-	// EndpointRecords and EndpointLabels follow the logical cluster in the
-	// URL of the guard of records and of a labelling webhook (see
-	// EndpointURL); a labelling webhook's URL ends with the fingerprint of
-	// the scheme it was configured for.
+	// EndpointRecords follows the logical cluster in the URL of the guard
+	// of records (see EndpointURL).
 	EndpointRecords = "records"
-	EndpointLabels  = "labels"
+	// EndpointLabels follows the logical cluster in the URL of a labelling
+	// webhook, which ends with the fingerprint of the scheme it was
+	// configured for.
+	EndpointLabels = "labels"
 
 	// ManagedByLabel and ManagedByValue mark the configurations this
 	// controller owns; only those are updated or pruned.
