@@ -130,7 +130,8 @@ func expectConfigInstalled(ctx context.Context) {
 	Eventually(func(g Gomega) {
 		cfg, err := getConfig(ctx)
 		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(cfg.Webhooks).To(HaveLen(1))
+		g.Expect(cfg.Webhooks).To(HaveLen(2), "the deletion webhook and the guard of records")
+		g.Expect(cfg.Webhooks[1].Name).To(Equal(webhookconfig.RecordsWebhookName))
 		g.Expect(cfg.Webhooks[0].Rules).To(HaveLen(1))
 		g.Expect(cfg.Webhooks[0].Rules[0].Resources).To(Equal([]string{"vpcs"}))
 		g.Expect(cfg.Webhooks[0].Rules[0].Operations).To(Equal([]admissionregistrationv1.OperationType{admissionregistrationv1.Delete}))

@@ -17,6 +17,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/kcp-dev/logicalcluster/v3"
 
+	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
 )
 
@@ -70,6 +72,15 @@ func upgradeScenarios() {
 		serviceAddr := "127.0.0.1:" + flagValue(webhookProc.Args, "port")
 		webhookProc.Stop()
 		controllerProc.Stop()
+		// Rolling back to a release without reference labels: remove the
+		// labelling webhooks, which its webhook does not serve, as
+		// docs/operations.md says (the current controller installs them
+		// again after the upgrade).
+		for _, ws := range []logicalcluster.Path{network, compute} {
+			Expect(client.IgnoreNotFound(cli.Cluster(ws).Delete(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{
+				ObjectMeta: metav1.ObjectMeta{Name: webhookconfig.Name},
+			}))).To(Succeed())
+		}
 		replicas := make([]*kcpenv.Process, 2)
 		backends := make([]string, 2)
 		for i := range replicas {
