@@ -30,8 +30,12 @@ KCP ?= $(LOCALBIN)/kcp
 APIGEN ?= $(LOCALBIN)/apigen
 KUBECTL ?= $(LOCALBIN)/kubectl
 
-# The envtest suites start kcp from these binaries.
-export TEST_KCP_ASSETS ?= $(LOCALBIN)
+# Every suite that starts kcp (envtest, the kcp contract suite, e2e, measure,
+# soak, run-local) takes kcp, kcp-front-proxy, cache-server and
+# sharded-test-server from KCP_BIN_DIR: the pinned build in bin/ by default,
+# or a directory with another kcp build (see docs/operations.md,
+# Compatibility).
+export KCP_BIN_DIR ?= $(LOCALBIN)
 # kcp needs ~25s to become ready on an idle machine; leave room for a busy one.
 export TEST_KCP_START_TIMEOUT ?= 3m
 
@@ -119,6 +123,7 @@ verify: generate manifests ## Fail if generated files are stale, build output is
 
 .PHONY: test
 test: kcp helm validate-manifests ## Run unit tests (the chart's with bin/helm) and the envtest suites against a real kcp built from source.
+	@echo "kcp for the suites: $$($(KCP_BIN_DIR)/kcp --version) from $(KCP_BIN_DIR)"
 	go test $(GO_TEST_FLAGS) -timeout $(GO_TEST_TIMEOUT) ./...
 	cd staging/multicluster-provider-client && go test ./...
 
@@ -135,6 +140,11 @@ PREVIOUS_REF ?= $(shell cat $(CURDIR)/test/e2e/PREVIOUS_REF)
 .PHONY: previous
 previous: ## Build the controller and the webhook of PREVIOUS_REF into bin/previous/ (the e2e suite upgrades from them).
 	@hack/build-previous.sh $(PREVIOUS_REF) $(LOCALBIN)/previous
+
+.PHONY: test-contract
+test-contract: ## Run the kcp contract suite (part of make test) against the kcp in KCP_BIN_DIR (default: the pinned build in bin/), verbosely.
+	@test -x "$(KCP_BIN_DIR)/kcp" || { echo "no kcp in $(KCP_BIN_DIR): run make kcp, or set KCP_BIN_DIR to a directory with your kcp build"; exit 1; }
+	go test -count=1 -timeout 20m -v ./test/kcpcontract/
 
 .PHONY: test-e2e
 test-e2e: build kcp ginkgo helm previous ## Run the e2e suite: both binaries as processes with the arguments the Helm chart renders, against kcp (E2E_SHARD_CONFIG=single-shard|multi-shard, default both).

@@ -3,8 +3,9 @@ package v1alpha1
 // The conditions of a DependencyRule, in DependencyRuleStatus.Conditions.
 // Two processes write them, each applying only its own conditions with
 // server-side apply under its own field manager: the controller writes
-// Ready, TargetsResolved, WebhooksInstalled and DependencyCycle, the webhook
-// writes DependentsIndexed and ReferencesGuarded.
+// Ready, TargetsResolved, WebhooksInstalled, DependencyCycle and
+// KCPVersionTested, the webhook writes DependentsIndexed, ReferencesGuarded
+// and DependentsLabelled.
 
 // Condition types written by the controller.
 const (
@@ -26,6 +27,13 @@ const (
 	// does not affect Ready: objects on such a cycle can protect each other
 	// from deletion, and the skip-protection annotation breaks the cycle.
 	ConditionDependencyCycle = "DependencyCycle"
+	// ConditionKCPVersionTested says whether the kcp the controller talks
+	// to is in the range of kcp releases this release was tested with:
+	// True when it is, False when it is not (a kcp behaviour the product
+	// relies on may have changed: run the kcp contract suite against it, see
+	// docs/operations.md, "Compatibility"), Unknown when kcp's version could
+	// not be read. It is informational and does not affect Ready.
+	ConditionKCPVersionTested = "KCPVersionTested"
 )
 
 // Condition types written by the webhook.
@@ -88,6 +96,15 @@ const (
 	// ReasonNoCycle (DependencyCycle=False): the rule's types are on no
 	// cycle of references.
 	ReasonNoCycle = "NoCycle"
+	// ReasonTestedVersion (KCPVersionTested=True): kcp is in the tested
+	// range.
+	ReasonTestedVersion = "TestedVersion"
+	// ReasonUntestedVersion (KCPVersionTested=False): kcp is outside the
+	// tested range.
+	ReasonUntestedVersion = "UntestedVersion"
+	// ReasonVersionUnknown (KCPVersionTested=Unknown): kcp's version could
+	// not be read, or names no kcp release.
+	ReasonVersionUnknown = "VersionUnknown"
 )
 
 // Reasons of the conditions that the webhook writes. Besides these, the

@@ -16,6 +16,7 @@ import (
 
 	"github.com/opendefensecloud/dependency-controller/internal/command"
 	"github.com/opendefensecloud/dependency-controller/internal/controllerserver"
+	"github.com/opendefensecloud/dependency-controller/internal/kcpversion"
 )
 
 // options are the command line options of the controller.
@@ -102,6 +103,9 @@ func (o *options) Build(ctx context.Context, cfg *rest.Config) (manager.Runnable
 	// The manager serves controller-runtime's registry.
 	if err := ctrlmetrics.Registry.Register(c.Metrics); err != nil {
 		return nil, fmt.Errorf("failed to register the controller's metrics: %w", err)
+	}
+	if err := ctrlmetrics.Registry.Register(kcpversion.NewMetric("dependency_controller", c.KCP)); err != nil {
+		return nil, fmt.Errorf("failed to register the kcp version metric: %w", err)
 	}
 	return c.Manager, nil
 }

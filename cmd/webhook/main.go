@@ -18,6 +18,7 @@ import (
 
 	"github.com/opendefensecloud/dependency-controller/internal/cabundle"
 	"github.com/opendefensecloud/dependency-controller/internal/command"
+	"github.com/opendefensecloud/dependency-controller/internal/kcpversion"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookserver"
 )
@@ -77,6 +78,9 @@ func (o *options) Build(ctx context.Context, cfg *rest.Config) (manager.Runnable
 	// The manager serves controller-runtime's registry.
 	if err := ctrlmetrics.Registry.Register(wh.Metrics); err != nil {
 		return nil, fmt.Errorf("failed to register the webhook's metrics: %w", err)
+	}
+	if err := ctrlmetrics.Registry.Register(kcpversion.NewMetric("dependency_webhook", wh.KCP)); err != nil {
+		return nil, fmt.Errorf("failed to register the kcp version metric: %w", err)
 	}
 	if clientCA != nil {
 		if err := wh.Manager.GetLocalManager().Add(clientCA); err != nil {

@@ -75,13 +75,15 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // env is a local kcp with the project deployed and running.
 type env struct {
-	repo, bin, state string
-	port             int
-	kcp              *kcpenv.Process
-	webhook          *kcpenv.Process
-	controller       *kcpenv.Process
-	cli              clusterclient.ClusterClient
-	adminKubeconfig  string
+	// bin holds the project's binaries and kubectl, kcpBin the kcp binary
+	// (kcpenv.BinDirEnv).
+	repo, bin, kcpBin, state string
+	port                     int
+	kcp                      *kcpenv.Process
+	webhook                  *kcpenv.Process
+	controller               *kcpenv.Process
+	cli                      clusterclient.ClusterClient
+	adminKubeconfig          string
 }
 
 func step(format string, args ...any) {
@@ -90,7 +92,7 @@ func step(format string, args ...any) {
 
 func newEnv(state string, port int) *env {
 	repo := kcpenv.RepoRoot()
-	return &env{repo: repo, bin: filepath.Join(repo, "bin"), state: state, port: port,
+	return &env{repo: repo, bin: filepath.Join(repo, "bin"), kcpBin: kcpenv.BinDir(), state: state, port: port,
 		adminKubeconfig: filepath.Join(state, "admin.kubeconfig")}
 }
 
@@ -236,10 +238,13 @@ func (e *env) tokens() (map[string]string, error) {
 }
 
 func (e *env) startKCP(ctx context.Context) error {
-	for _, b := range []string{"kcp", "controller", "webhook", "kubectl"} {
+	for _, b := range []string{"controller", "webhook", "kubectl"} {
 		if _, err := os.Stat(filepath.Join(e.bin, b)); err != nil {
 			return fmt.Errorf("%s is missing in bin/: run `make build`", b)
 		}
+	}
+	if _, err := kcpenv.CheckBinaries(os.Stdout, e.kcpBin, "kcp"); err != nil {
+		return err
 	}
 	etcdClient, err := kcpenv.FreePort()
 	if err != nil {
@@ -256,7 +261,7 @@ func (e *env) startKCP(ctx context.Context) error {
 	}
 	step("Starting kcp on https://127.0.0.1:%d (state in %s%s; log %s)", e.port, rel(e.repo, root), reused, rel(e.repo, filepath.Join(e.state, "kcp.log")))
 	e.kcp = &kcpenv.Process{
-		Name: "kcp", Binary: filepath.Join(e.bin, "kcp"), LogPath: filepath.Join(e.state, "kcp.log"),
+		Name: "kcp", Binary: filepath.Join(e.kcpBin, "kcp"), LogPath: filepath.Join(e.state, "kcp.log"),
 		Args: []string{"start",
 			"--root-directory=" + root, "--kubeconfig-path=" + e.adminKubeconfig,
 			"--bind-address=127.0.0.1", "--external-hostname=127.0.0.1", "--secure-port=" + strconv.Itoa(e.port),

@@ -32,6 +32,7 @@ import (
 	depac "github.com/opendefensecloud/dependency-controller/api/v1alpha1/applyconfiguration/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/depgraph"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/kcpversion"
 	rulestatus "github.com/opendefensecloud/dependency-controller/internal/status"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 )
@@ -65,6 +66,9 @@ type Options struct {
 	// Metrics, if set, report whether each rule is Ready after every
 	// reconcile.
 	Metrics *Metrics
+	// KCP is the version of kcp, read at start, which every rule reports
+	// in its KCPVersionTested condition.
+	KCP kcpversion.Info
 }
 
 // Reconciler installs the validating webhook configuration in every
@@ -293,6 +297,7 @@ func (r *Reconciler) reconcile(ctx context.Context, state *State, p plan) error 
 		rule := &state.Rules[i]
 		key := kcp.KeyOf(rule)
 		status := computeStatus(rule, state.Workspaces, res, p.cycles[key])
+		meta.SetStatusCondition(&status.Conditions, kcpCondition(r.opts.KCP, rule.Generation))
 		ready[key] = meta.IsStatusConditionTrue(status.Conditions, depv1alpha1.ConditionReady)
 		if err := r.updateStatus(ctx, rule, status); err != nil {
 			errs = append(errs, err)
@@ -495,6 +500,7 @@ func (r *Reconciler) prune(ctx context.Context, state *State, desired map[logica
 // controllerConditions are the condition types that the controller owns.
 var controllerConditions = []string{
 	depv1alpha1.ConditionReady, depv1alpha1.ConditionTargetsResolved, depv1alpha1.ConditionWebhooksInstalled, depv1alpha1.ConditionDependencyCycle,
+	depv1alpha1.ConditionKCPVersionTested,
 }
 
 // updateStatus applies the controller's part of status, the rule's status
@@ -511,7 +517,9 @@ func (r *Reconciler) updateStatus(ctx context.Context, rule *depv1alpha1.Depende
 	}
 	own := make([]metav1.Condition, 0, len(controllerConditions))
 	for _, t := range controllerConditions {
-		own = append(own, *meta.FindStatusCondition(status.Conditions, t))
+		if c := meta.FindStatusCondition(status.Conditions, t); c != nil {
+			own = append(own, *c)
+		}
 	}
 	ac := rulestatus.Apply(rule.Name, rule.UID,
 		depac.DependencyRuleStatus().WithObservedGeneration(status.ObservedGeneration).WithDependencyCount(status.DependencyCount), own...)

@@ -241,6 +241,15 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionWebhooksInstalled, metav1.ConditionTrue, network.String())
 		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionDependencyCycle, metav1.ConditionFalse)
 
+		By("reporting the kcp version the controller read at start, as the kcp binary reports it")
+		Expect(kcpVersion.KCP).NotTo(BeEmpty(), "the kcp binary reports no kcp release: %q", kcpVersion.GitVersion)
+		kcpStatus, kcpReason := metav1.ConditionTrue, depv1alpha1.ReasonTestedVersion
+		if !kcpVersion.Tested {
+			kcpStatus, kcpReason = metav1.ConditionFalse, depv1alpha1.ReasonUntestedVersion
+		}
+		tested := expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionKCPVersionTested, kcpStatus, "kcp "+kcpVersion.KCP)
+		Expect(meta.FindStatusCondition(tested.Status.Conditions, depv1alpha1.ConditionKCPVersionTested).Reason).To(Equal(kcpReason))
+
 		By("not rewriting an unchanged configuration")
 		// Read after Ready: the reconcile that reported it has finished
 		// its writes.

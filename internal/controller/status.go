@@ -12,6 +12,7 @@ import (
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/depgraph"
+	"github.com/opendefensecloud/dependency-controller/internal/kcpversion"
 )
 
 // results is what happened to every workspace in a reconcile.
@@ -136,4 +137,18 @@ func computeStatus(rule *depv1alpha1.DependencyRule, workspaces map[string]logic
 	set(cycle)
 
 	return status
+}
+
+// kcpCondition is the KCPVersionTested condition for the kcp the controller
+// talks to.
+func kcpCondition(info kcpversion.Info, generation int64) metav1.Condition {
+	c := metav1.Condition{Type: depv1alpha1.ConditionKCPVersionTested, Status: metav1.ConditionTrue, Reason: depv1alpha1.ReasonTestedVersion,
+		Message: info.Describe(), ObservedGeneration: generation}
+	switch {
+	case info.KCP == "":
+		c.Status, c.Reason = metav1.ConditionUnknown, depv1alpha1.ReasonVersionUnknown
+	case !info.Tested:
+		c.Status, c.Reason = metav1.ConditionFalse, depv1alpha1.ReasonUntestedVersion
+	}
+	return c
 }

@@ -13,6 +13,7 @@ import (
 
 	clusterclient "github.com/kcp-dev/multicluster-provider/client"
 
+	"github.com/opendefensecloud/dependency-controller/internal/kcpversion"
 	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
 )
 
@@ -20,6 +21,8 @@ var (
 	// kcpConfig is an admin config for the kcp server, without a workspace.
 	kcpConfig *rest.Config
 	cli       clusterclient.ClusterClient
+	// kcpVersion is the version of the kcp binary started.
+	kcpVersion kcpversion.Info
 )
 
 func TestController(t *testing.T) {
@@ -33,5 +36,5 @@ var _ = BeforeSuite(func(ctx context.Context) {
 	env, err := kcpenv.Start()
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(env.Stop)
-	kcpConfig, cli = env.Config, env.Client
+	kcpConfig, cli, kcpVersion = env.Config, env.Client, env.Version
 })

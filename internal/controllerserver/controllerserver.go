@@ -21,6 +21,7 @@ import (
 
 	"github.com/opendefensecloud/dependency-controller/internal/cabundle"
 	"github.com/opendefensecloud/dependency-controller/internal/controller"
+	"github.com/opendefensecloud/dependency-controller/internal/kcpversion"
 	"github.com/opendefensecloud/dependency-controller/internal/vw"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 )
@@ -56,6 +57,8 @@ type Controller struct {
 	// Metrics are the controller's own metrics; the binary registers them
 	// where the manager serves metrics.
 	Metrics *controller.Metrics
+	// KCP is the version of kcp read at start.
+	KCP kcpversion.Info
 }
 
 // New assembles the controller with the credentials of cfg, which must point
@@ -96,11 +99,13 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 		return nil, err
 	}
 	metrics := controller.NewMetrics()
+	kcpVersion := kcpversion.Check(ctx, cfg)
 	if err := controller.SetupWithManager(mgr, mgr.Provider.Clusters, mgr.Export, controller.Options{
 		APIExportName: opts.APIExportName,
 		Webhook:       webhook,
 		ResyncPeriod:  opts.ResyncPeriod,
 		Metrics:       metrics,
+		KCP:           kcpVersion,
 	}, triggers); err != nil {
 		return nil, err
 	}
@@ -116,5 +121,5 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 		return nil, fmt.Errorf("failed to add the readiness check: %w", err)
 	}
 	log.FromContext(ctx).Info("Controller assembled", "apiExport", opts.APIExportName, "webhookURL", opts.WebhookURL, "caBundle", opts.WebhookCABundleFile)
-	return &Controller{Manager: mgr, Metrics: metrics}, nil
+	return &Controller{Manager: mgr, Metrics: metrics, KCP: kcpVersion}, nil
 }

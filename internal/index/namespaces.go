@@ -63,9 +63,11 @@ func (ix *Index) NamespaceTerminating(ctx context.Context, src Source, cluster l
 		return s.terminating, nil
 	}
 	body, err := json.Marshal(corev1.Event{
-		TypeMeta:       metav1.TypeMeta{APIVersion: "v1", Kind: "Event"},
-		ObjectMeta:     metav1.ObjectMeta{GenerateName: "dependency-webhook-probe.", Namespace: namespace},
-		InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "Namespace", Name: namespace},
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Event"},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "dependency-webhook-probe.", Namespace: namespace},
+		// In the namespace: an Event whose involved object has no namespace
+		// is valid only in the namespace default.
+		InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "Namespace", Name: namespace, Namespace: namespace},
 		Reason:         "Probe", Message: "a dry run: is the namespace being deleted?", Type: corev1.EventTypeNormal,
 		Source: corev1.EventSource{Component: "dependency-webhook"},
 	})

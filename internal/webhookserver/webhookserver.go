@@ -21,6 +21,7 @@ import (
 
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/kcpversion"
 	"github.com/opendefensecloud/dependency-controller/internal/records"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
 	"github.com/opendefensecloud/dependency-controller/internal/relabel"
@@ -87,6 +88,8 @@ type Webhook struct {
 	// Metrics are the webhook's own metrics; the binary registers them
 	// where the manager serves metrics.
 	Metrics *webhook.Metrics
+	// KCP is the version of kcp read at start.
+	KCP kcpversion.Info
 }
 
 // recordKeysInterval is how often the record keys are read again, so that
@@ -110,6 +113,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 		frontProxy = base
 	}
 	logger := log.FromContext(ctx)
+	kcpVersion := kcpversion.Check(ctx, cfg)
 
 	reg := registry.New()
 	readiness := registry.NewReadiness()
@@ -205,7 +209,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 		return nil, err
 	}
 	logger.Info("Webhook assembled", "path", opts.Path, "frontProxy", frontProxy, "shard", opts.ShardName, "shardURLs", opts.ShardURLs)
-	return &Webhook{Manager: mgr, Ready: ready, Metrics: metrics}, nil
+	return &Webhook{Manager: mgr, Ready: ready, Metrics: metrics, KCP: kcpVersion}, nil
 }
 
 // addElected adds runnables that must run on one replica only to mgr: as

@@ -300,6 +300,12 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 			g.Expect(ready).NotTo(BeNil())
 			g.Expect(ready.Status).To(Equal(metav1.ConditionTrue), ready.Message)
 			g.Expect(ready.Message).To(ContainSubstring(network.String()))
+			// The controller read kcp's version through the front-proxy
+			// at start.
+			tested := meta.FindStatusCondition(rule.Status.Conditions, depv1alpha1.ConditionKCPVersionTested)
+			g.Expect(tested).NotTo(BeNil())
+			g.Expect(tested.Status).To(Equal(map[bool]metav1.ConditionStatus{true: metav1.ConditionTrue, false: metav1.ConditionFalse}[topo.Version.Tested]), tested.Message)
+			g.Expect(tested.Message).To(ContainSubstring("kcp " + topo.Version.KCP))
 		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
 	})
 

@@ -44,10 +44,13 @@ const (
 var (
 	shardConfig string
 	repo        = kcpenv.RepoRoot()
-	binDir      = filepath.Join(repo, "bin")
-	artifacts   string
-	topo        *Topology
-	cli         clusterclient.ClusterClient
+	// binDir holds the project's binaries (make build), kcpBinDir the kcp
+	// binaries (kcpenv.BinDirEnv).
+	binDir    = filepath.Join(repo, "bin")
+	kcpBinDir = kcpenv.BinDir()
+	artifacts string
+	topo      *Topology
+	cli       clusterclient.ClusterClient
 
 	depCtrl   = logicalcluster.NewPath("root:dep-ctrl")
 	network   = logicalcluster.NewPath("root:org:network-provider")
@@ -93,7 +96,7 @@ var _ = BeforeSuite(func(ctx context.Context) {
 	By(fmt.Sprintf("starting kcp with %d shard(s)", shards))
 	start := time.Now()
 	var err error
-	topo, err = StartTopology(ctx, binDir, filepath.Join(artifacts, "kcp"), shards)
+	topo, err = StartTopology(ctx, GinkgoWriter, kcpBinDir, filepath.Join(artifacts, "kcp"), shards)
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(topo.Stop)
 	GinkgoWriter.Printf("kcp ready after %s\n", time.Since(start).Round(time.Second))

@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/opendefensecloud/dependency-controller/internal/kcpversion"
 	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
 )
 
@@ -38,7 +40,8 @@ type Shard struct {
 }
 
 // Topology is a kcp started by kcp's sharded-test-server: a cache server, one
-// or more shards and a front-proxy, from the binaries in bin/.
+// or more shards and a front-proxy, from the kcp binaries of
+// kcpenv.BinDir.
 type Topology struct {
 	// Dir holds the state of all processes.
 	Dir string
@@ -46,17 +49,19 @@ type Topology struct {
 	AdminKubeconfig string
 	// Shards are the shards, root first.
 	Shards []Shard
+	// Version is the version of the kcp binary.
+	Version kcpversion.Info
 
 	proc *kcpenv.Process
 }
 
-// StartTopology starts kcp with the given number of shards and waits until
-// it is ready. Its output goes to dir/sharded-test-server.log.
-func StartTopology(ctx context.Context, binDir, dir string, shards int) (*Topology, error) {
-	for _, b := range []string{"kcp", "kcp-front-proxy", "cache-server", "sharded-test-server"} {
-		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
-			return nil, fmt.Errorf("%s not found in %s (run `make kcp`): %w", b, binDir, err)
-		}
+// StartTopology starts kcp with the given number of shards from the kcp
+// binaries in kcpBinDir, says on out which kcp it is, and waits until it is
+// ready. Its output goes to dir/sharded-test-server.log.
+func StartTopology(ctx context.Context, out io.Writer, kcpBinDir, dir string, shards int) (*Topology, error) {
+	version, err := kcpenv.CheckBinaries(out, kcpBinDir, "kcp", "kcp-front-proxy", "cache-server", "sharded-test-server")
+	if err != nil {
+		return nil, err
 	}
 	// kcp's test server passes <repository>/test/e2e/framework/auth-tokens.csv
 	// to the shards, where <repository> is the first directory upwards of the
@@ -72,7 +77,7 @@ func StartTopology(ctx context.Context, binDir, dir string, shards int) (*Topolo
 	}
 	proc := &kcpenv.Process{
 		Name:   "sharded-test-server",
-		Binary: filepath.Join(binDir, "sharded-test-server"),
+		Binary: filepath.Join(kcpBinDir, "sharded-test-server"),
 		Args: []string{
 			"--number-of-shards=" + strconv.Itoa(shards),
 			"--work-dir-path=" + dir,
@@ -81,9 +86,9 @@ func StartTopology(ctx context.Context, binDir, dir string, shards int) (*Topolo
 		},
 		LogPath: filepath.Join(dir, "sharded-test-server.log"),
 		Dir:     dir,
-		Env:     []string{"PATH=" + binDir + ":" + os.Getenv("PATH"), "NO_GORUN=1"},
+		Env:     []string{"PATH=" + kcpBinDir + ":" + os.Getenv("PATH"), "NO_GORUN=1"},
 	}
-	t := &Topology{Dir: dir, AdminKubeconfig: filepath.Join(dir, ".kcp", "admin.kubeconfig"), proc: proc}
+	t := &Topology{Dir: dir, AdminKubeconfig: filepath.Join(dir, ".kcp", "admin.kubeconfig"), Version: version, proc: proc}
 	for i := range shards {
 		name := "root"
 		if i > 0 {
@@ -94,7 +99,7 @@ func StartTopology(ctx context.Context, binDir, dir string, shards int) (*Topolo
 	// kcp's test server sometimes exits during its own bootstrap (seen: a
 	// patch of the root Shard refused as workspace access of User "" right
 	// after the shard reported ready); start once more on fresh state then.
-	err := t.start(ctx)
+	err = t.start(ctx)
 	if errors.Is(err, errExitedBeforeReady) {
 		for _, state := range []string{".kcp", ".kcp-cache", ".kcp-front-proxy", "logs"} {
 			_ = os.RemoveAll(filepath.Join(dir, state))

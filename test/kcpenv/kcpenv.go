@@ -1,9 +1,10 @@
 // Package kcpenv starts a real kcp for the project's envtest suites and
 // installs the project's kcp manifests into workspaces.
 //
-// kcp is started from the binaries that `make kcp` builds: the directory named
-// by TEST_KCP_ASSETS, or bin/ at the repository root when it is unset. A
-// missing binary is an error that names the command to run; suites never skip.
+// kcp is started from the binaries in the directory named by KCP_BIN_DIR
+// (BinDirEnv), or bin/ at the repository root, which `make kcp` fills with
+// the pinned build, when it is unset. A missing binary is an error that names
+// the command to run; suites never skip.
 package kcpenv
 
 import (
@@ -35,14 +36,11 @@ import (
 	corev1alpha1 "github.com/kcp-dev/sdk/apis/core/v1alpha1"
 	tenancyv1alpha1 "github.com/kcp-dev/sdk/apis/tenancy/v1alpha1"
 
+	"github.com/opendefensecloud/dependency-controller/internal/kcpversion"
 	"github.com/opendefensecloud/dependency-controller/internal/scheme"
 
 	"github.com/opendefensecloud/dependency-controller/test/repo"
 )
-
-// AssetsEnv names the environment variable with the directory of the kcp
-// binaries, as understood by multicluster-provider's envtest.
-const AssetsEnv = "TEST_KCP_ASSETS"
 
 // DepCtrlExportName is the name of the project's APIExport.
 const DepCtrlExportName = "dependencies.opendefense.cloud"
@@ -67,32 +65,31 @@ type Env struct {
 	Config *rest.Config
 	// Client is an admin client for every workspace.
 	Client clusterclient.ClusterClient
+	// Version is the version of the kcp binary that was started.
+	Version kcpversion.Info
 
 	env *envtest.Environment
 }
 
 // Start starts a single-shard kcp and returns it with an admin client.
 func Start() (*Env, error) {
-	assets := os.Getenv(AssetsEnv)
-	if assets == "" {
-		assets = filepath.Join(RepoRoot(), "bin")
-	}
-	kcpBinary := filepath.Join(assets, "kcp")
-	if _, err := os.Stat(kcpBinary); err != nil {
-		return nil, fmt.Errorf("kcp binary not found at %s (run `make kcp` to build it, or set %s): %w", kcpBinary, AssetsEnv, err)
+	assets := BinDir()
+	version, err := CheckBinaries(os.Stderr, assets, "kcp")
+	if err != nil {
+		return nil, err
 	}
 
 	env := &envtest.Environment{BinaryAssetsDirectory: assets}
 	cfg, err := env.Start()
 	if err != nil {
-		return nil, fmt.Errorf("failed to start kcp from %s: %w", kcpBinary, err)
+		return nil, fmt.Errorf("failed to start kcp from %s: %w", assets, err)
 	}
 	cli, err := clusterclient.New(cfg, client.Options{Scheme: NewScheme()})
 	if err != nil {
 		_ = env.Stop()
 		return nil, err
 	}
-	return &Env{Config: cfg, Client: cli, env: env}, nil
+	return &Env{Config: cfg, Client: cli, Version: version, env: env}, nil
 }
 
 // Stop stops kcp.

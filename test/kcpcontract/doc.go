@@ -1,0 +1,69 @@
+// Package kcpcontract is the kcp contract suite: one small, fast spec per
+// behaviour of kcp that the dependency-controller's design relies on, each
+// named after the assumption and linked to the section of
+// docs/architecture.md (or docs/operations.md) that depends on it. If kcp
+// changes one of these behaviours, the spec of that assumption fails, naming
+// what the design can no longer rely on.
+//
+// The assumptions:
+//
+//  1. A ValidatingWebhookConfiguration in an APIExport's workspace is called
+//     for CREATE, UPDATE and DELETE of the bound resource in every consumer
+//     workspace, with the consumer's logical cluster in the kcp.io/cluster
+//     annotation of the (old) object, and its denial refuses the DELETE.
+//  2. kcp evaluates the matchConditions of such a configuration on the
+//     consumer's request (object, oldObject and request.operation are
+//     visible); a false condition means the webhook is not called.
+//  3. The items of kcp's own namespace deletion (a DeleteCollection) reach
+//     DELETE admission without a request name, the name only in oldObject,
+//     from system:apiserver in group system:masters.
+//  4. Nothing can be created in a terminating namespace, bound resources
+//     included, and a dry-run CREATE of a core Event through the provider's
+//     APIExport virtual workspace (which claims events) is refused with the
+//     cause NamespaceTerminating, while in an active namespace it is
+//     accepted (an Event about the Namespace must name the namespace as
+//     the involved object's: Kubernetes' Event validation accepts one
+//     without only in default).
+//  5. A DELETE that a webhook refused after changing the object is admitted
+//     again on the new state (kcp's DELETE starts from the object in its
+//     watch cache and, after a denial, re-reads it from etcd and admits
+//     again if it changed).
+//  6. A LIST without resourceVersion through an APIExport virtual workspace
+//     is consistent (it lists an object created just before), and a "!="
+//     label selector works there.
+//  7. The APIExport virtual workspace honours the provider's grants on
+//     apiexports/content (read, patch, delete separately); a merge patch
+//     with a stale metadata.resourceVersion, or with another object's
+//     metadata.uid (a precondition), is a 409 Conflict.
+//  8. A write through the virtual workspace reaches the consumer's
+//     admission as the caller's identity.
+//  9. kcp presents no client certificate to a webhook.
+//  10. A MutatingWebhookConfiguration in an APIExport's workspace mutates
+//     bound objects in consumer workspaces, and its label changes on writes
+//     through /status are discarded.
+//  11. The permission claims on validatingwebhookconfigurations and
+//     mutatingwebhookconfigurations let a user with apiexports/content on the
+//     claiming export create them in a workspace that binds it, through the
+//     export's virtual workspace.
+//  12. A GET without resourceVersion through the virtual workspace returns
+//     the write just made (linearizable).
+//
+// kcp may admit one UPDATE or DELETE more than once: it starts from the
+// object in its watch cache and, when that was stale, admits again on the
+// stored object. The specs accept repeated calls and check that the last
+// one is on the stored state.
+//
+// The specs share one provider workspace and two consumer workspaces, in an
+// Ordered container that continues after a failure, so that every
+// assumption is reported on its own.
+//
+// The suite starts its own kcp with test/kcpenv from the binaries in the
+// directory named by KCP_BIN_DIR (kcpenv.BinDirEnv; bin/ of the repository
+// when unset, which `make kcp` fills with the pinned build), and says which
+// kcp it is. It deploys nothing of the project: the webhook is a recorder
+// inside the test that records every AdmissionReview and answers as each
+// spec programs it. It is meant to be run against any kcp build an operator
+// has, before running the dependency-controller on it:
+//
+//	make test-contract KCP_BIN_DIR=/path/to/kcp/bin
+package kcpcontract
