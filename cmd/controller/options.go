@@ -104,7 +104,7 @@ func (o *options) Build(ctx context.Context, cfg *rest.Config) (manager.Runnable
 	if err := ctrlmetrics.Registry.Register(c.Metrics); err != nil {
 		return nil, fmt.Errorf("failed to register the controller's metrics: %w", err)
 	}
-	if err := ctrlmetrics.Registry.Register(kcpversion.NewMetric("dependency_controller", c.KCP)); err != nil {
+	if err := ctrlmetrics.Registry.Register(kcpversion.ControllerMetric(c.KCP)); err != nil {
 		return nil, fmt.Errorf("failed to register the kcp version metric: %w", err)
 	}
 	return c.Manager, nil

@@ -79,7 +79,7 @@ func (o *options) Build(ctx context.Context, cfg *rest.Config) (manager.Runnable
 	if err := ctrlmetrics.Registry.Register(wh.Metrics); err != nil {
 		return nil, fmt.Errorf("failed to register the webhook's metrics: %w", err)
 	}
-	if err := ctrlmetrics.Registry.Register(kcpversion.NewMetric("dependency_webhook", wh.KCP)); err != nil {
+	if err := ctrlmetrics.Registry.Register(kcpversion.WebhookMetric(wh.KCP)); err != nil {
 		return nil, fmt.Errorf("failed to register the kcp version metric: %w", err)
 	}
 	if clientCA != nil {

@@ -118,14 +118,25 @@ func Check(ctx context.Context, cfg *rest.Config) Info {
 	return info
 }
 
-// NewMetric returns the gauge <prefix>_kcp_version_info, 1 for the
-// version the binary found, with the labels version (the kcp release,
-// "unknown" if none) and tested ("true", "false" or "unknown").
-func NewMetric(prefix string, info Info) prometheus.Collector {
-	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: prefix + "_kcp_version_info",
-		Help: "The kcp release the binary talks to (version), and whether this release was tested with it (tested: true, false, or unknown when the version could not be read); always 1.",
-	}, []string{"version", "tested"})
+// help is the help text of the version gauges.
+const help = "The kcp release the binary talks to (version), and whether this release was tested with it (tested: true, false, or unknown when the version could not be read); always 1."
+
+// ControllerMetric returns the controller's gauge
+// dependency_controller_kcp_version_info (see withVersion).
+func ControllerMetric(info Info) prometheus.Collector {
+	return withVersion(prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dependency_controller_kcp_version_info", Help: help}, []string{"version", "tested"}), info)
+}
+
+// WebhookMetric returns the webhook's gauge
+// dependency_webhook_kcp_version_info (see withVersion).
+func WebhookMetric(info Info) prometheus.Collector {
+	return withVersion(prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dependency_webhook_kcp_version_info", Help: help}, []string{"version", "tested"}), info)
+}
+
+// withVersion sets g to 1 for the version the binary found, with the
+// labels version (the kcp release, "unknown" if none) and tested ("true",
+// "false" or "unknown").
+func withVersion(g *prometheus.GaugeVec, info Info) prometheus.Collector {
 	version, tested := info.KCP, fmt.Sprint(info.Tested)
 	if version == "" {
 		version, tested = "unknown", "unknown"

@@ -69,29 +69,25 @@ func TestNewMetric(t *testing.T) {
 		info Info
 		want string
 	}{
-		{Parse("v1.35.1+kcp-v0.31.2"), `test_kcp_version_info{tested="true",version="v0.31.2"} 1`},
-		{Parse("v1.36.0+kcp-v0.32.3"), `test_kcp_version_info{tested="false",version="v0.32.3"} 1`},
-		{Info{}, `test_kcp_version_info{tested="unknown",version="unknown"} 1`},
+		{Parse("v1.35.1+kcp-v0.31.2"), `{tested="true",version="v0.31.2"} 1`},
+		{Parse("v1.36.0+kcp-v0.32.3"), `{tested="false",version="v0.32.3"} 1`},
+		{Info{}, `{tested="unknown",version="unknown"} 1`},
 	}
 	for _, tt := range tests {
-		reg := prometheus.NewPedanticRegistry()
-		if err := reg.Register(NewMetric("test", tt.info)); err != nil {
-			t.Fatal(err)
-		}
-		want := "# HELP test_kcp_version_info " + strings.Split(helpOf(t, reg), "\n")[0] + "\n# TYPE test_kcp_version_info gauge\n" + tt.want + "\n"
-		if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "test_kcp_version_info"); err != nil {
-			t.Errorf("%+v: %v", tt.info, err)
+		for name, metric := range map[string]func(Info) prometheus.Collector{
+			"dependency_controller_kcp_version_info": ControllerMetric,
+			"dependency_webhook_kcp_version_info":    WebhookMetric,
+		} {
+			reg := prometheus.NewPedanticRegistry()
+			if err := reg.Register(metric(tt.info)); err != nil {
+				t.Fatal(err)
+			}
+			want := "# HELP " + name + " " + help + "\n# TYPE " + name + " gauge\n" + name + tt.want + "\n"
+			if err := testutil.GatherAndCompare(reg, strings.NewReader(want), name); err != nil {
+				t.Errorf("%+v: %v", tt.info, err)
+			}
 		}
 	}
-}
-
-func helpOf(t *testing.T, reg *prometheus.Registry) string {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil || len(families) != 1 {
-		t.Fatalf("gathered %d families: %v", len(families), err)
-	}
-	return families[0].GetHelp()
 }
 
 // Read asks the server under the workspace path of the config, as a
