@@ -126,6 +126,19 @@ func (e *env) up(ctx context.Context, withObjects bool) error {
 		return err
 	}
 
+	if err := e.topology(ctx, withObjects); err != nil {
+		return err
+	}
+	if err := e.startBinaries(ctx, tokens); err != nil {
+		return err
+	}
+	return e.waitRuleReady(ctx)
+}
+
+// topology creates the demo workspaces from config/samples (with the
+// sample VPC and VirtualMachine if withObjects) and writes an admin
+// kubeconfig for each.
+func (e *env) topology(ctx context.Context, withObjects bool) error {
 	step("Creating the demo topology from config/samples: %s, %s, %s", network, compute, consumer)
 	for _, ws := range []logicalcluster.Path{network, compute, consumer} {
 		if err := e.ensureWorkspace(ctx, ws); err != nil {
@@ -158,7 +171,12 @@ func (e *env) up(ctx context.Context, withObjects bool) error {
 			return err
 		}
 	}
+	return nil
+}
 
+// startBinaries starts the webhook and the controller as local processes
+// with their own identities (tokens), and waits until both are ready.
+func (e *env) startBinaries(ctx context.Context, tokens map[string]string) error {
 	step("Starting the webhook and the controller as local processes with their own identities")
 	certDir := filepath.Join(e.state, "webhook-certs")
 	ca, err := kcpenv.WriteServingCerts(certDir, "127.0.0.1")
@@ -209,7 +227,7 @@ func (e *env) up(ctx context.Context, withObjects bool) error {
 			return fmt.Errorf("%w; log:\n%s", err, p.LogTail(20))
 		}
 	}
-	return e.waitRuleReady(ctx)
+	return nil
 }
 
 // tokens returns the static tokens of the controller and webhook users,

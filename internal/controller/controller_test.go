@@ -29,6 +29,7 @@ import (
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	depac "github.com/opendefensecloud/dependency-controller/api/v1alpha1/applyconfiguration/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/command"
 	"github.com/opendefensecloud/dependency-controller/internal/controller"
 	"github.com/opendefensecloud/dependency-controller/internal/controllerserver"
 	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
@@ -50,13 +51,12 @@ const webhookURL = "https://127.0.0.1:9443/validate"
 // the webhook's CA bundle in caFile.
 func controllerOptions(caFile string) controllerserver.Options {
 	return controllerserver.Options{
-		APIExportName:         kcpenv.DepCtrlExportName,
+		CommonOptions:         command.CommonOptions{APIExportName: kcpenv.DepCtrlExportName, ResyncPeriod: time.Hour},
 		WebhookURL:            webhookURL,
 		WebhookCABundleFile:   caFile,
 		CABundleCheckInterval: 100 * time.Millisecond,
 		WebhookTimeoutSeconds: 4,
 		FailurePolicy:         admissionregistrationv1.Fail,
-		ResyncPeriod:          time.Hour,
 	}
 }
 

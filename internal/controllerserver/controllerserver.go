@@ -2,15 +2,14 @@
 // manager over the dependencies APIExport, the reconciler that installs the
 // webhook configurations in provider workspaces and reports on every rule,
 // the watcher that rolls a rotated CA bundle of the webhook out, and health
-// checks. cmd/controller runs what New returns; the tests run the same.
+// checks. cmd/controller binds Options to its flags and runs what New
+// returns; the tests run the same.
 package controllerserver
 
 import (
 	"context"
 	"fmt"
-	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -26,30 +25,6 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 )
 
-// Options configure the controller.
-type Options struct {
-	// APIExportName is the APIExport serving DependencyRules, in the
-	// workspace of the kubeconfig.
-	APIExportName string
-	// WebhookURL is the HTTPS URL of the webhook's validating endpoint, as
-	// kcp reaches it; every configuration calls it with the logical cluster
-	// of its workspace appended.
-	WebhookURL string
-	// WebhookCABundleFile is a PEM file with the CA bundle that verifies the
-	// webhook's serving certificate, re-read every CABundleCheckInterval; a
-	// change is rolled out to every configuration at once. Empty means none:
-	// kcp verifies with its system roots.
-	WebhookCABundleFile string
-	// CABundleCheckInterval is how often WebhookCABundleFile is re-read.
-	CABundleCheckInterval time.Duration
-	// WebhookTimeoutSeconds is how long kcp waits for the webhook (1 to 30).
-	WebhookTimeoutSeconds int32
-	// FailurePolicy is what kcp does when the webhook cannot be called.
-	FailurePolicy admissionregistrationv1.FailurePolicyType
-	// ResyncPeriod is how often everything is reconciled without an event.
-	ResyncPeriod time.Duration
-}
-
 // Controller is the assembled controller.
 type Controller struct {
 	// Manager runs everything; start it.
@@ -64,7 +39,8 @@ type Controller struct {
 // New assembles the controller with the credentials of cfg, which must point
 // at the workspace of the APIExport; it fails, saying what to fix, if cfg
 // does not or that workspace has no APIExportEndpointSlice for the export.
-// mgrOpts configure the manager; its leader election ID defaults to
+// mgrOpts configure the manager (cmd/controller passes
+// opts.ManagerOptions()); its leader election ID defaults to
 // controller.ControllerName.
 func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Options) (*Controller, error) {
 	webhook := func() webhookconfig.Options {

@@ -131,8 +131,25 @@ func (v *ReferenceValidator) handle(ctx context.Context, req admission.Request) 
 	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) == 0 {
 		return admission.Errored(http.StatusBadRequest, errors.New("the UPDATE request has no oldObject")), DecisionError
 	}
+	added, err := v.addedReferences(req, obj, guards)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, err), DecisionError
+	}
+	if len(added) == 0 {
+		return admission.Allowed(""), DecisionAllowed
+	}
+	// A webhook that reads only some shards checks nothing for a workspace
+	// on another shard (its reads there would find nothing).
+	if resp, ok := misdirected(ctx, log.FromContext(ctx), v.targets.Serves, guards[0].Dependent, obj.Cluster, v.timeout); !ok {
+		return resp, DecisionError
+	}
+	return v.checkTargets(ctx, req.Kind.Kind, obj, added)
+}
 
-	// The references the request adds, each target once.
+// addedReferences returns the references that the request's object has
+// and its old object (of an UPDATE) had not, each target once, under the
+// rules of guards whose targets can be read.
+func (v *ReferenceValidator) addedReferences(req admission.Request, obj *subject, guards []registry.Guard) ([]reference, error) {
 	var added []reference
 	for _, g := range guards {
 		for _, ref := range g.References {
@@ -143,32 +160,14 @@ func (v *ReferenceValidator) handle(ctx context.Context, req admission.Request) 
 			if state.Phase != index.PhaseSyncing && state.Phase != index.PhaseSynced {
 				continue // the rule reports why its targets cannot be read
 			}
-			// Each reference names the object in its namespace, or in the
-			// dependent's; a reference of a cluster-scoped dependent that
-			// names none may be to an object of that name in any namespace.
-			targets := func(raw []byte, what string) ([]reference, error) {
-				values, err := ref.Path.ResolveJSON(raw)
-				if err != nil {
-					return nil, fmt.Errorf("failed to read %s of the %s: %w", ref.Path, what, err)
-				}
-				out := make([]reference, 0, len(values))
-				for _, v := range values {
-					r := reference{target: ref.Target, name: v.Name}
-					if state.Namespaced {
-						r.namespace = cmp.Or(v.Namespace, obj.Namespace)
-					}
-					out = append(out, r)
-				}
-				return out, nil
-			}
-			refs, err := targets(req.Object.Raw, "object")
+			refs, err := referencesOf(ref, state.Namespaced, obj.Namespace, req.Object.Raw, "object")
 			if err != nil {
-				return admission.Errored(http.StatusBadRequest, err), DecisionError
+				return nil, err
 			}
 			var before []reference
 			if req.Operation == admissionv1.Update {
-				if before, err = targets(req.OldObject.Raw, "old object"); err != nil {
-					return admission.Errored(http.StatusBadRequest, err), DecisionError
+				if before, err = referencesOf(ref, state.Namespaced, obj.Namespace, req.OldObject.Raw, "old object"); err != nil {
+					return nil, err
 				}
 			}
 			for _, r := range refs {
@@ -178,16 +177,33 @@ func (v *ReferenceValidator) handle(ctx context.Context, req admission.Request) 
 			}
 		}
 	}
-	if len(added) == 0 {
-		return admission.Allowed(""), DecisionAllowed
-	}
-	// A webhook that reads only some shards checks nothing for a workspace
-	// on another shard (its reads there would find nothing).
-	if resp, ok := misdirected(ctx, log.FromContext(ctx), v.targets.Serves, guards[0].Dependent, obj.Cluster, v.timeout); !ok {
-		return resp, DecisionError
-	}
+	return added, nil
+}
 
-	kind, name := req.Kind.Kind, obj.Name
+// referencesOf returns what ref's path names in the object raw. Each
+// reference names the object in its namespace, or in the dependent's
+// (namespace); a reference of a cluster-scoped dependent that names none
+// may be to an object of that name in any namespace.
+func referencesOf(ref registry.GuardReference, namespaced bool, namespace string, raw []byte, what string) ([]reference, error) {
+	values, err := ref.Path.ResolveJSON(raw)
+	if err != nil {
+		return nil, fmt.Errorf("failed to read %s of the %s: %w", ref.Path, what, err)
+	}
+	out := make([]reference, 0, len(values))
+	for _, v := range values {
+		r := reference{target: ref.Target, name: v.Name}
+		if namespaced {
+			r.namespace = cmp.Or(v.Namespace, namespace)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// checkTargets reads each added reference's target and denies if one is
+// being deleted, or its deletion is deferred (a record that verifies).
+func (v *ReferenceValidator) checkTargets(ctx context.Context, kind string, obj *subject, added []reference) (admission.Response, string) {
+	name := obj.Name
 	if name == "" {
 		name = obj.GenerateName + "<generated>"
 	}

@@ -41,6 +41,7 @@ import (
 	tenancyv1alpha1 "github.com/kcp-dev/sdk/apis/tenancy/v1alpha1"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/command"
 	"github.com/opendefensecloud/dependency-controller/internal/controllerserver"
 	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
@@ -71,8 +72,12 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		controllerCfg := rest.CopyConfig(kcpConfig)
 		controllerCfg.Host += depCtrl.RequestPath()
 		c, err := controllerserver.New(ctx, controllerCfg, controllerserver.Options{
-			APIExportName: kcpenv.DepCtrlExportName, WebhookURL: wh.URL, WebhookCABundleFile: caFile, CABundleCheckInterval: time.Second,
-			WebhookTimeoutSeconds: 10, FailurePolicy: admissionregistrationv1.Fail, ResyncPeriod: time.Hour,
+			CommonOptions:         command.CommonOptions{APIExportName: kcpenv.DepCtrlExportName, ResyncPeriod: time.Hour},
+			WebhookURL:            wh.URL,
+			WebhookCABundleFile:   caFile,
+			CABundleCheckInterval: time.Second,
+			WebhookTimeoutSeconds: 10,
+			FailurePolicy:         admissionregistrationv1.Fail,
 		}, kcpenv.TestManagerOptions())
 		Expect(err).NotTo(HaveOccurred())
 		stopController = kcpenv.RunInBackground(c.Manager.Start)

@@ -1,9 +1,11 @@
-// Package webhookserver assembles the webhook binary: a multicluster manager
+// Package webhookserver assembles the webhook binary from its Options: the
+// HTTPS server with its client certificate check, a multicluster manager
 // over the dependencies APIExport, the rule registry and what keeps it
 // current, the index of dependents and what reports its state on rules, the
 // admission handlers with their health checks, and, on the elected replica,
 // the replay of deferred deletions and the relabelling of dependents.
-// cmd/webhook runs what New returns; the tests run the same.
+// cmd/webhook binds Options to its flags and runs what New returns; the
+// tests run the same.
 package webhookserver
 
 import (
@@ -30,50 +32,6 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 )
 
-// Options configure the webhook.
-type Options struct {
-	// APIExportName is the APIExport serving DependencyRules, in the
-	// workspace of the kubeconfig.
-	APIExportName string
-	// FrontProxyURL is where the APIExportEndpointSlices of the dependents'
-	// APIExports are read, as <url>/clusters/<logical cluster>/...; empty
-	// means the kubeconfig's server without its /clusters/ path.
-	FrontProxyURL string
-	// Path is the HTTP path of the validating endpoint; kcp calls
-	// <Path>/<logical cluster of the provider workspace>.
-	Path string
-	// RequestTimeout bounds the live reads per request; the time kcp waits
-	// for the answer, which it sends with every request, bounds them too.
-	RequestTimeout time.Duration
-	// MaxBlockers is how many blockers a denial names.
-	MaxBlockers int
-	// ResyncPeriod is how often all rules are listed again.
-	ResyncPeriod time.Duration
-	// IndexPollInterval is how often the APIExports of the dependents are
-	// read again (shards, grants).
-	IndexPollInterval time.Duration
-	// ReplayInterval is how often deferred deletions are listed again
-	// without a change of the index; default 30s.
-	ReplayInterval time.Duration
-	// RecordKeysDir is the directory of the keys that sign and verify the
-	// records of deferred deletions (see records.LoadDir); empty turns
-	// deferred deletion off (Replay rules deny like Deny rules).
-	RecordKeysDir string
-	// DeferredDeletionTTL is how long a deferred deletion is replayed;
-	// default replay.DefaultTTL.
-	DeferredDeletionTTL time.Duration
-	// RelabelInterval is how often the dependents that are not labelled
-	// under the current rules are looked for without a change of the
-	// rules; default 30s.
-	RelabelInterval time.Duration
-	// ShardName and ShardURLs, if set, make the webhook shard-affine: it
-	// reads only the virtual workspaces of the shards whose base URLs are
-	// ShardURLs, answers only for workspaces on them, and elects its
-	// writing replica with a lease of its own (LeaseName-ShardName).
-	ShardName string
-	ShardURLs []string
-}
-
 // LeaseName is the name of the lease of the webhook replica that replays
 // deferred deletions.
 const LeaseName = "dependency-webhook"
@@ -97,11 +55,17 @@ type Webhook struct {
 const recordKeysInterval = 10 * time.Second
 
 // New assembles the webhook with the credentials of cfg, which must point
-// at the workspace of the APIExport. mgrOpts configure the manager; its
-// webhook server serves the admission handler. Every replica serves
-// requests; with mgrOpts.LeaderElection, one of them, elected with a lease
-// in the workspace of cfg, replays deferred deletions.
+// at the workspace of the APIExport. mgrOpts configure the manager
+// (cmd/webhook passes opts.ManagerOptions()); New sets its webhook server,
+// which serves the admission handlers as opts say. Every replica serves requests; with mgrOpts.LeaderElection, one of
+// them, elected with a lease in the workspace of cfg, replays deferred
+// deletions and relabels dependents.
 func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Options) (*Webhook, error) {
+	server, clientCA, err := newServer(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	mgrOpts.WebhookServer = server
 	elect, electIn := mgrOpts.LeaderElection, mgrOpts.LeaderElectionNamespace
 	mgrOpts.LeaderElection = false
 	base, _, err := kcp.WorkspaceConfig(cfg)
@@ -112,104 +76,160 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 	if frontProxy == "" {
 		frontProxy = base
 	}
-	logger := log.FromContext(ctx)
 	kcpVersion := kcpversion.Check(ctx, cfg)
 
-	reg := registry.New()
-	readiness := registry.NewReadiness()
-	mgr, err := vw.NewManager(ctx, cfg, opts.APIExportName, mgrOpts, registry.BindingHandler{Registry: reg})
-	if err != nil {
+	a := &assembly{opts: opts, reg: registry.New(), readiness: registry.NewReadiness(), self: webhook.NewSelfReview(cfg)}
+	if err := a.newManager(ctx, cfg, mgrOpts); err != nil {
 		return nil, err
 	}
-	if _, err := mgr.Export.URLs(ctx); err != nil {
-		// Not fatal: the webhook serves (denying deletes with a retry
-		// message) and keeps trying, so that it recovers once RBAC is
-		// applied or kcp is reachable, instead of crash-looping.
-		logger.Error(err, "Cannot read the APIExportEndpointSlice yet; deletes of protected objects are denied until the rules are loaded")
-	}
-
-	self := webhook.NewSelfReview(cfg)
-	var metrics *webhook.Metrics
-	ix, err := index.New(cfg, frontProxy, index.Options{
-		PollInterval: opts.IndexPollInterval,
-		Identity:     identity(ctx, self),
-		ReadTimeout:  opts.RequestTimeout,
-		OnRetry:      func(cause string) { metrics.Retried(cause) },
-		OnRead:       func(how string) { metrics.Read(how) },
-		Shards:       opts.ShardURLs,
-		ShardName:    opts.ShardName,
-	})
-	if err != nil {
-		return nil, err
-	}
-	reg.OnSourcesChange(ix.Ensure)
-	if err := mgr.GetLocalManager().Add(ix); err != nil {
-		return nil, err
-	}
-	if err := registry.SetupWithManager(mgr, mgr.Export, reg, readiness, opts.ResyncPeriod); err != nil {
-		return nil, err
-	}
-	if err := mgr.GetLocalManager().Add(registry.NewStatusReporter(mgr, reg, ix, time.Minute)); err != nil {
-		return nil, err
-	}
-	ready := func(req *http.Request) error {
-		if err := readiness.ReadyzCheck(req); err != nil {
-			return err
-		}
-		if err := ix.Synced(); err != nil {
-			return fmt.Errorf("the index of dependents is not synced yet: %w", err)
-		}
-		return nil
-	}
-	if err := mgr.AddReadyzCheck("rules-and-index", ready); err != nil {
-		return nil, err
-	}
-
-	metrics = webhook.NewMetrics(reg.Len, ix.Len, ix.Sources)
-	deletionOpts := []webhook.Option{webhook.WithTimeout(opts.RequestTimeout), webhook.WithMaxBlockers(opts.MaxBlockers), webhook.WithMetrics(metrics)}
-	// One replica writes: it relabels dependents and replays deferred
-	// deletions.
-	writers := []manager.Runnable{relabel.New(reg, ix, registry.NewConditionWriter(mgr, registry.LabelsFieldOwner), relabel.Options{Interval: opts.RelabelInterval})}
-	var (
-		verifier webhook.Verifier
-		recs     *replay.Records
-	)
-	if opts.RecordKeysDir != "" {
-		keys, err := records.NewKeys(opts.RecordKeysDir, recordKeysInterval)
-		if err != nil {
+	if clientCA != nil {
+		if err := a.mgr.GetLocalManager().Add(clientCA); err != nil {
 			return nil, err
 		}
-		if err := mgr.GetLocalManager().Add(keys); err != nil {
-			return nil, err
-		}
-		recs = &replay.Records{Patcher: ix, Keys: keys, TTL: opts.DeferredDeletionTTL}
-		verifier = recs
-		deletionOpts = append(deletionOpts, webhook.WithRecorder(recs))
-	} else {
-		logger.Info("No record keys (--record-keys-dir): deferred deletion is off, and rules with the Replay deletion policy deny like Deny rules")
 	}
-	deletion := webhook.NewDeletionValidator(reg, readiness, ix, deletionOpts...)
-	if recs != nil {
-		writers = append(writers, replay.New(reg, ix, recs, deletion, replay.Options{Interval: opts.ReplayInterval, OnResult: metrics.Replayed, OnRemoved: metrics.RecordRemoved}))
+	if err := a.addIndex(ctx, cfg, frontProxy); err != nil {
+		return nil, err
 	}
-	handler := webhook.Handler{
-		Deletion:   deletion,
-		References: webhook.NewReferenceValidator(reg, readiness, ix, verifier, opts.RequestTimeout, metrics),
-		Records:    webhook.NewRecordGuard(self, metrics),
-		Labels:     webhook.NewLabelMutator(reg, readiness, metrics),
+	if err := a.addRules(); err != nil {
+		return nil, err
 	}
-	if err := webhook.Serve(mgr, opts.Path, handler); err != nil {
+	a.metrics = webhook.NewMetrics(a.reg.Len, a.ix.Len, a.ix.Sources)
+	writers, err := a.serve(ctx)
+	if err != nil {
 		return nil, err
 	}
 	lease := LeaseName
 	if opts.ShardName != "" {
 		lease += "-" + opts.ShardName
 	}
-	if err := addElected(mgr.GetLocalManager(), cfg, elect, electIn, lease, writers...); err != nil {
+	if err := addElected(a.mgr.GetLocalManager(), cfg, elect, electIn, lease, writers...); err != nil {
 		return nil, err
 	}
-	logger.Info("Webhook assembled", "path", opts.Path, "frontProxy", frontProxy, "shard", opts.ShardName, "shardURLs", opts.ShardURLs)
-	return &Webhook{Manager: mgr, Ready: ready, Metrics: metrics, KCP: kcpVersion}, nil
+	log.FromContext(ctx).Info("Webhook assembled", "path", opts.Path, "frontProxy", frontProxy, "shard", opts.ShardName, "shardURLs", opts.ShardURLs)
+	return &Webhook{Manager: a.mgr, Ready: a.ready, Metrics: a.metrics, KCP: kcpVersion}, nil
+}
+
+// assembly is the webhook while New assembles it, step by step.
+type assembly struct {
+	opts Options
+	// reg holds the rules, readiness tells whether they are loaded.
+	reg       *registry.Registry
+	readiness *registry.Readiness
+	// self learns the webhook's own user name.
+	self *webhook.SelfReview
+	// mgr, ix, metrics and ready are set by the steps of New.
+	mgr     *vw.Manager
+	ix      *index.Index
+	metrics *webhook.Metrics
+	ready   func(*http.Request) error
+}
+
+// newManager sets up the multicluster manager over the APIExport, which
+// keeps reg current with the workspaces that bind it.
+func (a *assembly) newManager(ctx context.Context, cfg *rest.Config, mgrOpts manager.Options) error {
+	mgr, err := vw.NewManager(ctx, cfg, a.opts.APIExportName, mgrOpts, registry.BindingHandler{Registry: a.reg})
+	if err != nil {
+		return err
+	}
+	if _, err := mgr.Export.URLs(ctx); err != nil {
+		// Not fatal: the webhook serves (denying deletes with a retry
+		// message) and keeps trying, so that it recovers once RBAC is
+		// applied or kcp is reachable, instead of crash-looping.
+		log.FromContext(ctx).Error(err, "Cannot read the APIExportEndpointSlice yet; deletes of protected objects are denied until the rules are loaded")
+	}
+	a.mgr = mgr
+	return nil
+}
+
+// addIndex adds the index of dependents, which reads the dependents'
+// APIExports through frontProxy and follows the sources the rules name.
+func (a *assembly) addIndex(ctx context.Context, cfg *rest.Config, frontProxy string) error {
+	ix, err := index.New(cfg, frontProxy, index.Options{
+		PollInterval: a.opts.IndexPollInterval,
+		Identity:     identity(ctx, a.self),
+		ReadTimeout:  a.opts.RequestTimeout,
+		OnRetry:      func(cause string) { a.metrics.Retried(cause) },
+		OnRead:       func(how string) { a.metrics.Read(how) },
+		Shards:       a.opts.ShardURLs,
+		ShardName:    a.opts.ShardName,
+	})
+	if err != nil {
+		return err
+	}
+	a.reg.OnSourcesChange(ix.Ensure)
+	a.ix = ix
+	return a.mgr.GetLocalManager().Add(ix)
+}
+
+// addRules adds what loads the rules and reports the index's state on
+// them, and the readiness check: the rules are loaded and the index is
+// synced.
+func (a *assembly) addRules() error {
+	if err := registry.SetupWithManager(a.mgr, a.mgr.Export, a.reg, a.readiness, a.opts.ResyncPeriod); err != nil {
+		return err
+	}
+	if err := a.mgr.GetLocalManager().Add(registry.NewStatusReporter(a.mgr, a.reg, a.ix, time.Minute)); err != nil {
+		return err
+	}
+	a.ready = func(req *http.Request) error {
+		if err := a.readiness.ReadyzCheck(req); err != nil {
+			return err
+		}
+		if err := a.ix.Synced(); err != nil {
+			return fmt.Errorf("the index of dependents is not synced yet: %w", err)
+		}
+		return nil
+	}
+	return a.mgr.AddReadyzCheck("rules-and-index", a.ready)
+}
+
+// serve serves the admission handlers at opts.Path and returns what must
+// run on one replica only: the relabelling of dependents and, with record
+// keys, the replay of deferred deletions.
+func (a *assembly) serve(ctx context.Context) ([]manager.Runnable, error) {
+	recs, err := a.records(ctx)
+	if err != nil {
+		return nil, err
+	}
+	deletionOpts := []webhook.Option{webhook.WithTimeout(a.opts.RequestTimeout), webhook.WithMaxBlockers(a.opts.MaxBlockers), webhook.WithMetrics(a.metrics)}
+	var verifier webhook.Verifier
+	if recs != nil {
+		verifier = recs
+		deletionOpts = append(deletionOpts, webhook.WithRecorder(recs))
+	}
+	deletion := webhook.NewDeletionValidator(a.reg, a.readiness, a.ix, deletionOpts...)
+	handler := webhook.Handler{
+		Deletion:   deletion,
+		References: webhook.NewReferenceValidator(a.reg, a.readiness, a.ix, verifier, a.opts.RequestTimeout, a.metrics),
+		Records:    webhook.NewRecordGuard(a.self, a.metrics),
+		Labels:     webhook.NewLabelMutator(a.reg, a.readiness, a.metrics),
+	}
+	if err := webhook.Serve(a.mgr, a.opts.Path, handler); err != nil {
+		return nil, err
+	}
+	writers := []manager.Runnable{relabel.New(a.reg, a.ix, registry.NewConditionWriter(a.mgr, registry.LabelsFieldOwner), relabel.Options{Interval: a.opts.RelabelInterval})}
+	if recs != nil {
+		writers = append(writers, replay.New(a.reg, a.ix, recs, deletion, replay.Options{Interval: a.opts.ReplayInterval, OnResult: a.metrics.Replayed, OnRemoved: a.metrics.RecordRemoved}))
+	}
+	return writers, nil
+}
+
+// records returns the records of deferred deletions, signed and verified
+// with the keys in opts.RecordKeysDir, which it adds to the manager to be
+// re-read; nil without a directory: deferred deletion is off.
+func (a *assembly) records(ctx context.Context) (*replay.Records, error) {
+	if a.opts.RecordKeysDir == "" {
+		log.FromContext(ctx).Info("No record keys (--record-keys-dir): deferred deletion is off, and rules with the Replay deletion policy deny like Deny rules")
+		return nil, nil
+	}
+	keys, err := records.NewKeys(a.opts.RecordKeysDir, recordKeysInterval)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.mgr.GetLocalManager().Add(keys); err != nil {
+		return nil, err
+	}
+	return &replay.Records{Patcher: a.ix, Keys: keys, TTL: a.opts.DeferredDeletionTTL}, nil
 }
 
 // addElected adds runnables that must run on one replica only to mgr: as

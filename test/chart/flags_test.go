@@ -19,7 +19,8 @@ import (
 )
 
 // binaryFlags returns the flags a binary defines: those its AddFlags
-// methods register (cmd/<binary>/*.go and the common options of
+// methods register (cmd/<binary>/*.go, the options of its assembly in
+// internal/<binary>server/*.go and the common options of
 // internal/command), read from the Go code, and those command.Main adds
 // (--kubeconfig and controller-runtime's zap flags), registered here the
 // same way. A registration whose name is not a string literal fails the
@@ -27,9 +28,13 @@ import (
 func binaryFlags(t *testing.T, binary string) []string {
 	t.Helper()
 	root := helmchart.RepoRoot()
-	files, err := filepath.Glob(filepath.Join(root, "cmd", binary, "*.go"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no Go files in cmd/%s (%v)", binary, err)
+	var files []string
+	for _, dir := range []string{filepath.Join("cmd", binary), filepath.Join("internal", binary+"server")} {
+		found, err := filepath.Glob(filepath.Join(root, dir, "*.go"))
+		if err != nil || len(found) == 0 {
+			t.Fatalf("no Go files in %s (%v)", dir, err)
+		}
+		files = append(files, found...)
 	}
 	files = append(files, filepath.Join(root, "internal", "command", "options.go"))
 	names := map[string]bool{}

@@ -2,7 +2,6 @@ package kcpenv
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -16,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/opendefensecloud/dependency-controller/internal/command"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookserver"
 )
 
@@ -61,16 +60,16 @@ type Webhook struct {
 // StartWebhook runs the webhook as cmd/webhook assembles it, with the
 // credentials and workspace of depCtrl (a config whose host ends with the
 // dep-ctrl workspace), serving TLS on 127.0.0.1 with a certificate from a new
-// CA in certDir, with the given TLS options (e.g. webhook.ClientAuth), and
-// waits until it is ready.
-func StartWebhook(ctx context.Context, depCtrl *rest.Config, certDir string, tlsOpts ...func(*tls.Config)) (*Webhook, error) {
-	return StartWebhookWith(ctx, depCtrl, certDir, nil, tlsOpts...)
+// CA in certDir, and waits until it is ready.
+func StartWebhook(ctx context.Context, depCtrl *rest.Config, certDir string) (*Webhook, error) {
+	return StartWebhookWith(ctx, depCtrl, certDir, nil)
 }
 
 // StartWebhookWith is StartWebhook with the webhook's options changed by
-// configure (if not nil). The webhook signs the records of deferred
-// deletions with a key of its own, in certDir.
-func StartWebhookWith(ctx context.Context, depCtrl *rest.Config, certDir string, configure func(*webhookserver.Options), tlsOpts ...func(*tls.Config)) (*Webhook, error) {
+// configure (if not nil), e.g. ClientCAFile for client certificate checks.
+// The webhook signs the records of deferred deletions with a key of its
+// own, in certDir.
+func StartWebhookWith(ctx context.Context, depCtrl *rest.Config, certDir string, configure func(*webhookserver.Options)) (*Webhook, error) {
 	ca, err := WriteServingCerts(certDir, "127.0.0.1")
 	if err != nil {
 		return nil, err
@@ -83,15 +82,17 @@ func StartWebhookWith(ctx context.Context, depCtrl *rest.Config, certDir string,
 	if err != nil {
 		return nil, err
 	}
-	opts := TestManagerOptions()
-	opts.WebhookServer = ctrlwebhook.NewServer(ctrlwebhook.Options{Host: "127.0.0.1", Port: port, CertDir: certDir, TLSOpts: tlsOpts})
 	metrics := prometheus.NewRegistry()
 	whOpts := webhookserver.Options{
-		APIExportName:     DepCtrlExportName,
+		CommonOptions:     command.CommonOptions{APIExportName: DepCtrlExportName, ResyncPeriod: time.Minute},
+		BindAddress:       "127.0.0.1",
+		Port:              port,
+		CertDir:           certDir,
+		CertName:          "tls.crt",
+		KeyName:           "tls.key",
 		Path:              "/validate",
 		RequestTimeout:    8 * time.Second,
 		MaxBlockers:       10,
-		ResyncPeriod:      time.Minute,
 		IndexPollInterval: time.Second,
 		ReplayInterval:    5 * time.Second,
 		RecordKeysDir:     keys,
@@ -100,14 +101,14 @@ func StartWebhookWith(ctx context.Context, depCtrl *rest.Config, certDir string,
 	if configure != nil {
 		configure(&whOpts)
 	}
-	wh, err := webhookserver.New(ctx, depCtrl, whOpts, opts)
+	wh, err := webhookserver.New(ctx, depCtrl, whOpts, TestManagerOptions())
 	if err != nil {
 		return nil, err
 	}
 	if err := metrics.Register(wh.Metrics); err != nil {
 		return nil, err
 	}
-	w := &Webhook{URL: fmt.Sprintf("https://127.0.0.1:%d/validate", port), CABundle: ca, Metrics: metrics, Stop: RunInBackground(wh.Manager.Start)}
+	w := &Webhook{URL: fmt.Sprintf("https://%s:%d%s", whOpts.BindAddress, whOpts.Port, whOpts.Path), CABundle: ca, Metrics: metrics, Stop: RunInBackground(wh.Manager.Start)}
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		return wh.Ready(nil) == nil, nil
 	})

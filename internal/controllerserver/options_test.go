@@ -1,4 +1,4 @@
-package main
+package controllerserver
 
 import (
 	"strings"
@@ -14,14 +14,14 @@ func TestOptions(t *testing.T) {
 	tests := []struct {
 		name    string
 		args    []string
-		check   func(t *testing.T, o *options)
+		check   func(t *testing.T, o *Options)
 		wantErr []string
 	}{
 		{
 			name: "defaults with the required URL",
 			args: []string{"--webhook-url=https://webhook.example:9443/validate"},
-			check: func(t *testing.T, o *options) {
-				c, m := o.controllerOptions(), o.ManagerOptions()
+			check: func(t *testing.T, o *Options) {
+				c, m := o, o.ManagerOptions()
 				if c.APIExportName != "dependencies.opendefense.cloud" || c.ResyncPeriod != 10*time.Minute || c.WebhookTimeoutSeconds != 5 ||
 					c.FailurePolicy != admissionregistrationv1.Fail || c.WebhookCABundleFile != "" || c.CABundleCheckInterval != 10*time.Second {
 					t.Errorf("controller options = %+v", c)
@@ -38,8 +38,8 @@ func TestOptions(t *testing.T) {
 				"--webhook-url=https://webhook.example/validate", "--webhook-ca-bundle=/ca/ca.crt", "--webhook-timeout-seconds=10",
 				"--failure-policy=Ignore", "--leader-elect=false", "--leader-election-namespace=kcp", "--webhook-ca-bundle-check-interval=1s",
 			},
-			check: func(t *testing.T, o *options) {
-				c, m := o.controllerOptions(), o.ManagerOptions()
+			check: func(t *testing.T, o *Options) {
+				c, m := o, o.ManagerOptions()
 				if c.APIExportName != "deps.example.io" || c.ResyncPeriod != time.Minute || c.WebhookURL != "https://webhook.example/validate" ||
 					c.WebhookCABundleFile != "/ca/ca.crt" || c.WebhookTimeoutSeconds != 10 || c.FailurePolicy != admissionregistrationv1.Ignore ||
 					c.CABundleCheckInterval != time.Second {
@@ -63,7 +63,7 @@ func TestOptions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			o := newOptions()
+			o := NewOptions()
 			fs := pflag.NewFlagSet("controller", pflag.ContinueOnError)
 			o.AddFlags(fs)
 			if err := fs.Parse(tt.args); err != nil {

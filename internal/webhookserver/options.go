@@ -1,4 +1,4 @@
-package main
+package webhookserver
 
 import (
 	"errors"
@@ -19,14 +19,19 @@ import (
 // of the name of the webhook's lease.
 var validName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
-// options are the command line options of the webhook.
-type options struct {
-	// CommonOptions are the options the controller has as well.
+// Options are the settings of the webhook, each bound to a command line flag
+// of cmd/webhook by AddFlags.
+type Options struct {
+	// CommonOptions are the settings the controller has as well: the
+	// APIExport serving DependencyRules, the manager's endpoints and leader
+	// election, and how often all rules are listed again.
 	command.CommonOptions
-	// FrontProxyURL is the kcp URL through which the APIExportEndpointSlices
-	// of the dependents' APIExports are read.
+	// FrontProxyURL is where the APIExportEndpointSlices of the dependents'
+	// APIExports are read, as <url>/clusters/<logical cluster>/...; empty
+	// means the kubeconfig's server without its /clusters/ path.
 	FrontProxyURL string
-	// BindAddress and Port are where the HTTPS server listens.
+	// BindAddress is the address the HTTPS server listens on; empty for all
+	// addresses.
 	BindAddress string
 	// Port is the HTTPS port.
 	Port int
@@ -35,42 +40,50 @@ type options struct {
 	// CertName and KeyName are the file names in CertDir.
 	CertName, KeyName string
 	// ClientCAFile is a PEM bundle of the CAs whose client certificates the
-	// webhook accepts; empty accepts any caller.
+	// webhook accepts, re-read every ClientCACheckInterval; empty accepts
+	// any caller.
 	ClientCAFile string
 	// AllowedClientNames restricts the accepted client certificates to
 	// these common or DNS names.
 	AllowedClientNames []string
-	// ClientCACheckInterval is how often the client CA bundle is re-read.
+	// ClientCACheckInterval is how often ClientCAFile is re-read.
 	ClientCACheckInterval time.Duration
-	// Path is the HTTP path of the validating endpoint.
+	// Path is the HTTP path of the validating endpoint; kcp calls
+	// <Path>/<logical cluster of the provider workspace>.
 	Path string
-	// RequestTimeout bounds the live reads of dependents per admission
-	// request.
+	// RequestTimeout bounds the live reads per request; the time kcp waits
+	// for the answer, which it sends with every request, bounds them too.
 	RequestTimeout time.Duration
-	// MaxBlockers is how many blocking objects a denial names.
+	// MaxBlockers is how many blockers a denial names.
 	MaxBlockers int
-	// IndexPollInterval is how often the dependents' APIExports are read
-	// again: shards added or removed, access granted or revoked.
+	// IndexPollInterval is how often the APIExports of the dependents are
+	// read again (shards, grants).
 	IndexPollInterval time.Duration
 	// ReplayInterval is how often deferred deletions are listed again
 	// without a change of the index.
 	ReplayInterval time.Duration
-	// RecordKeysDir holds the keys that sign the records of deferred
-	// deletions; empty turns deferred deletion off.
+	// RecordKeysDir is the directory of the keys that sign and verify the
+	// records of deferred deletions (see records.LoadDir); empty turns
+	// deferred deletion off (Replay rules deny like Deny rules).
 	RecordKeysDir string
-	// DeferredDeletionTTL is how long a deferred deletion is replayed.
+	// DeferredDeletionTTL is how long a deferred deletion is replayed; 0
+	// means replay.DefaultTTL.
 	DeferredDeletionTTL time.Duration
-	// RelabelInterval is how often unlabelled dependents are looked for.
+	// RelabelInterval is how often the dependents that are not labelled
+	// under the current rules are looked for without a change of the
+	// rules.
 	RelabelInterval time.Duration
-	// ShardName and ShardURLs make the webhook shard-affine: it reads only
-	// the virtual workspaces of the shards at ShardURLs and answers only
-	// for workspaces on them.
+	// ShardName and ShardURLs, if set, make the webhook shard-affine: it
+	// reads only the virtual workspaces of the shards whose base URLs are
+	// ShardURLs, answers only for workspaces on them, and elects its
+	// writing replica with a lease of its own (LeaseName-ShardName).
 	ShardName string
 	ShardURLs []string
 }
 
-func newOptions() *options {
-	return &options{
+// NewOptions returns the defaults of the webhook's settings.
+func NewOptions() *Options {
+	return &Options{
 		CommonOptions:         command.NewCommonOptions(5 * time.Minute),
 		Port:                  9443,
 		CertDir:               "/tmp/k8s-webhook-server/serving-certs",
@@ -87,7 +100,9 @@ func newOptions() *options {
 	}
 }
 
-func (o *options) AddFlags(fs *pflag.FlagSet) {
+// AddFlags registers the options as flags, with their current values as
+// defaults.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.CommonOptions.AddFlags(fs)
 	fs.StringVar(&o.FrontProxyURL, "front-proxy-url", o.FrontProxyURL, "kcp URL through which the APIExportEndpointSlices of the dependents' APIExports are read. Default: the kubeconfig's server without its /clusters/... path.")
 	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "Address the HTTPS server listens on; empty for all addresses.")
@@ -110,7 +125,8 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.ShardURLs, "shard-url", o.ShardURLs, "Base URL of a kcp shard (as its virtual workspace URLs in APIExportEndpointSlices start, e.g. https://shard-1.kcp.example:6443); the webhook then indexes only the dependents on these shards and refuses, with 421, requests for workspaces on other shards, which must be routed to the webhook of their shard. Empty: every shard.")
 }
 
-func (o *options) Validate() error {
+// Validate reports every invalid option, naming its flag.
+func (o *Options) Validate() error {
 	errs := []error{o.CommonOptions.Validate()}
 	if o.FrontProxyURL != "" {
 		if u, err := url.Parse(o.FrontProxyURL); err != nil || u.Scheme != "https" || u.Host == "" || strings.Contains(u.Path, "/clusters/") {

@@ -1,4 +1,4 @@
-package main
+package webhookserver
 
 import (
 	"strings"
@@ -22,7 +22,7 @@ func TestShardFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			o := newOptions()
+			o := NewOptions()
 			fs := pflag.NewFlagSet("webhook", pflag.ContinueOnError)
 			o.AddFlags(fs)
 			if err := fs.Parse(tt.args); err != nil {
