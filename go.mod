@@ -92,6 +92,7 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 )
 
-// multicluster-provider's envtest imports this module, which the module proxy
-// does not serve; staging/ holds the project's implementation of it.
+// multicluster-provider's envtest, which only the tests use, imports this
+// module, which the module proxy does not serve; staging/ holds the
+// project's implementation of it. The binaries do not link it.
 replace github.com/kcp-dev/multicluster-provider/client => ./staging/multicluster-provider-client

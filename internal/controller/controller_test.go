@@ -30,10 +30,10 @@ import (
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	depac "github.com/opendefensecloud/dependency-controller/api/v1alpha1/applyconfiguration/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/command"
+	"github.com/opendefensecloud/dependency-controller/internal/conditions"
 	"github.com/opendefensecloud/dependency-controller/internal/controller"
 	"github.com/opendefensecloud/dependency-controller/internal/controllerserver"
 	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
-	"github.com/opendefensecloud/dependency-controller/internal/registry"
 	rulestatus "github.com/opendefensecloud/dependency-controller/internal/status"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
@@ -355,7 +355,7 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 				Type: depv1alpha1.ConditionDependentsIndexed, Status: status, Reason: reason, Message: message,
 				ObservedGeneration: got.Generation, LastTransitionTime: metav1.Now(),
 			})
-			Expect(cli.Cluster(compute).Status().Apply(ctx, ac, client.FieldOwner(registry.FieldOwner), client.ForceOwnership)).To(Succeed())
+			Expect(cli.Cluster(compute).Status().Apply(ctx, ac, client.FieldOwner(conditions.FieldOwner), client.ForceOwnership)).To(Succeed())
 		}
 		applyWebhookCondition(metav1.ConditionFalse, depv1alpha1.ReasonAccessDenied, "grant the webhook access")
 		expectCondition(ctx, compute, rule.Name, depv1alpha1.ConditionReady, metav1.ConditionFalse, "grant the webhook access")
@@ -372,7 +372,7 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 			if mf.Manager == controller.FieldOwner {
 				Expect(string(mf.FieldsV1.Raw)).NotTo(ContainSubstring(depv1alpha1.ConditionDependentsIndexed), "the controller owns the webhook's condition")
 			}
-			if mf.Manager == registry.FieldOwner {
+			if mf.Manager == conditions.FieldOwner {
 				Expect(string(mf.FieldsV1.Raw)).NotTo(ContainSubstring(depv1alpha1.ConditionReady), "the webhook owns the controller's condition")
 			}
 		}
@@ -397,7 +397,7 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 			Type: depv1alpha1.ConditionDependentsLabelled, Status: metav1.ConditionUnknown, Reason: depv1alpha1.ReasonLabelling, Message: "labelling",
 			ObservedGeneration: got.Generation, LastTransitionTime: metav1.Now(),
 		})
-		Expect(cli.Cluster(compute).Status().Apply(ctx, ac, client.FieldOwner(registry.LabelsFieldOwner), client.ForceOwnership)).To(Succeed())
+		Expect(cli.Cluster(compute).Status().Apply(ctx, ac, client.FieldOwner(conditions.LabelsFieldOwner), client.ForceOwnership)).To(Succeed())
 		scheme, reason := reflabels.SchemeOf([]reflabels.Rule{reflabels.RuleOf(got)})
 		Expect(reason).To(BeEmpty())
 		Eventually(func(g Gomega) {
@@ -440,7 +440,7 @@ var _ = Describe("DependencyRule controller", Ordered, func() {
 			Type: depv1alpha1.ConditionDependentsLabelled, Status: metav1.ConditionUnknown, Reason: depv1alpha1.ReasonLabelling, Message: "labelling",
 			ObservedGeneration: got.Generation, LastTransitionTime: metav1.Now(),
 		})
-		Expect(cli.Cluster(old).Status().Apply(ctx, ac, client.FieldOwner(registry.LabelsFieldOwner), client.ForceOwnership)).To(Succeed())
+		Expect(cli.Cluster(old).Status().Apply(ctx, ac, client.FieldOwner(conditions.LabelsFieldOwner), client.ForceOwnership)).To(Succeed())
 		expectCondition(ctx, old, rule.Name, depv1alpha1.ConditionWebhooksInstalled, metav1.ConditionFalse,
 			"accepted the permission claim on mutatingwebhookconfigurations")
 		Eventually(func(g Gomega) {

@@ -119,11 +119,11 @@ func (ix *Index) fence(ctx context.Context, scope live.Scope, shard string) (fen
 
 // takeFence reads the resourceVersion of scope on shard.
 func (ix *Index) takeFence(ctx context.Context, scope live.Scope, shard string, now time.Time) (fence, error) {
-	r, err := ix.readers.For(shard)
+	c, err := ix.clients.For(shard)
 	if err != nil {
 		return fence{}, err
 	}
-	version, err := r.List(ctx, vw.ResourcePath(scope.Cluster.Path(), scope.Source.Resource, scope.Namespace), url.Values{"limit": {"1"}}, func([]byte) error { return nil })
+	version, err := c.List(ctx, vw.ResourcePath(scope.Cluster.Path(), scope.Source.Resource, scope.Namespace), url.Values{"limit": {"1"}}, func([]byte) error { return nil })
 	if err != nil {
 		return fence{}, fmt.Errorf("failed to read the resourceVersion of %s in %s: %w", scope.Source, scope.Cluster, err)
 	}

@@ -18,6 +18,12 @@
 // delete, and Lookup reads protected objects one by one. Both retry within
 // the caller's deadline what clears by itself. See docs/architecture.md for
 // why this is sound.
+//
+// What the watches learn about shards also routes requests for objects of
+// a source: Serving, Shards and OnShardOf name the virtual workspace of the
+// shard that serves a workspace, and Retry retries as the index's reads do
+// (package objects writes through them). Metrics measures the index: its
+// size, the state of each source, and its live reads and their retries.
 package index
 
 import (
@@ -87,12 +93,6 @@ type Options struct {
 	// be the time a decision may spend reading, since no decision waits
 	// for a read longer than that. Default live.DefaultTimeout.
 	ReadTimeout time.Duration
-	// OnRetry, if set, is called with the cause (see RetryCause) each time
-	// Confirm or Lookup retries a read.
-	OnRetry func(cause string)
-	// OnRead, if set, is called with how each live read of a scope was
-	// answered (ReadListed, ReadCaughtUp).
-	OnRead func(how string)
 	// Shards, if set, are the base URLs of the shards whose virtual
 	// workspaces the index reads (see sources.Config.Shards); ShardName
 	// names them in messages. Empty: every shard.
@@ -122,22 +122,21 @@ type running struct {
 // sources start to be watched once it runs.
 type Index struct {
 	cfg     sources.Config
-	readers *vw.Readers
+	clients *vw.Clients
 	opts    Options
 	reads   *live.Reads
+	metrics *metrics
 	now     func() time.Time
 
 	lock    sync.Mutex
 	ctx     context.Context
 	desired map[Source][]fieldpath.Reference
 	watches map[Source]*running
-	// fences are the teardown fences of scopes (see Fenced), namespaces
-	// what NamespaceTerminating learned.
-	fences     map[live.Scope]fence
-	fencing    map[live.Scope]chan struct{}
-	namespaces map[namespaceKey]namespaceState
-	changed    chan struct{}
-	updates    chan struct{}
+	// fences are the teardown fences of scopes (see Fenced).
+	fences  map[live.Scope]fence
+	fencing map[live.Scope]chan struct{}
+	changed chan struct{}
+	updates chan struct{}
 }
 
 // New returns an index that reads with the credentials of cfg: endpoint
@@ -147,24 +146,24 @@ func New(cfg *rest.Config, frontProxy string, opts Options) (*Index, error) {
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = 10 * time.Second
 	}
-	clients, err := vw.NewClients(cfg, scheme.New(), scheme.RESTMapper())
+	front, err := vw.NewClusterClients(cfg, scheme.New(), scheme.RESTMapper())
 	if err != nil {
 		return nil, err
 	}
 	ix := &Index{
-		readers:    vw.NewReaders(cfg),
-		opts:       opts,
-		desired:    map[Source][]fieldpath.Reference{},
-		watches:    map[Source]*running{},
-		fences:     map[live.Scope]fence{},
-		fencing:    map[live.Scope]chan struct{}{},
-		namespaces: map[namespaceKey]namespaceState{},
-		changed:    make(chan struct{}, 1),
-		updates:    make(chan struct{}, 1),
-		now:        time.Now,
+		clients: vw.NewClients(cfg),
+		opts:    opts,
+		desired: map[Source][]fieldpath.Reference{},
+		watches: map[Source]*running{},
+		fences:  map[live.Scope]fence{},
+		fencing: map[live.Scope]chan struct{}{},
+		changed: make(chan struct{}, 1),
+		updates: make(chan struct{}, 1),
+		now:     time.Now,
 	}
+	ix.metrics = newMetrics(ix.Len, ix.Sources)
 	ix.cfg = sources.Config{
-		Clients: clients, FrontProxy: frontProxy, Readers: ix.readers,
+		ClusterClients: front, FrontProxy: frontProxy, Clients: ix.clients,
 		PollInterval: opts.PollInterval, Identity: opts.Identity, Notify: ix.notify, Changed: ix.updated,
 		Shards: opts.Shards,
 	}

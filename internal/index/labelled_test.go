@@ -63,14 +63,14 @@ func item(name, vpc string) string {
 
 // selectingIndex returns an index whose source testSource (namespaced,
 // Synced) is served by shard, and the watch of it.
-func selectingIndex(t *testing.T, shard *selectingShard, opts Options) (*Index, *fakeWatch) {
+func selectingIndex(t *testing.T, shard *selectingShard) (*Index, *fakeWatch) {
 	t.Helper()
 	w := newFakeWatch(State{Phase: PhaseSynced, Namespaced: true}, vpcRef)
 	w.inspected = true
 	srv := httptest.NewServer(shard)
 	t.Cleanup(srv.Close)
 	w.urls = []string{srv.URL}
-	return newTestIndex(t, w, opts), w
+	return newTestIndex(t, w, Options{}), w
 }
 
 const testScheme = "fp-1"
@@ -95,8 +95,7 @@ func TestConfirmWithASchemeSelectsByLabel(t *testing.T) {
 		// What a read of everything would find.
 		"": {item("vm-1", "vpc-a"), item("vm-both", "vpc-a"), item("vm-old", "vpc-a"), item("vm-unlabelled", "vpc-a")},
 	}}
-	var reads causes
-	ix, _ := selectingIndex(t, shard, Options{OnRead: reads.add})
+	ix, _ := selectingIndex(t, shard)
 	deps, scanned, err := ix.Confirm(context.Background(), labelledQuery())
 	if err != nil {
 		t.Fatal(err)
@@ -127,8 +126,8 @@ func TestConfirmWithASchemeSelectsByLabel(t *testing.T) {
 	if !slices.Equal(selectors, want) {
 		t.Errorf("selectors %q, want %q", selectors, want)
 	}
-	if got := reads.get(); !slices.Equal(got, []string{ReadSelected, ReadSelected}) {
-		t.Errorf("OnRead got %q, want two %s", got, ReadSelected)
+	if got := readsOf(t, ix); !slices.Equal(got, []string{ReadSelected, ReadSelected}) {
+		t.Errorf("reads counted %q, want two %s", got, ReadSelected)
 	}
 }
 
@@ -137,8 +136,7 @@ func TestConfirmWithoutASchemeListsEverything(t *testing.T) {
 	shard := &selectingShard{lists: map[string][]string{
 		"": {item("vm-1", "vpc-a"), item("vm-2", "vpc-b"), item("vm-3", "vpc-a")},
 	}}
-	var reads causes
-	ix, _ := selectingIndex(t, shard, Options{OnRead: reads.add})
+	ix, _ := selectingIndex(t, shard)
 	q := labelledQuery()
 	q.Scheme = ""
 	deps, scanned, err := ix.Confirm(context.Background(), q)
@@ -152,8 +150,8 @@ func TestConfirmWithoutASchemeListsEverything(t *testing.T) {
 	if len(requests) != 1 || len(requests[0]) != 0 || paths[0] != "/clusters/c1/apis/compute.io/v1/namespaces/default/virtualmachines" {
 		t.Errorf("requests %v %v, want one LIST of the namespace without a selector", requests, paths)
 	}
-	if got := reads.get(); !slices.Equal(got, []string{ReadListed}) {
-		t.Errorf("OnRead got %q, want one %s", got, ReadListed)
+	if got := readsOf(t, ix); !slices.Equal(got, []string{ReadListed}) {
+		t.Errorf("reads counted %q, want one %s", got, ReadListed)
 	}
 }
 
@@ -161,7 +159,7 @@ func TestConfirmWithoutASchemeListsEverything(t *testing.T) {
 // labels: with a scheme, Confirm lists even where the index has caught up.
 func TestConfirmWithASchemeDoesNotCatchUp(t *testing.T) {
 	shard := &selectingShard{lists: map[string][]string{reflabels.StaleSelector(testScheme): {item("vm-listed", "vpc-a")}}}
-	ix, w := selectingIndex(t, shard, Options{})
+	ix, w := selectingIndex(t, shard)
 	// The index has caught up (at 100, just now), and holds another
 	// dependent.
 	if err := w.store.ForShard(w.urls[0], func() {}).Replace([]any{dependent(t, w.paths, "c1", "default/vm-indexed", `{"vpcRef":{"name":"vpc-a"}}`, false)}, "100"); err != nil {
@@ -210,7 +208,7 @@ func TestConfirmWithASchemeAcrossNamespaces(t *testing.T) {
 			`{"metadata":{"name":"r3","namespace":"infra","uid":"u3"},"spec":{"parentRefs":[{"name":"edge"}]}}`,
 		},
 	}}
-	ix, _ := selectingIndex(t, shard, Options{})
+	ix, _ := selectingIndex(t, shard)
 	q := labelledQuery()
 	q.Paths, q.Namespace, q.Name = []fieldpath.Reference{parents}, "infra", "edge"
 	deps, scanned, err := ix.Confirm(context.Background(), q)
@@ -235,7 +233,7 @@ func TestConfirmWithASchemeFailsIfEitherReadFails(t *testing.T) {
 				lists: map[string][]string{byKey: {item("vm-1", "vpc-a")}, stale: {item("vm-2", "vpc-a")}},
 				fail:  map[string]int{failing: http.StatusInternalServerError},
 			}
-			ix, _ := selectingIndex(t, shard, Options{})
+			ix, _ := selectingIndex(t, shard)
 			_, _, err := ix.Confirm(context.Background(), labelledQuery())
 			if err == nil || !strings.Contains(err.Error(), "boom for "+failing) {
 				t.Errorf("Confirm() error = %v, want the failure of the read by %s", err, failing)

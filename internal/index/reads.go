@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/url"
 	"slices"
 	"strconv"
@@ -15,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kcp-dev/logicalcluster/v3"
 
@@ -25,81 +23,6 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 	"github.com/opendefensecloud/dependency-controller/internal/vw"
 )
-
-// errNotInspected is what a read fails with while the APIExport of a source
-// has not been read yet (right after the source was added, e.g. when the
-// webhook starts): which shards serve it is not known, so nothing can be
-// read. It clears within a poll interval, and is retried.
-var errNotInspected = errors.New("the APIExport has not been read yet")
-
-// errRefused is what a read fails with when every shard's virtual workspace
-// refuses (403) a logical cluster that binds the export, as far as the
-// index knows: while a shard starts, its virtual workspace refuses
-// workspaces whose bindings it has not synced yet. It is retried; it never
-// means "no dependents".
-var errRefused = errors.New("every shard's virtual workspace refused a workspace that binds the export")
-
-// Causes of retries that are states of the index rather than errors of kcp;
-// the others are vw's.
-const (
-	CauseNotInspected = "not-inspected"
-	CauseRefused      = "refused"
-)
-
-// RetryCause reports whether a failed read is worth retrying, and why (see
-// vw.RetryCause; reads also wait for the index to have read the export, and
-// for a shard that is starting).
-func RetryCause(err error) (string, bool) {
-	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return "", false
-	case errors.Is(err, errNotInspected):
-		return CauseNotInspected, true
-	case errors.Is(err, errRefused):
-		return CauseRefused, true
-	}
-	return vw.RetryCause(err)
-}
-
-// Backoff of retried reads: the first wait and its cap; each wait doubles,
-// with up to 50% jitter.
-const (
-	retryFirst = 20 * time.Millisecond
-	retryMax   = 500 * time.Millisecond
-	// retryAttempts bounds the attempts of a caller without a deadline.
-	retryAttempts = 5
-)
-
-// retry calls attempt until it succeeds, fails with an error that is not
-// worth retrying, or the next wait would pass the deadline of ctx (without
-// one, after retryAttempts attempts); it returns the last error. It waits
-// between attempts as wait.Backoff says, and reports each retry to
-// Options.OnRetry.
-func (ix *Index) retry(ctx context.Context, attempt func() error) error {
-	deadline, hasDeadline := ctx.Deadline()
-	backoff := wait.Backoff{Duration: retryFirst, Factor: 2, Jitter: 0.5, Cap: retryMax, Steps: math.MaxInt32}
-	for attempts := 1; ; attempts++ {
-		err := attempt()
-		cause, retryable := RetryCause(err)
-		if !retryable {
-			return err
-		}
-		next := backoff.Step()
-		if hasDeadline && time.Until(deadline) < next+retryFirst || !hasDeadline && attempts >= retryAttempts {
-			return err
-		}
-		if ix.opts.OnRetry != nil {
-			ix.opts.OnRetry(cause)
-		}
-		t := time.NewTimer(next)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-	}
-}
 
 // Query is what a confirming read looks for: the dependents of Source in
 // Cluster that reference the object of Target named Name in Namespace at
@@ -155,7 +78,7 @@ func (ix *Index) Confirm(ctx context.Context, q Query) ([]kcp.Meta, int, error) 
 		found   []kcp.Meta
 		scanned int
 	)
-	err := ix.retry(ctx, func() error {
+	err := ix.Retry(ctx, func() error {
 		// The scope is decided on every attempt: an attempt that failed
 		// because the export had not been read yet did not know it.
 		scope := ix.scope(q)
@@ -193,7 +116,8 @@ func (ix *Index) Confirm(ctx context.Context, q Query) ([]kcp.Meta, int, error) 
 	return found, scanned, err
 }
 
-// How a live read of a scope was answered, for Options.OnRead.
+// How a live read of a scope was answered: the values of the how label of
+// dependency_webhook_live_reads_total.
 const (
 	// ReadListed: the scope was listed.
 	ReadListed = "list"
@@ -249,11 +173,11 @@ func (ix *Index) catchUp(ctx context.Context, scope live.Scope, paths []fieldpat
 	if _, at, ok := st.Progress(shard); !ok || ix.now().Sub(at) > catchUpBusy {
 		return nil, nil
 	}
-	r, err := ix.readers.For(shard)
+	c, err := ix.clients.For(shard)
 	if err != nil {
 		return nil, err
 	}
-	version, err := r.List(ctx, vw.ResourcePath(scope.Cluster.Path(), scope.Source.Resource, scope.Namespace), url.Values{"limit": {"1"}}, func([]byte) error { return nil })
+	version, err := c.List(ctx, vw.ResourcePath(scope.Cluster.Path(), scope.Source.Resource, scope.Namespace), url.Values{"limit": {"1"}}, func([]byte) error { return nil })
 	if err != nil {
 		return nil, err
 	}
@@ -266,9 +190,7 @@ func (ix *Index) catchUp(ctx context.Context, scope live.Scope, paths []fieldpat
 	if !st.WaitProgress(wctx, shard, rv) {
 		return nil, nil
 	}
-	if ix.opts.OnRead != nil {
-		ix.opts.OnRead(ReadCaughtUp)
-	}
+	ix.metrics.read(ReadCaughtUp)
 	return func(paths []fieldpath.Reference, namespace, name string) []kcp.Meta {
 		var idx []int
 		for _, p := range paths {
@@ -291,20 +213,18 @@ func (ix *Index) readScope(ctx context.Context, scope live.Scope, visit func(ite
 	if base != nil {
 		defer context.AfterFunc(base, cancel)()
 	}
-	if ix.opts.OnRead != nil {
-		how := ReadListed
-		if scope.Selector != "" {
-			how = ReadSelected
-		}
-		ix.opts.OnRead(how)
+	how := ReadListed
+	if scope.Selector != "" {
+		how = ReadSelected
 	}
+	ix.metrics.read(how)
 	path := vw.ResourcePath(scope.Cluster.Path(), scope.Source.Resource, scope.Namespace)
 	var params url.Values
 	if scope.Selector != "" {
 		params = url.Values{"labelSelector": {scope.Selector}}
 	}
-	return ix.onShardOf(scope.Source, scope.Cluster, func(r *vw.Reader, state State) error {
-		_, err := r.List(ctx, path, params, visit)
+	return ix.OnShardOf(scope.Source, scope.Cluster, func(c *vw.Client, state State) error {
+		_, err := c.List(ctx, path, params, visit)
 		switch {
 		case err == nil && state.Phase == PhaseVersionNotServed:
 			return fmt.Errorf("%w: %s", ErrVersionNotServed, state.Message)
@@ -329,9 +249,9 @@ const maxObjectSize = 8 << 20
 // export does not serve the version the rules name.
 func (ix *Index) Lookup(ctx context.Context, src Source, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, error) {
 	var found []kcp.Meta
-	err := ix.retry(ctx, func() error {
+	err := ix.Retry(ctx, func() error {
 		found = found[:0]
-		return ix.onShardOf(src, cluster, func(r *vw.Reader, state State) error {
+		return ix.OnShardOf(src, cluster, func(c *vw.Client, state State) error {
 			found = found[:0]
 			if state.Phase == PhaseVersionNotServed {
 				return fmt.Errorf("%w: %s", ErrVersionNotServed, state.Message)
@@ -346,10 +266,10 @@ func (ix *Index) Lookup(ctx context.Context, src Source, cluster logicalcluster.
 			}
 			if namespace == "" && state.Namespaced {
 				params := url.Values{"fieldSelector": {fields.OneTermEqualSelector("metadata.name", name).String()}}
-				_, err := r.List(ctx, vw.ResourcePath(cluster.Path(), src.Resource, ""), params, add)
+				_, err := c.List(ctx, vw.ResourcePath(cluster.Path(), src.Resource, ""), params, add)
 				return err
 			}
-			body, err := r.Get(ctx, append(vw.ResourcePath(cluster.Path(), src.Resource, namespace), name), nil)
+			body, err := c.Get(ctx, append(vw.ResourcePath(cluster.Path(), src.Resource, namespace), name), nil)
 			if apierrors.IsNotFound(err) {
 				return nil
 			}
@@ -365,76 +285,6 @@ func (ix *Index) Lookup(ctx context.Context, src Source, cluster logicalcluster.
 		})
 	})
 	return found, err
-}
-
-// onShardOf calls read with the reader of the virtual workspace of src on
-// the shard that serves cluster: the shard on which the index last saw the
-// cluster first, then the others, as long as read fails with 403, which
-// kcp's virtual workspace answers for a cluster that does not bind the
-// export on that shard (or lives on another one). A cluster that no shard
-// serves binds no export, so onShardOf then returns nil without reading.
-func (ix *Index) onShardOf(src Source, cluster logicalcluster.Name, read func(r *vw.Reader, state State) error) error {
-	w := ix.watch(src)
-	if w == nil {
-		return fmt.Errorf("%s is not watched", src)
-	}
-	state := w.State()
-	urls, inspected := w.Shards(cluster)
-	if !inspected {
-		return fmt.Errorf("%s: %w", src, errNotInspected)
-	}
-	_, known := w.Serving(cluster)
-	for i, u := range urls {
-		r, err := ix.readers.For(u)
-		if err != nil {
-			return err
-		}
-		err = read(r, state)
-		if apierrors.IsForbidden(err) {
-			continue
-		}
-		if err == nil && (i > 0 || !known) {
-			// The shard that served is known from now on (writes go
-			// there at once).
-			w.ReadThrough(cluster, u)
-		}
-		return err
-	}
-	if w.Store().Holds(cluster) {
-		// Every shard refused a workspace that the index holds dependents
-		// of: it binds the export, and a virtual workspace that is starting
-		// has not synced its bindings yet.
-		return fmt.Errorf("%s in logical cluster %s: %w", src, cluster, errRefused)
-	}
-	// No shard serves the cluster and the index holds nothing of it: it
-	// does not bind the export (any more), so it holds no dependents.
-	return nil
-}
-
-// List lists the objects of src that match the label selector in every
-// workspace, through the virtual workspace of every shard, and calls visit
-// with each item's raw JSON (only valid during the call).
-func (ix *Index) List(ctx context.Context, src Source, selector string, visit func(item []byte) error) error {
-	w := ix.watch(src)
-	if w == nil {
-		return fmt.Errorf("%s is not watched", src)
-	}
-	urls, inspected := w.Shards("")
-	if !inspected {
-		return fmt.Errorf("%s: %w", src, errNotInspected)
-	}
-	path := vw.ResourcePath(logicalcluster.Wildcard, src.Resource, "")
-	params := url.Values{"labelSelector": {selector}}
-	for _, u := range urls {
-		r, err := ix.readers.For(u)
-		if err != nil {
-			return err
-		}
-		if _, err := r.List(ctx, path, params, visit); err != nil {
-			return fmt.Errorf("failed to list %s through %s: %w", src, u, err)
-		}
-	}
-	return nil
 }
 
 // ErrNotServed is returned (wrapped) by Serves for a workspace that the
@@ -461,9 +311,9 @@ func (ix *Index) Serves(ctx context.Context, src Source, cluster logicalcluster.
 		return nil
 	}
 	served := false
-	err := ix.retry(ctx, func() error {
-		return ix.onShardOf(src, cluster, func(r *vw.Reader, _ State) error {
-			_, err := r.List(ctx, vw.ResourcePath(cluster.Path(), src.Resource, ""), url.Values{"limit": {"1"}, "resourceVersion": {"0"}}, func([]byte) error { return nil })
+	err := ix.Retry(ctx, func() error {
+		return ix.OnShardOf(src, cluster, func(c *vw.Client, _ State) error {
+			_, err := c.List(ctx, vw.ResourcePath(cluster.Path(), src.Resource, ""), url.Values{"limit": {"1"}, "resourceVersion": {"0"}}, func([]byte) error { return nil })
 			if apierrors.IsNotFound(err) {
 				err = nil // the shard serves the workspace, not the version
 			}

@@ -32,8 +32,6 @@ type fakeShard struct {
 	objects  map[string]string // cluster/namespace/name -> object body
 	lock     sync.Mutex
 	requests []string
-	// methods are the methods of the requests, in order.
-	methods []string
 	// failures answer the next requests, one each.
 	failures []func(w http.ResponseWriter)
 }
@@ -41,7 +39,6 @@ type fakeShard struct {
 func (s *fakeShard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.lock.Lock()
 	s.requests = append(s.requests, r.URL.Path+"?"+r.URL.RawQuery)
-	s.methods = append(s.methods, r.Method)
 	var fail func(w http.ResponseWriter)
 	if len(s.failures) > 0 {
 		fail, s.failures = s.failures[0], s.failures[1:]
@@ -90,12 +87,6 @@ func (s *fakeShard) requested() []string {
 	return slices.Clone(s.requests)
 }
 
-func (s *fakeShard) requestMethods() []string {
-	s.lock.Lock()
-	defer s.lock.Unlock()
-	return slices.Clone(s.methods)
-}
-
 func status(code int, reason, message string, retryAfter string) func(w http.ResponseWriter) {
 	return func(w http.ResponseWriter) {
 		w.Header().Set("Content-Type", "application/json")
@@ -122,24 +113,6 @@ func routedIndex(t testing.TB, inspected bool, opts Options, shards ...*fakeShar
 	return newTestIndex(t, w, opts), w
 }
 
-// causes collects the causes of retries that an index reports.
-type causes struct {
-	lock sync.Mutex
-	all  []string
-}
-
-func (c *causes) add(cause string) {
-	c.lock.Lock()
-	defer c.lock.Unlock()
-	c.all = append(c.all, cause)
-}
-
-func (c *causes) get() []string {
-	c.lock.Lock()
-	defer c.lock.Unlock()
-	return slices.Clone(c.all)
-}
-
 func TestConfirmAndLookupFindTheShardOfTheCluster(t *testing.T) {
 	shard1 := &fakeShard{clusters: map[string]string{"c1": `{"items":[{"metadata":{"name":"vm-1"}}]}`}}
 	shard2 := &fakeShard{
@@ -149,8 +122,7 @@ func TestConfirmAndLookupFindTheShardOfTheCluster(t *testing.T) {
 			"c2//gateway":      `{"metadata":{"name":"gateway","uid":"g1"}}`,
 		},
 	}
-	var retries causes
-	ix, w := routedIndex(t, true, Options{OnRetry: retries.add}, shard1, shard2)
+	ix, w := routedIndex(t, true, Options{}, shard1, shard2)
 	ctx := context.Background()
 
 	seen, scanned, err := confirm(ctx, ix, testSource, []fieldpath.Reference{vpcRef}, "c2", "default", "vpc-a")
@@ -208,7 +180,7 @@ func TestConfirmAndLookupFindTheShardOfTheCluster(t *testing.T) {
 	if got := w.readThroughOf("c3"); got != "" {
 		t.Errorf("c3 was recorded as read through %q", got)
 	}
-	if got := retries.get(); len(got) != 0 {
+	if got := retried(t, ix); len(got) != 0 {
 		t.Errorf("retries reported: %v", got)
 	}
 	// A source that is not watched cannot be read.
@@ -258,8 +230,7 @@ func TestConfirmReadsTheScopeOfTheSource(t *testing.T) {
 // had not been read yet reads the scope the export says.
 func TestConfirmDecidesTheScopeOnEveryAttempt(t *testing.T) {
 	shard := &fakeShard{clusters: map[string]string{"c1": `{"items":[]}`}}
-	var retries causes
-	ix, w := routedIndex(t, false, Options{OnRetry: retries.add}, shard)
+	ix, w := routedIndex(t, false, Options{}, shard)
 	w.setState(State{Phase: PhaseSyncing})
 	// The export is read right after the first attempt.
 	w.onShards = func() {
@@ -275,7 +246,7 @@ func TestConfirmDecidesTheScopeOnEveryAttempt(t *testing.T) {
 	if r := shard.requested(); !slices.Equal(r, []string{"/clusters/c1/apis/compute.io/v1/namespaces/default/virtualmachines?"}) {
 		t.Errorf("requests %v, want one read of the namespace", r)
 	}
-	if got := retries.get(); !slices.Equal(got, []string{CauseNotInspected}) {
+	if got := retried(t, ix); !slices.Equal(got, []string{CauseNotInspected}) {
 		t.Errorf("retries reported %v, want one %s", got, CauseNotInspected)
 	}
 }
@@ -289,15 +260,14 @@ func TestConfirmAndLookupRetry(t *testing.T) {
 		objects:  map[string]string{"c1/default/vpc-a": `{"metadata":{"name":"vpc-a","namespace":"default","uid":"v1"}}`},
 	}
 	shard.failNext(initializing)
-	var retries causes
-	ix, _ := routedIndex(t, true, Options{OnRetry: retries.add}, shard)
+	ix, _ := routedIndex(t, true, Options{}, shard)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	deps, scanned, err := confirm(ctx, ix, testSource, []fieldpath.Reference{vpcRef}, "c1", "default", "vpc-a")
 	if want := []kcp.Meta{{Cluster: "c1", Namespace: "default", Name: "vm-1", UID: "u1"}}; err != nil || scanned != 1 || !reflect.DeepEqual(deps, want) {
 		t.Errorf("Confirm() = %v, %d, %v; want %v", deps, scanned, err, want)
 	}
-	if got := retries.get(); !slices.Equal(got, []string{vw.CauseUnavailable}) {
+	if got := retried(t, ix); !slices.Equal(got, []string{vw.CauseUnavailable}) {
 		t.Errorf("Confirm retries reported %v, want one %s", got, vw.CauseUnavailable)
 	}
 	if r := shard.requested(); len(r) != 2 {
@@ -308,7 +278,7 @@ func TestConfirmAndLookupRetry(t *testing.T) {
 	if want := []kcp.Meta{{Namespace: "default", Name: "vpc-a", UID: "v1"}}; err != nil || !reflect.DeepEqual(found, want) {
 		t.Errorf("Lookup() = %v, %v; want %v", found, err, want)
 	}
-	if got := retries.get(); !slices.Equal(got, []string{vw.CauseUnavailable, vw.CauseUnavailable, vw.CauseUnavailable}) {
+	if got := retried(t, ix); !slices.Equal(got, []string{vw.CauseUnavailable, vw.CauseUnavailable, vw.CauseUnavailable}) {
 		t.Errorf("retries reported %v, want three %s", got, vw.CauseUnavailable)
 	}
 	if r := shard.requested(); len(r) != 5 {
@@ -319,7 +289,7 @@ func TestConfirmAndLookupRetry(t *testing.T) {
 	if _, _, err := confirm(ctx, ix, testSource, []fieldpath.Reference{vpcRef}, "c1", "default", "vpc-a"); err == nil || !strings.Contains(err.Error(), "boom") {
 		t.Errorf("Confirm() after an internal error = %v", err)
 	}
-	if got := retries.get(); len(got) != 3 || len(shard.requested()) != 6 {
+	if got := retried(t, ix); len(got) != 3 || len(shard.requested()) != 6 {
 		t.Errorf("an internal error was retried: %v", got)
 	}
 }
@@ -327,20 +297,19 @@ func TestConfirmAndLookupRetry(t *testing.T) {
 // Before the APIExport of a source has been read, which shards serve it is
 // not known: a read fails (after retries), it never finds "nothing".
 func TestReadsBeforeTheExportWasReadFail(t *testing.T) {
-	var retries causes
-	ix, _ := routedIndex(t, false, Options{OnRetry: retries.add})
+	ix, _ := routedIndex(t, false, Options{})
 	ctx := context.Background()
 	err := confirmErr(ix, "c1")
-	if !errors.Is(err, errNotInspected) {
-		t.Errorf("Confirm() error = %v, want errNotInspected", err)
+	if !errors.Is(err, ErrNotInspected) {
+		t.Errorf("Confirm() error = %v, want ErrNotInspected", err)
 	}
-	if _, err := ix.Lookup(ctx, testSource, "c1", "default", "vpc-a"); !errors.Is(err, errNotInspected) {
-		t.Errorf("Lookup() error = %v, want errNotInspected", err)
+	if _, err := ix.Lookup(ctx, testSource, "c1", "default", "vpc-a"); !errors.Is(err, ErrNotInspected) {
+		t.Errorf("Lookup() error = %v, want ErrNotInspected", err)
 	}
 	if cause, retry := RetryCause(err); !retry || cause != CauseNotInspected {
 		t.Errorf("RetryCause() = %q, %v; want a retry", cause, retry)
 	}
-	if got := retries.get(); len(got) < 2 || slices.ContainsFunc(got, func(c string) bool { return c != CauseNotInspected }) {
+	if got := retried(t, ix); len(got) < 2 || slices.ContainsFunc(got, func(c string) bool { return c != CauseNotInspected }) {
 		t.Errorf("retries reported %v, want some %s", got, CauseNotInspected)
 	}
 }
@@ -351,8 +320,7 @@ func TestReadsBeforeTheExportWasReadFail(t *testing.T) {
 // retry, never "no dependents".
 func TestReadsOfAKnownClusterThatEveryShardRefusesFail(t *testing.T) {
 	shard := &fakeShard{clusters: map[string]string{}}
-	var retries causes
-	ix, w := routedIndex(t, true, Options{OnRetry: retries.add}, shard)
+	ix, w := routedIndex(t, true, Options{}, shard)
 	vm := &store.Object{ObjectMeta: metav1.ObjectMeta{Name: "vm-1", Namespace: "default", UID: "u1"}, Cluster: "c1"}
 	shardStore := w.store.ForShard(w.urls[0], func() {})
 	if err := shardStore.Add(vm); err != nil {
@@ -366,7 +334,7 @@ func TestReadsOfAKnownClusterThatEveryShardRefusesFail(t *testing.T) {
 	if cause, retry := RetryCause(err); !retry || cause != CauseRefused {
 		t.Errorf("RetryCause() = %q, %v; want a retry", cause, retry)
 	}
-	if got := retries.get(); len(got) < 2 || slices.ContainsFunc(got, func(c string) bool { return c != CauseRefused }) {
+	if got := retried(t, ix); len(got) < 2 || slices.ContainsFunc(got, func(c string) bool { return c != CauseRefused }) {
 		t.Errorf("retries reported %v, want some %s", got, CauseRefused)
 	}
 	if _, err := ix.Lookup(ctx, testSource, "c1", "default", "vpc-a"); !errors.Is(err, errRefused) {
@@ -403,8 +371,7 @@ func TestReadsOfAKnownClusterThatEveryShardRefusesFail(t *testing.T) {
 // reads fail with ErrVersionNotServed, and are not retried.
 func TestReadsOfAVersionNotServedFail(t *testing.T) {
 	shard := &fakeShard{clusters: map[string]string{"c1": `{"items":[]}`}}
-	var retries causes
-	ix, w := routedIndex(t, true, Options{OnRetry: retries.add}, shard)
+	ix, w := routedIndex(t, true, Options{}, shard)
 	w.setState(State{Phase: PhaseVersionNotServed, Namespaced: true, Message: "the APIExport serves v2"})
 	ctx := context.Background()
 	if _, _, err := confirm(ctx, ix, testSource, []fieldpath.Reference{vpcRef}, "c1", "default", "vpc-a"); !errors.Is(err, ErrVersionNotServed) || !strings.Contains(err.Error(), "serves v2") {
@@ -427,7 +394,7 @@ func TestReadsOfAVersionNotServedFail(t *testing.T) {
 	if _, _, err := confirm(ctx, ix, testSource, []fieldpath.Reference{vpcRef}, "c1", "default", "vpc-a"); !errors.Is(err, ErrVersionNotServed) {
 		t.Errorf("Confirm() of a list not found = %v, want ErrVersionNotServed", err)
 	}
-	if got := retries.get(); len(got) != 0 {
+	if got := retried(t, ix); len(got) != 0 {
 		t.Errorf("retries reported: %v", got)
 	}
 }
@@ -531,8 +498,7 @@ func TestConfirmAnswersFromAnIndexThatCaughtUp(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			shard := &fakeShard{clusters: map[string]string{"c1": listed}}
-			var reads []string
-			ix, w := routedIndex(t, true, Options{OnRead: func(how string) { reads = append(reads, how) }}, shard)
+			ix, w := routedIndex(t, true, Options{}, shard)
 			state := tt.state
 			if state == "" {
 				state = PhaseSynced
@@ -566,8 +532,8 @@ func TestConfirmAnswersFromAnIndexThatCaughtUp(t *testing.T) {
 			if tt.wantFrom == "vm-indexed" {
 				wantHow = ReadCaughtUp
 			}
-			if len(reads) != 1 || reads[0] != wantHow {
-				t.Errorf("OnRead got %q, want [%s]", reads, wantHow)
+			if reads := readsOf(t, ix); len(reads) != 1 || reads[0] != wantHow {
+				t.Errorf("reads counted %q, want [%s]", reads, wantHow)
 			}
 		})
 	}

@@ -23,7 +23,7 @@ import (
 
 // failingServer answers a list of one object after failing the first n
 // requests with fail.
-func failingServer(t *testing.T, n int, fail func(w http.ResponseWriter)) (*vw.Reader, *atomic.Int32) {
+func failingServer(t *testing.T, n int, fail func(w http.ResponseWriter)) (*vw.Client, *atomic.Int32) {
 	t.Helper()
 	var calls atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -34,20 +34,20 @@ func failingServer(t *testing.T, n int, fail func(w http.ResponseWriter)) (*vw.R
 		fmt.Fprint(w, `{"kind":"VirtualMachineList","metadata":{"resourceVersion":"9"},"items":[{"metadata":{"name":"vm-1"}}]}`)
 	}))
 	t.Cleanup(srv.Close)
-	r, err := vw.NewReader(&rest.Config{}, srv.URL)
+	r, err := vw.NewClient(&rest.Config{}, srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return r, &calls
 }
 
-// retryIndex returns an index that reports the causes of its retries to
-// causes.
-func retryIndex(causes *[]string) *Index {
-	return &Index{opts: Options{OnRetry: func(cause string) { *causes = append(*causes, cause) }}}
+// retryIndex returns an index that counts the causes of its retries (see
+// retried).
+func retryIndex() *Index {
+	return &Index{metrics: newMetrics(nil, nil)}
 }
 
-func listOnce(ctx context.Context, r *vw.Reader, visit func([]byte) error) error {
+func listOnce(ctx context.Context, r *vw.Client, visit func([]byte) error) error {
 	_, err := r.List(ctx, vw.ResourcePath(logicalcluster.NewPath("c1"), vms, "default"), nil, visit)
 	return err
 }
@@ -88,12 +88,13 @@ func TestRetry(t *testing.T) {
 			r, calls := failingServer(t, tt.failures, tt.fail)
 			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
 			defer cancel()
-			var causes []string
+			ix := retryIndex()
 			items := 0
-			err := retryIndex(&causes).retry(ctx, func() error {
+			err := ix.Retry(ctx, func() error {
 				items = 0
 				return listOnce(ctx, r, func([]byte) error { items++; return nil })
 			})
+			causes := retried(t, ix)
 			if calls.Load() != tt.wantCalls {
 				t.Errorf("%d requests, want %d (err %v)", calls.Load(), tt.wantCalls, err)
 			}
@@ -121,10 +122,10 @@ func TestRetryStopsBeforeTheDeadline(t *testing.T) {
 	r, calls := failingServer(t, 1000, status(503, "ServiceUnavailable", "storage is (re)initializing", ""))
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	var causes []string
-	ix := retryIndex(&causes)
+	ix := retryIndex()
 	start := time.Now()
-	err := ix.retry(ctx, func() error { return listOnce(ctx, r, func([]byte) error { return nil }) })
+	err := ix.Retry(ctx, func() error { return listOnce(ctx, r, func([]byte) error { return nil }) })
+	causes := retried(t, ix)
 	if !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), "initializing") {
 		t.Errorf("error = %v", err)
 	}
@@ -136,14 +137,14 @@ func TestRetryStopsBeforeTheDeadline(t *testing.T) {
 	}
 	// Without a deadline a few attempts are made.
 	calls.Store(0)
-	_ = ix.retry(context.Background(), func() error { return listOnce(context.Background(), r, func([]byte) error { return nil }) })
+	_ = ix.Retry(context.Background(), func() error { return listOnce(context.Background(), r, func([]byte) error { return nil }) })
 	if calls.Load() != retryAttempts {
 		t.Errorf("%d attempts without a deadline, want %d", calls.Load(), retryAttempts)
 	}
 	// A request that is canceled ends the retries, with its error.
 	canceled, cancel := context.WithCancel(context.Background())
 	attempts := 0
-	err = ix.retry(canceled, func() error {
+	err = ix.Retry(canceled, func() error {
 		attempts++
 		cancel()
 		return apierrors.NewServiceUnavailable("storage is (re)initializing")
@@ -166,11 +167,11 @@ func TestRetryCause(t *testing.T) {
 		want string // "" if not worth retrying
 	}{
 		{"no error", nil, ""},
-		{"not inspected", fmt.Errorf("src: %w", errNotInspected), CauseNotInspected},
+		{"not inspected", fmt.Errorf("src: %w", ErrNotInspected), CauseNotInspected},
 		{"refused", fmt.Errorf("src in c1: %w", errRefused), CauseRefused},
 		{"a version not served", fmt.Errorf("%w: v2", ErrVersionNotServed), ""},
 		{"unavailable, as vw says", apierrors.NewServiceUnavailable("x"), vw.CauseUnavailable},
-		{"canceled while not inspected", errors.Join(context.Canceled, errNotInspected), ""},
+		{"canceled while not inspected", errors.Join(context.Canceled, ErrNotInspected), ""},
 		{"past the deadline while refused", errors.Join(context.DeadlineExceeded, errRefused), ""},
 	}
 	for _, tt := range tests {
@@ -190,9 +191,10 @@ func TestRetryKeepsTryingUntilTheDeadline(t *testing.T) {
 	r, calls := failingServer(t, failures, status(503, "ServiceUnavailable", "storage is (re)initializing", ""))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var causes []string
+	ix := retryIndex()
 	start := time.Now()
-	err := retryIndex(&causes).retry(ctx, func() error { return listOnce(ctx, r, func([]byte) error { return nil }) })
+	err := ix.Retry(ctx, func() error { return listOnce(ctx, r, func([]byte) error { return nil }) })
+	causes := retried(t, ix)
 	if err != nil || calls.Load() != failures+1 {
 		t.Errorf("after %s and %d requests: %v; want success on attempt %d", time.Since(start), calls.Load(), err, failures+1)
 	}
@@ -205,10 +207,11 @@ func TestRetryKeepsTryingUntilTheDeadline(t *testing.T) {
 // without a deadline is not reported as a retry.
 func TestRetryReportsOnlyRetriesItMakes(t *testing.T) {
 	r, calls := failingServer(t, 1000, status(503, "ServiceUnavailable", "storage is (re)initializing", ""))
-	var causes []string
-	_ = retryIndex(&causes).retry(context.Background(), func() error {
+	ix := retryIndex()
+	_ = ix.Retry(context.Background(), func() error {
 		return listOnce(context.Background(), r, func([]byte) error { return nil })
 	})
+	causes := retried(t, ix)
 	if int32(len(causes)) != calls.Load()-1 {
 		t.Errorf("%d retries reported for %d attempts, want %d", len(causes), calls.Load(), calls.Load()-1)
 	}

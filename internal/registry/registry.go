@@ -4,10 +4,10 @@
 // objects), and for each dependent type which references its creates and
 // updates may add (for the reference guard).
 //
-// The registry is fed from two sources (see sync.go): a reconciler that sees
-// every change of a rule through the manager's cache, and complete listings
-// of all rules of a shard (at startup and periodically). Either may deliver an
-// older view than the registry already has, so
+// The registry is fed from two sources (see package rulesync): a reconciler
+// that sees every change of a rule through the manager's cache, and complete
+// listings of all rules of a shard (at startup and periodically). Either may
+// deliver an older view than the registry already has, so
 //
 //   - of two views of one rule, the one with the newer resourceVersion wins;
 //     resourceVersions are only ever compared between DependencyRules (of one
@@ -22,13 +22,12 @@
 // binding to the APIExport) and the resource.
 //
 // Reads (Find) take no lock: writers publish an immutable snapshot
-// with a reverse index from protected resource to entries.
+// with a reverse index from protected resource to entries. Metrics reports
+// the number of registered rules.
 package registry
 
 import (
-	"cmp"
 	"maps"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -252,21 +251,6 @@ type record struct {
 	seenByCache bool
 }
 
-// snapshot is an immutable view for readers.
-type snapshot struct {
-	byTarget map[Target][]Entry
-	// guards are keyed by the workspace that serves the dependent (the
-	// rule's) and the dependent resource.
-	guards map[Target][]Guard
-	// guardOf is the guard of each rule.
-	guardOf map[kcp.ObjectKey]Guard
-	// protections are the protected resources, sorted by target.
-	protections []Protection
-	// labelling is keyed like guards.
-	labelling map[Target]Labelling
-	rules     int
-}
-
 // Registry is a thread-safe store of rule metadata. The zero value is not
 // usable; call New.
 type Registry struct {
@@ -488,6 +472,17 @@ func (r *Registry) Labellings() map[Target]Labelling {
 	return r.current.Load().labelling
 }
 
+// Rules returns the registered rules.
+func (r *Registry) Rules() []*Rule {
+	r.lock.Lock()
+	defer r.lock.Unlock()
+	rules := make([]*Rule, 0, len(r.records))
+	for _, rec := range r.records {
+		rules = append(rules, rec.rule)
+	}
+	return rules
+}
+
 // Changes receives a value whenever the registered rules may have changed.
 func (r *Registry) Changes() <-chan struct{} {
 	return r.changed
@@ -496,130 +491,4 @@ func (r *Registry) Changes() <-chan struct{} {
 // Len returns the number of registered rules.
 func (r *Registry) Len() int {
 	return r.current.Load().rules
-}
-
-// publish rebuilds the read snapshot and tells the index which sources to
-// watch (dependents, with the paths to read) and to read (targets, with no
-// paths). Callers hold the lock.
-func (r *Registry) publish() {
-	s := &snapshot{byTarget: map[Target][]Entry{}, guards: map[Target][]Guard{}, guardOf: map[kcp.ObjectKey]Guard{}}
-	sources := map[index.Source][]fieldpath.Reference{}
-	rulesOf := map[Target][]*Rule{}
-	var targets []index.Source
-	protections := map[Target]*Protection{}
-	for _, rec := range r.records {
-		s.rules++
-		rule := rec.rule
-		byTarget := map[Target]*Entry{}
-		guard := Guard{Rule: rule.Key, Dependent: rule.Dependent}
-		for _, ref := range rule.References {
-			sources[rule.Dependent] = append(sources[rule.Dependent], ref.Path)
-			cluster, ok := r.workspaces[ref.Workspace.String()]
-			if !ok {
-				// Not bound (yet): kcp calls no webhook for it, and its
-				// objects cannot be read.
-				guard.References = append(guard.References, GuardReference{Path: ref.Path})
-				continue
-			}
-			targetSource := index.Source{
-				Export:   kcp.ObjectKey{Cluster: cluster, Name: ref.Export},
-				Resource: ref.Target.WithVersion(ref.Version),
-			}
-			targets = append(targets, targetSource)
-			guard.References = append(guard.References, GuardReference{Path: ref.Path, Target: targetSource})
-			target := Target{Cluster: cluster, Resource: ref.Target}
-			e, ok := byTarget[target]
-			if !ok {
-				e = &Entry{Rule: rule.Key, Dependent: rule.Dependent, DependentKind: rule.DependentKind, Target: targetSource, Replay: rule.Replay}
-				byTarget[target] = e
-			}
-			e.Paths = append(e.Paths, ref.Path)
-			p, ok := protections[target]
-			if !ok {
-				p = &Protection{Target: target, Source: targetSource}
-				protections[target] = p
-			}
-			p.Replay = p.Replay || rule.Replay
-			if compareSources(targetSource, p.Source) < 0 {
-				p.Source = targetSource
-			}
-		}
-		for target, e := range byTarget {
-			e.Paths = sortPaths(e.Paths)
-			s.byTarget[target] = append(s.byTarget[target], *e)
-		}
-		dependent := Target{Cluster: rule.Key.Cluster, Resource: rule.Dependent.Resource.GroupResource()}
-		s.guards[dependent] = append(s.guards[dependent], guard)
-		s.guardOf[rule.Key] = guard
-		rulesOf[dependent] = append(rulesOf[dependent], rule)
-	}
-	for _, entries := range s.byTarget {
-		slices.SortFunc(entries, func(a, b Entry) int { return a.Rule.Compare(b.Rule) })
-	}
-	for _, guards := range s.guards {
-		slices.SortFunc(guards, func(a, b Guard) int { return a.Rule.Compare(b.Rule) })
-	}
-	for _, p := range protections {
-		s.protections = append(s.protections, *p)
-	}
-	s.labelling = make(map[Target]Labelling, len(rulesOf))
-	for dependent, rules := range rulesOf {
-		s.labelling[dependent] = labellingOf(rules)
-	}
-	slices.SortFunc(s.protections, func(a, b Protection) int {
-		return cmp.Or(cmp.Compare(a.Target.Cluster, b.Target.Cluster), cmp.Compare(a.Target.Resource.Group, b.Target.Resource.Group), cmp.Compare(a.Target.Resource.Resource, b.Target.Resource.Resource))
-	})
-	// Targets are read, not watched: no paths, unless the same source is
-	// also a dependent.
-	for _, t := range targets {
-		if _, ok := sources[t]; !ok {
-			sources[t] = nil
-		}
-	}
-	r.current.Store(s)
-	select {
-	case r.changed <- struct{}{}:
-	default:
-	}
-	if r.sources != nil {
-		for src, paths := range sources {
-			sources[src] = sortPaths(paths)
-		}
-		r.sources(sources)
-	}
-}
-
-// labellingOf returns how the dependents of the type of rules (all rules
-// that name one dependent resource in one workspace) are labelled.
-func labellingOf(rules []*Rule) Labelling {
-	slices.SortFunc(rules, func(a, b *Rule) int { return a.Key.Compare(b.Key) })
-	l := Labelling{Dependent: rules[0].Dependent, Labelled: true}
-	covered := make([]reflabels.Rule, 0, len(rules))
-	for _, rule := range rules {
-		l.Rules = append(l.Rules, rule.Key)
-		l.Labelled = l.Labelled && rule.Labelled
-		r := reflabels.Rule{Name: rule.Key.String(), UID: rule.UID, Dependent: rule.Dependent.String()}
-		for _, ref := range rule.References {
-			r.References = append(r.References, reflabels.Reference{Path: ref.Path, Target: ref.Target})
-		}
-		covered = append(covered, r)
-	}
-	l.Scheme, l.Reason = reflabels.SchemeOf(covered)
-	l.Labellable = l.Reason == ""
-	if !l.Labellable {
-		l.Dependent, l.Labelled = index.Source{}, false
-	}
-	return l
-}
-
-// compareSources orders sources by export, then resource.
-func compareSources(a, b index.Source) int {
-	return cmp.Or(a.Export.Compare(b.Export), cmp.Compare(a.Resource.Group, b.Resource.Group),
-		cmp.Compare(a.Resource.Resource, b.Resource.Resource), cmp.Compare(a.Resource.Version, b.Resource.Version))
-}
-
-// sortPaths sorts paths and drops duplicates.
-func sortPaths(paths []fieldpath.Reference) []fieldpath.Reference {
-	slices.SortFunc(paths, func(a, b fieldpath.Reference) int { return cmp.Compare(a.String(), b.String()) })
-	return slices.Compact(paths)
 }

@@ -45,9 +45,10 @@ type Rules interface {
 	Changes() <-chan struct{}
 }
 
-// Index lists and patches dependents; *index.Index implements it.
-type Index interface {
-	ListObjects(ctx context.Context, src index.Source, labelSelector string, visit func(kcp.Meta) error) error
+// Objects lists and patches dependents through their provider's virtual
+// workspace; *objects.Client implements it.
+type Objects interface {
+	List(ctx context.Context, src index.Source, labelSelector string, visit func(kcp.Meta) error) error
 	Patch(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, pt types.PatchType, body []byte) ([]byte, error)
 }
 
@@ -73,15 +74,16 @@ type Options struct {
 // Relabeller has unlabelled dependents labelled. It is a
 // manager.LeaderElectionRunnable that runs on the elected replica.
 type Relabeller struct {
-	rules Rules
-	index Index
-	write ConditionWriter
-	opts  Options
-	now   func() time.Time
+	rules   Rules
+	objects Objects
+	write   ConditionWriter
+	opts    Options
+	now     func() time.Time
 }
 
-// New returns a Relabeller.
-func New(rules Rules, ix Index, write ConditionWriter, opts Options) *Relabeller {
+// New returns a Relabeller of the dependents of rules, which it lists and
+// writes with objs, reporting on the rules with write.
+func New(rules Rules, objs Objects, write ConditionWriter, opts Options) *Relabeller {
 	if opts.Interval <= 0 {
 		opts.Interval = 30 * time.Second
 	}
@@ -91,7 +93,7 @@ func New(rules Rules, ix Index, write ConditionWriter, opts Options) *Relabeller
 	if opts.Timeout <= 0 {
 		opts.Timeout = 5 * time.Minute
 	}
-	return &Relabeller{rules: rules, index: ix, write: write, opts: opts, now: time.Now}
+	return &Relabeller{rules: rules, objects: objs, write: write, opts: opts, now: time.Now}
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable.
@@ -164,7 +166,7 @@ func (r *Relabeller) relabel(ctx context.Context, t registry.Target, l registry.
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	defer cancel()
 	var stale []kcp.Meta
-	if err := r.index.ListObjects(ctx, l.Dependent, reflabels.StaleSelector(l.Scheme.Fingerprint), func(m kcp.Meta) error {
+	if err := r.objects.List(ctx, l.Dependent, reflabels.StaleSelector(l.Scheme.Fingerprint), func(m kcp.Meta) error {
 		if !m.Terminating {
 			stale = append(stale, m)
 		}
@@ -221,7 +223,7 @@ func (r *Relabeller) trigger(ctx context.Context, l registry.Labelling, stale []
 	}}})
 	var lock sync.Mutex
 	one := func(m kcp.Meta) {
-		patched, err := r.index.Patch(ctx, l.Dependent, m.Cluster, m.Namespace, m.Name, types.MergePatchType, body)
+		patched, err := r.objects.Patch(ctx, l.Dependent, m.Cluster, m.Namespace, m.Name, types.MergePatchType, body)
 		lock.Lock()
 		defer lock.Unlock()
 		switch {

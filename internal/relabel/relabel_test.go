@@ -31,9 +31,9 @@ type fakeRules map[registry.Target]registry.Labelling
 func (f fakeRules) Labellings() map[registry.Target]registry.Labelling { return f }
 func (f fakeRules) Changes() <-chan struct{}                           { return nil }
 
-// fakeIndex lists stale and answers each patch with what labelling webhook
+// fakeObjects lists stale and answers each patch with what labelling webhook
 // would have done: the scheme label it leaves on the object.
-type fakeIndex struct {
+type fakeObjects struct {
 	stale    []kcp.Meta
 	listErr  error
 	selector string
@@ -45,7 +45,7 @@ type fakeIndex struct {
 	patched []string
 }
 
-func (f *fakeIndex) ListObjects(_ context.Context, _ index.Source, selector string, visit func(kcp.Meta) error) error {
+func (f *fakeObjects) List(_ context.Context, _ index.Source, selector string, visit func(kcp.Meta) error) error {
 	f.selector = selector
 	if f.listErr != nil {
 		return f.listErr
@@ -58,7 +58,7 @@ func (f *fakeIndex) ListObjects(_ context.Context, _ index.Source, selector stri
 	return nil
 }
 
-func (f *fakeIndex) Patch(_ context.Context, _ index.Source, _ logicalcluster.Name, _, name string, pt types.PatchType, body []byte) ([]byte, error) {
+func (f *fakeObjects) Patch(_ context.Context, _ index.Source, _ logicalcluster.Name, _, name string, pt types.PatchType, body []byte) ([]byte, error) {
 	f.lock.Lock()
 	f.patched = append(f.patched, name)
 	f.lock.Unlock()
@@ -106,7 +106,7 @@ func TestPass(t *testing.T) {
 	tests := []struct {
 		name        string
 		labellable  bool
-		index       *fakeIndex
+		index       *fakeObjects
 		wantStatus  metav1.ConditionStatus
 		wantReason  string
 		wantMessage string
@@ -114,24 +114,24 @@ func TestPass(t *testing.T) {
 		wantLeft    int
 	}{{
 		name:       "a type that cannot be labelled is reported and not written",
-		index:      &fakeIndex{stale: metas("vm-1")},
+		index:      &fakeObjects{stale: metas("vm-1")},
 		wantStatus: metav1.ConditionFalse, wantReason: depv1alpha1.ReasonNotLabellable, wantMessage: "a reference in the status",
 		wantLeft: -1,
 	}, {
 		name:       "nothing stale: labelled",
 		labellable: true,
-		index:      &fakeIndex{},
+		index:      &fakeObjects{},
 		wantStatus: metav1.ConditionTrue, wantReason: depv1alpha1.ReasonLabelled,
 	}, {
 		name:       "every stale dependent relabelled by the labelling webhook",
 		labellable: true,
-		index:      &fakeIndex{stale: metas("vm-1", "vm-2", "vm-3"), after: labelledTo(fingerprint)},
+		index:      &fakeObjects{stale: metas("vm-1", "vm-2", "vm-3"), after: labelledTo(fingerprint)},
 		wantStatus: metav1.ConditionTrue, wantReason: depv1alpha1.ReasonLabelled,
 		wantPatched: 3,
 	}, {
 		name:       "a dependent gone meanwhile counts as done",
 		labellable: true,
-		index: &fakeIndex{stale: metas("vm-1", "vm-2"), after: func(name string) (string, error) {
+		index: &fakeObjects{stale: metas("vm-1", "vm-2"), after: func(name string) (string, error) {
 			if name == "vm-1" {
 				return "", notFound
 			}
@@ -142,31 +142,31 @@ func TestPass(t *testing.T) {
 	}, {
 		name:       "without the labelling webhook one dependent is written per pass",
 		labellable: true,
-		index:      &fakeIndex{stale: metas("vm-1", "vm-2", "vm-3")},
+		index:      &fakeObjects{stale: metas("vm-1", "vm-2", "vm-3")},
 		wantStatus: metav1.ConditionUnknown, wantReason: depv1alpha1.ReasonLabelling, wantMessage: "waiting for the labelling webhook",
 		wantPatched: 1, wantLeft: 3,
 	}, {
 		name:       "without the patch grant one dependent is tried per pass",
 		labellable: true,
-		index:      &fakeIndex{stale: metas("vm-1", "vm-2"), after: func(string) (string, error) { return "", forbidden }},
+		index:      &fakeObjects{stale: metas("vm-1", "vm-2"), after: func(string) (string, error) { return "", forbidden }},
 		wantStatus: metav1.ConditionFalse, wantReason: depv1alpha1.ReasonAccessDenied, wantMessage: `patch on apiexports/content of "compute.test.io"`,
 		wantPatched: 1, wantLeft: 2,
 	}, {
 		name:       "a webhook with other rules labels under another scheme: labelling goes on",
 		labellable: true,
-		index:      &fakeIndex{stale: metas("vm-1", "vm-2"), after: labelledTo("fedcba9876543210")},
+		index:      &fakeObjects{stale: metas("vm-1", "vm-2"), after: labelledTo("fedcba9876543210")},
 		wantStatus: metav1.ConditionUnknown, wantReason: depv1alpha1.ReasonLabelling, wantMessage: "not labelled under the current rules yet",
 		wantPatched: 2, wantLeft: 2,
 	}, {
 		name:       "a list that fails is reported, nothing written",
 		labellable: true,
-		index:      &fakeIndex{listErr: errors.New("connection refused")},
+		index:      &fakeObjects{listErr: errors.New("connection refused")},
 		wantStatus: metav1.ConditionUnknown, wantReason: depv1alpha1.ReasonLabelling, wantMessage: "connection refused",
 		wantLeft: -1,
 	}, {
 		name:       "terminating dependents are left alone",
 		labellable: true,
-		index:      &fakeIndex{stale: []kcp.Meta{{Cluster: "consumer", Namespace: "default", Name: "vm-1", Terminating: true}}},
+		index:      &fakeObjects{stale: []kcp.Meta{{Cluster: "consumer", Namespace: "default", Name: "vm-1", Terminating: true}}},
 		wantStatus: metav1.ConditionTrue, wantReason: depv1alpha1.ReasonLabelled,
 	}}
 	for _, tt := range tests {

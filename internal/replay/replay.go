@@ -14,6 +14,11 @@
 // seen as preconditions). A record that does not verify, has expired, or
 // that no Replay rule covers any more is never replayed: the Replayer
 // removes it, with an Event on the object.
+//
+// Records and the Replayer read and write objects through their provider's
+// virtual workspace (package objects), and learn from the index whether
+// dependents still reference them. Metrics counts the replays by result
+// and the records removed by reason.
 package replay
 
 import (
@@ -44,7 +49,7 @@ const requestedValue = "true"
 const DefaultTTL = 24 * time.Hour
 
 // Patcher patches protected objects through their provider's virtual
-// workspace; *index.Index implements it.
+// workspace; *objects.Client implements it.
 type Patcher interface {
 	Patch(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, pt types.PatchType, body []byte) ([]byte, error)
 }

@@ -27,17 +27,22 @@ import (
 type Index interface {
 	// State returns what is known about a source.
 	State(src index.Source) index.State
+	// Lookup reads an object live.
+	Lookup(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, error)
+	// Updates receives a value when indexed dependents may have changed.
+	Updates() <-chan struct{}
+}
+
+// Objects lists, deletes and records Events on protected objects through
+// their provider's virtual workspace; *objects.Client implements it.
+type Objects interface {
+	// List lists the objects of src matching a label selector everywhere.
+	List(ctx context.Context, src index.Source, selector string, visit func(kcp.Meta) error) error
+	// Delete deletes an object through kcp's admission.
+	Delete(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, opts metav1.DeleteOptions) error
 	// CreateEvent creates a core Event in a workspace through the virtual
 	// workspace of src.
 	CreateEvent(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace string, body []byte) error
-	// List lists the objects of src matching a label selector everywhere.
-	List(ctx context.Context, src index.Source, selector string, visit func(item []byte) error) error
-	// Lookup reads an object live.
-	Lookup(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, error)
-	// Delete deletes an object through kcp's admission.
-	Delete(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, opts metav1.DeleteOptions) error
-	// Updates receives a value when indexed dependents may have changed.
-	Updates() <-chan struct{}
 }
 
 // Targets lists the protected resources; *registry.Registry implements it.
@@ -51,7 +56,8 @@ type References interface {
 	Referenced(target index.Source, obj kcp.Meta) bool
 }
 
-// Results of a replay attempt, for the metrics.
+// Results of a replay attempt: the values of the result label of
+// dependency_webhook_deletions_replayed_total.
 const (
 	// ResultDeleted: the replayed DELETE was admitted (or the object was
 	// already gone).
@@ -76,11 +82,9 @@ type Options struct {
 	Workers int
 	// Timeout bounds one attempt (read and delete). Default 30s.
 	Timeout time.Duration
-	// OnResult, if set, is called with the result of every attempt.
-	OnResult func(result string)
-	// OnRemoved, if set, is called with the reason of every record removed
-	// without replaying it: a records.Problem, or RemovedUncovered.
-	OnRemoved func(reason string)
+	// Metrics, if set, count the result of every attempt, and the reason
+	// of every record removed without replaying it.
+	Metrics *Metrics
 }
 
 // RemovedUncovered is why a record is removed whose resource no rule with
@@ -115,6 +119,7 @@ type deferred struct {
 type Replayer struct {
 	targets    Targets
 	index      Index
+	objects    Objects
 	records    *Records
 	references References
 	opts       Options
@@ -123,8 +128,11 @@ type Replayer struct {
 	pending map[key]deferred
 }
 
-// New returns a Replayer that verifies and removes records with records.
-func New(targets Targets, ix Index, records *Records, references References, opts Options) *Replayer {
+// New returns a Replayer of the deferred deletions of targets, which waits
+// for ix to hold no dependent that references (see references) an object,
+// lists and deletes objects with objs, and verifies and removes records
+// with records.
+func New(targets Targets, ix Index, objs Objects, records *Records, references References, opts Options) *Replayer {
 	if opts.Interval <= 0 {
 		opts.Interval = 30 * time.Second
 	}
@@ -134,7 +142,7 @@ func New(targets Targets, ix Index, records *Records, references References, opt
 	if opts.Timeout <= 0 {
 		opts.Timeout = 30 * time.Second
 	}
-	return &Replayer{targets: targets, index: ix, records: records, references: references, opts: opts, pending: map[key]deferred{}}
+	return &Replayer{targets: targets, index: ix, objects: objs, records: records, references: references, opts: opts, pending: map[key]deferred{}}
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable.
@@ -210,11 +218,7 @@ func (r *Replayer) list(ctx context.Context) {
 	}
 	var removals []removal
 	for _, p := range r.targets.Protections() {
-		err := r.index.List(ctx, p.Source, selector, func(raw []byte) error {
-			m, err := kcp.ReadMeta(raw)
-			if err != nil {
-				return err
-			}
+		err := r.objects.List(ctx, p.Source, selector, func(m kcp.Meta) error {
 			if m.Terminating || !m.DeletionRequested {
 				return nil
 			}
@@ -275,9 +279,7 @@ func (r *Replayer) remove(ctx context.Context, src index.Source, obj kcp.Meta, r
 		}
 		return
 	}
-	if r.opts.OnRemoved != nil {
-		r.opts.OnRemoved(reason)
-	}
+	r.opts.Metrics.removed(reason)
 	var why string
 	switch {
 	case reason == RemovedUncovered:
@@ -317,7 +319,7 @@ func (r *Replayer) event(ctx context.Context, src index.Source, obj kcp.Meta, ms
 	if err != nil {
 		return err
 	}
-	return r.index.CreateEvent(ctx, src, obj.Cluster, namespace, body)
+	return r.objects.CreateEvent(ctx, src, obj.Cluster, namespace, body)
 }
 
 // enqueue queues every recorded deletion that the index holds no
@@ -341,8 +343,8 @@ func (r *Replayer) next(ctx context.Context, queue workqueue.TypedRateLimitingIn
 	}
 	defer queue.Done(k)
 	result, err := r.replay(ctx, k)
-	if r.opts.OnResult != nil && result != "" {
-		r.opts.OnResult(result)
+	if result != "" {
+		r.opts.Metrics.replayed(result)
 	}
 	switch result {
 	case ResultRefused, ResultError:
@@ -401,7 +403,7 @@ func (r *Replayer) replay(ctx context.Context, k key) (string, error) {
 			Preconditions:     &metav1.Preconditions{UID: &obj.UID, ResourceVersion: &obj.ResourceVersion},
 			PropagationPolicy: d.policy,
 		}
-		err := r.index.Delete(ctx, k.src, k.cluster, k.namespace, k.name, opts)
+		err := r.objects.Delete(ctx, k.src, k.cluster, k.namespace, k.name, opts)
 		switch {
 		case err == nil, apierrors.IsNotFound(err):
 			r.drop(k)

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -107,7 +110,7 @@ func (f *fakeIndex) update(name string, change func(o *object)) {
 	}
 }
 
-func (f *fakeIndex) List(_ context.Context, src index.Source, selector string, visit func([]byte) error) error {
+func (f *fakeIndex) List(_ context.Context, src index.Source, selector string, visit func(kcp.Meta) error) error {
 	if src != vpcs || selector != depv1alpha1.LabelDeletionRequested {
 		return fmt.Errorf("unexpected list of %s with %q", src, selector)
 	}
@@ -122,7 +125,11 @@ func (f *fakeIndex) List(_ context.Context, src index.Source, selector string, v
 			"labels":      map[string]string{depv1alpha1.LabelDeletionRequested: "true"},
 			"annotations": map[string]string{logicalcluster.AnnotationKey: "consumer", depv1alpha1.AnnotationDeletionRequest: f.recordOf(name, o)},
 		}})
-		if err := visit(raw); err != nil {
+		m, err := kcp.ReadMeta(raw)
+		if err != nil {
+			return err
+		}
+		if err := visit(m); err != nil {
 			return err
 		}
 	}
@@ -245,22 +252,9 @@ func (t targets) Protections() []registry.Protection { return t }
 // replaying protects VPCs under a Replay rule.
 var replaying = targets{{Target: registry.Target{Cluster: vpcs.Export.Cluster, Resource: vpcs.Resource.GroupResource()}, Source: vpcs, Replay: true}}
 
-// results counts the results the replayer reports.
-type results struct {
-	lock sync.Mutex
-	n    map[string]int
-}
-
-func (r *results) add(result string) {
-	r.lock.Lock()
-	defer r.lock.Unlock()
-	r.n[result]++
-}
-
-func (r *results) get(result string) int {
-	r.lock.Lock()
-	defer r.lock.Unlock()
-	return r.n[result]
+// results returns how often vec counted label.
+func results(vec *prometheus.CounterVec, label string) int {
+	return int(testutil.ToFloat64(vec.WithLabelValues(label)))
 }
 
 func eventually(t *testing.T, what string, cond func() bool) {
@@ -289,8 +283,8 @@ func TestReplayer(t *testing.T) {
 		deleteErr: apierrors.NewForbidden(vpcs.Resource.GroupResource(), "refused-once", fmt.Errorf("still referenced"))})
 	ix.set("cancelled", &object{uid: "u6", rv: "1", requested: true, referenced: true})
 
-	res := &results{n: map[string]int{}}
-	r := New(replaying, ix, newRecords(ix, ix.keys), ix, Options{Interval: time.Hour, Workers: 2, OnResult: res.add})
+	m := NewMetrics()
+	r := New(replaying, ix, ix, newRecords(ix, ix.keys), ix, Options{Interval: time.Hour, Workers: 2, Metrics: m})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -307,8 +301,8 @@ func TestReplayer(t *testing.T) {
 	// An unreferenced recorded object is deleted with the policy of its
 	// request; one that was refused is tried again.
 	eventually(t, "free and refused-once to be deleted", func() bool { return !ix.has("free") && !ix.has("refused-once") })
-	if res.get(ResultRefused) < 1 {
-		t.Errorf("the refusal was not reported: %v", res.n)
+	if results(m.replays, ResultRefused) < 1 {
+		t.Errorf("the refusal was not counted")
 	}
 
 	// A deletion recorded just after a listing, with the index changing
@@ -472,8 +466,8 @@ func TestReplayerRemovesRecordsItDoesNotReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	removed := &results{n: map[string]int{}}
-	r := New(replaying, ix, newRecords(ix, ix.keys), ix, Options{Interval: time.Hour, OnRemoved: removed.add})
+	m := NewMetrics()
+	r := New(replaying, ix, ix, newRecords(ix, ix.keys), ix, Options{Interval: time.Hour, Metrics: m})
 	r.list(context.Background())
 
 	ix.lock.Lock()
@@ -489,8 +483,8 @@ func TestReplayerRemovesRecordsItDoesNotReplay(t *testing.T) {
 		}
 	}
 	for reason, n := range map[string]int{string(records.ProblemWrongObject): 1, string(records.ProblemExpired): 1, string(records.ProblemBadSignature): 1, string(records.ProblemMalformed): 2, string(records.ProblemUnknownKey): 1} {
-		if removed.get(reason) != n {
-			t.Errorf("removals for %s: %d, want %d (%v)", reason, removed.get(reason), n, removed.n)
+		if results(m.removals, reason) != n {
+			t.Errorf("removals for %s: %d, want %d", reason, results(m.removals, reason), n)
 		}
 	}
 	r.lock.Lock()
@@ -507,10 +501,10 @@ func TestReplayerRemovesRecordsItDoesNotReplay(t *testing.T) {
 	}
 
 	// A rule that stops deferring deletions: its records go.
-	r = New(targets{{Target: replaying[0].Target, Source: vpcs}}, ix, newRecords(ix, ix.keys), ix, Options{Interval: time.Hour, OnRemoved: removed.add})
+	r = New(targets{{Target: replaying[0].Target, Source: vpcs}}, ix, ix, newRecords(ix, ix.keys), ix, Options{Interval: time.Hour, Metrics: m})
 	r.list(context.Background())
-	if removed.get(RemovedUncovered) != 1 || ix.has("valid") && !strings.Contains(ix.events["valid"], "Replay") {
-		t.Errorf("the record no Replay rule covers was not removed with an Event: %v, %q", removed.n, ix.events["valid"])
+	if results(m.removals, RemovedUncovered) != 1 || ix.has("valid") && !strings.Contains(ix.events["valid"], "Replay") {
+		t.Errorf("the record no Replay rule covers was not removed with an Event: %d, %q", results(m.removals, RemovedUncovered), ix.events["valid"])
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 // and versions are the versions in which it is served, none if the group
 // or the resource is not served at all. An error is the API error of
 // discovery: Forbidden when the caller may not read the virtual workspace.
-func (c *Clients) Served(url string, gvr schema.GroupVersionResource) (resource *metav1.APIResource, versions []string, err error) {
+func (c *ClusterClients) Served(url string, gvr schema.GroupVersionResource) (resource *metav1.APIResource, versions []string, err error) {
 	cfg := rest.CopyConfig(c.cfg)
 	cfg.Host = url + logicalcluster.Wildcard.RequestPath()
 	dc, err := discovery.NewDiscoveryClientForConfigAndClient(cfg, c.HTTPClient())

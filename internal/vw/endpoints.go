@@ -43,7 +43,7 @@ func Endpoints(ctx context.Context, c client.Reader, name string) ([]string, err
 type VirtualWorkspace struct {
 	exportName string
 	local      client.Client
-	clients    *Clients
+	clients    *ClusterClients
 }
 
 // NewVirtualWorkspace returns the virtual workspace of the APIExport
@@ -54,7 +54,7 @@ func NewVirtualWorkspace(cfg *rest.Config, exportName string) (*VirtualWorkspace
 	if err != nil {
 		return nil, err
 	}
-	clients, err := NewClients(cfg, scheme.New(), scheme.RESTMapper())
+	clients, err := NewClusterClients(cfg, scheme.New(), scheme.RESTMapper())
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +81,7 @@ func (v *VirtualWorkspace) URLs(ctx context.Context) ([]string, error) {
 type Shard struct {
 	// URL is the base URL of the virtual workspace on the shard.
 	URL     string
-	clients *Clients
+	clients *ClusterClients
 }
 
 // Cluster returns a client for a logical cluster of the shard that binds

@@ -73,7 +73,7 @@ func TestRetryCause(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := httptest.NewServer(tt.fail)
 			defer srv.Close()
-			r, err := NewReader(&rest.Config{}, srv.URL)
+			r, err := NewClient(&rest.Config{}, srv.URL)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -100,7 +100,7 @@ func TestRetryCauseOfAListCutOffBetweenItems(t *testing.T) {
 		t.Run(body, func(t *testing.T) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, body) }))
 			defer srv.Close()
-			r, err := NewReader(&rest.Config{}, srv.URL)
+			r, err := NewClient(&rest.Config{}, srv.URL)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -118,7 +118,7 @@ func TestRetryCauseOfTheCaller(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done()
 	}))
-	r, err := NewReader(&rest.Config{}, srv.URL)
+	r, err := NewClient(&rest.Config{}, srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}

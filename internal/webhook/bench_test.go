@@ -33,10 +33,6 @@ func (b *benchDependents) Fenced(context.Context, index.Query) (bool, error) {
 	return true, nil
 }
 
-func (b *benchDependents) NamespaceTerminating(context.Context, index.Source, logicalcluster.Name, string) (bool, error) {
-	return true, nil
-}
-
 func (b *benchDependents) Confirm(context.Context, index.Query) ([]kcp.Meta, int, error) {
 	return nil, 0, errors.New("the benchmark decides from the index only")
 }

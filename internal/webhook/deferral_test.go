@@ -183,7 +183,7 @@ func TestDeletionsUnderReplayRulesAreDeferred(t *testing.T) {
 				tt.setup(deps)
 			}
 			rec := &fakeRecorder{err: tt.recorderErr}
-			opts := []Option{}
+			opts := []Option{WithNamespaces(deps)}
 			if !tt.noRecorder {
 				opts = append(opts, WithRecorder(rec))
 			}
@@ -235,7 +235,7 @@ func TestReferencedAsksTheIndexOnly(t *testing.T) {
 	deps := &fakeDependents{}
 	deps.add(consumer, vms, object("default", "vm-1", vmRefs("vpc-a")), terminating(object("default", "vm-2", vmRefs("vpc-c"))))
 	deps.addLive(vms, object("default", "vm-3", vmRefs("vpc-b")))
-	v := NewDeletionValidator(rules, loaded(true), deps)
+	v := NewDeletionValidator(rules, loaded(true), deps, WithNamespaces(deps))
 	target := index.Source{Export: kcp.ObjectKey{Cluster: provider, Name: "network"}, Resource: vpcs}
 	for _, tt := range []struct {
 		obj  kcp.Meta

@@ -277,7 +277,7 @@ func TestRecordGuard(t *testing.T) {
 				identity = *tt.self
 			}
 			s := &countingSelf{Self: StaticSelf(identity)}
-			m := NewMetrics(func() int { return 0 }, func() int { return 0 }, nil)
+			m := NewMetrics()
 			g := NewRecordGuard(s, m)
 			resp := g.Handle(context.Background(), tt.req)
 			if resp.Allowed != tt.wantAllowed {
@@ -389,7 +389,7 @@ func TestRecordGuardWithoutIdentity(t *testing.T) {
 		calls++
 		return authenticationv1.UserInfo{}, errors.New("kcp is unavailable")
 	}}
-	m := NewMetrics(func() int { return 0 }, func() int { return 0 }, nil)
+	m := NewMetrics()
 	g := NewRecordGuard(s, m)
 	alice := authenticationv1.UserInfo{Username: "alice"}
 	for i := range 2 {

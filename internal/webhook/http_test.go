@@ -201,7 +201,7 @@ func FuzzAdmissionHandler(f *testing.F) {
 
 	deps := &fakeDependents{}
 	deps.add("c1", vms, object("default", "vm-1", map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}}))
-	v := NewDeletionValidator(staticRules{vpcs.GroupResource(): {entry("p/vm", vms, "VirtualMachine", ".spec.vpcRef.name")}}, loaded(true), deps)
+	v := NewDeletionValidator(staticRules{vpcs.GroupResource(): {entry("p/vm", vms, "VirtualMachine", ".spec.vpcRef.name")}}, loaded(true), deps, WithNamespaces(deps))
 	h := NewAdmissionHandler("/validate", v)
 
 	f.Fuzz(func(t *testing.T, body []byte) {

@@ -406,7 +406,7 @@ func TestLabelMutator(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			finder := &fakeLabelling{labellings: tt.labellings}
-			m := NewMetrics(func() int { return 0 }, func() int { return 0 }, nil)
+			m := NewMetrics()
 			mut := NewLabelMutator(finder, loaded(!tt.notLoaded), m)
 			from := provider
 			if tt.provider != "" {

@@ -1,29 +1,23 @@
 package webhook
 
 import (
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-
-	"github.com/opendefensecloud/dependency-controller/internal/index"
-	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 )
 
 // The metrics are one collector that a registry takes whole, and record
 // what the validators report.
 func TestMetricsCollector(t *testing.T) {
-	m := NewMetrics(func() int { return 3 }, func() int { return 42 }, nil)
+	m := NewMetrics()
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(m); err != nil {
 		t.Fatal(err)
 	}
 	m.observe(decision{outcome: DecisionAllowed, via: viaTeardown}, time.Millisecond)
 	m.observe(decision{outcome: DecisionDenied, via: viaLive, scanned: 7}, time.Millisecond)
-	m.Retried("unavailable")
 	m.referenceChecked(DecisionDenied)
 
 	tests := []struct {
@@ -32,95 +26,17 @@ func TestMetricsCollector(t *testing.T) {
 	}{
 		{m.decisions.WithLabelValues(DecisionAllowed, viaTeardown), 1},
 		{m.decisions.WithLabelValues(DecisionDenied, viaLive), 1},
-		{m.retries.WithLabelValues("unavailable"), 1},
 		{m.refChecks.WithLabelValues(DecisionDenied), 1},
-		{m.rules, 3},
-		{m.indexed, 42},
 	}
 	for _, tt := range tests {
 		if got := testutil.ToFloat64(tt.collector); got != tt.want {
 			t.Errorf("%v = %v, want %v", tt.collector, got, tt.want)
 		}
 	}
-	if n, err := testutil.GatherAndCount(reg); err != nil || n != 10 {
-		t.Errorf("gathered %d series (%v), want 10: two decisions with their latencies, one histogram of scans, the counter of broken cycles, the rest one each", n, err)
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 7 {
+		t.Errorf("gathered %d series (%v), want 7: two decisions with their latencies, one histogram of scans, the counter of broken cycles, the reference check", n, err)
 	}
 	var none *Metrics
 	none.observe(decision{outcome: DecisionAllowed}, time.Millisecond) // records nothing, and does not panic
-	none.Retried("timeout")
-}
-
-// The state of every source of the index is reported at each scrape: its
-// phase as a state set, and the number of its indexed dependents; a source
-// the index drops is no longer reported.
-func TestSourceMetrics(t *testing.T) {
-	vms := index.SourceStatus{
-		Source:  index.Source{Export: kcp.ObjectKey{Cluster: "2x7c", Name: "compute.io"}, Resource: schema.GroupVersionResource{Group: "compute.io", Version: "v1", Resource: "virtualmachines"}},
-		State:   index.State{Phase: index.PhaseSynced},
-		Indexed: 1200,
-	}
-	vpcs := index.SourceStatus{
-		Source: index.Source{Export: kcp.ObjectKey{Cluster: "9q1z", Name: "network.io"}, Resource: schema.GroupVersionResource{Group: "network.io", Version: "v1", Resource: "vpcs"}},
-		State:  index.State{Phase: index.PhaseAccessDenied},
-	}
-	sources := []index.SourceStatus{vms, vpcs}
-	m := NewMetrics(func() int { return 1 }, func() int { return 1200 }, func() []index.SourceStatus { return sources })
-	reg := prometheus.NewRegistry()
-	if err := reg.Register(m); err != nil {
-		t.Fatal(err)
-	}
-	const want = `
-# HELP dependency_webhook_source_indexed_dependents Number of dependent objects of each source in the webhook's index; 0 for a type that is only protected.
-# TYPE dependency_webhook_source_indexed_dependents gauge
-dependency_webhook_source_indexed_dependents{export="2x7c/compute.io",resource="virtualmachines.compute.io",version="v1"} 1200
-dependency_webhook_source_indexed_dependents{export="9q1z/network.io",resource="vpcs.network.io",version="v1"} 0
-`
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "dependency_webhook_source_indexed_dependents"); err != nil {
-		t.Error(err)
-	}
-	phases := func() map[string]float64 {
-		t.Helper()
-		families, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := map[string]float64{}
-		for _, f := range families {
-			if f.GetName() != "dependency_webhook_source_phase" {
-				continue
-			}
-			for _, s := range f.GetMetric() {
-				l := map[string]string{}
-				for _, p := range s.GetLabel() {
-					l[p.GetName()] = p.GetValue()
-				}
-				got[l["resource"]+" "+l["phase"]] = s.GetGauge().GetValue()
-			}
-		}
-		return got
-	}
-	got := phases()
-	if len(got) != 2*len(index.Phases) {
-		t.Errorf("%d phase series, want one per phase and source (%d): %v", len(got), 2*len(index.Phases), got)
-	}
-	for key, v := range map[string]float64{
-		"virtualmachines.compute.io Synced": 1, "virtualmachines.compute.io Syncing": 0, "virtualmachines.compute.io AccessDenied": 0,
-		"vpcs.network.io AccessDenied": 1, "vpcs.network.io Synced": 0,
-	} {
-		if got[key] != v {
-			t.Errorf("dependency_webhook_source_phase %s = %v, want %v", key, got[key], v)
-		}
-	}
-	var ones float64
-	for _, v := range got {
-		ones += v
-	}
-	if ones != 2 {
-		t.Errorf("%v phases are 1, want one per source", ones)
-	}
-
-	sources = sources[:1]
-	if got := phases(); len(got) != len(index.Phases) || got["virtualmachines.compute.io Synced"] != 1 {
-		t.Errorf("after the index dropped a source: %v", got)
-	}
+	none.referenceChecked(DecisionAllowed)
 }

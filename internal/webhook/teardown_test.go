@@ -65,7 +65,7 @@ func (f *fencingDependents) Fenced(ctx context.Context, q index.Query) (bool, er
 func vmRefs(vpc string) map[string]any { return map[string]any{"vpcRef": map[string]any{"name": vpc}} }
 
 func newMetrics() *Metrics {
-	return NewMetrics(func() int { return 0 }, func() int { return 0 }, nil)
+	return NewMetrics()
 }
 
 // An item of kcp's teardown that the index holds no blocker of is allowed
@@ -274,7 +274,7 @@ func TestTeardownConfirmsWhatTheIndexIsNotFencedFor(t *testing.T) {
 			if tt.rules != nil {
 				r = tt.rules
 			}
-			v := NewDeletionValidator(r, loaded(true), deps, WithMetrics(m))
+			v := NewDeletionValidator(r, loaded(true), deps, WithNamespaces(deps), WithMetrics(m))
 			ctx := WithProvider(context.Background(), provider)
 			resp := v.Handle(ctx, tt.req)
 			if resp.Allowed != tt.wantAllowed {
@@ -377,7 +377,7 @@ func TestConfirmReceivesTheLabellingScheme(t *testing.T) {
 				tt.setup(deps)
 			}
 			rules := labelledRules{staticRules: staticRules{vpcs.GroupResource(): {vmEntry}}, labellings: tt.labellings}
-			v := NewDeletionValidator(rules, loaded(true), deps)
+			v := NewDeletionValidator(rules, loaded(true), deps, WithNamespaces(deps))
 			if resp := v.Handle(WithProvider(context.Background(), provider), tt.req); !resp.Allowed {
 				t.Fatalf("denied: %+v", resp.Result)
 			}
@@ -576,7 +576,7 @@ func TestTeardownBreaksCycles(t *testing.T) {
 			deps := &fakeDependents{}
 			tt.setup(deps)
 			m := newMetrics()
-			v := NewDeletionValidator(cycleRules, loaded(true), deps, WithMetrics(m))
+			v := NewDeletionValidator(cycleRules, loaded(true), deps, WithNamespaces(deps), WithMetrics(m))
 			resp, d := v.handle(WithProvider(context.Background(), provider), tt.req)
 			if resp.Allowed != tt.wantAllowed {
 				t.Fatalf("allowed = %v, want %v (result %+v, audit %v)", resp.Allowed, tt.wantAllowed, resp.Result, resp.AuditAnnotations)
@@ -630,7 +630,7 @@ func TestTeardownOfACycleEnds(t *testing.T) {
 	deps := &fakeDependents{}
 	deps.add(consumer, vms, object("default", "vm-1", vmRefs("vpc-a")))
 	deps.add(consumer, vpcs, object("default", "vpc-a", map[string]any{"gatewayVM": "vm-1"}))
-	v := NewDeletionValidator(cycleRules, loaded(true), deps)
+	v := NewDeletionValidator(cycleRules, loaded(true), deps, WithNamespaces(deps))
 	ctx := WithProvider(context.Background(), provider)
 	vmItem := teardownItem(deleteRequest(vms, consumer, "default", "vm-1", nil))
 	vpcItem := teardownItem(deleteRequest(vpcs, consumer, "default", "vpc-a", nil))
@@ -662,7 +662,7 @@ func TestTeardownBreaksACycleAcrossScopes(t *testing.T) {
 	deps := &fakeDependents{states: map[schema.GroupVersionResource]index.State{routers: {Phase: index.PhaseSynced, Namespaced: false}}}
 	deps.add(consumer, vms, object("default", "vm-1", map[string]any{"router": "edge"}))
 	deps.add(consumer, routers, object("", "edge", map[string]any{"vm": "vm-1"}))
-	v := NewDeletionValidator(rules, loaded(true), deps)
+	v := NewDeletionValidator(rules, loaded(true), deps, WithNamespaces(deps))
 	ctx := WithProvider(context.Background(), provider)
 	vmResp := v.Handle(ctx, teardownItem(deleteRequest(vms, consumer, "default", "vm-1", nil)))
 	routerResp := v.Handle(ctx, teardownItem(deleteRequest(routers, consumer, "", "edge", nil)))

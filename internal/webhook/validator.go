@@ -63,7 +63,7 @@ type RuleFinder interface {
 }
 
 // Readiness tells whether the rule registry is complete;
-// *registry.Readiness implements it.
+// *rulesync.Readiness implements it.
 type Readiness interface {
 	// Loaded reports whether every existing rule has been registered.
 	Loaded() bool
@@ -86,14 +86,19 @@ type Dependents interface {
 	// query's source that existed when the teardown of its scope was under
 	// way (see index.Index.Fenced).
 	Fenced(ctx context.Context, q index.Query) (bool, error)
-	// NamespaceTerminating reports whether a namespace of a workspace is
-	// being deleted, asking kcp through the virtual workspace of src (see
-	// index.Index.NamespaceTerminating).
-	NamespaceTerminating(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace string) (bool, error)
 	// Serves returns an error wrapping index.ErrNotServed if the webhook
 	// reads only some shards and the workspace cluster, which binds the
 	// export of src, is on none of them.
 	Serves(ctx context.Context, src index.Source, cluster logicalcluster.Name) error
+}
+
+// Namespaces tells whether a namespace of a workspace is being deleted;
+// *objects.Client implements it.
+type Namespaces interface {
+	// NamespaceTerminating reports whether namespace in cluster is being
+	// deleted, asking kcp through the virtual workspace of src, the
+	// protected resource (see objects.Client.NamespaceTerminating).
+	NamespaceTerminating(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace string) (bool, error)
 }
 
 // Records verifies and writes the records of deferred deletions on
@@ -121,6 +126,7 @@ type DeletionValidator struct {
 	rules       RuleFinder
 	readiness   Readiness
 	dependents  Dependents
+	namespaces  Namespaces
 	maxBlockers int
 	timeout     time.Duration
 	metrics     *Metrics
@@ -146,6 +152,14 @@ func WithTimeout(d time.Duration) Option {
 // WithMetrics records decisions in m.
 func WithMetrics(m *Metrics) Option {
 	return func(v *DeletionValidator) { v.metrics = m }
+}
+
+// WithNamespaces decides the items of kcp's teardown of a namespace from the
+// index alone where n says that the namespace is being deleted (see
+// fromIndexOnly); without it, only an index that has caught up with the
+// teardown (index.Index.Fenced) spares the confirming read.
+func WithNamespaces(n Namespaces) Option {
+	return func(v *DeletionValidator) { v.namespaces = n }
 }
 
 // WithRecorder defers deletions under rules with the Replay deletion policy:
@@ -332,9 +346,9 @@ func (v *DeletionValidator) confirm(ctx context.Context, d *deletion) (admission
 	ctx, cancel := withBudget(ctx, v.timeout)
 	defer cancel()
 	terminating := false
-	if d.teardown && d.req.Namespace != "" {
+	if d.teardown && d.req.Namespace != "" && v.namespaces != nil {
 		var err error
-		if terminating, err = v.dependents.NamespaceTerminating(ctx, d.denial.source, d.obj.Cluster, d.req.Namespace); err != nil {
+		if terminating, err = v.namespaces.NamespaceTerminating(ctx, d.denial.source, d.obj.Cluster, d.req.Namespace); err != nil {
 			d.logger.V(1).Info("Cannot tell whether the namespace of an item of kcp's teardown is being deleted; reading live", "error", err.Error())
 		}
 	}

@@ -539,7 +539,7 @@ func TestDeletionValidator(t *testing.T) {
 			if tt.setup != nil {
 				tt.setup(deps)
 			}
-			v := NewDeletionValidator(tt.rules, loaded(tt.loaded), deps)
+			v := NewDeletionValidator(tt.rules, loaded(tt.loaded), deps, WithNamespaces(deps))
 			ctx := WithProvider(context.Background(), provider)
 			switch tt.provider {
 			case "":
@@ -596,7 +596,7 @@ func TestScopeIsThatOfTheDependentsExport(t *testing.T) {
 		routers: {Phase: index.PhaseSynced, Namespaced: false},
 		routers.GroupResource().WithVersion("v2"): {Phase: index.PhaseSynced, Namespaced: true},
 	}}
-	v := NewDeletionValidator(rules, loaded(true), deps)
+	v := NewDeletionValidator(rules, loaded(true), deps, WithNamespaces(deps))
 	if resp := v.Handle(WithProvider(context.Background(), provider), deleteRequest(vpcs, "consumer", "default", "vpc-a", nil)); !resp.Allowed {
 		t.Fatalf("denied: %+v", resp.Result)
 	}
@@ -702,7 +702,7 @@ func TestTeardownItemsAreDecidedFromTheIndex(t *testing.T) {
 			if tt.setup != nil {
 				tt.setup(deps)
 			}
-			v := NewDeletionValidator(vmRule, loaded(true), deps)
+			v := NewDeletionValidator(vmRule, loaded(true), deps, WithNamespaces(deps))
 			resp, d := v.handle(WithProvider(context.Background(), provider), tt.req)
 			if resp.Allowed != tt.wantAllowed {
 				t.Fatalf("allowed = %v, want %v (result %+v)", resp.Allowed, tt.wantAllowed, resp.Result)

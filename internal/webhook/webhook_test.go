@@ -43,6 +43,7 @@ import (
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
+	"github.com/opendefensecloud/dependency-controller/internal/rulesync"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
@@ -777,7 +778,7 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 		port, err := kcpenv.FreePort()
 		Expect(err).NotTo(HaveOccurred())
 		srv := ctrlwebhook.NewServer(ctrlwebhook.Options{Host: "127.0.0.1", Port: port, CertDir: certDir})
-		srv.Register("/validate/", webhook.NewAdmissionHandler("/validate", webhook.NewDeletionValidator(registry.New(), registry.NewReadiness(), nil)))
+		srv.Register("/validate/", webhook.NewAdmissionHandler("/validate", webhook.NewDeletionValidator(registry.New(), rulesync.NewReadiness(), nil)))
 		srvCtx, cancel := context.WithCancel(context.Background())
 		DeferCleanup(cancel)
 		go func() {

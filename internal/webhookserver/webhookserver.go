@@ -1,9 +1,11 @@
 // Package webhookserver assembles the webhook binary from its Options: the
 // HTTPS server with its client certificate check, a multicluster manager
 // over the dependencies APIExport, the rule registry and what keeps it
-// current, the index of dependents and what reports its state on rules, the
-// admission handlers with their health checks, and, on the elected replica,
-// the replay of deferred deletions and the relabelling of dependents.
+// current (rulesync), the index of dependents and what reports its state on
+// rules (conditions), the client of protected objects that the index routes
+// (objects), the admission handlers with their health checks, the metrics
+// of all of them, and, on the elected replica, the replay of deferred
+// deletions and the relabelling of dependents.
 // cmd/webhook binds Options to its flags and runs what New returns; the
 // tests run the same.
 package webhookserver
@@ -14,6 +16,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -21,13 +24,16 @@ import (
 
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
+	"github.com/opendefensecloud/dependency-controller/internal/conditions"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/kcpversion"
+	"github.com/opendefensecloud/dependency-controller/internal/objects"
 	"github.com/opendefensecloud/dependency-controller/internal/records"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
 	"github.com/opendefensecloud/dependency-controller/internal/relabel"
 	"github.com/opendefensecloud/dependency-controller/internal/replay"
+	"github.com/opendefensecloud/dependency-controller/internal/rulesync"
 	"github.com/opendefensecloud/dependency-controller/internal/vw"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 )
@@ -43,9 +49,10 @@ type Webhook struct {
 	// Ready is the readiness check: the rules are loaded and the
 	// dependents of every rule have been listed once.
 	Ready func(*http.Request) error
-	// Metrics are the webhook's own metrics; the binary registers them
-	// where the manager serves metrics.
-	Metrics *webhook.Metrics
+	// Metrics are the webhook's own metrics, those of each of its parts in
+	// one collector; the binary registers them where the manager serves
+	// metrics.
+	Metrics prometheus.Collector
 	// KCP is the version of kcp read at start.
 	KCP kcpversion.Info
 }
@@ -78,7 +85,8 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 	}
 	kcpVersion := kcpversion.Check(ctx, cfg)
 
-	a := &assembly{opts: opts, reg: registry.New(), readiness: registry.NewReadiness(), self: webhook.NewSelfReview(cfg)}
+	a := &assembly{opts: opts, reg: registry.New(), readiness: rulesync.NewReadiness(), self: webhook.NewSelfReview(cfg),
+		metrics: webhook.NewMetrics(), replayMetrics: replay.NewMetrics()}
 	if err := a.newManager(ctx, cfg, mgrOpts); err != nil {
 		return nil, err
 	}
@@ -93,7 +101,6 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 	if err := a.addRules(); err != nil {
 		return nil, err
 	}
-	a.metrics = webhook.NewMetrics(a.reg.Len, a.ix.Len, a.ix.Sources)
 	writers, err := a.serve(ctx)
 	if err != nil {
 		return nil, err
@@ -106,7 +113,8 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 		return nil, err
 	}
 	log.FromContext(ctx).Info("Webhook assembled", "path", opts.Path, "frontProxy", frontProxy, "shard", opts.ShardName, "shardURLs", opts.ShardURLs)
-	return &Webhook{Manager: a.mgr, Ready: a.ready, Metrics: a.metrics, KCP: kcpVersion}, nil
+	metrics := collectors{a.metrics, a.ix.Metrics(), a.reg.Metrics(), a.replayMetrics}
+	return &Webhook{Manager: a.mgr, Ready: a.ready, Metrics: metrics, KCP: kcpVersion}, nil
 }
 
 // assembly is the webhook while New assembles it, step by step.
@@ -114,20 +122,24 @@ type assembly struct {
 	opts Options
 	// reg holds the rules, readiness tells whether they are loaded.
 	reg       *registry.Registry
-	readiness *registry.Readiness
+	readiness *rulesync.Readiness
 	// self learns the webhook's own user name.
 	self *webhook.SelfReview
-	// mgr, ix, metrics and ready are set by the steps of New.
+	// metrics are those of the admission handlers, replayMetrics those of
+	// the replay of deferred deletions.
+	metrics       *webhook.Metrics
+	replayMetrics *replay.Metrics
+	// mgr, ix, objects and ready are set by the steps of New.
 	mgr     *vw.Manager
 	ix      *index.Index
-	metrics *webhook.Metrics
+	objects *objects.Client
 	ready   func(*http.Request) error
 }
 
 // newManager sets up the multicluster manager over the APIExport, which
 // keeps reg current with the workspaces that bind it.
 func (a *assembly) newManager(ctx context.Context, cfg *rest.Config, mgrOpts manager.Options) error {
-	mgr, err := vw.NewManager(ctx, cfg, a.opts.APIExportName, mgrOpts, registry.BindingHandler{Registry: a.reg})
+	mgr, err := vw.NewManager(ctx, cfg, a.opts.APIExportName, mgrOpts, rulesync.BindingHandler{Registry: a.reg})
 	if err != nil {
 		return err
 	}
@@ -142,14 +154,13 @@ func (a *assembly) newManager(ctx context.Context, cfg *rest.Config, mgrOpts man
 }
 
 // addIndex adds the index of dependents, which reads the dependents'
-// APIExports through frontProxy and follows the sources the rules name.
+// APIExports through frontProxy and follows the sources the rules name, and
+// the client of protected objects, which it routes.
 func (a *assembly) addIndex(ctx context.Context, cfg *rest.Config, frontProxy string) error {
 	ix, err := index.New(cfg, frontProxy, index.Options{
 		PollInterval: a.opts.IndexPollInterval,
 		Identity:     identity(ctx, a.self),
 		ReadTimeout:  a.opts.RequestTimeout,
-		OnRetry:      func(cause string) { a.metrics.Retried(cause) },
-		OnRead:       func(how string) { a.metrics.Read(how) },
 		Shards:       a.opts.ShardURLs,
 		ShardName:    a.opts.ShardName,
 	})
@@ -157,7 +168,7 @@ func (a *assembly) addIndex(ctx context.Context, cfg *rest.Config, frontProxy st
 		return err
 	}
 	a.reg.OnSourcesChange(ix.Ensure)
-	a.ix = ix
+	a.ix, a.objects = ix, objects.New(ix)
 	return a.mgr.GetLocalManager().Add(ix)
 }
 
@@ -165,10 +176,10 @@ func (a *assembly) addIndex(ctx context.Context, cfg *rest.Config, frontProxy st
 // them, and the readiness check: the rules are loaded and the index is
 // synced.
 func (a *assembly) addRules() error {
-	if err := registry.SetupWithManager(a.mgr, a.mgr.Export, a.reg, a.readiness, a.opts.ResyncPeriod); err != nil {
+	if err := rulesync.SetupWithManager(a.mgr, a.mgr.Export, a.reg, a.readiness, a.opts.ResyncPeriod); err != nil {
 		return err
 	}
-	if err := a.mgr.GetLocalManager().Add(registry.NewStatusReporter(a.mgr, a.reg, a.ix, time.Minute)); err != nil {
+	if err := a.mgr.GetLocalManager().Add(conditions.NewReporter(a.mgr, a.reg, a.ix, time.Minute)); err != nil {
 		return err
 	}
 	a.ready = func(req *http.Request) error {
@@ -191,7 +202,8 @@ func (a *assembly) serve(ctx context.Context) ([]manager.Runnable, error) {
 	if err != nil {
 		return nil, err
 	}
-	deletionOpts := []webhook.Option{webhook.WithTimeout(a.opts.RequestTimeout), webhook.WithMaxBlockers(a.opts.MaxBlockers), webhook.WithMetrics(a.metrics)}
+	deletionOpts := []webhook.Option{webhook.WithTimeout(a.opts.RequestTimeout), webhook.WithMaxBlockers(a.opts.MaxBlockers),
+		webhook.WithNamespaces(a.objects), webhook.WithMetrics(a.metrics)}
 	var verifier webhook.Verifier
 	if recs != nil {
 		verifier = recs
@@ -207,9 +219,9 @@ func (a *assembly) serve(ctx context.Context) ([]manager.Runnable, error) {
 	if err := webhook.Serve(a.mgr, a.opts.Path, handler); err != nil {
 		return nil, err
 	}
-	writers := []manager.Runnable{relabel.New(a.reg, a.ix, registry.NewConditionWriter(a.mgr, registry.LabelsFieldOwner), relabel.Options{Interval: a.opts.RelabelInterval})}
+	writers := []manager.Runnable{relabel.New(a.reg, a.objects, conditions.NewWriter(a.mgr, conditions.LabelsFieldOwner), relabel.Options{Interval: a.opts.RelabelInterval})}
 	if recs != nil {
-		writers = append(writers, replay.New(a.reg, a.ix, recs, deletion, replay.Options{Interval: a.opts.ReplayInterval, OnResult: a.metrics.Replayed, OnRemoved: a.metrics.RecordRemoved}))
+		writers = append(writers, replay.New(a.reg, a.ix, a.objects, recs, deletion, replay.Options{Interval: a.opts.ReplayInterval, Metrics: a.replayMetrics}))
 	}
 	return writers, nil
 }
@@ -229,7 +241,7 @@ func (a *assembly) records(ctx context.Context) (*replay.Records, error) {
 	if err := a.mgr.GetLocalManager().Add(keys); err != nil {
 		return nil, err
 	}
-	return &replay.Records{Patcher: a.ix, Keys: keys, TTL: a.opts.DeferredDeletionTTL}, nil
+	return &replay.Records{Patcher: a.objects, Keys: keys, TTL: a.opts.DeferredDeletionTTL}, nil
 }
 
 // addElected adds runnables that must run on one replica only to mgr: as
@@ -275,4 +287,22 @@ func identity(ctx context.Context, self *webhook.SelfReview) string {
 		return ""
 	}
 	return u.Username
+}
+
+// collectors are the metrics of the webhook's parts, as one
+// prometheus.Collector.
+type collectors []prometheus.Collector
+
+// Describe implements prometheus.Collector.
+func (cs collectors) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range cs {
+		c.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (cs collectors) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range cs {
+		c.Collect(ch)
+	}
 }

@@ -417,7 +417,7 @@ func BenchmarkConfirm(b *testing.B) {
 			reads.Add(1)
 			_, _ = w.Write(body)
 		}))
-		r, err := vw.NewReader(&rest.Config{}, srv.URL)
+		r, err := vw.NewClient(&rest.Config{}, srv.URL)
 		if err != nil {
 			b.Fatal(err)
 		}

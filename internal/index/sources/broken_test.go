@@ -252,7 +252,7 @@ func TestAWatchThatBreaksMakesTheSourceSyncingUntilItRecovers(t *testing.T) {
 			srv := httptest.NewServer(vws)
 			defer srv.Close()
 			w := NewWatch(testSource, []fieldpath.Reference{fieldpathtest.MustParse(".spec.vpc")}, Config{
-				Readers: vw.NewReaders(&rest.Config{}), PollInterval: time.Second, Notify: func() {},
+				Clients: vw.NewClients(&rest.Config{}), PollInterval: time.Second, Notify: func() {},
 			})
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()

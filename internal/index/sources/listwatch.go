@@ -29,7 +29,7 @@ import (
 // object (see store.Decode). Errors are reported to onError before they are
 // returned, and onWatching is called whenever a watch has started.
 type listWatch struct {
-	reader     *vw.Reader
+	client     *vw.Client
 	gvr        schema.GroupVersionResource
 	paths      []fieldpath.Reference
 	onError    func(error)
@@ -46,7 +46,7 @@ func (lw *listWatch) ListWithContext(ctx context.Context, options metav1.ListOpt
 	if options.ResourceVersionMatch != "" {
 		params.Set("resourceVersionMatch", string(options.ResourceVersionMatch))
 	}
-	rv, err := lw.reader.List(ctx, vw.ResourcePath(logicalcluster.Wildcard, lw.gvr, ""), params, func(item []byte) error {
+	rv, err := lw.client.List(ctx, vw.ResourcePath(logicalcluster.Wildcard, lw.gvr, ""), params, func(item []byte) error {
 		o, err := store.Decode(item, lw.paths)
 		if err != nil {
 			return err
@@ -76,7 +76,7 @@ func (lw *listWatch) WatchWithContext(ctx context.Context, options metav1.ListOp
 	if options.TimeoutSeconds != nil {
 		params.Set("timeoutSeconds", strconv.FormatInt(*options.TimeoutSeconds, 10))
 	}
-	body, err := lw.reader.Get(ctx, vw.ResourcePath(logicalcluster.Wildcard, lw.gvr, ""), params)
+	body, err := lw.client.Get(ctx, vw.ResourcePath(logicalcluster.Wildcard, lw.gvr, ""), params)
 	if err != nil {
 		lw.onError(err)
 		return nil, err

@@ -122,12 +122,12 @@ func TestWatchStreamThatBreaks(t *testing.T) {
 		fmt.Fprint(w, `{"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"5"}}}`+"\n"+`!not json`)
 	}))
 	defer srv.Close()
-	r, err := vw.NewReader(&rest.Config{}, srv.URL)
+	r, err := vw.NewClient(&rest.Config{}, srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var reported []error
-	lw := &listWatch{reader: r, gvr: vms, onError: func(err error) { reported = append(reported, err) }}
+	lw := &listWatch{client: r, gvr: vms, onError: func(err error) { reported = append(reported, err) }}
 	timeout := int64(60)
 	w, err := lw.WatchWithContext(context.Background(), metav1.ListOptions{ResourceVersion: "1", AllowWatchBookmarks: true, TimeoutSeconds: &timeout})
 	if err != nil {
@@ -172,14 +172,14 @@ func TestListWatchLists(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	r, err := vw.NewReader(&rest.Config{}, srv.URL)
+	r, err := vw.NewClient(&rest.Config{}, srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var reported []error
 	onError := func(err error) { reported = append(reported, err) }
 	paths := []fieldpath.Reference{fieldpathtest.MustParse(".spec.vpc")}
-	lw := &listWatch{reader: r, gvr: vms, paths: paths, onError: onError}
+	lw := &listWatch{client: r, gvr: vms, paths: paths, onError: onError}
 	obj, err := lw.ListWithContext(context.Background(), metav1.ListOptions{ResourceVersion: "0", ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan})
 	if err != nil {
 		t.Fatal(err)

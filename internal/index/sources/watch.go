@@ -22,15 +22,15 @@ import (
 
 // Config is what all watches share.
 type Config struct {
-	// Clients reach the front-proxy (APIExportEndpointSlices, APIExports and
+	// ClusterClients reach the front-proxy (APIExportEndpointSlices, APIExports and
 	// APIResourceSchemas in the workspaces of the exports) and discover what
 	// a virtual workspace serves.
-	Clients *vw.Clients
+	ClusterClients *vw.ClusterClients
 	// FrontProxy is the base URL of the front-proxy, without a /clusters/
 	// path.
 	FrontProxy string
-	// Readers read the virtual workspaces of the shards.
-	Readers *vw.Readers
+	// Clients read the virtual workspaces of the shards.
+	Clients *vw.Clients
 	// PollInterval is how often the endpoint slice and what the export
 	// serves are read again.
 	PollInterval time.Duration
@@ -282,7 +282,7 @@ func (w *Watch) inspect(ctx context.Context) (State, []string) {
 	}
 	grant := fmt.Sprintf("grant %s get, list and watch on apiexports/content and apiexportendpointslices named %q in that workspace (see webhook-access.yaml in config/samples)",
 		who, export.Name)
-	c, err := w.cfg.Clients.Cluster(w.cfg.FrontProxy, export.Cluster.Path())
+	c, err := w.cfg.ClusterClients.Cluster(w.cfg.FrontProxy, export.Cluster.Path())
 	if err != nil {
 		return State{}, nil
 	}
@@ -305,7 +305,7 @@ func (w *Watch) inspect(ctx context.Context) (State, []string) {
 	}
 
 	gvr := w.src.Resource
-	found, servedIn, err := w.cfg.Clients.Served(urls[0], gvr)
+	found, servedIn, err := w.cfg.ClusterClients.Served(urls[0], gvr)
 	switch {
 	case apierrors.IsForbidden(err):
 		return State{Phase: PhaseAccessDenied, Message: fmt.Sprintf("the webhook may not read the virtual workspace of the APIExport %q in logical cluster %s: %s", export.Name, export.Cluster, grant)}, nil
@@ -329,7 +329,7 @@ func (w *Watch) checkSchema(ctx context.Context, logger interface{ Info(string, 
 	if !w.schemaChecked.IsZero() && time.Since(w.schemaChecked) < schemaCheckInterval {
 		return w.pathProblems
 	}
-	c, err := w.cfg.Clients.Cluster(w.cfg.FrontProxy, w.src.Export.Cluster.Path())
+	c, err := w.cfg.ClusterClients.Cluster(w.cfg.FrontProxy, w.src.Export.Cluster.Path())
 	if err != nil {
 		return w.pathProblems
 	}
@@ -409,14 +409,14 @@ func (w *Watch) ensureShards(ctx context.Context, urls []string, run bool) {
 		if _, ok := w.shards[u]; ok {
 			continue
 		}
-		r, err := w.cfg.Readers.For(u)
+		r, err := w.cfg.Clients.For(u)
 		if err != nil {
 			continue
 		}
 		sctx, cancel := context.WithCancel(ctx)
 		s := &shardWatch{url: u, cancel: cancel}
 		w.shards[u] = s
-		lw := &listWatch{reader: r, gvr: w.src.Resource, paths: w.paths, onError: func(err error) {
+		lw := &listWatch{client: r, gvr: w.src.Resource, paths: w.paths, onError: func(err error) {
 			s.setError(err)
 			w.refreshState()
 			if apierrors.IsForbidden(err) {

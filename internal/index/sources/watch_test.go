@@ -172,7 +172,7 @@ func TestReflectorsIndexEveryShard(t *testing.T) {
 	defer srv2.Close()
 	var notified atomic.Int32
 	w := NewWatch(testSource, []fieldpath.Reference{fieldpathtest.MustParse(".spec.vpc")}, Config{
-		Readers: vw.NewReaders(&rest.Config{}), PollInterval: time.Second, Notify: func() { notified.Add(1) },
+		Clients: vw.NewClients(&rest.Config{}), PollInterval: time.Second, Notify: func() { notified.Add(1) },
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -236,7 +236,7 @@ func TestAShardThatFailsKeepsTheWatchSyncing(t *testing.T) {
 	defer srvFail.Close()
 	var notified atomic.Int32
 	w := NewWatch(testSource, []fieldpath.Reference{fieldpathtest.MustParse(".spec.vpc")}, Config{
-		Readers: vw.NewReaders(&rest.Config{}), PollInterval: time.Second, Notify: func() { notified.Add(1) },
+		Clients: vw.NewClients(&rest.Config{}), PollInterval: time.Second, Notify: func() { notified.Add(1) },
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

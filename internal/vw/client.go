@@ -19,20 +19,22 @@ import (
 	"github.com/kcp-dev/logicalcluster/v3"
 )
 
-// Reader reads (and, for the few writes the webhook makes, patches and
-// deletes) one server (a shard's virtual workspace) with one client-go
-// REST client: connections are reused, error responses become API errors,
-// and nothing is rate limited on the client side, since reads are on the
-// admission path. Lists are streamed: memory per request is bounded by the
-// largest single object, not by the number of objects. Bodies are returned
-// raw, so that callers decode only what they need.
-type Reader struct {
+// Client sends raw requests to one server (a shard's virtual workspace)
+// with one client-go REST client: it reads (GET, streamed LIST) and makes
+// the few writes of the webhook (PATCH, POST, DELETE). Connections are
+// reused, error responses become API errors, and nothing is rate limited on
+// the client side, since reads are on the admission path. Lists are
+// streamed: memory per request is bounded by the largest single object, not
+// by the number of objects. Bodies are returned raw, so that callers decode
+// only what they need.
+type Client struct {
+	base   string
 	client *rest.RESTClient
 }
 
-// NewReader returns a reader for the server at base (without a /clusters/
+// NewClient returns a client of the server at base (without a /clusters/
 // path) with the credentials of cfg.
-func NewReader(cfg *rest.Config, base string) (*Reader, error) {
+func NewClient(cfg *rest.Config, base string) (*Client, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.Host = base
 	cfg.APIPath = "/"
@@ -42,35 +44,40 @@ func NewReader(cfg *rest.Config, base string) (*Reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to create REST client for %s: %w", base, err)
 	}
-	return &Reader{client: c}, nil
+	return &Client{base: base, client: c}, nil
 }
 
-// Readers keeps one Reader per server URL, all with the same credentials.
-type Readers struct {
+// URL returns the base URL of the server.
+func (c *Client) URL() string {
+	return c.base
+}
+
+// Clients keeps one Client per server URL, all with the same credentials.
+type Clients struct {
 	cfg *rest.Config
 
 	lock    sync.Mutex
-	readers map[string]*Reader
+	clients map[string]*Client
 }
 
-// NewReaders returns Readers with the credentials of cfg.
-func NewReaders(cfg *rest.Config) *Readers {
-	return &Readers{cfg: rest.CopyConfig(cfg), readers: map[string]*Reader{}}
+// NewClients returns Clients with the credentials of cfg.
+func NewClients(cfg *rest.Config) *Clients {
+	return &Clients{cfg: rest.CopyConfig(cfg), clients: map[string]*Client{}}
 }
 
-// For returns the reader of the server at url.
-func (rs *Readers) For(url string) (*Reader, error) {
-	rs.lock.Lock()
-	defer rs.lock.Unlock()
-	if r, ok := rs.readers[url]; ok {
-		return r, nil
+// For returns the client of the server at url.
+func (cs *Clients) For(url string) (*Client, error) {
+	cs.lock.Lock()
+	defer cs.lock.Unlock()
+	if c, ok := cs.clients[url]; ok {
+		return c, nil
 	}
-	r, err := NewReader(rs.cfg, url)
+	c, err := NewClient(cs.cfg, url)
 	if err != nil {
 		return nil, err
 	}
-	rs.readers[url] = r
-	return r, nil
+	cs.clients[url] = c
+	return c, nil
 }
 
 // ResourcePath returns the path of gvr in cluster (or all clusters for
@@ -85,10 +92,10 @@ func ResourcePath(cluster logicalcluster.Path, gvr schema.GroupVersionResource, 
 
 // Get sends a GET to the path and returns the body of a successful response,
 // which the caller closes with Drain.
-func (r *Reader) Get(ctx context.Context, path []string, params url.Values) (io.ReadCloser, error) {
+func (c *Client) Get(ctx context.Context, path []string, params url.Values) (io.ReadCloser, error) {
 	// client-go's own retries would wait as long as a Retry-After says,
 	// whatever the deadline; callers retry within theirs.
-	req := r.client.Get().AbsPath(path...).SetHeader("Accept", "application/json").MaxRetries(0)
+	req := c.client.Get().AbsPath(path...).SetHeader("Accept", "application/json").MaxRetries(0)
 	for k, vs := range params {
 		for _, v := range vs {
 			req = req.Param(k, v)
@@ -100,8 +107,8 @@ func (r *Reader) Get(ctx context.Context, path []string, params url.Values) (io.
 // List lists the objects at path and calls visit with each item's raw JSON;
 // the slice is only valid during the call. It returns the resourceVersion of
 // the list.
-func (r *Reader) List(ctx context.Context, path []string, params url.Values, visit func(item []byte) error) (string, error) {
-	body, err := r.Get(ctx, path, params)
+func (c *Client) List(ctx context.Context, path []string, params url.Values, visit func(item []byte) error) (string, error) {
+	body, err := c.Get(ctx, path, params)
 	if err != nil {
 		return "", err
 	}
@@ -111,14 +118,14 @@ func (r *Reader) List(ctx context.Context, path []string, params url.Values, vis
 
 // Patch sends a PATCH of type pt with body to the path and returns the
 // object it answers with (the patched object).
-func (r *Reader) Patch(ctx context.Context, path []string, pt types.PatchType, body []byte) ([]byte, error) {
-	return r.client.Patch(pt).AbsPath(path...).Body(body).MaxRetries(0).Do(ctx).Raw()
+func (c *Client) Patch(ctx context.Context, path []string, pt types.PatchType, body []byte) ([]byte, error) {
+	return c.client.Patch(pt).AbsPath(path...).Body(body).MaxRetries(0).Do(ctx).Raw()
 }
 
 // Create sends a POST of the JSON object body to the path (a collection),
 // with params. Only the outcome is returned.
-func (r *Reader) Create(ctx context.Context, path []string, params url.Values, body []byte) error {
-	req := r.client.Post().AbsPath(path...).SetHeader("Content-Type", "application/json").Body(body).MaxRetries(0)
+func (c *Client) Create(ctx context.Context, path []string, params url.Values, body []byte) error {
+	req := c.client.Post().AbsPath(path...).SetHeader("Content-Type", "application/json").Body(body).MaxRetries(0)
 	for k, vs := range params {
 		for _, v := range vs {
 			req = req.Param(k, v)
@@ -129,13 +136,13 @@ func (r *Reader) Create(ctx context.Context, path []string, params url.Values, b
 
 // Delete sends a DELETE with opts to the path. Only the outcome is
 // returned.
-func (r *Reader) Delete(ctx context.Context, path []string, opts metav1.DeleteOptions) error {
+func (c *Client) Delete(ctx context.Context, path []string, opts metav1.DeleteOptions) error {
 	opts.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "DeleteOptions"}
 	body, err := json.Marshal(opts)
 	if err != nil {
 		return fmt.Errorf("failed to encode the delete options: %w", err)
 	}
-	return r.client.Delete().AbsPath(path...).SetHeader("Content-Type", "application/json").Body(body).MaxRetries(0).Do(ctx).Error()
+	return c.client.Delete().AbsPath(path...).SetHeader("Content-Type", "application/json").Body(body).MaxRetries(0).Do(ctx).Error()
 }
 
 // Drain reads what is left of a body (up to 1 MiB), so that the connection

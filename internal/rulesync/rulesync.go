@@ -1,4 +1,19 @@
-package registry
+// Package rulesync keeps the webhook's rule registry (package registry) in
+// step with the DependencyRules of every workspace that binds the
+// dependencies APIExport, from two sources that may each deliver an older
+// view than the registry holds (the registry decides which wins):
+//
+//   - the RuleReconciler, a multicluster reconciler that registers the
+//     version of a rule in the manager's cache, or forgets a rule the cache
+//     no longer has;
+//   - the Loader, which lists every rule of every shard at startup and then
+//     periodically, and marks the Readiness loaded once the first listing
+//     of every shard has been applied.
+//
+// The BindingHandler, which the APIExport provider calls, tells the
+// registry which workspace path each bound logical cluster has, and makes it
+// forget the rules of a workspace that stops binding the export.
+package rulesync
 
 import (
 	"context"
@@ -29,14 +44,15 @@ import (
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/registry"
 	"github.com/opendefensecloud/dependency-controller/internal/vw"
 )
 
 // Permissions of the webhook in the dep-ctrl workspace: discovering the
 // APIExport's virtual workspace URLs, reading DependencyRules and APIBindings
-// through it, and patching the DependentsIndexed condition of rules (checked
-// as apiexports/content with the verb of each request); "access" on "/" lets
-// the webhook into the workspace at all.
+// through it, and patching the webhook's conditions of rules (package
+// conditions; checked as apiexports/content with the verb of each request);
+// "access" on "/" lets the webhook into the workspace at all.
 //
 // +kubebuilder:rbac:urls=/,verbs=access
 // +kubebuilder:rbac:groups=apis.kcp.io,resources=apiexportendpointslices,verbs=get;list;watch
@@ -98,7 +114,7 @@ func (r *Readiness) setError(err error) {
 // the cache no longer has.
 type RuleReconciler struct {
 	mgr      mcmanager.Manager
-	registry *Registry
+	registry *registry.Registry
 }
 
 // Reconcile implements mcreconcile.Reconciler.
@@ -123,7 +139,7 @@ func (r *RuleReconciler) Reconcile(ctx context.Context, req mcreconcile.Request)
 		}
 		return reconcile.Result{}, fmt.Errorf("failed to get DependencyRule %s: %w", key, err)
 	}
-	rr := FromDependencyRule(rule)
+	rr := registry.FromDependencyRule(rule)
 	if len(rr.Invalid) > 0 {
 		log.FromContext(ctx).Error(nil, "Ignoring invalid field paths of rule", "rule", key, "paths", rr.Invalid)
 	}
@@ -138,7 +154,7 @@ func (r *RuleReconciler) Reconcile(ctx context.Context, req mcreconcile.Request)
 // which no further events arrive. Pass it to the APIExport provider
 // (vw.NewManager).
 type BindingHandler struct {
-	Registry *Registry
+	Registry *registry.Registry
 }
 
 var _ handlers.Handler = BindingHandler{}
@@ -165,7 +181,7 @@ func (h BindingHandler) OnDelete(binding client.Object) {
 // that runs on every replica.
 type Loader struct {
 	vw        *vw.VirtualWorkspace
-	registry  *Registry
+	registry  *registry.Registry
 	readiness *Readiness
 	resync    time.Duration
 }
@@ -216,9 +232,9 @@ func (l *Loader) LoadAll(ctx context.Context) error {
 			bound[logicalcluster.From(&s.Bindings[i])] = true
 		}
 		maps.Copy(workspaces, kcp.Workspaces(s.Bindings))
-		listing := Listing{ResourceVersion: s.Rules.ResourceVersion, Covers: func(c logicalcluster.Name) bool { return bound[c] }}
+		listing := registry.Listing{ResourceVersion: s.Rules.ResourceVersion, Covers: func(c logicalcluster.Name) bool { return bound[c] }}
 		for i := range s.Rules.Items {
-			r := FromDependencyRule(&s.Rules.Items[i])
+			r := registry.FromDependencyRule(&s.Rules.Items[i])
 			if len(r.Invalid) > 0 {
 				log.FromContext(ctx).Error(nil, "Ignoring invalid field paths of rule", "rule", r.Key, "paths", r.Invalid)
 			}
@@ -234,7 +250,7 @@ func (l *Loader) LoadAll(ctx context.Context) error {
 // on DependencyRules and a Loader that loads every rule through rules at
 // startup (then marks readiness loaded) and every resync period. Pass
 // BindingHandler{reg} to the manager's provider as well.
-func SetupWithManager(mgr mcmanager.Manager, rules *vw.VirtualWorkspace, reg *Registry, readiness *Readiness, resync time.Duration) error {
+func SetupWithManager(mgr mcmanager.Manager, rules *vw.VirtualWorkspace, reg *registry.Registry, readiness *Readiness, resync time.Duration) error {
 	if err := mcbuilder.ControllerManagedBy(mgr).
 		Named(ReconcilerName).
 		For(&depv1alpha1.DependencyRule{}).

@@ -1,4 +1,4 @@
-package index
+package objects
 
 import (
 	"context"
@@ -7,11 +7,12 @@ import (
 
 	"github.com/kcp-dev/logicalcluster/v3"
 
+	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/vw"
 )
 
-// ListObjects lists the objects of src in every workspace that binds its
+// List lists the objects of src in every workspace that binds its
 // APIExport, on every shard, through the shards' virtual workspaces, and
 // calls visit with the metadata of each; only objects matching
 // labelSelector if it is not empty. The list of each shard is streamed and
@@ -20,31 +21,23 @@ import (
 // of ctx while it fails for a reason that clears by itself. A shard that
 // fails otherwise fails the listing (visit may have been called for the
 // objects of other shards by then).
-func (ix *Index) ListObjects(ctx context.Context, src Source, labelSelector string, visit func(kcp.Meta) error) error {
-	w := ix.watch(src)
-	if w == nil {
-		return fmt.Errorf("%s is not watched", src)
-	}
-	urls, inspected := w.Shards("")
-	if !inspected {
-		return fmt.Errorf("%s: %w", src, errNotInspected)
+func (c *Client) List(ctx context.Context, src index.Source, labelSelector string, visit func(kcp.Meta) error) error {
+	shards, err := c.router.Shards(src, "")
+	if err != nil {
+		return err
 	}
 	var params url.Values
 	if labelSelector != "" {
 		params = url.Values{"labelSelector": {labelSelector}}
 	}
 	path := vw.ResourcePath(logicalcluster.Wildcard, src.Resource, "")
-	for _, u := range urls {
-		r, err := ix.readers.For(u)
-		if err != nil {
-			return err
-		}
+	for _, shard := range shards {
 		// A retry lists the shard again from the start: the objects of an
 		// attempt are visited only once it has completed.
 		var metas []kcp.Meta
-		err = ix.retry(ctx, func() error {
+		err := c.router.Retry(ctx, func() error {
 			metas = metas[:0]
-			_, err := r.List(ctx, path, params, func(item []byte) error {
+			_, err := shard.List(ctx, path, params, func(item []byte) error {
 				m, err := kcp.ReadMeta(item)
 				if err != nil {
 					return fmt.Errorf("failed to read an object of %s: %w", src, err)
@@ -55,7 +48,7 @@ func (ix *Index) ListObjects(ctx context.Context, src Source, labelSelector stri
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("failed to list %s through %s: %w", src, u, err)
+			return fmt.Errorf("failed to list %s through %s: %w", src, shard.URL(), err)
 		}
 		for _, m := range metas {
 			if err := visit(m); err != nil {

@@ -1,4 +1,4 @@
-package index
+package objects
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/kcp-dev/logicalcluster/v3"
 
+	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/vw"
 )
 
@@ -48,35 +49,19 @@ type namespaceState struct {
 // the error, when it cannot tell (no claim, no grant): the caller then reads
 // live. A namespace found terminating is remembered for terminatingTTL, one
 // found active for notTerminatingTTL.
-func (ix *Index) NamespaceTerminating(ctx context.Context, src Source, cluster logicalcluster.Name, namespace string) (bool, error) {
+func (c *Client) NamespaceTerminating(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace string) (bool, error) {
 	key := namespaceKey{cluster, namespace}
-	now := ix.now()
-	ix.lock.Lock()
-	s, ok := ix.namespaces[key]
-	for k, old := range ix.namespaces {
-		if now.Sub(old.at) >= terminatingTTL {
-			delete(ix.namespaces, k)
-		}
-	}
-	ix.lock.Unlock()
-	if ok && (s.terminating || now.Sub(s.at) < notTerminatingTTL) {
+	now := c.now()
+	if s, ok := c.remembered(key, now); ok {
 		return s.terminating, nil
 	}
-	body, err := json.Marshal(corev1.Event{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Event"},
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "dependency-webhook-probe.", Namespace: namespace},
-		// In the namespace: an Event whose involved object has no namespace
-		// is valid only in the namespace default.
-		InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "Namespace", Name: namespace, Namespace: namespace},
-		Reason:         "Probe", Message: "a dry run: is the namespace being deleted?", Type: corev1.EventTypeNormal,
-		Source: corev1.EventSource{Component: "dependency-webhook"},
-	})
+	body, err := probeEvent(namespace)
 	if err != nil {
 		return false, err
 	}
 	var terminating, answered bool
-	err = ix.onShardOf(src, cluster, func(r *vw.Reader, _ State) error {
-		err := r.Create(ctx, eventsPath(cluster, namespace), url.Values{"dryRun": {metav1.DryRunAll}}, body)
+	err = c.router.OnShardOf(src, cluster, func(shard *vw.Client, _ index.State) error {
+		err := shard.Create(ctx, eventsPath(cluster, namespace), url.Values{"dryRun": {metav1.DryRunAll}}, body)
 		switch {
 		case err == nil:
 			answered = true
@@ -93,14 +78,41 @@ func (ix *Index) NamespaceTerminating(ctx context.Context, src Source, cluster l
 	if err != nil {
 		return false, fmt.Errorf("cannot tell whether namespace %s of logical cluster %s is being deleted: %w", namespace, cluster, err)
 	}
-	ix.lock.Lock()
-	ix.namespaces[key] = namespaceState{terminating: terminating, at: now}
-	ix.lock.Unlock()
+	c.lock.Lock()
+	c.namespaces[key] = namespaceState{terminating: terminating, at: now}
+	c.lock.Unlock()
 	log.FromContext(ctx).V(1).Info("Asked kcp whether a namespace is being deleted", "cluster", cluster, "namespace", namespace, "terminating", terminating)
 	return terminating, nil
 }
 
-// eventsPath is the path of the core Events of namespace in cluster.
-func eventsPath(cluster logicalcluster.Name, namespace string) []string {
-	return []string{cluster.Path().RequestPath(), "api", "v1", "namespaces", namespace, "events"}
+// remembered returns what NamespaceTerminating learned of key, if it is
+// still valid at now, and forgets what has expired.
+func (c *Client) remembered(key namespaceKey, now time.Time) (namespaceState, bool) {
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	s, ok := c.namespaces[key]
+	for k, old := range c.namespaces {
+		if now.Sub(old.at) >= terminatingTTL {
+			delete(c.namespaces, k)
+		}
+	}
+	return s, ok && (s.terminating || now.Sub(s.at) < notTerminatingTTL)
+}
+
+// probeEvent is the Event that NamespaceTerminating creates, as a dry run,
+// in namespace.
+func probeEvent(namespace string) ([]byte, error) {
+	body, err := json.Marshal(corev1.Event{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Event"},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "dependency-webhook-probe.", Namespace: namespace},
+		// In the namespace: an Event whose involved object has no namespace
+		// is valid only in the namespace default.
+		InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "Namespace", Name: namespace, Namespace: namespace},
+		Reason:         "Probe", Message: "a dry run: is the namespace being deleted?", Type: corev1.EventTypeNormal,
+		Source: corev1.EventSource{Component: "dependency-webhook"},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("failed to encode the probe Event: %w", err)
+	}
+	return body, nil
 }

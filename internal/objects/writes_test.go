@@ -1,8 +1,7 @@
-package index
+package objects
 
 import (
 	"context"
-	"net/http/httptest"
 	"slices"
 	"testing"
 
@@ -41,30 +40,20 @@ func TestWritesGoToTheShardOfTheCluster(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			w := newFakeWatch(State{Phase: PhaseSynced, Namespaced: true}, vpcRef)
-			w.inspected = true
 			shards := make([]*fakeShard, tt.shards)
 			for i := range shards {
 				shards[i] = &fakeShard{}
 				if slices.Contains(tt.servers, i) {
 					shards[i] = serving("c1")
 				}
-				srv := httptest.NewServer(shards[i])
-				t.Cleanup(srv.Close)
-				w.urls = append(w.urls, srv.URL)
 			}
-			if tt.indexedOn >= 0 {
-				if err := w.store.ForShard(w.urls[tt.indexedOn], func() {}).Add(dependent(t, nil, "c1", "default/vm-2", `{}`, false)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			ix := newTestIndex(t, w, Options{})
+			c := New(newFakeRouter(t, tt.indexedOn, shards...))
 			ctx := context.Background()
 
-			_, patchErr := ix.Patch(ctx, testSource, "c1", "default", "vm-1", types.MergePatchType, []byte(`{}`))
+			_, patchErr := c.Patch(ctx, testSource, "c1", "default", "vm-1", types.MergePatchType, []byte(`{}`))
 			errs := []error{
 				patchErr,
-				ix.Delete(ctx, testSource, "c1", "default", "vm-1", metav1.DeleteOptions{}),
+				c.Delete(ctx, testSource, "c1", "default", "vm-1", metav1.DeleteOptions{}),
 			}
 			for _, err := range errs {
 				if tt.wantErr == nil && err != nil || tt.wantErr != nil && !tt.wantErr(err) {

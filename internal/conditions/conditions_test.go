@@ -1,4 +1,4 @@
-package registry
+package conditions
 
 import (
 	"reflect"
@@ -8,12 +8,33 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kcp-dev/logicalcluster/v3"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath/fieldpathtest"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/registry"
 )
+
+var (
+	vpcs    = schema.GroupVersionResource{Group: "network.io", Version: "v1", Resource: "vpcs"}
+	subnets = schema.GroupVersionResource{Group: "network.io", Version: "v1", Resource: "subnets"}
+)
+
+func key(s string) kcp.ObjectKey {
+	cluster, name, _ := strings.Cut(s, "/")
+	return kcp.ObjectKey{Cluster: logicalcluster.Name(cluster), Name: name}
+}
+
+// targetSource is the protected resource gvr as the provider in cluster
+// serves it.
+func targetSource(cluster string, gvr schema.GroupVersionResource) index.Source {
+	return index.Source{Export: kcp.ObjectKey{Cluster: logicalcluster.Name(cluster), Name: gvr.Group}, Resource: gvr}
+}
 
 func TestIndexedCondition(t *testing.T) {
 	tests := []struct {
@@ -29,10 +50,10 @@ func TestIndexedCondition(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.state.Phase), func(t *testing.T) {
-			c := IndexedCondition(tt.state, nil, 7)
+			c := Indexed(tt.state, nil, 7)
 			if c.Type != depv1alpha1.ConditionDependentsIndexed || c.Status != tt.wantStatus || c.Reason != tt.wantReason ||
 				!strings.HasPrefix(c.Message, tt.wantMessage) || c.ObservedGeneration != 7 {
-				t.Errorf("IndexedCondition() = %+v", c)
+				t.Errorf("Indexed() = %+v", c)
 			}
 		})
 	}
@@ -45,22 +66,22 @@ func TestIndexedConditionNamesFieldPathsNotInSchema(t *testing.T) {
 	state := index.State{Phase: index.PhaseSynced, Kind: "VirtualMachine", Message: "Indexing", PathProblems: []index.PathProblem{
 		{Path: bad.Name(), Problem: `.spec has no field "vpcReff"`}, {Path: others.Name(), Problem: `.spec has no field "other"`},
 	}}
-	c := IndexedCondition(state, []fieldpath.Reference{good, bad}, 1)
+	c := Indexed(state, []fieldpath.Reference{good, bad}, 1)
 	if c.Status != metav1.ConditionFalse || c.Reason != depv1alpha1.ReasonFieldPathNotInSchema ||
 		!strings.Contains(c.Message, `.spec.vpcReff.name: .spec has no field "vpcReff"`) || strings.Contains(c.Message, "other") {
-		t.Errorf("IndexedCondition() = %+v", c)
+		t.Errorf("Indexed() = %+v", c)
 	}
-	if c := IndexedCondition(state, []fieldpath.Reference{good}, 1); c.Status != metav1.ConditionTrue {
+	if c := Indexed(state, []fieldpath.Reference{good}, 1); c.Status != metav1.ConditionTrue {
 		t.Errorf("a rule whose paths are fine: %+v", c)
 	}
 }
 
 func TestGuardedCondition(t *testing.T) {
 	vpcSource, subnetSource := targetSource("c-net", vpcs), targetSource("c-net", subnets)
-	guard := func(targets ...index.Source) Guard {
-		g := Guard{Rule: key("c1/r")}
+	guard := func(targets ...index.Source) registry.Guard {
+		g := registry.Guard{Rule: key("c1/r")}
 		for _, t := range targets {
-			g.References = append(g.References, GuardReference{Path: fieldpathtest.MustParse(".spec.x"), Target: t})
+			g.References = append(g.References, registry.GuardReference{Path: fieldpathtest.MustParse(".spec.x"), Target: t})
 		}
 		return g
 	}
@@ -69,7 +90,7 @@ func TestGuardedCondition(t *testing.T) {
 	}
 	tests := []struct {
 		name       string
-		guard      Guard
+		guard      registry.Guard
 		states     map[index.Source]index.State
 		wantStatus metav1.ConditionStatus
 		wantReason string
@@ -110,9 +131,9 @@ func TestGuardedCondition(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := GuardedCondition(tt.guard, states(tt.states), 3)
+			c := Guarded(tt.guard, states(tt.states), 3)
 			if c.Type != depv1alpha1.ConditionReferencesGuarded || c.Status != tt.wantStatus || c.Reason != tt.wantReason || c.ObservedGeneration != 3 {
-				t.Errorf("GuardedCondition() = %+v, want %s/%s", c, tt.wantStatus, tt.wantReason)
+				t.Errorf("Guarded() = %+v, want %s/%s", c, tt.wantStatus, tt.wantReason)
 			}
 			for _, p := range tt.wantParts {
 				if !strings.Contains(c.Message, p) {
@@ -136,8 +157,8 @@ func TestPhaseReasonsAreTheAPIsReasons(t *testing.T) {
 		if string(phase) != reason {
 			t.Errorf("phase %q has the reason %q in the API", phase, reason)
 		}
-		if c := IndexedCondition(index.State{Phase: phase, Message: "m"}, nil, 1); c.Reason != reason {
-			t.Errorf("IndexedCondition() in phase %s: reason %q, want %q", phase, c.Reason, reason)
+		if c := Indexed(index.State{Phase: phase, Message: "m"}, nil, 1); c.Reason != reason {
+			t.Errorf("Indexed() in phase %s: reason %q, want %q", phase, c.Reason, reason)
 		}
 	}
 }

@@ -41,7 +41,7 @@ func TestResourcePath(t *testing.T) {
 	}
 }
 
-func TestReaderStreamsLists(t *testing.T) {
+func TestClientStreamsLists(t *testing.T) {
 	var (
 		lock     sync.Mutex
 		requests []*url.URL
@@ -74,7 +74,7 @@ func TestReaderStreamsLists(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	r, err := NewReader(&rest.Config{}, srv.URL+"/")
+	r, err := NewClient(&rest.Config{}, srv.URL+"/")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,8 +137,8 @@ func TestReaderStreamsLists(t *testing.T) {
 	}
 }
 
-func TestReadersKeepOneReaderPerServer(t *testing.T) {
-	rs := NewReaders(&rest.Config{})
+func TestClientsKeepOneClientPerServer(t *testing.T) {
+	rs := NewClients(&rest.Config{})
 	a1, err := rs.For("https://shard-1")
 	if err != nil {
 		t.Fatal(err)

@@ -14,12 +14,13 @@ import (
 	"github.com/kcp-dev/logicalcluster/v3"
 )
 
-// Clients hands out controller-runtime clients for the logical clusters of
-// kcp servers: the front-proxy, or the virtual workspace of an APIExport on
-// one shard. All of them share one HTTP client (one connection pool), one
-// scheme and one REST mapper, so no request performs discovery, which kcp
-// would answer per workspace. Clients are created on first use and kept.
-type Clients struct {
+// ClusterClients hands out controller-runtime clients for the logical
+// clusters of kcp servers: the front-proxy, or the virtual workspace of an
+// APIExport on one shard. All of them share one HTTP client (one connection
+// pool), one scheme and one REST mapper, so no request performs discovery,
+// which kcp would answer per workspace. Clients are created on first use
+// and kept.
+type ClusterClients struct {
 	cfg     *rest.Config
 	options client.Options
 
@@ -27,14 +28,14 @@ type Clients struct {
 	clients map[string]client.Client
 }
 
-// NewClients returns Clients with the credentials of cfg; mapper must know
-// every kind that is read or written through them.
-func NewClients(cfg *rest.Config, scheme *runtime.Scheme, mapper meta.RESTMapper) (*Clients, error) {
+// NewClusterClients returns ClusterClients with the credentials of cfg;
+// mapper must know every kind that is read or written through them.
+func NewClusterClients(cfg *rest.Config, scheme *runtime.Scheme, mapper meta.RESTMapper) (*ClusterClients, error) {
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("failed to create HTTP client for %s: %w", cfg.Host, err)
 	}
-	return &Clients{
+	return &ClusterClients{
 		cfg:     rest.CopyConfig(cfg),
 		options: client.Options{Scheme: scheme, Mapper: mapper, HTTPClient: httpClient},
 		clients: map[string]client.Client{},
@@ -42,14 +43,14 @@ func NewClients(cfg *rest.Config, scheme *runtime.Scheme, mapper meta.RESTMapper
 }
 
 // HTTPClient returns the HTTP client all clients share.
-func (c *Clients) HTTPClient() *http.Client {
+func (c *ClusterClients) HTTPClient() *http.Client {
 	return c.options.HTTPClient
 }
 
 // Cluster returns a client for the logical cluster (or workspace path, or
 // logicalcluster.Wildcard) of the server at base, a URL without a /clusters/
 // path.
-func (c *Clients) Cluster(base string, cluster logicalcluster.Path) (client.Client, error) {
+func (c *ClusterClients) Cluster(base string, cluster logicalcluster.Path) (client.Client, error) {
 	host := strings.TrimSuffix(base, "/") + cluster.RequestPath()
 	c.lock.Lock()
 	defer c.lock.Unlock()

@@ -1,0 +1,87 @@
+package index
+
+import (
+	"context"
+	"errors"
+	"math"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/opendefensecloud/dependency-controller/internal/vw"
+)
+
+// ErrNotInspected is what a request fails with (wrapped) while the
+// APIExport of a source has not been read yet (right after the source was
+// added, e.g. when the webhook starts): which shards serve it is not known,
+// so nothing can be read or written. It clears within a poll interval, and
+// is retried.
+var ErrNotInspected = errors.New("the APIExport has not been read yet")
+
+// errRefused is what a read fails with when every shard's virtual workspace
+// refuses (403) a logical cluster that binds the export, as far as the
+// index knows: while a shard starts, its virtual workspace refuses
+// workspaces whose bindings it has not synced yet. It is retried; it never
+// means "no dependents".
+var errRefused = errors.New("every shard's virtual workspace refused a workspace that binds the export")
+
+// Causes of retries that are states of the index rather than errors of kcp;
+// the others are vw's.
+const (
+	CauseNotInspected = "not-inspected"
+	CauseRefused      = "refused"
+)
+
+// RetryCause reports whether a failed request is worth retrying, and why
+// (see vw.RetryCause; requests also wait for the index to have read the
+// export, and for a shard that is starting).
+func RetryCause(err error) (string, bool) {
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "", false
+	case errors.Is(err, ErrNotInspected):
+		return CauseNotInspected, true
+	case errors.Is(err, errRefused):
+		return CauseRefused, true
+	}
+	return vw.RetryCause(err)
+}
+
+// Backoff of retried requests: the first wait and its cap; each wait
+// doubles, with up to 50% jitter.
+const (
+	retryFirst = 20 * time.Millisecond
+	retryMax   = 500 * time.Millisecond
+	// retryAttempts bounds the attempts of a caller without a deadline.
+	retryAttempts = 5
+)
+
+// Retry calls attempt until it succeeds, fails with an error that is not
+// worth retrying (see RetryCause), or the next wait would pass the deadline
+// of ctx (without one, after retryAttempts attempts); it returns the last
+// error. It waits between attempts as wait.Backoff says, and counts each
+// retry, by cause, in the index's metrics. The index's own reads retry
+// with it, and so do the writes that it routes (see OnShardOf).
+func (ix *Index) Retry(ctx context.Context, attempt func() error) error {
+	deadline, hasDeadline := ctx.Deadline()
+	backoff := wait.Backoff{Duration: retryFirst, Factor: 2, Jitter: 0.5, Cap: retryMax, Steps: math.MaxInt32}
+	for attempts := 1; ; attempts++ {
+		err := attempt()
+		cause, retryable := RetryCause(err)
+		if !retryable {
+			return err
+		}
+		next := backoff.Step()
+		if hasDeadline && time.Until(deadline) < next+retryFirst || !hasDeadline && attempts >= retryAttempts {
+			return err
+		}
+		ix.metrics.retried(cause)
+		t := time.NewTimer(next)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}

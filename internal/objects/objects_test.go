@@ -1,0 +1,235 @@
+package objects
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+
+	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/vw"
+)
+
+var testSource = index.Source{
+	Export:   kcp.ObjectKey{Cluster: "provider", Name: "compute.io"},
+	Resource: schema.GroupVersionResource{Group: "compute.io", Version: "v1", Resource: "virtualmachines"},
+}
+
+// fakeShard serves the virtual workspace of one shard: the objects of the
+// clusters it hosts, 403 for any other cluster. A POST (an Event) is
+// answered with the status in created, or 201.
+type fakeShard struct {
+	clusters map[string]string // cluster -> list body
+	objects  map[string]string // cluster/namespace/name -> object body
+	created  func(w http.ResponseWriter)
+
+	lock     sync.Mutex
+	requests []string
+	// methods are the methods of the requests, in order.
+	methods []string
+}
+
+func (s *fakeShard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.lock.Lock()
+	s.requests = append(s.requests, r.URL.Path+"?"+r.URL.RawQuery)
+	s.methods = append(s.methods, r.Method)
+	s.lock.Unlock()
+	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/clusters/"), "/")
+	list, ok := s.clusters[parts[0]]
+	if !ok {
+		status(http.StatusForbidden, "Forbidden", "")(w)
+		return
+	}
+	if r.Method == http.MethodPost {
+		if s.created != nil {
+			s.created(w)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, `{"kind":"Event","apiVersion":"v1"}`)
+		return
+	}
+	// /clusters/<c>/apis/<g>/<v>/namespaces/<ns>/<resource>[/<name>] or
+	// /clusters/<c>/apis/<g>/<v>/<resource>[/<name>]
+	name := ""
+	switch {
+	case len(parts) == 8:
+		name = parts[0] + "/" + parts[5] + "/" + parts[7]
+	case len(parts) == 6 && parts[4] != "namespaces":
+		name = parts[0] + "//" + parts[5]
+	}
+	if name != "" {
+		if obj, ok := s.objects[name]; ok {
+			fmt.Fprint(w, obj)
+			return
+		}
+		status(http.StatusNotFound, "NotFound", "")(w)
+		return
+	}
+	fmt.Fprint(w, list)
+}
+
+func (s *fakeShard) requested() []string {
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	return slices.Clone(s.requests)
+}
+
+func (s *fakeShard) requestMethods() []string {
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	return slices.Clone(s.methods)
+}
+
+// status answers with a Status of code, with causes (as JSON) if set.
+func status(code int, reason, causes string) func(w http.ResponseWriter) {
+	return func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		details := ""
+		if causes != "" {
+			details = fmt.Sprintf(`,"details":{"causes":%s}`, causes)
+		}
+		fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":%q,"code":%d%s}`, reason, code, details)
+	}
+}
+
+// fakeRouter routes as the index does (see index.Index.OnShardOf): to the
+// shard known to serve a cluster, the only shard there is or the one the
+// cluster was seen on, or else to each shard in turn while it answers 403,
+// remembering the one that did not. Requests are tried once.
+type fakeRouter struct {
+	shards []*vw.Client
+	// inspected is unset while the APIExport has not been read.
+	inspected bool
+
+	lock  sync.Mutex
+	known map[logicalcluster.Name]*vw.Client
+}
+
+// newFakeRouter returns a router over the given shards, which knows that
+// cluster c1 lives on shard indexedOn unless it is -1.
+func newFakeRouter(t *testing.T, indexedOn int, shards ...*fakeShard) *fakeRouter {
+	t.Helper()
+	r := &fakeRouter{inspected: true, known: map[logicalcluster.Name]*vw.Client{}}
+	for _, s := range shards {
+		srv := httptest.NewServer(s)
+		t.Cleanup(srv.Close)
+		c, err := vw.NewClient(&rest.Config{}, srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.shards = append(r.shards, c)
+	}
+	if indexedOn >= 0 {
+		r.known["c1"] = r.shards[indexedOn]
+	}
+	return r
+}
+
+func (r *fakeRouter) Serving(_ index.Source, cluster logicalcluster.Name) (*vw.Client, bool, error) {
+	r.lock.Lock()
+	defer r.lock.Unlock()
+	if len(r.shards) == 1 {
+		return r.shards[0], true, nil
+	}
+	c, ok := r.known[cluster]
+	return c, ok, nil
+}
+
+func (r *fakeRouter) Shards(src index.Source, cluster logicalcluster.Name) ([]*vw.Client, error) {
+	if !r.inspected {
+		return nil, fmt.Errorf("%s: %w", src, index.ErrNotInspected)
+	}
+	shards := slices.Clone(r.shards)
+	if c, ok, _ := r.Serving(src, cluster); ok {
+		if i := slices.Index(shards, c); i > 0 {
+			shards[0], shards[i] = shards[i], shards[0]
+		}
+	}
+	return shards, nil
+}
+
+func (r *fakeRouter) OnShardOf(src index.Source, cluster logicalcluster.Name, do func(*vw.Client, index.State) error) error {
+	shards, err := r.Shards(src, cluster)
+	if err != nil {
+		return err
+	}
+	for _, c := range shards {
+		err := do(c, index.State{Phase: index.PhaseSynced, Namespaced: true})
+		if apierrors.IsForbidden(err) {
+			continue
+		}
+		if err == nil {
+			r.lock.Lock()
+			r.known[cluster] = c
+			r.lock.Unlock()
+		}
+		return err
+	}
+	return nil
+}
+
+func (r *fakeRouter) Retry(_ context.Context, attempt func() error) error {
+	return attempt()
+}
+
+// Lists visit every object of every shard once, by label, and fail while
+// the APIExport has not been read.
+func TestList(t *testing.T) {
+	shard1 := &fakeShard{clusters: map[string]string{"*": `{"items":[{"metadata":{"name":"vm-1","namespace":"default","annotations":{"kcp.io/cluster":"c1"}}}]}`}}
+	shard2 := &fakeShard{clusters: map[string]string{"*": `{"items":[{"metadata":{"name":"vm-2","namespace":"default","annotations":{"kcp.io/cluster":"c2"}}}]}`}}
+	r := newFakeRouter(t, -1, shard1, shard2)
+	c := New(r)
+	var got []string
+	err := c.List(context.Background(), testSource, "stale", func(m kcp.Meta) error {
+		got = append(got, m.Cluster.String()+"/"+m.Name)
+		return nil
+	})
+	if want := []string{"c1/vm-1", "c2/vm-2"}; err != nil || !slices.Equal(got, want) {
+		t.Errorf("List() visited %v, %v; want %v", got, err, want)
+	}
+	for _, s := range []*fakeShard{shard1, shard2} {
+		if req := s.requested(); len(req) != 1 || req[0] != "/clusters/*/apis/compute.io/v1/virtualmachines?labelSelector=stale" {
+			t.Errorf("requests = %q", req)
+		}
+	}
+	r.inspected = false
+	if err := c.List(context.Background(), testSource, "", func(kcp.Meta) error { return nil }); !errors.Is(err, index.ErrNotInspected) {
+		t.Errorf("List() before the export was read: %v", err)
+	}
+}
+
+// Whether a namespace is being deleted is asked with a dry-run Event on the
+// shard that serves the workspace, and remembered.
+func TestNamespaceTerminating(t *testing.T) {
+	terminating := status(http.StatusForbidden, "Forbidden", `[{"reason":"NamespaceTerminating","message":"namespace is being terminated"}]`)
+	shard1 := &fakeShard{}
+	shard2 := &fakeShard{clusters: map[string]string{"c1": `{"items":[]}`}, created: terminating}
+	c := New(newFakeRouter(t, -1, shard1, shard2))
+	for range 2 {
+		got, err := c.NamespaceTerminating(context.Background(), testSource, "c1", "default")
+		if err != nil || !got {
+			t.Errorf("NamespaceTerminating() = %v, %v; want true", got, err)
+		}
+	}
+	if req := shard2.requested(); len(req) != 1 || req[0] != "/clusters/c1/api/v1/namespaces/default/events?dryRun=All" {
+		t.Errorf("requests = %q, want one dry-run Event", req)
+	}
+	// A workspace no shard serves cannot tell.
+	if got, err := c.NamespaceTerminating(context.Background(), testSource, "c2", "default"); err == nil || got {
+		t.Errorf("NamespaceTerminating() of a workspace no shard serves = %v, %v", got, err)
+	}
+}

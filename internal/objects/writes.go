@@ -1,0 +1,94 @@
+package objects
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+
+	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/vw"
+)
+
+// Patch patches the object of src named name in cluster (in namespace, if
+// the resource is namespaced) with body, a patch of type pt, and returns
+// the patched object. An object that does not exist is a NotFound error.
+func (c *Client) Patch(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, pt types.PatchType, body []byte) ([]byte, error) {
+	var patched []byte
+	err := c.write(ctx, src, cluster, namespace, name, func(shard *vw.Client, path []string) error {
+		var err error
+		patched, err = shard.Patch(ctx, path, pt, body)
+		return err
+	})
+	return patched, err
+}
+
+// Delete deletes the object of src named name in cluster (in namespace, if
+// the resource is namespaced) with opts. An object that does not exist is a
+// NotFound error.
+func (c *Client) Delete(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, opts metav1.DeleteOptions) error {
+	return c.write(ctx, src, cluster, namespace, name, func(shard *vw.Client, path []string) error {
+		return shard.Delete(ctx, path, opts)
+	})
+}
+
+// writeFailed carries the error of a write out of OnShardOf, which would
+// take a 403 (a webhook's denial, or a missing grant) for a shard that does
+// not serve the workspace and try the next one.
+type writeFailed struct{ err error }
+
+func (w writeFailed) Error() string { return w.err.Error() }
+
+// write writes the object with do on the shard that serves cluster. Where
+// the router knows that shard (see Router.Serving), it writes there at
+// once; otherwise it finds the shard by reading the object on each (kcp's
+// virtual workspace refuses, with 403, a workspace that a shard does not
+// serve). Only the read tells shards apart; whatever the write answers is
+// its outcome. An object that is gone is a NotFound error.
+func (c *Client) write(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, do func(shard *vw.Client, path []string) error) error {
+	shard, known, err := c.router.Serving(src, cluster)
+	if err != nil {
+		return err
+	}
+	path := append(vw.ResourcePath(cluster.Path(), src.Resource, namespace), name)
+	if known {
+		return c.router.Retry(ctx, func() error { return do(shard, path) })
+	}
+	return c.router.Retry(ctx, func() error {
+		wrote := false
+		err := c.router.OnShardOf(src, cluster, func(shard *vw.Client, _ index.State) error {
+			// A GET is a linearizable read from etcd that waits for no
+			// progress notification (a LIST without a resourceVersion
+			// would, up to 100ms on a busy shard). 403 means "not this
+			// shard"; 404 means this shard, and the object is gone.
+			body, err := shard.Get(ctx, path, nil)
+			if err != nil {
+				return err
+			}
+			vw.Drain(body)
+			wrote = true
+			if err := do(shard, path); err != nil {
+				return writeFailed{err}
+			}
+			return nil
+		})
+		var failed writeFailed
+		if errors.As(err, &failed) {
+			return failed.err
+		}
+		if err == nil && !wrote {
+			// No shard serves the workspace for this export: it does not
+			// bind it, so the object does not exist.
+			return apierrors.NewNotFound(src.Resource.GroupResource(), name)
+		}
+		if err != nil {
+			return fmt.Errorf("failed to find the shard of %s in %s: %w", src, cluster, err)
+		}
+		return nil
+	})
+}
