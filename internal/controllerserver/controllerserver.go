@@ -44,7 +44,7 @@ type Controller struct {
 // controller.ControllerName.
 func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Options) (*Controller, error) {
 	webhook := func() webhookconfig.Options {
-		return webhookconfig.Options{URL: opts.WebhookURL, TimeoutSeconds: opts.WebhookTimeoutSeconds, FailurePolicy: opts.FailurePolicy}
+		return webhookconfig.Options{URL: opts.WebhookURL, TimeoutSeconds: opts.WebhookTimeoutSeconds, FailurePolicy: opts.FailurePolicy, WebhookUser: opts.WebhookUser}
 	}
 	var triggers <-chan event.GenericEvent
 	var caWatcher *cabundle.Watcher

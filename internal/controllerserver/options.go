@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -35,6 +36,11 @@ type Options struct {
 	WebhookTimeoutSeconds int32
 	// FailurePolicy is what kcp does when the webhook cannot be called.
 	FailurePolicy admissionregistrationv1.FailurePolicyType
+	// WebhookUser is the user name as which kcp authenticates the webhook
+	// (the user config/rbac binds). kcp does not call the guard of records
+	// for its writes, which the guard would allow anyway. Empty: the guard
+	// reviews them too.
+	WebhookUser string
 }
 
 // NewOptions returns the defaults of the controller's settings.
@@ -44,8 +50,18 @@ func NewOptions() *Options {
 		WebhookTimeoutSeconds: 5,
 		FailurePolicy:         admissionregistrationv1.Fail,
 		CABundleCheckInterval: 10 * time.Second,
+		WebhookUser:           DefaultWebhookUser,
 	}
 }
+
+// DefaultWebhookUser is the user as which the webhook is deployed: the
+// user config/rbac binds and the kcp-operator sample issues a certificate
+// for.
+const DefaultWebhookUser = "dependency-webhook"
+
+// serviceAccountPrefix begins the user names of service accounts, which
+// are the same in every workspace.
+const serviceAccountPrefix = "system:serviceaccount:"
 
 // AddFlags registers the options as flags, with their current values as
 // defaults.
@@ -56,6 +72,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Int32Var(&o.WebhookTimeoutSeconds, "webhook-timeout-seconds", o.WebhookTimeoutSeconds, "Seconds kcp waits for the webhook before applying the failure policy (1-30).")
 	fs.StringVar((*string)(&o.FailurePolicy), "failure-policy", string(o.FailurePolicy), "What kcp does when the webhook cannot be called: Fail (deletes of protected objects, and creates and updates of dependents, are refused) or Ignore (they are allowed).")
 	fs.DurationVar(&o.CABundleCheckInterval, "webhook-ca-bundle-check-interval", o.CABundleCheckInterval, "How often the CA bundle file is checked for changes.")
+	fs.StringVar(&o.WebhookUser, "webhook-user", o.WebhookUser, "User name as which kcp authenticates the webhook: kcp does not call the guard of deletion records for its writes, which the guard would allow anyway. Empty: the guard reviews the webhook's writes too (one more admission call per deferred deletion). Not a service account: its name is the same in every workspace.")
 }
 
 // Validate reports every invalid option, naming its flag.
@@ -75,6 +92,11 @@ func (o *Options) Validate() error {
 	case admissionregistrationv1.Fail, admissionregistrationv1.Ignore:
 	default:
 		errs = append(errs, fmt.Errorf("--failure-policy must be Fail or Ignore, got %q", o.FailurePolicy))
+	}
+	if strings.TrimSpace(o.WebhookUser) != o.WebhookUser {
+		errs = append(errs, fmt.Errorf("--webhook-user %q must not begin or end with white space", o.WebhookUser))
+	} else if strings.HasPrefix(o.WebhookUser, serviceAccountPrefix) {
+		errs = append(errs, fmt.Errorf("--webhook-user %q names a service account, whose user name is the same in every workspace: leave it empty, and the guard of records recognizes the webhook by its workspace too", o.WebhookUser))
 	}
 	if o.CABundleCheckInterval < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("--webhook-ca-bundle-check-interval must be at least 100ms, got %s", o.CABundleCheckInterval))

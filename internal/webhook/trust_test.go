@@ -78,6 +78,7 @@ var _ = Describe("Trust boundary", Ordered, func() {
 			CABundleCheckInterval: time.Second,
 			WebhookTimeoutSeconds: 10,
 			FailurePolicy:         admissionregistrationv1.Fail,
+			WebhookUser:           controllerserver.DefaultWebhookUser,
 		}, kcpenv.TestManagerOptions())
 		Expect(err).NotTo(HaveOccurred())
 		stopController = kcpenv.RunInBackground(c.Manager.Start)
@@ -279,6 +280,18 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred())
 		listsBefore, err := wh.LiveReads("list")
 		Expect(err).NotTo(HaveOccurred())
+		// live is how many decisions read live, allowed or denied.
+		live := func() float64 {
+			GinkgoHelper()
+			var sum float64
+			for _, outcome := range []string{"allowed", "denied"} {
+				n, err := wh.Decisions(outcome, "live")
+				Expect(err).NotTo(HaveOccurred())
+				sum += n
+			}
+			return sum
+		}
+		liveBefore := live()
 		for i := range 10 {
 			vpc, free, vm := fmt.Sprintf("vpc-lr-%d", i), fmt.Sprintf("vpc-lr-free-%d", i), fmt.Sprintf("vm-lr-%d", i)
 			Expect(cli.Cluster(consumer).Create(ctx, newObject(vpcGVR, "default", vpc, nil))).To(Succeed())
@@ -293,9 +306,13 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		listsAfter, err := wh.LiveReads("list")
 		Expect(err).NotTo(HaveOccurred())
 		// Each allowed DELETE reads the VMs twice by label, and lists the
-		// appliances, whose references in the status cannot be labelled.
+		// appliances, whose references in the status cannot be labelled:
+		// one full list per decision that read live (kcp may admit a
+		// DELETE more than once), none of the VMs.
 		Expect(after-before).To(BeNumerically(">=", 20), "not every allowed delete read the VMs by label")
-		Expect(listsAfter-listsBefore).To(BeNumerically("<=", 10), "a confirming read listed every VM")
+		decisions := live() - liveBefore
+		Expect(decisions).To(BeNumerically(">=", 10), "not every allowed delete read live")
+		Expect(listsAfter-listsBefore).To(BeNumerically("<=", decisions), "a confirming read listed every VM")
 	})
 
 	It("does not honour a copied clearance: the label of the earlier marks protects nothing from the webhook", func(ctx context.Context) {
@@ -340,6 +357,54 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		Consistently(func() error {
 			return cli.Cluster(consumer).Get(ctx, client.ObjectKey{Namespace: "default", Name: "vpc-t2"}, newObject(vpcGVR, "default", "vpc-t2", nil))
 		}).WithTimeout(6 * time.Second).WithPolling(time.Second).Should(Succeed())
+	})
+
+	It("spares the webhook's own record writes the call to the guard, and guards everyone else's", func(ctx context.Context) {
+		By("the guard's configuration leaves out the webhook's user")
+		Eventually(func(g Gomega) {
+			cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+			g.Expect(cli.Cluster(network).Get(ctx, client.ObjectKey{Name: webhookconfig.Name}, cfg)).To(Succeed())
+			var conditions []admissionregistrationv1.MatchCondition
+			for _, w := range cfg.Webhooks {
+				if w.Name == webhookconfig.RecordsWebhookName {
+					conditions = w.MatchConditions
+				}
+			}
+			g.Expect(conditions).To(ContainElement(admissionregistrationv1.MatchCondition{
+				Name: webhookconfig.NotWebhookUserConditionName, Expression: webhookconfig.NotUserCondition(controllerserver.DefaultWebhookUser),
+			}))
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		guarded := func(outcome string) float64 {
+			GinkgoHelper()
+			n, err := wh.Counter("dependency_webhook_record_writes_total", map[string]string{"outcome": outcome})
+			Expect(err).NotTo(HaveOccurred())
+			return n
+		}
+		allowed, denied := guarded("allowed"), guarded("denied")
+
+		By("the webhook records a deferred deletion: kcp does not call the guard")
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-own", nil))
+		create(ctx, consumer, newObject(vmGVR, "default", "vm-own", vmRef("vpc-own")))
+		Eventually(func(g Gomega) {
+			err := deleteObject(ctx, cli.Cluster(consumer), vpcGVR, "default", "vpc-own")
+			g.Expect(err).To(MatchError(ContainSubstring("its deletion is deferred")))
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		Expect(get(ctx, vpcGVR, "vpc-own").GetLabels()).To(HaveKey(depv1alpha1.LabelDeletionRequested))
+		Expect(guarded("allowed")).To(Equal(allowed), "kcp called the guard for the webhook's own record")
+
+		By("anyone else who writes a record is still refused by the guard")
+		err := patch(ctx, tenant, vpcGVR, "vpc-own", fmt.Sprintf(`{"metadata":{"annotations":{%q:"x"}}}`, depv1alpha1.AnnotationDeletionRequest))
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("managed by the dependency webhook"))
+		Expect(guarded("denied")).To(Equal(denied + 1))
+		Expect(guarded("allowed")).To(Equal(allowed))
+
+		By("the record is replayed once the VM is gone")
+		Expect(deleteObject(ctx, cli.Cluster(consumer), vmGVR, "default", "vm-own")).To(Succeed())
+		Eventually(func() bool {
+			err := cli.Cluster(consumer).Get(ctx, client.ObjectKey{Namespace: "default", Name: "vpc-own"}, newObject(vpcGVR, "default", "vpc-own", nil))
+			return apierrors.IsNotFound(err)
+		}).WithTimeout(timeout).WithPolling(interval).Should(BeTrue())
 	})
 
 	It("replays a record only on the object it was written for: exported YAML re-applied passes, a recreated object carrying it is refused", func(ctx context.Context) {

@@ -59,6 +59,10 @@ const (
 	// RecordsConditionName is the name of the match condition of the guard
 	// of records (see RecordsCondition).
 	RecordsConditionName = "records-set-or-changed"
+	// NotWebhookUserConditionName is the name of the match condition that
+	// spares the webhook's own writes of records the call to the guard (see
+	// Options.WebhookUser).
+	NotWebhookUserConditionName = "not-the-dependency-webhook"
 	// LabelsConditionName is the name of the match condition of a labelling
 	// webhook (see LabelsCondition).
 	LabelsConditionName = "labels-may-change"
@@ -98,6 +102,12 @@ type Options struct {
 	// records and the labelling webhooks always fail closed: the trust in
 	// records and labels rests on every write passing them.
 	FailurePolicy admissionregistrationv1.FailurePolicyType
+	// WebhookUser is the user name as which kcp authenticates the webhook.
+	// If set, kcp does not call the guard of records for that user's
+	// writes, which the guard would allow anyway: writing a record then
+	// costs no second admission call. Empty: the guard reviews the
+	// webhook's writes too, and recognizes its own identity.
+	WebhookUser string
 }
 
 // Workspace is a provider workspace with what the webhook guards in it.
@@ -335,6 +345,12 @@ func RecordsCondition() string {
 	return set("labels", depv1alpha1.LabelDeletionRequested) + " || " + set("annotations", depv1alpha1.AnnotationDeletionRequest)
 }
 
+// NotUserCondition returns the CEL expression of a match condition that
+// holds for every request but those of the user named user.
+func NotUserCondition(user string) string {
+	return "request.userInfo.username != " + strconv.Quote(user)
+}
+
 func compareGVR(a, b schema.GroupVersionResource) int {
 	return cmp.Or(cmp.Compare(a.Group, b.Group), cmp.Compare(a.Resource, b.Resource), cmp.Compare(a.Version, b.Version))
 }
@@ -413,6 +429,9 @@ func Validating(ws *Workspace, cluster logicalcluster.Name, opts Options) *admis
 		wh := webhook(RecordsWebhookName, EndpointURL(opts.URL, cluster, EndpointRecords), admissionregistrationv1.Fail,
 			rules(ws.Protected, nil, admissionregistrationv1.Create, admissionregistrationv1.Update), admissionregistrationv1.SideEffectClassNone)
 		wh.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: RecordsConditionName, Expression: RecordsCondition()}}
+		if opts.WebhookUser != "" {
+			wh.MatchConditions = append(wh.MatchConditions, admissionregistrationv1.MatchCondition{Name: NotWebhookUserConditionName, Expression: NotUserCondition(opts.WebhookUser)})
+		}
 		cfg.Webhooks = append(cfg.Webhooks, wh)
 	}
 	if len(cfg.Webhooks) == 0 {

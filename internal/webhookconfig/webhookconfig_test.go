@@ -692,6 +692,22 @@ func TestValidating(t *testing.T) {
 			wantAnnotations: map[string]string{WorkspacePathAnnotation: "root:net"},
 		},
 		{
+			name:    "the webhook's user named: kcp calls the guard of records for every other user only",
+			ws:      &Workspace{Protected: []schema.GroupVersionResource{gvr("net.io", "v1", "vpcs")}},
+			cluster: "c-net",
+			opts:    Options{URL: base, TimeoutSeconds: 5, FailurePolicy: admissionregistrationv1.Fail, WebhookUser: "dependency-webhook"},
+			want: []admissionregistrationv1.ValidatingWebhook{
+				validatingWebhook(WebhookName, base+"/c-net", nil, 5, admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNoneOnDryRun, nil,
+					deleteRule("net.io", "vpcs", "v1")),
+				validatingWebhook(RecordsWebhookName, base+"/c-net/records", nil, 5, admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNone,
+					[]admissionregistrationv1.MatchCondition{
+						{Name: RecordsConditionName, Expression: RecordsCondition()},
+						{Name: NotWebhookUserConditionName, Expression: `request.userInfo.username != "dependency-webhook"`},
+					},
+					writeRule("net.io", []string{"vpcs"}, "v1")),
+			},
+		},
+		{
 			name:    "status references of a type that is not a dependent add nothing",
 			ws:      &Workspace{Dependents: []schema.GroupVersionResource{vms}, StatusReferences: []schema.GroupResource{gr("compute.io", "disks")}, ReferenceFields: []string{"spec"}},
 			cluster: "c1",
@@ -899,6 +915,16 @@ func TestConditionText(t *testing.T) {
 			name: "labels, no field",
 			got:  LabelsCondition(nil),
 			want: `request.operation != 'UPDATE' || ` + labels + ` || []` + changed,
+		},
+		{
+			name: "not the webhook's user",
+			got:  NotUserCondition("dependency-webhook"),
+			want: `request.userInfo.username != "dependency-webhook"`,
+		},
+		{
+			name: "not a user whose name needs quoting",
+			got:  NotUserCondition(`oidc:"a"\b`),
+			want: `request.userInfo.username != "oidc:\"a\"\\b"`,
 		},
 		{
 			name: "records",

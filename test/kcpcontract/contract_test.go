@@ -717,10 +717,15 @@ var _ = Describe("kcp", Ordered, ContinueOnFailure, func() {
 	// docs/architecture.md#records ("refuses every such write that does not
 	// come from the webhook's own user"): the webhook writes records through
 	// the virtual workspace.
-	It("passes a write through the APIExport virtual workspace to the consumer's admission as the caller's identity", func(ctx SpecContext) {
-		const ep = "vw-identity"
+	It("passes a write through the APIExport virtual workspace to the consumer's admission as the caller's identity, which a match condition on request.userInfo.username sees", func(ctx SpecContext) {
+		const ep, others = "vw-identity", "vw-identity-others"
 		installValidating(ctx, ep, hook{operations: []admissionregistrationv1.OperationType{create, update}, resources: []string{"widgets"}}, nil)
+		// The style of webhookconfig.NotUserCondition, which spares the
+		// webhook's own record writes the guard.
+		installValidating(ctx, others, hook{operations: []admissionregistrationv1.OperationType{create, update}, resources: []string{"widgets"},
+			conditions: []admissionregistrationv1.MatchCondition{{Name: "not-contract-vw", Expression: `request.userInfo.username != "contract-vw"`}}}, nil)
 		awaitCalled(ctx, ep, 1, probeCreate)
+		awaitCalled(ctx, others, 1, probeCreate)
 		vw := vwWidgets(vwUser, consumerClusters[1], "default")
 
 		_, err := vw.Create(ctx, widget("default", "identity", nil), metav1.CreateOptions{})
@@ -735,6 +740,12 @@ var _ = Describe("kcp", Ordered, ContinueOnFailure, func() {
 			GinkgoWriter.Printf("%s through the virtual workspace arrived as %+v\n", c.Operation, c.User)
 			Expect(c.User.Username).To(Equal("contract-vw"), "the %s's user", c.Operation)
 		}
+		Expect(rec.callsTo(others, notDry("identity"))).To(BeEmpty(), "kcp called the configuration that leaves out contract-vw for its writes")
+
+		By("another user's write is matched")
+		_, err = patch(ctx, consumers[1], "default", "identity", map[string]any{"metadata": map[string]any{"labels": map[string]any{"via": "admin"}}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(rec.callsTo(others, notDry("identity"))).NotTo(BeEmpty())
 	})
 
 	// docs/operations.md#security ("kcp v0.31 does not authenticate to
