@@ -35,9 +35,12 @@ import (
 // (make previous, PREVIOUS_REF).
 var previousDir = filepath.Join(binDir, "previous")
 
-// newFlags are the webhook's flags that the previous release does not
-// know; its replicas run without them.
-var newFlags = []string{"record-keys-dir", "deferred-deletion-ttl", "relabel-interval"}
+// newWebhookFlags and newControllerFlags are the flags of each binary that
+// the previous release does not know; it runs without them.
+var (
+	newWebhookFlags    = []string{"record-keys-dir", "deferred-deletion-ttl", "relabel-interval"}
+	newControllerFlags = []string{"webhook-user"}
+)
 
 // withoutFlags returns args without the flags named.
 func withoutFlags(args []string, names ...string) []string {
@@ -89,7 +92,7 @@ func upgradeScenarios() {
 			backends[i] = addr
 			replicas[i] = &kcpenv.Process{
 				Name: fmt.Sprintf("webhook-%d", i), Binary: filepath.Join(previousDir, "webhook"), LogPath: filepath.Join(artifacts, fmt.Sprintf("webhook-upgrade-%d.log", i)),
-				HealthAddr: health, Args: append(withoutFlags(webhookProc.Args, newFlags...), "--port="+port, "--health-probe-bind-address="+health),
+				HealthAddr: health, Args: append(withoutFlags(webhookProc.Args, newWebhookFlags...), "--port="+port, "--health-probe-bind-address="+health),
 			}
 		}
 		health := map[string]*kcpenv.Process{backends[0]: replicas[0], backends[1]: replicas[1]}
@@ -99,7 +102,7 @@ func upgradeScenarios() {
 		Expect(err).NotTo(HaveOccurred())
 		controller := &kcpenv.Process{
 			Name: "controller-upgrade", Binary: filepath.Join(previousDir, "controller"), LogPath: filepath.Join(artifacts, "controller-upgrade.log"),
-			HealthAddr: controllerProc.HealthAddr, Args: controllerProc.Args,
+			HealthAddr: controllerProc.HealthAddr, Args: withoutFlags(controllerProc.Args, newControllerFlags...),
 		}
 		DeferCleanup(func() {
 			for _, p := range append(replicas, controller) {
@@ -171,8 +174,10 @@ func upgradeScenarios() {
 			time.Sleep(2 * time.Second)
 			p.Stop()
 			p.Binary = filepath.Join(binDir, filepath.Base(p.Binary))
-			if p != controller {
-				p.Args = append(p.Args, withNewFlags(webhookProc.Args)...)
+			if p == controller {
+				p.Args = append(p.Args, withNewFlags(controllerProc.Args, newControllerFlags)...)
+			} else {
+				p.Args = append(p.Args, withNewFlags(webhookProc.Args, newWebhookFlags)...)
 			}
 			Expect(p.Start()).To(Succeed())
 			Eventually(p.Ready).WithTimeout(timeout).WithPolling(interval).Should(Succeed(), "%s log:\n%s", p.Name, p.LogTail(40))
@@ -220,12 +225,12 @@ func upgradeScenarios() {
 	})
 }
 
-// withNewFlags returns the flags of args that withoutFlags(args, newFlags)
+// withNewFlags returns the flags of args that withoutFlags(args, names...)
 // leaves out.
-func withNewFlags(args []string) []string {
+func withNewFlags(args, names []string) []string {
 	var out []string
 	for _, a := range args {
-		if !slices.Contains(withoutFlags([]string{a}, newFlags...), a) {
+		if !slices.Contains(withoutFlags([]string{a}, names...), a) {
 			out = append(out, a)
 		}
 	}
