@@ -65,6 +65,18 @@ const (
 	// full, as before. The controller installs the labelling webhook for a
 	// type once the webhook has written this condition on its rules.
 	ConditionDependentsLabelled = "DependentsLabelled"
+	// ConditionReferencesTracked tells whether the webhook records every new
+	// reference of the rule's dependents on the object it references before
+	// the dependent is stored (see docs/architecture.md, "The fast paths, and
+	// why each is sound"): True, since its lastTransitionTime, when it does
+	// for every type the rule protects, so that an allowed DELETE of such an
+	// object is decided from the object and the index without reading
+	// dependents once nothing can be in flight; False, naming the missing
+	// grant (patch on the protected provider's APIExport content) or why the
+	// dependents are not labelled, when it does not. Deletes are protected
+	// either way; without it they are confirmed with a live read. Written
+	// by the webhook's elected replica.
+	ConditionReferencesTracked = "ReferencesTracked"
 )
 
 // Reasons of the conditions that the controller writes.
@@ -133,6 +145,13 @@ const (
 	// be labelled (a reference lies in the status, or the rules of the type
 	// name different versions); every confirming read lists them all.
 	ReasonNotLabellable = "NotLabellable"
+	// ReasonTracked (ReferencesTracked=True): every new reference of the
+	// rule's dependents is recorded on the object it references.
+	ReasonTracked = "Tracked"
+	// ReasonNotLabelled (ReferencesTracked=False): the dependents are not
+	// labelled (DependentsLabelled is not True), and only the labelling
+	// webhook records references.
+	ReasonNotLabelled = "NotLabelled"
 )
 
 // Reasons of DependentsIndexed and ReferencesGuarded that name the state of

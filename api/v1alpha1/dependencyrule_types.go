@@ -34,6 +34,23 @@ const (
 	// computed. A dependent without it, or with another value, is read by
 	// every confirming read of its type.
 	LabelReferencesScheme = "dependencies.opendefense.cloud/references"
+	// LabelAdmission on a dependent is the id of the admission that last
+	// added references to it: the labelling webhook records that id on
+	// every object the write newly references (AnnotationAdmittedReferences)
+	// before the write is stored, and sets it here. A DELETE that finds the
+	// id on the object to delete knows the reference is in flight until its
+	// index has seen a dependent with the id. Only the webhook sets it; any
+	// other value is replaced on admission.
+	LabelAdmission = "dependencies.opendefense.cloud/admission"
+	// AnnotationAdmittedReferences on a protected object lists the
+	// references to it that the webhook admitted recently, by admission id
+	// and time, and until when earlier ones were admitted (see
+	// internal/inflight). The webhook writes it while it admits a dependent
+	// that references the object, before that dependent is stored, so that
+	// a concurrent DELETE of the object either sees the reference or runs
+	// its admission again. Only the webhook may change it: other writes keep
+	// the stored value.
+	AnnotationAdmittedReferences = "dependencies.opendefense.cloud/admitted-references"
 
 	// FinalizerMarks is the finalizer with which releases before the
 	// reference labels guarded the marks of protected objects. The
