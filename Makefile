@@ -160,7 +160,7 @@ test-e2e: build kcp ginkgo helm previous ## Run the e2e suite: both binaries as 
 # regression cases in `make test` from then on.
 FUZZ_TARGETS ?= ./internal/fieldpath/:FuzzParse ./internal/fieldpath/:FuzzResolveJSON \
 	./internal/vw/:FuzzStreamList ./internal/index/store/:FuzzDecodeObject ./internal/webhook/:FuzzAdmissionHandler \
-	./internal/records/:FuzzVerify
+	./internal/records/:FuzzVerify ./internal/inflight/:FuzzParse
 FUZZTIME ?= 30s
 
 .PHONY: fuzz

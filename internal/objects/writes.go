@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -91,4 +92,58 @@ func (c *Client) write(ctx context.Context, src index.Source, cluster logicalclu
 		}
 		return nil
 	})
+}
+
+// maxObjectSize bounds what Get reads of one object; the API server stores
+// objects of at most a few MB.
+const maxObjectSize = 8 << 20
+
+// Get reads the object of src named name in cluster (in namespace, if the
+// resource is namespaced) and returns it as JSON: a linearizable read from
+// etcd. An object that does not exist is a NotFound error.
+func (c *Client) Get(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string) ([]byte, error) {
+	var raw []byte
+	path := append(vw.ResourcePath(cluster.Path(), src.Resource, namespace), name)
+	read := func(shard *vw.Client) error {
+		body, err := shard.Get(ctx, path, nil)
+		if err != nil {
+			return err
+		}
+		defer vw.Drain(body)
+		raw, err = io.ReadAll(io.LimitReader(body, maxObjectSize))
+		return err
+	}
+	shard, known, err := c.router.Serving(src, cluster)
+	if err != nil {
+		return nil, err
+	}
+	if known {
+		return raw, c.router.Retry(ctx, func() error { return read(shard) })
+	}
+	found := false
+	err = c.router.Retry(ctx, func() error {
+		return c.router.OnShardOf(src, cluster, func(shard *vw.Client, _ index.State) error {
+			if err := read(shard); err != nil {
+				if apierrors.IsNotFound(err) {
+					// This shard serves the workspace; the object is gone.
+					return writeFailed{err}
+				}
+				return err
+			}
+			found = true
+			return nil
+		})
+	})
+	var failed writeFailed
+	switch {
+	case errors.As(err, &failed):
+		return nil, failed.err
+	case err != nil:
+		return nil, fmt.Errorf("failed to find the shard of %s in %s: %w", src, cluster, err)
+	case !found:
+		// No shard serves the workspace for this export: it does not bind
+		// it, so the object does not exist.
+		return nil, apierrors.NewNotFound(src.Resource.GroupResource(), name)
+	}
+	return raw, nil
 }

@@ -1,0 +1,274 @@
+package inflight
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// MaxInFlight bounds how long a write can be in flight after its admission
+// began: kcp serves every request within its request timeout of 60 s, which
+// it does not let an operator change (it refuses --request-timeout), and a
+// write that etcd accepted at the deadline commits within moments. The
+// margin of 5 s also covers the clock skew between webhook replicas, whose
+// clocks stamp and judge marks, and kcp's, which stamps creationTimestamp.
+const MaxInFlight = 65 * time.Second
+
+// DefaultMaxMarks is how many marks a Ledger keeps by name; older ones are
+// folded into its floors (see Ledger.Compact). 64 marks take about 2 KB of
+// the object's annotations.
+const DefaultMaxMarks = 64
+
+// version starts every encoded Ledger, so that a later format can be told
+// apart.
+const version = "v1"
+
+// Mark is one reference admitted to the object: the id of the admission
+// (also set on the dependent, see api/v1alpha1.LabelAdmission) and when
+// the webhook admitted it, to the millisecond.
+type Mark struct {
+	ID string
+	At time.Time
+}
+
+// Ledger is what the webhook keeps on a protected object about the
+// references to it that it admitted: the recent ones by admission id, and
+// two floors for those it no longer names.
+//
+// A reference named by a Mark has landed once an index has seen a
+// dependent carrying its id; until then, and until At+MaxInFlight, it may
+// be in flight. A reference folded into Floor may be in flight until
+// Floor+MaxInFlight; one folded into Landed had landed by Landed, so an
+// index that is current past Landed holds it.
+type Ledger struct {
+	// Floor is when the latest reference that is neither named nor known
+	// to have landed was admitted; zero if none.
+	Floor time.Time
+	// Landed is when the latest reference known to have landed, and no
+	// longer named, had been seen by an index; zero if none.
+	Landed time.Time
+	// Marks are the named references, oldest first.
+	Marks []Mark
+}
+
+// ms is a time to the millisecond, as a Ledger keeps it.
+func ms(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return time.UnixMilli(t.UnixMilli())
+}
+
+// String encodes the ledger for the object's annotation, e.g.
+// "v1 f=1764212000000 l=0 3f09c1aa8e2b7d10@1764212001234".
+func (l Ledger) String() string {
+	var b strings.Builder
+	b.WriteString(version)
+	b.WriteString(" f=")
+	b.WriteString(strconv.FormatInt(unixMilli(l.Floor), 10))
+	b.WriteString(" l=")
+	b.WriteString(strconv.FormatInt(unixMilli(l.Landed), 10))
+	for _, m := range l.Marks {
+		b.WriteByte(' ')
+		b.WriteString(m.ID)
+		b.WriteByte('@')
+		b.WriteString(strconv.FormatInt(m.At.UnixMilli(), 10))
+	}
+	return b.String()
+}
+
+func unixMilli(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func fromMilli(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v)
+}
+
+// ErrMalformed is returned (wrapped) by Parse for a value that is not a
+// Ledger.
+var ErrMalformed = errors.New("malformed admitted-references annotation")
+
+// maxEncoded bounds the value Parse reads: a ledger of DefaultMaxMarks is
+// about 2 KB, and only the webhook writes the annotation.
+const maxEncoded = 64 << 10
+
+// Parse decodes an annotation value; the empty string is the empty Ledger.
+// Marks are returned oldest first.
+func Parse(s string) (Ledger, error) {
+	if s == "" {
+		return Ledger{}, nil
+	}
+	if len(s) > maxEncoded {
+		return Ledger{}, fmt.Errorf("%w: %d bytes", ErrMalformed, len(s))
+	}
+	fields := strings.Fields(s)
+	if len(fields) < 3 || fields[0] != version {
+		return Ledger{}, fmt.Errorf("%w: %q", ErrMalformed, truncate(s))
+	}
+	floor, ok := field(fields[1], "f=")
+	landed, ok2 := field(fields[2], "l=")
+	if !ok || !ok2 {
+		return Ledger{}, fmt.Errorf("%w: %q", ErrMalformed, truncate(s))
+	}
+	l := Ledger{Floor: fromMilli(floor), Landed: fromMilli(landed)}
+	for _, f := range fields[3:] {
+		id, at, found := strings.Cut(f, "@")
+		v, err := strconv.ParseInt(at, 10, 64)
+		if !found || !ValidID(id) || err != nil || v <= 0 {
+			return Ledger{}, fmt.Errorf("%w: mark %q", ErrMalformed, truncate(f))
+		}
+		l.Marks = append(l.Marks, Mark{ID: id, At: time.UnixMilli(v)})
+	}
+	slices.SortStableFunc(l.Marks, func(a, b Mark) int { return a.At.Compare(b.At) })
+	return l, nil
+}
+
+func field(s, prefix string) (int64, bool) {
+	v, ok := strings.CutPrefix(s, prefix)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	return n, err == nil && n >= 0
+}
+
+func truncate(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
+}
+
+// Landed tells when an index first saw a dependent carrying an admission
+// id, and whether it did.
+type Landed func(id string) (time.Time, bool)
+
+// With returns the ledger with marks added (a mark whose id it names
+// already keeps the later time).
+func (l Ledger) With(marks ...Mark) Ledger {
+	out := Ledger{Floor: l.Floor, Landed: l.Landed, Marks: slices.Clone(l.Marks)}
+	for _, m := range marks {
+		m.At = ms(m.At)
+		if i := slices.IndexFunc(out.Marks, func(o Mark) bool { return o.ID == m.ID }); i >= 0 {
+			if m.At.After(out.Marks[i].At) {
+				out.Marks[i].At = m.At
+			}
+			continue
+		}
+		out.Marks = append(out.Marks, m)
+	}
+	slices.SortStableFunc(out.Marks, func(a, b Mark) int { return a.At.Compare(b.At) })
+	return out
+}
+
+// Compact folds marks the ledger need not name any more: one that landed
+// into Landed (at the time it was seen), one older than MaxInFlight into
+// Floor (it can no longer be in flight: it landed by then, or never will),
+// and, while more than maxMarks remain, the oldest into Floor. Folding
+// loses nothing a decision needs, only the ability to tell a named
+// reference landed: Floor keeps what was folded in flight until
+// Floor+MaxInFlight.
+func (l Ledger) Compact(now time.Time, landed Landed, maxMarks int) Ledger {
+	out := Ledger{Floor: l.Floor, Landed: l.Landed}
+	for _, m := range l.Marks {
+		if at, ok := landed(m.ID); ok {
+			out.Landed = later(out.Landed, ms(at))
+			continue
+		}
+		if !now.Before(m.At.Add(MaxInFlight)) {
+			out.Floor = later(out.Floor, m.At)
+			continue
+		}
+		out.Marks = append(out.Marks, m)
+	}
+	if maxMarks < 0 {
+		maxMarks = 0
+	}
+	for len(out.Marks) > maxMarks {
+		out.Floor = later(out.Floor, out.Marks[0].At)
+		out.Marks = out.Marks[1:]
+	}
+	return out
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// Assessment is what a ledger says about a DELETE of its object at some
+// moment.
+type Assessment struct {
+	// Horizon is the time past which an index must be current to hold every
+	// dependent whose reference the ledger covers and that has landed (see
+	// Assess).
+	Horizon time.Time
+	// InFlight are the named references that have not landed and may still
+	// be in flight, oldest first.
+	InFlight []Mark
+	// FloorInFlight is set while references folded into Floor may still be
+	// in flight: until Floor+MaxInFlight.
+	FloorInFlight bool
+}
+
+// Retry returns when every reference the assessment found in flight will
+// have landed or failed.
+func (a Assessment) Retry(floor time.Time) time.Time {
+	var t time.Time
+	if a.FloorInFlight {
+		t = floor.Add(MaxInFlight)
+	}
+	for _, m := range a.InFlight {
+		t = later(t, m.At.Add(MaxInFlight))
+	}
+	return t
+}
+
+// Assess judges a DELETE at now of an object with this ledger, created at
+// created (its creationTimestamp, to the second), against an index that
+// tells which admission ids landed. The horizon is the latest of
+//
+//   - created plus a second plus MaxInFlight: a dependent admitted while
+//     the object did not exist yet left no mark, and was stored by then;
+//   - Floor plus MaxInFlight and Landed;
+//   - for each named reference that has not landed and is older than
+//     MaxInFlight, its time plus MaxInFlight.
+//
+// Named references that landed need nothing more: the index that saw them
+// holds their dependents (or has seen them change since). Those younger
+// than MaxInFlight that have not landed are in flight, and so is Floor
+// while it is younger than MaxInFlight.
+func (l Ledger) Assess(now, created time.Time, landed Landed) Assessment {
+	var a Assessment
+	if !created.IsZero() {
+		a.Horizon = created.Add(time.Second + MaxInFlight)
+	}
+	if !l.Floor.IsZero() {
+		a.Horizon = later(a.Horizon, l.Floor.Add(MaxInFlight))
+		a.FloorInFlight = now.Before(l.Floor.Add(MaxInFlight))
+	}
+	a.Horizon = later(a.Horizon, l.Landed)
+	for _, m := range l.Marks {
+		if _, ok := landed(m.ID); ok {
+			continue
+		}
+		if now.Before(m.At.Add(MaxInFlight)) {
+			a.InFlight = append(a.InFlight, m)
+			continue
+		}
+		a.Horizon = later(a.Horizon, m.At.Add(MaxInFlight))
+	}
+	return a
+}

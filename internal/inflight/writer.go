@@ -1,0 +1,301 @@
+package inflight
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/buger/jsonparser"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+
+	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+)
+
+// Objects reads and patches protected objects through their provider's
+// virtual workspace; *objects.Client implements it. Both return a NotFound
+// error for an object that does not exist.
+type Objects interface {
+	Get(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string) ([]byte, error)
+	Patch(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, pt types.PatchType, body []byte) ([]byte, error)
+}
+
+// Target is a protected object, as its provider serves it.
+type Target struct {
+	Source    index.Source
+	Cluster   logicalcluster.Name
+	Namespace string
+	Name      string
+}
+
+// Result is the outcome of recording a reference on a target.
+type Result struct {
+	// Missing is set if the target does not exist: nothing was recorded,
+	// and a reference to it is a reference to a missing object.
+	Missing bool
+	// Object is the target's metadata right after the write that recorded
+	// the reference. If it is being deleted (Terminating), the write came
+	// after its DELETE was admitted, and the reference must be refused.
+	Object kcp.Meta
+}
+
+// Options configure a Writer.
+type Options struct {
+	// MaxMarks is how many references a ledger names (default
+	// DefaultMaxMarks).
+	MaxMarks int
+	// BatchTimeout bounds one batch's writes, retries included (default
+	// 10s); each caller also waits only as long as its context allows.
+	BatchTimeout time.Duration
+	// OnConflict, if set, is called for every write that lost a race with
+	// another write of the object and is tried again.
+	OnConflict func()
+}
+
+// Writer records admitted references on protected objects, one write at a
+// time per object: references to one object that arrive while its write is
+// in flight are recorded together by the next, so that many dependents of
+// one object admitted at once cost a few writes, not one each, and the
+// webhook's own writes never race each other. Each write is a merge patch
+// of the ledger annotation with the object's resourceVersion as a
+// precondition, so that folding marks (see Ledger.Compact) never loses one
+// written by another replica; a write that loses a race reads the object
+// and is tried again, and no conflict reaches the dependent's client.
+type Writer struct {
+	objects Objects
+	opts    Options
+	now     func() time.Time
+
+	lock   sync.Mutex
+	queues map[Target]*queue
+	pruned time.Time
+}
+
+// queue is the pending references of one target and what the last write
+// learned of it.
+type queue struct {
+	pending []*request
+	writing bool
+	// known is the target as the last write left it, if any: its
+	// resourceVersion and ledger, so that the next write needs no read
+	// unless another write came in between.
+	known *state
+	idle  time.Time
+}
+
+type state struct {
+	resourceVersion string
+	ledger          Ledger
+}
+
+type request struct {
+	mark   Mark
+	landed Landed
+	done   chan outcome
+}
+
+type outcome struct {
+	result Result
+	err    error
+}
+
+// NewWriter returns a Writer that writes through objects.
+func NewWriter(objects Objects, opts Options) *Writer {
+	if opts.MaxMarks <= 0 {
+		opts.MaxMarks = DefaultMaxMarks
+	}
+	if opts.BatchTimeout <= 0 {
+		opts.BatchTimeout = 10 * time.Second
+	}
+	return &Writer{objects: objects, opts: opts, now: time.Now, queues: map[Target]*queue{}}
+}
+
+// Record records on the target that the admission id was admitted now,
+// and returns once a write that includes it has been stored (or the target
+// was found missing); landed tells which admission ids an index has seen on
+// dependents of the target's type, so that the write can fold those marks.
+// An error means the reference may or may not have been recorded; the
+// admission must then be refused.
+func (w *Writer) Record(ctx context.Context, t Target, id string, landed Landed) (Result, error) {
+	r := &request{mark: Mark{ID: id, At: ms(w.now())}, landed: landed, done: make(chan outcome, 1)}
+	w.lock.Lock()
+	w.pruneLocked()
+	q, ok := w.queues[t]
+	if !ok {
+		q = &queue{}
+		w.queues[t] = q
+	}
+	q.pending = append(q.pending, r)
+	if !q.writing {
+		q.writing = true
+		go w.drain(t, q)
+	}
+	w.lock.Unlock()
+	select {
+	case o := <-r.done:
+		return o.result, o.err
+	case <-ctx.Done():
+		return Result{}, fmt.Errorf("recording the reference on %s %q: %w", t.Source.Resource.Resource, t.Name, ctx.Err())
+	}
+}
+
+// idleTTL is how long the queue of an idle target (and what it knows of
+// the target) is kept.
+const idleTTL = 10 * time.Second
+
+// pruneLocked drops the queues of targets idle for idleTTL, at most once a
+// second. Callers hold the lock.
+func (w *Writer) pruneLocked() {
+	now := w.now()
+	if now.Sub(w.pruned) < time.Second {
+		return
+	}
+	w.pruned = now
+	for t, q := range w.queues {
+		if !q.writing && len(q.pending) == 0 && now.Sub(q.idle) > idleTTL {
+			delete(w.queues, t)
+		}
+	}
+}
+
+// drain writes the pending references of t in batches until none are left.
+func (w *Writer) drain(t Target, q *queue) {
+	for {
+		w.lock.Lock()
+		batch := q.pending
+		q.pending = nil
+		if len(batch) == 0 {
+			q.writing, q.idle = false, w.now()
+			w.lock.Unlock()
+			return
+		}
+		known := q.known
+		w.lock.Unlock()
+
+		ctx, cancel := context.WithTimeout(context.Background(), w.opts.BatchTimeout)
+		result, next, err := w.write(ctx, t, known, batch)
+		cancel()
+
+		w.lock.Lock()
+		q.known = next
+		w.lock.Unlock()
+		for _, r := range batch {
+			r.done <- outcome{result: result, err: err}
+		}
+	}
+}
+
+// Backoff between attempts after a conflict.
+const (
+	conflictFirst = 5 * time.Millisecond
+	conflictMax   = 200 * time.Millisecond
+)
+
+// write records the marks of batch on t, starting from known (read first
+// if nil), and returns the result and what it then knows of t.
+func (w *Writer) write(ctx context.Context, t Target, known *state, batch []*request) (Result, *state, error) {
+	marks := make([]Mark, len(batch))
+	for i, r := range batch {
+		marks[i] = r.mark
+	}
+	landed := batch[0].landed
+	wait := conflictFirst
+	for {
+		if known == nil {
+			raw, err := w.objects.Get(ctx, t.Source, t.Cluster, t.Namespace, t.Name)
+			if apierrors.IsNotFound(err) {
+				return Result{Missing: true}, nil, nil
+			}
+			if err != nil {
+				return Result{}, nil, fmt.Errorf("failed to read %s %q: %w", t.Source.Resource.Resource, t.Name, err)
+			}
+			if known, err = stateOf(raw, w.now()); err != nil {
+				return Result{}, nil, err
+			}
+		}
+		ledger := known.ledger.With(marks...).Compact(w.now(), landed, w.opts.MaxMarks)
+		body, err := patchBody(known.resourceVersion, ledger)
+		if err != nil {
+			return Result{}, nil, err
+		}
+		raw, err := w.objects.Patch(ctx, t.Source, t.Cluster, t.Namespace, t.Name, types.MergePatchType, body)
+		switch {
+		case apierrors.IsNotFound(err):
+			return Result{Missing: true}, nil, nil
+		case apierrors.IsConflict(err):
+			if w.opts.OnConflict != nil {
+				w.opts.OnConflict()
+			}
+			known = nil
+			timer := time.NewTimer(wait/2 + rand.N(wait/2+1))
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return Result{}, nil, fmt.Errorf("recording the reference on %s %q: %w", t.Source.Resource.Resource, t.Name, ctx.Err())
+			case <-timer.C:
+			}
+			wait = min(2*wait, conflictMax)
+			continue
+		case err != nil:
+			return Result{}, nil, fmt.Errorf("failed to record the reference on %s %q: %w", t.Source.Resource.Resource, t.Name, err)
+		}
+		meta, err := kcp.ReadMeta(raw)
+		if err != nil {
+			return Result{}, nil, fmt.Errorf("failed to read %s %q as patched: %w", t.Source.Resource.Resource, t.Name, err)
+		}
+		return Result{Object: meta}, &state{resourceVersion: meta.ResourceVersion, ledger: ledger}, nil
+	}
+}
+
+// stateOf reads the resourceVersion and the ledger of an object. A ledger
+// that does not parse (only the webhook writes it, so this is a bug or an
+// older format) is replaced by one whose floor is now: anything it recorded
+// is then taken to be in flight for MaxInFlight.
+func stateOf(raw []byte, now time.Time) (*state, error) {
+	meta, err := kcp.ReadMeta(raw)
+	if err != nil {
+		return nil, fmt.Errorf("failed to read the object: %w", err)
+	}
+	value, err := jsonparser.GetString(raw, "metadata", "annotations", depv1alpha1.AnnotationAdmittedReferences)
+	if err != nil && err != jsonparser.KeyPathNotFoundError {
+		value = "malformed"
+	}
+	ledger, err := Parse(value)
+	if err != nil {
+		ledger = Ledger{Floor: ms(now)}
+	}
+	return &state{resourceVersion: meta.ResourceVersion, ledger: ledger}, nil
+}
+
+// patchBody is the merge patch that sets the ledger, with resourceVersion
+// as a precondition.
+func patchBody(resourceVersion string, ledger Ledger) ([]byte, error) {
+	type metadata struct {
+		ResourceVersion string            `json:"resourceVersion"`
+		Annotations     map[string]string `json:"annotations"`
+	}
+	return json.Marshal(struct {
+		Metadata metadata `json:"metadata"`
+	}{metadata{ResourceVersion: resourceVersion, Annotations: map[string]string{depv1alpha1.AnnotationAdmittedReferences: ledger.String()}}})
+}
+
+// LedgerOf reads the ledger of an object from its JSON; an object without
+// one has the empty ledger.
+func LedgerOf(raw []byte) (Ledger, error) {
+	value, err := jsonparser.GetString(raw, "metadata", "annotations", depv1alpha1.AnnotationAdmittedReferences)
+	if err == jsonparser.KeyPathNotFoundError {
+		return Ledger{}, nil
+	}
+	if err != nil {
+		return Ledger{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	return Parse(value)
+}

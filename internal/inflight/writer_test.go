@@ -1,0 +1,220 @@
+package inflight
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+
+	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/index"
+)
+
+// fakeObject is one protected object that Get and Patch serve: its
+// resourceVersion, annotation and whether it is being deleted; a merge
+// patch with a stale resourceVersion is a conflict, as on kcp.
+type fakeObject struct {
+	lock        sync.Mutex
+	exists      bool
+	rv          int
+	ledger      string
+	terminating bool
+	patchDelay  time.Duration
+	patches     int
+	gets        int
+	// conflicts is how many patches are answered with a conflict (another
+	// writer got there first) before one is applied.
+	conflicts int
+}
+
+func (o *fakeObject) json() []byte {
+	meta := map[string]any{"name": "vpc-a", "namespace": "default", "resourceVersion": strconv.Itoa(o.rv),
+		"annotations": map[string]string{"kcp.io/cluster": "c1", depv1alpha1.AnnotationAdmittedReferences: o.ledger}}
+	if o.ledger == "" {
+		delete(meta["annotations"].(map[string]string), depv1alpha1.AnnotationAdmittedReferences)
+	}
+	if o.terminating {
+		meta["deletionTimestamp"] = "2026-11-27T00:00:00Z"
+	}
+	raw, _ := json.Marshal(map[string]any{"metadata": meta})
+	return raw
+}
+
+var vpcs = schema.GroupResource{Group: "network.test.io", Resource: "vpcs"}
+
+func (o *fakeObject) Get(context.Context, index.Source, logicalcluster.Name, string, string) ([]byte, error) {
+	o.lock.Lock()
+	defer o.lock.Unlock()
+	o.gets++
+	if !o.exists {
+		return nil, apierrors.NewNotFound(vpcs, "vpc-a")
+	}
+	return o.json(), nil
+}
+
+func (o *fakeObject) Patch(_ context.Context, _ index.Source, _ logicalcluster.Name, _, _ string, pt types.PatchType, body []byte) ([]byte, error) {
+	time.Sleep(o.patchDelay)
+	o.lock.Lock()
+	defer o.lock.Unlock()
+	o.patches++
+	if pt != types.MergePatchType {
+		return nil, fmt.Errorf("unexpected patch type %s", pt)
+	}
+	if !o.exists {
+		return nil, apierrors.NewNotFound(vpcs, "vpc-a")
+	}
+	var p struct {
+		Metadata struct {
+			ResourceVersion string            `json:"resourceVersion"`
+			Annotations     map[string]string `json:"annotations"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(body, &p); err != nil {
+		return nil, err
+	}
+	if o.conflicts > 0 {
+		o.conflicts--
+		o.rv++ // someone else wrote it
+		return nil, apierrors.NewConflict(vpcs, "vpc-a", fmt.Errorf("the object has been modified"))
+	}
+	if p.Metadata.ResourceVersion != strconv.Itoa(o.rv) {
+		return nil, apierrors.NewConflict(vpcs, "vpc-a", fmt.Errorf("the object has been modified"))
+	}
+	o.ledger = p.Metadata.Annotations[depv1alpha1.AnnotationAdmittedReferences]
+	o.rv++
+	return o.json(), nil
+}
+
+func (o *fakeObject) stored(t *testing.T) Ledger {
+	t.Helper()
+	o.lock.Lock()
+	defer o.lock.Unlock()
+	l, err := Parse(o.ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+var target = Target{Source: index.Source{Resource: vpcs.WithVersion("v1")}, Cluster: "c1", Namespace: "default", Name: "vpc-a"}
+
+func none(string) (time.Time, bool) { return time.Time{}, false }
+
+func TestWriterBatchesConcurrentReferences(t *testing.T) {
+	obj := &fakeObject{exists: true, rv: 10, patchDelay: 20 * time.Millisecond}
+	w := NewWriter(obj, Options{})
+	ids := NewIDs(nil)
+	const n = 16
+	var wg sync.WaitGroup
+	written := make([]string, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			written[i] = ids.New("vm", time.Now())
+			res, err := w.Record(context.Background(), target, written[i], none)
+			if err != nil || res.Missing || res.Object.ResourceVersion == "" {
+				t.Errorf("Record = %+v, %v", res, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if obj.patches > 4 {
+		t.Errorf("%d concurrent references took %d patches; want them batched", n, obj.patches)
+	}
+	if obj.gets != 1 {
+		t.Errorf("read the object %d times; want once, then what the writes returned", obj.gets)
+	}
+	l := obj.stored(t)
+	for _, id := range written {
+		if !containsMark(l, id) {
+			t.Errorf("mark %s missing from %s", id, l)
+		}
+	}
+}
+
+func containsMark(l Ledger, id string) bool {
+	for _, m := range l.Marks {
+		if m.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+func TestWriterKeepsOthersMarksAcrossConflicts(t *testing.T) {
+	other := NewIDs(nil).New("other", time.Now())
+	obj := &fakeObject{exists: true, rv: 3, conflicts: 2, ledger: Ledger{}.With(Mark{ID: other, At: time.Now()}).String()}
+	conflicts := 0
+	w := NewWriter(obj, Options{OnConflict: func() { conflicts++ }})
+	mine := NewIDs(nil).New("vm", time.Now())
+	if _, err := w.Record(context.Background(), target, mine, none); err != nil {
+		t.Fatal(err)
+	}
+	if conflicts != 2 {
+		t.Errorf("OnConflict called %d times, want 2", conflicts)
+	}
+	l := obj.stored(t)
+	if !containsMark(l, mine) || !containsMark(l, other) {
+		t.Errorf("stored %s; want both marks", l)
+	}
+}
+
+func TestWriterMissingAndTerminating(t *testing.T) {
+	w := NewWriter(&fakeObject{}, Options{})
+	res, err := w.Record(context.Background(), target, NewIDs(nil).New("vm", time.Now()), none)
+	if err != nil || !res.Missing {
+		t.Errorf("a missing target: Record = %+v, %v; want Missing", res, err)
+	}
+	obj := &fakeObject{exists: true, terminating: true}
+	res, err = NewWriter(obj, Options{}).Record(context.Background(), target, NewIDs(nil).New("vm", time.Now()), none)
+	if err != nil || !res.Object.Terminating {
+		t.Errorf("a terminating target: Record = %+v, %v; want the object, Terminating", res, err)
+	}
+}
+
+func TestWriterFoldsLandedMarks(t *testing.T) {
+	landedID := NewIDs(nil).New("old", time.Now())
+	seenAt := time.Now().Add(-time.Second).Truncate(time.Millisecond)
+	obj := &fakeObject{exists: true, ledger: Ledger{}.With(Mark{ID: landedID, At: seenAt.Add(-time.Millisecond)}).String()}
+	mine := NewIDs(nil).New("vm", time.Now())
+	_, err := NewWriter(obj, Options{}).Record(context.Background(), target, mine, func(id string) (time.Time, bool) {
+		return seenAt, id == landedID
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := obj.stored(t)
+	if containsMark(l, landedID) || !containsMark(l, mine) || !l.Landed.Equal(seenAt) {
+		t.Errorf("stored %s; want the landed mark folded into l=%d and mine kept", l, seenAt.UnixMilli())
+	}
+}
+
+func TestWriterReplacesAMalformedLedgerWithAFloor(t *testing.T) {
+	obj := &fakeObject{exists: true, ledger: "garbage"}
+	before := time.Now().Truncate(time.Millisecond)
+	if _, err := NewWriter(obj, Options{}).Record(context.Background(), target, NewIDs(nil).New("vm", time.Now()), none); err != nil {
+		t.Fatal(err)
+	}
+	if l := obj.stored(t); l.Floor.Before(before) || len(l.Marks) != 1 {
+		t.Errorf("stored %s; want a floor of now and the new mark", l)
+	}
+}
+
+func TestWriterGivesUpWithTheCaller(t *testing.T) {
+	obj := &fakeObject{exists: true, patchDelay: 200 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := NewWriter(obj, Options{}).Record(ctx, target, NewIDs(nil).New("vm", time.Now()), none); err == nil {
+		t.Fatal("Record returned no error after its context ended")
+	}
+}
