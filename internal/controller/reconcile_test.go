@@ -451,7 +451,9 @@ func TestReconcileDoesNotTakeOverAConfigurationTheCacheLacks(t *testing.T) {
 	if after.ResourceVersion != before.ResourceVersion || !maps.Equal(after.Labels, before.Labels) || len(after.Webhooks) != 0 {
 		t.Errorf("the foreign configuration was changed: %+v", after)
 	}
-	if want := map[string]int{"create": 2, "status": 1}; !maps.Equal(writes, want) {
+	// The validating configurations of both workspaces and the guard of the
+	// ledger (a mutating configuration) in the protected one.
+	if want := map[string]int{"create": 3, "status": 1}; !maps.Equal(writes, want) {
 		t.Errorf("writes %v, want %v: creates in both workspaces, nothing else", writes, want)
 	}
 }
@@ -463,8 +465,10 @@ func TestReconcileLeavesWhatIsUpToDate(t *testing.T) {
 	if err := f.reconcile(t); err != nil {
 		t.Fatal(err)
 	}
-	// Three configurations, each created in one write.
-	if want := map[string]int{"create": 3, "status": 2}; !maps.Equal(writes, want) {
+	// Five configurations, each created in one write: a validating one in
+	// each of the three workspaces, and the guard of the ledger (a mutating
+	// one) in each of the two protected ones.
+	if want := map[string]int{"create": 5, "status": 2}; !maps.Equal(writes, want) {
 		t.Errorf("first reconcile wrote %v, want %v", writes, want)
 	}
 	clear(writes)
@@ -483,7 +487,7 @@ func TestReconcileLeavesWhatIsUpToDate(t *testing.T) {
 	if err := f.reconcile(t); err != nil {
 		t.Fatal(err)
 	}
-	if want := map[string]int{"patch": 3}; !maps.Equal(writes, want) {
+	if want := map[string]int{"patch": 5}; !maps.Equal(writes, want) {
 		t.Errorf("reconcile after a new URL wrote %v, want %v", writes, want)
 	}
 }

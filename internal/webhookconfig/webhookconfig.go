@@ -52,6 +52,10 @@ const (
 	// LabelsWebhookSuffix ends the names of the mutating webhooks that label
 	// dependents, one per dependent type: <resource>.<group>.<suffix>.
 	LabelsWebhookSuffix = "labels.dependencies.opendefense.cloud"
+	// AdmittedWebhookName is the name of the mutating webhook that keeps
+	// the ledger of admitted references on protected objects (see package
+	// inflight) as the dependency webhook wrote it.
+	AdmittedWebhookName = "admitted-references.dependencies.opendefense.cloud"
 
 	// ReferencesConditionName is the name of the match condition of the
 	// check of new references (see ReferencesCondition).
@@ -66,6 +70,9 @@ const (
 	// LabelsConditionName is the name of the match condition of a labelling
 	// webhook (see LabelsCondition).
 	LabelsConditionName = "labels-may-change"
+	// AdmittedConditionName is the name of the match condition of the guard
+	// of the ledger of admitted references (see AdmittedCondition).
+	AdmittedConditionName = "admitted-references-set-or-changed"
 
 	// EndpointRecords follows the logical cluster in the URL of the guard
 	// of records (see EndpointURL).
@@ -74,6 +81,9 @@ const (
 	// webhook, which ends with the fingerprint of the scheme it was
 	// configured for.
 	EndpointLabels = "labels"
+	// EndpointAdmitted follows the logical cluster in the URL of the guard
+	// of the ledger of admitted references on protected objects.
+	EndpointAdmitted = "admitted"
 
 	// ManagedByLabel and ManagedByValue mark the configurations this
 	// controller owns; only those are updated or pruned.
@@ -323,7 +333,7 @@ func LabelsCondition(fields []string) string {
 	// changedIn: a managed label of a is not in b with the same value.
 	changedIn := func(a, b string) string {
 		return "has(" + a + ".metadata.labels) && " + a + ".metadata.labels.exists(k, (k.startsWith(" + strconv.Quote(depv1alpha1.LabelReferencePrefix) +
-			") || k == " + strconv.Quote(depv1alpha1.LabelReferencesScheme) + ") && !(has(" + b + ".metadata.labels) && k in " + b + ".metadata.labels && " +
+			") || k == " + strconv.Quote(depv1alpha1.LabelReferencesScheme) + " || k == " + strconv.Quote(depv1alpha1.LabelAdmission) + ") && !(has(" + b + ".metadata.labels) && k in " + b + ".metadata.labels && " +
 			b + ".metadata.labels[k] == " + a + ".metadata.labels[k]))"
 	}
 	return "request.operation != 'UPDATE' || " + changedIn("object", "oldObject") + " || " + changedIn("oldObject", "object") + " || " + fieldsChanged(fields)
@@ -343,6 +353,23 @@ func RecordsCondition() string {
 		return "(" + in("object") + " && (request.operation != 'UPDATE' || !(" + in("oldObject") + ") || " + value("oldObject") + " != " + value("object") + "))"
 	}
 	return set("labels", depv1alpha1.LabelDeletionRequested) + " || " + set("annotations", depv1alpha1.AnnotationDeletionRequest)
+}
+
+// annotationOf returns the CEL expression of the value of the annotation key
+// of obj (object or oldObject), the empty string where the object has no
+// annotations (absent or null) or not that one.
+func annotationOf(obj, key string) string {
+	return "(has(" + obj + ".metadata.annotations) && " + obj + ".metadata.annotations != null && " + strconv.Quote(key) + " in " + obj + ".metadata.annotations ? " +
+		obj + ".metadata.annotations[" + strconv.Quote(key) + "] : '')"
+}
+
+// AdmittedCondition returns the CEL expression of the match condition of
+// the guard of the ledger of admitted references: a CREATE that sets the
+// annotation, or an UPDATE that sets, changes or removes it. Any other
+// write keeps the ledger, so kcp need not call the guard for it.
+func AdmittedCondition() string {
+	key := depv1alpha1.AnnotationAdmittedReferences
+	return "request.operation == 'CREATE' ? " + annotationOf("object", key) + " != '' : " + annotationOf("object", key) + " != " + annotationOf("oldObject", key)
 }
 
 // NotUserCondition returns the CEL expression of a match condition that
@@ -443,10 +470,30 @@ func Validating(ws *Workspace, cluster logicalcluster.Name, opts Options) *admis
 // Mutating returns the desired MutatingWebhookConfiguration of a workspace
 // (logical cluster cluster), or nil if it needs none: a labelling webhook
 // per labelled dependent type, which kcp calls again if a later mutating
-// webhook changes the object, and which fails closed.
+// webhook changes the object, and for the protected resources the guard of
+// the ledger of admitted references, which keeps the ledger as the
+// dependency webhook wrote it whoever else writes the object. All fail
+// closed: the decisions rest on labels and ledgers that only the webhook
+// writes.
 func Mutating(ws *Workspace, cluster logicalcluster.Name, opts Options) *admissionregistrationv1.MutatingWebhookConfiguration {
-	if len(ws.Labelled) == 0 {
+	if len(ws.Labelled) == 0 && len(ws.Protected) == 0 {
 		return nil
+	}
+	webhook := func(name, url string, resources []schema.GroupVersionResource, sideEffects admissionregistrationv1.SideEffectClass, conditions ...admissionregistrationv1.MatchCondition) admissionregistrationv1.MutatingWebhook {
+		return admissionregistrationv1.MutatingWebhook{
+			Name:                    name,
+			ClientConfig:            clientConfig(url, opts),
+			Rules:                   rules(resources, nil, admissionregistrationv1.Create, admissionregistrationv1.Update),
+			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			SideEffects:             ptr.To(sideEffects),
+			TimeoutSeconds:          ptr.To(opts.TimeoutSeconds),
+			AdmissionReviewVersions: []string{"v1"},
+			NamespaceSelector:       &metav1.LabelSelector{},
+			ObjectSelector:          &metav1.LabelSelector{},
+			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
+			MatchConditions:         conditions,
+		}
 	}
 	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: objectMeta(ws)}
 	for _, l := range ws.Labelled {
@@ -454,20 +501,19 @@ func Mutating(ws *Workspace, cluster logicalcluster.Name, opts Options) *admissi
 		for _, v := range l.Versions {
 			resources = append(resources, l.Resource.WithVersion(v))
 		}
-		cfg.Webhooks = append(cfg.Webhooks, admissionregistrationv1.MutatingWebhook{
-			Name:                    l.WebhookName(),
-			ClientConfig:            clientConfig(EndpointURL(opts.URL, cluster, EndpointLabels, l.Scheme), opts),
-			Rules:                   rules(resources, nil, admissionregistrationv1.Create, admissionregistrationv1.Update),
-			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
-			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-			TimeoutSeconds:          ptr.To(opts.TimeoutSeconds),
-			AdmissionReviewVersions: []string{"v1"},
-			NamespaceSelector:       &metav1.LabelSelector{},
-			ObjectSelector:          &metav1.LabelSelector{},
-			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
-			MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: LabelsConditionName, Expression: LabelsCondition(l.Fields)}},
-		})
+		// A labelling webhook records the references a write adds on the
+		// objects they name, except in a dry run.
+		cfg.Webhooks = append(cfg.Webhooks, webhook(l.WebhookName(), EndpointURL(opts.URL, cluster, EndpointLabels, l.Scheme), resources,
+			admissionregistrationv1.SideEffectClassNoneOnDryRun,
+			admissionregistrationv1.MatchCondition{Name: LabelsConditionName, Expression: LabelsCondition(l.Fields)}))
+	}
+	if len(ws.Protected) > 0 {
+		conditions := []admissionregistrationv1.MatchCondition{{Name: AdmittedConditionName, Expression: AdmittedCondition()}}
+		if opts.WebhookUser != "" {
+			conditions = append(conditions, admissionregistrationv1.MatchCondition{Name: NotWebhookUserConditionName, Expression: NotUserCondition(opts.WebhookUser)})
+		}
+		cfg.Webhooks = append(cfg.Webhooks, webhook(AdmittedWebhookName, EndpointURL(opts.URL, cluster, EndpointAdmitted), ws.Protected,
+			admissionregistrationv1.SideEffectClassNone, conditions...))
 	}
 	return cfg
 }
@@ -589,7 +635,7 @@ func Reduces(validating *admissionregistrationv1.ValidatingWebhookConfiguration,
 	}
 	reduced := false
 	check := func(name string, rules []admissionregistrationv1.RuleWithOperations, matchConditions []admissionregistrationv1.MatchCondition) {
-		if want, ok := conditions[name]; ok && (len(matchConditions) != 1 || matchConditions[0].Expression != want) {
+		if want, ok := conditions[name]; ok && (len(matchConditions) == 0 || matchConditions[0].Expression != want) {
 			reduced = true
 		}
 		calls(func(g guarded) { reduced = reduced || !keep[g] }, name, rules)

@@ -766,8 +766,8 @@ func TestClientConfigCopiesCABundle(t *testing.T) {
 	for _, wh := range mutating.Webhooks {
 		bundles = append(bundles, wh.ClientConfig.CABundle)
 	}
-	if len(bundles) != 4 {
-		t.Fatalf("want 4 webhooks, got %d", len(bundles))
+	if len(bundles) != 5 {
+		t.Fatalf("want 5 webhooks, got %d", len(bundles))
 	}
 	for i, b := range bundles {
 		if string(b) != "PEM" {
@@ -795,11 +795,35 @@ func TestMutating(t *testing.T) {
 			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
 			NamespaceSelector:       &metav1.LabelSelector{},
 			ObjectSelector:          &metav1.LabelSelector{},
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNoneOnDryRun),
 			TimeoutSeconds:          ptr.To(timeout),
 			AdmissionReviewVersions: []string{"v1"},
 			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
 			MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: LabelsConditionName, Expression: LabelsCondition(fields)}},
+		}
+	}
+	guard := func(url string, timeout int32, user string, resources ...schema.GroupVersionResource) admissionregistrationv1.MutatingWebhook {
+		conditions := []admissionregistrationv1.MatchCondition{{Name: AdmittedConditionName, Expression: AdmittedCondition()}}
+		if user != "" {
+			conditions = append(conditions, admissionregistrationv1.MatchCondition{Name: NotWebhookUserConditionName, Expression: NotUserCondition(user)})
+		}
+		var rules []admissionregistrationv1.RuleWithOperations
+		for _, r := range resources {
+			rules = append(rules, writeRule(r.Group, []string{r.Resource}, r.Version))
+		}
+		return admissionregistrationv1.MutatingWebhook{
+			Name:                    AdmittedWebhookName,
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To(url)},
+			Rules:                   rules,
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+			NamespaceSelector:       &metav1.LabelSelector{},
+			ObjectSelector:          &metav1.LabelSelector{},
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			TimeoutSeconds:          ptr.To(timeout),
+			AdmissionReviewVersions: []string{"v1"},
+			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
+			MatchConditions:         conditions,
 		}
 	}
 	labelled := []Labelled{
@@ -819,10 +843,17 @@ func TestMutating(t *testing.T) {
 		wantAnnotations map[string]string
 	}{
 		{
-			name: "no labelled type: none",
-			ws: &Workspace{Path: logicalcluster.NewPath("root:c1"), Protected: []schema.GroupVersionResource{gvr("net.io", "v1", "vpcs")},
-				Dependents: []schema.GroupVersionResource{vms}, ReferenceFields: []string{"spec"}},
+			name: "no labelled type and nothing protected: none",
+			ws:   &Workspace{Path: logicalcluster.NewPath("root:c1"), Dependents: []schema.GroupVersionResource{vms}, ReferenceFields: []string{"spec"}},
 			opts: Options{URL: base, TimeoutSeconds: 5, FailurePolicy: admissionregistrationv1.Fail},
+		},
+		{
+			name: "protected resources: the guard of the ledger, failing closed, sparing the webhook's own writes",
+			ws: &Workspace{Path: logicalcluster.NewPath("root:c1"), Protected: []schema.GroupVersionResource{gvr("net.io", "v1", "subnets"), gvr("net.io", "v1", "vpcs")},
+				Dependents: []schema.GroupVersionResource{vms}, ReferenceFields: []string{"spec"}},
+			opts:            Options{URL: base, TimeoutSeconds: 5, FailurePolicy: admissionregistrationv1.Ignore, WebhookUser: "dependency-webhook"},
+			want:            []admissionregistrationv1.MutatingWebhook{guard(base+"/c1/admitted", 5, "dependency-webhook", gvr("net.io", "v1", "subnets"), gvr("net.io", "v1", "vpcs"))},
+			wantAnnotations: map[string]string{WorkspacePathAnnotation: "root:c1"},
 		},
 		{name: "an empty workspace: none", ws: &Workspace{}, opts: Options{URL: base}},
 		{
@@ -862,7 +893,7 @@ func TestMutating(t *testing.T) {
 			if !reflect.DeepEqual(got.Webhooks, tt.want) {
 				t.Errorf("Mutating() webhooks =\n  %+v\nwant\n  %+v", got.Webhooks, tt.want)
 			}
-			for i, wh := range got.Webhooks {
+			for i, wh := range got.Webhooks[:len(tt.ws.Labelled)] {
 				if wh.Name != tt.ws.Labelled[i].WebhookName() {
 					t.Errorf("webhook %d is named %q, want Labelled.WebhookName() %q", i, wh.Name, tt.ws.Labelled[i].WebhookName())
 				}
@@ -877,14 +908,20 @@ func TestMutating(t *testing.T) {
 	}
 }
 
+// admitted is the value of the ledger annotation of obj in CEL.
+func admitted(obj string) string {
+	return `(has(` + obj + `.metadata.annotations) && ` + obj + `.metadata.annotations != null && "dependencies.opendefense.cloud/admitted-references" in ` + obj + `.metadata.annotations ? ` +
+		obj + `.metadata.annotations["dependencies.opendefense.cloud/admitted-references"] : '')`
+}
+
 // The match conditions are compared as text, so that any change of them is
 // deliberate. (k8s.io/apiserver, which could evaluate them, is no
 // dependency of the module.)
 func TestConditionText(t *testing.T) {
 	const changed = `.exists(f, (f in object) != (f in oldObject) || f in object && object[f] != oldObject[f])`
-	const labels = `has(object.metadata.labels) && object.metadata.labels.exists(k, (k.startsWith("ref.dependencies.opendefense.cloud/") || k == "dependencies.opendefense.cloud/references") && ` +
+	const labels = `has(object.metadata.labels) && object.metadata.labels.exists(k, (k.startsWith("ref.dependencies.opendefense.cloud/") || k == "dependencies.opendefense.cloud/references" || k == "dependencies.opendefense.cloud/admission") && ` +
 		`!(has(oldObject.metadata.labels) && k in oldObject.metadata.labels && oldObject.metadata.labels[k] == object.metadata.labels[k])) || ` +
-		`has(oldObject.metadata.labels) && oldObject.metadata.labels.exists(k, (k.startsWith("ref.dependencies.opendefense.cloud/") || k == "dependencies.opendefense.cloud/references") && ` +
+		`has(oldObject.metadata.labels) && oldObject.metadata.labels.exists(k, (k.startsWith("ref.dependencies.opendefense.cloud/") || k == "dependencies.opendefense.cloud/references" || k == "dependencies.opendefense.cloud/admission") && ` +
 		`!(has(object.metadata.labels) && k in object.metadata.labels && object.metadata.labels[k] == oldObject.metadata.labels[k]))`
 	tests := []struct {
 		name string
@@ -915,6 +952,11 @@ func TestConditionText(t *testing.T) {
 			name: "labels, no field",
 			got:  LabelsCondition(nil),
 			want: `request.operation != 'UPDATE' || ` + labels + ` || []` + changed,
+		},
+		{
+			name: "admitted references",
+			got:  AdmittedCondition(),
+			want: `request.operation == 'CREATE' ? ` + admitted("object") + ` != '' : ` + admitted("object") + ` != ` + admitted("oldObject"),
 		},
 		{
 			name: "not the webhook's user",
@@ -1145,6 +1187,8 @@ func TestReduces(t *testing.T) {
 		{name: "status writes checked too", validating: existingV, mutating: existingM, ws: withStatus, want: false},
 		{name: "status writes no longer checked", validating: statusV, mutating: existingM, ws: base(), want: true},
 		{name: "the guard of records removed", validating: recordsOnly, ws: with(func(w *Workspace) { w.Protected = nil }), want: true},
+		{name: "the guard of the ledger removed", mutating: existingM, ws: with(func(w *Workspace) { w.Protected = nil }), want: true},
+		{name: "the guard of the ledger kept, sparing the webhook's own writes", mutating: otherOptsM(func(o *Options) { o.WebhookUser = "dependency-webhook" }), ws: base(), want: false},
 		{name: "a foreign webhook in the managed configuration", validating: func() *admissionregistrationv1.ValidatingWebhookConfiguration {
 			cfg := Validating(base(), "c1", opts)
 			extra := cfg.Webhooks[0].DeepCopy()
