@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +25,20 @@ func (c *Client) Patch(ctx context.Context, src index.Source, cluster logicalclu
 	err := c.write(ctx, src, cluster, namespace, name, func(shard *vw.Client, path []string) error {
 		var err error
 		patched, err = shard.Patch(ctx, path, pt, body)
+		return err
+	})
+	return patched, err
+}
+
+// DryRunPatch sends a dry-run merge patch of the object of src named name
+// in cluster (in namespace, if the resource is namespaced) and returns the
+// object as admission left it; nothing is stored. An object that does not
+// exist is a NotFound error.
+func (c *Client) DryRunPatch(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, body []byte) ([]byte, error) {
+	var patched []byte
+	err := c.write(ctx, src, cluster, namespace, name, func(shard *vw.Client, path []string) error {
+		var err error
+		patched, err = shard.Patch(ctx, path, types.MergePatchType, body, url.Values{"dryRun": {metav1.DryRunAll}})
 		return err
 	})
 	return patched, err

@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
@@ -68,6 +69,8 @@ type Rule struct {
 	// Labelled is set while the rule reports DependentsLabelled=True: its
 	// dependents are labelled with what they reference.
 	Labelled bool
+	// Tracking is what the rule's ReferencesTracked condition says.
+	Tracking Tracking
 	// Dependent is the resource holding references, as served by the
 	// APIExport in the rule's workspace that the rule names.
 	Dependent index.Source
@@ -83,6 +86,39 @@ type Rule struct {
 	// Invalid lists field paths that did not parse. The API server rejects
 	// them, so this only happens for rules stored before validation existed.
 	Invalid []string
+}
+
+// Tracking is what a rule's ReferencesTracked condition says: whether
+// every reference its dependents add is recorded on the object it names
+// before the dependent is stored, and since when (its lastTransitionTime).
+type Tracking struct {
+	// Status is the condition's status; empty while the rule has none.
+	Status metav1.ConditionStatus
+	// Since is when the condition last changed its status.
+	Since time.Time
+}
+
+// Tracked reports whether the rule's references are tracked, and since
+// when.
+func (t Tracking) Tracked() (time.Time, bool) {
+	return t.Since, t.Status == metav1.ConditionTrue
+}
+
+// Untracked reports whether the rule says its references are not tracked,
+// since when: then a reference that cannot be recorded is admitted
+// unrecorded. While the condition is True, Unknown or not there yet, it
+// is not.
+func (t Tracking) Untracked() (time.Time, bool) {
+	return t.Since, t.Status == metav1.ConditionFalse
+}
+
+// trackingOf reads the ReferencesTracked condition of rule.
+func trackingOf(rule *depv1alpha1.DependencyRule) Tracking {
+	c := meta.FindStatusCondition(rule.Status.Conditions, depv1alpha1.ConditionReferencesTracked)
+	if c == nil {
+		return Tracking{}
+	}
+	return Tracking{Status: c.Status, Since: c.LastTransitionTime.Time}
 }
 
 // Reference is one dependency of a rule.
@@ -125,6 +161,8 @@ type Guard struct {
 	Dependent index.Source
 	// References are the rule's references, in the order of the rule.
 	References []GuardReference
+	// Tracking is what the rule's ReferencesTracked condition says.
+	Tracking Tracking
 }
 
 // GuardReference is one reference of a Guard.
@@ -155,6 +193,8 @@ type Entry struct {
 	Target index.Source
 	// Replay is set when the rule defers deletions (see Rule.Replay).
 	Replay bool
+	// Tracking is what the rule's ReferencesTracked condition says.
+	Tracking Tracking
 }
 
 // Protection is a protected resource of one provider: what the webhook
@@ -207,6 +247,7 @@ func FromDependencyRule(rule *depv1alpha1.DependencyRule) *Rule {
 		Generation:      rule.Generation,
 		Terminating:     rule.DeletionTimestamp != nil,
 		Labelled:        meta.IsStatusConditionTrue(rule.Status.Conditions, depv1alpha1.ConditionDependentsLabelled),
+		Tracking:        trackingOf(rule),
 		Dependent: index.Source{
 			Export:   kcp.ObjectKey{Cluster: key.Cluster, Name: rule.Spec.Dependent.APIExportName},
 			Resource: schema.GroupVersionResource{Group: rule.Spec.Dependent.Group, Version: rule.Spec.Dependent.Version, Resource: rule.Spec.Dependent.Resource},

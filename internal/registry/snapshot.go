@@ -79,7 +79,7 @@ func newBuilder(workspaces map[string]logicalcluster.Name) *builder {
 func (b *builder) add(rule *Rule) {
 	b.s.rules++
 	byTarget := map[Target]*Entry{}
-	guard := Guard{Rule: rule.Key, Dependent: rule.Dependent}
+	guard := Guard{Rule: rule.Key, Dependent: rule.Dependent, Tracking: rule.Tracking}
 	for _, ref := range rule.References {
 		b.sources[rule.Dependent] = append(b.sources[rule.Dependent], ref.Path)
 		cluster, ok := b.workspaces[ref.Workspace.String()]
@@ -98,7 +98,7 @@ func (b *builder) add(rule *Rule) {
 		target := Target{Cluster: cluster, Resource: ref.Target}
 		e, ok := byTarget[target]
 		if !ok {
-			e = &Entry{Rule: rule.Key, Dependent: rule.Dependent, DependentKind: rule.DependentKind, Target: targetSource, Replay: rule.Replay}
+			e = &Entry{Rule: rule.Key, Dependent: rule.Dependent, DependentKind: rule.DependentKind, Target: targetSource, Replay: rule.Replay, Tracking: rule.Tracking}
 			byTarget[target] = e
 		}
 		e.Paths = append(e.Paths, ref.Path)

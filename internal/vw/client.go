@@ -116,10 +116,18 @@ func (c *Client) List(ctx context.Context, path []string, params url.Values, vis
 	return StreamList(body, visit)
 }
 
-// Patch sends a PATCH of type pt with body to the path and returns the
-// object it answers with (the patched object).
-func (c *Client) Patch(ctx context.Context, path []string, pt types.PatchType, body []byte) ([]byte, error) {
-	return c.client.Patch(pt).AbsPath(path...).Body(body).MaxRetries(0).Do(ctx).Raw()
+// Patch sends a PATCH of type pt with body to the path, with params, and
+// returns the object it answers with (the patched object).
+func (c *Client) Patch(ctx context.Context, path []string, pt types.PatchType, body []byte, params ...url.Values) ([]byte, error) {
+	req := c.client.Patch(pt).AbsPath(path...).Body(body).MaxRetries(0)
+	for _, p := range params {
+		for k, vs := range p {
+			for _, v := range vs {
+				req = req.Param(k, v)
+			}
+		}
+	}
+	return req.Do(ctx).Raw()
 }
 
 // Create sends a POST of the JSON object body to the path (a collection),

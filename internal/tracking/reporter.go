@@ -1,0 +1,218 @@
+package tracking
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/registry"
+)
+
+// FieldOwner is the field manager under which the elected replica applies
+// the ReferencesTracked condition: another manager than those of the
+// webhook's other conditions, whose applies would otherwise remove it.
+const FieldOwner = "dependency-webhook-tracking"
+
+// Rules are the registered rules; *registry.Registry implements it.
+type Rules interface {
+	Rules() []*registry.Rule
+	GuardOf(key kcp.ObjectKey) (registry.Guard, bool)
+	Changes() <-chan struct{}
+}
+
+// Grants tells whether the webhook may patch the objects of a protected
+// source through its provider's virtual workspace.
+type Grants interface {
+	MayPatch(ctx context.Context, src index.Source) (bool, error)
+}
+
+// ConditionWriter writes a condition of a rule, if it differs from what
+// the rule has (see conditions.NewWriter).
+type ConditionWriter func(ctx context.Context, rule kcp.ObjectKey, condition func(generation int64) metav1.Condition) error
+
+// Reporter writes the ReferencesTracked condition of every rule; see the
+// package documentation. It is a manager.LeaderElectionRunnable that runs
+// on the webhook's elected replica.
+type Reporter struct {
+	rules    Rules
+	grants   Grants
+	write    ConditionWriter
+	interval time.Duration
+	identity string
+}
+
+// NewReporter returns a Reporter of the rules, which checks grants with
+// grants every interval (default 30s) and after changes of the rules, and
+// names identity (the webhook's user) in its messages.
+func NewReporter(rules Rules, grants Grants, write ConditionWriter, interval time.Duration, identity string) *Reporter {
+	if interval <= 0 {
+		interval = 30 * time.Second
+	}
+	return &Reporter{rules: rules, grants: grants, write: write, interval: interval, identity: identity}
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (r *Reporter) NeedLeaderElection() bool {
+	return true
+}
+
+// Start implements manager.Runnable.
+func (r *Reporter) Start(ctx context.Context) error {
+	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithName("tracking"))
+	ticker := time.NewTicker(r.interval)
+	defer ticker.Stop()
+	for {
+		r.Pass(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		case <-r.rules.Changes():
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+// Pass writes the condition of every rule once.
+func (r *Reporter) Pass(ctx context.Context) {
+	granted := map[index.Source]bool{}
+	for _, rule := range r.rules.Rules() {
+		if ctx.Err() != nil {
+			return
+		}
+		condition := r.condition(ctx, rule, granted)
+		if err := r.write(ctx, rule.Key, condition); err != nil && !apierrors.IsNotFound(err) {
+			log.FromContext(ctx).V(1).Info("Failed to report whether a rule's references are tracked", "rule", rule.Key, "error", err.Error())
+		}
+	}
+}
+
+// condition computes the ReferencesTracked condition of rule; granted
+// remembers, within a pass, what the grants said of each protected source.
+func (r *Reporter) condition(ctx context.Context, rule *registry.Rule, granted map[index.Source]bool) func(int64) metav1.Condition {
+	set := func(status metav1.ConditionStatus, reason, msg string) func(int64) metav1.Condition {
+		return func(generation int64) metav1.Condition {
+			return metav1.Condition{Type: depv1alpha1.ConditionReferencesTracked, Status: status, Reason: reason, Message: msg, ObservedGeneration: generation}
+		}
+	}
+	if !rule.Labelled {
+		return set(metav1.ConditionFalse, depv1alpha1.ReasonNotLabelled,
+			"The dependents are not labelled with what they reference (see DependentsLabelled): the labelling webhook records new references, so allowed deletes are confirmed with a live read")
+	}
+	guard, ok := r.rules.GuardOf(rule.Key)
+	if !ok {
+		return set(metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "The rule is not registered yet")
+	}
+	var tracked, missing []string
+	for _, ref := range guard.References {
+		src := ref.Target
+		if src.Export.Name == "" {
+			continue // not bound: protects nothing yet
+		}
+		may, seen := granted[src]
+		if !seen {
+			var err error
+			if may, err = r.grants.MayPatch(ctx, src); err != nil {
+				log.FromContext(ctx).V(1).Info("Cannot tell whether the webhook may patch a protected type", "source", src, "error", err.Error())
+				return set(metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, fmt.Sprintf("Cannot tell whether the webhook may patch %s: %v", src, err))
+			}
+			granted[src] = may
+		}
+		name := src.Resource.GroupResource().String()
+		if may {
+			tracked = append(tracked, name)
+			continue
+		}
+		missing = append(missing, fmt.Sprintf("patch on apiexports/content of the APIExport %s in the workspace of %s", src.Export.Name, name))
+	}
+	slices.Sort(tracked)
+	tracked = slices.Compact(tracked)
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		who := "the webhook"
+		if r.identity != "" {
+			who = fmt.Sprintf("the webhook's user %q", r.identity)
+		}
+		return set(metav1.ConditionFalse, depv1alpha1.ReasonAccessDenied, fmt.Sprintf(
+			"New references cannot be recorded on the objects they name, so allowed deletes of them are confirmed with a live read; grant %s %s (its provider's webhook-access.yaml)",
+			who, strings.Join(slices.Compact(missing), "; ")))
+	}
+	if len(tracked) == 0 {
+		return set(metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "No type the rule protects is served by a workspace that binds the dependencies APIExport yet")
+	}
+	return set(metav1.ConditionTrue, depv1alpha1.ReasonTracked, fmt.Sprintf(
+		"New references to %s are recorded on the objects they name before the dependent is stored; deletes that nothing references are decided without reading dependents once nothing can be in flight",
+		strings.Join(tracked, ", ")))
+}
+
+// SSARGrants asks kcp with SelfSubjectAccessReviews in the workspace of the
+// protected source's APIExport whether the webhook may patch its content:
+// the authorization kcp's APIExport virtual workspace applies to a patch
+// through it. Answers are kept for a while.
+type SSARGrants struct {
+	cfg        *rest.Config
+	frontProxy string
+	ttl        time.Duration
+	now        func() time.Time
+
+	lock    sync.Mutex
+	answers map[index.Source]answer
+}
+
+type answer struct {
+	allowed bool
+	at      time.Time
+}
+
+// NewSSARGrants returns grants asked with the credentials of cfg through
+// the server at frontProxy (without a /clusters/ path), each answer kept
+// for ttl.
+func NewSSARGrants(cfg *rest.Config, frontProxy string, ttl time.Duration) *SSARGrants {
+	return &SSARGrants{cfg: cfg, frontProxy: strings.TrimSuffix(frontProxy, "/"), ttl: ttl, now: time.Now, answers: map[index.Source]answer{}}
+}
+
+// MayPatch implements Grants.
+func (g *SSARGrants) MayPatch(ctx context.Context, src index.Source) (bool, error) {
+	now := g.now()
+	g.lock.Lock()
+	a, ok := g.answers[src]
+	g.lock.Unlock()
+	if ok && now.Sub(a.at) < g.ttl {
+		return a.allowed, nil
+	}
+	cfg := rest.CopyConfig(g.cfg)
+	cfg.Host = g.frontProxy + src.Export.Cluster.Path().RequestPath()
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return false, err
+	}
+	review, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+		Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Group: "apis.kcp.io", Resource: "apiexports", Subresource: "content", Name: src.Export.Name, Verb: "patch",
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return false, fmt.Errorf("failed to ask whether the webhook may patch %s: %w", src, err)
+	}
+	g.lock.Lock()
+	g.answers[src] = answer{allowed: review.Status.Allowed, at: now}
+	g.lock.Unlock()
+	return review.Status.Allowed, nil
+}

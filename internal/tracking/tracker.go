@@ -1,0 +1,186 @@
+package tracking
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/buger/jsonparser"
+
+	"k8s.io/apimachinery/pkg/util/rand"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+
+	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/index"
+)
+
+// Kind is what a probe looks for.
+type Kind string
+
+const (
+	// KindLabelling: the labelling webhook of a dependent type, with the
+	// scheme of its current rules.
+	KindLabelling Kind = "labelling"
+	// KindGuard: the guard of the ledger of admitted references on a
+	// protected type.
+	KindGuard Kind = "guard"
+)
+
+// Key names what is probed: a webhook, for a source, on the shard whose
+// virtual workspace URL is Shard; Scheme is the fingerprint of the scheme
+// of a labelling webhook.
+type Key struct {
+	Kind   Kind
+	Source index.Source
+	Shard  string
+	Scheme string
+}
+
+// Object is an object of a source to probe with.
+type Object struct {
+	Cluster   logicalcluster.Name
+	Namespace string
+	Name      string
+}
+
+// Prober sends dry-run patches; *objects.Client implements it.
+type Prober interface {
+	// DryRunPatch sends a dry-run merge patch of the object and returns the
+	// object as admission left it.
+	DryRunPatch(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, body []byte) ([]byte, error)
+}
+
+// Options configure a Tracker.
+type Options struct {
+	// Recheck is how often a webhook found in effect is probed again
+	// (default 5m).
+	Recheck time.Duration
+	// Retry is the least time between two probes that did not tell
+	// (default 5s).
+	Retry time.Duration
+	// Timeout bounds one probe (default 10s).
+	Timeout time.Duration
+}
+
+// Tracker knows since when webhooks are in effect on each shard; see the
+// package documentation. It is safe for concurrent use, and probes in the
+// background.
+type Tracker struct {
+	prober Prober
+	opts   Options
+	now    func() time.Time
+
+	lock   sync.Mutex
+	states map[Key]*state
+}
+
+type state struct {
+	// since is when a probe first showed the webhook in effect, in a row
+	// of probes that all did; zero if the last one that told did not.
+	since   time.Time
+	checked time.Time
+	tried   time.Time
+	running bool
+}
+
+// New returns a Tracker that probes with prober.
+func New(prober Prober, opts Options) *Tracker {
+	if opts.Recheck <= 0 {
+		opts.Recheck = 5 * time.Minute
+	}
+	if opts.Retry <= 0 {
+		opts.Retry = 5 * time.Second
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 10 * time.Second
+	}
+	return &Tracker{prober: prober, opts: opts, now: time.Now, states: map[Key]*state{}}
+}
+
+// Since returns since when the webhook that key names has been in effect,
+// and false while that is not known. If it is not known, was found not in
+// effect Retry ago, or in effect Recheck ago, it probes with obj (an object of key.Source on
+// key.Shard) in the background, unless a probe is running or one that did
+// not tell ended less than Retry ago; a later call has the answer.
+func (t *Tracker) Since(ctx context.Context, key Key, obj Object) (time.Time, bool) {
+	now := t.now()
+	t.lock.Lock()
+	defer t.lock.Unlock()
+	s, ok := t.states[key]
+	if !ok {
+		s = &state{}
+		t.states[key] = s
+	}
+	// Found in effect: checked again every Recheck; not (yet): every Retry.
+	stale := s.checked.IsZero() || now.Sub(s.checked) >= t.opts.Recheck || s.since.IsZero() && now.Sub(s.checked) >= t.opts.Retry
+	if stale && !s.running && now.Sub(s.tried) >= t.opts.Retry && obj.Name != "" {
+		s.running, s.tried = true, now
+		go t.probe(log.IntoContext(context.WithoutCancel(ctx), log.FromContext(ctx)), key, obj)
+	}
+	return s.since, !s.since.IsZero()
+}
+
+// probe probes key with obj and records what it showed.
+func (t *Tracker) probe(ctx context.Context, key Key, obj Object) {
+	ctx, cancel := context.WithTimeout(ctx, t.opts.Timeout)
+	defer cancel()
+	inEffect, err := t.check(ctx, key, obj)
+	now := t.now()
+	t.lock.Lock()
+	defer t.lock.Unlock()
+	s := t.states[key]
+	s.running = false
+	if err != nil {
+		log.FromContext(ctx).V(1).Info("A probe of an admission webhook did not tell", "webhook", key.Kind, "source", key.Source, "shard", key.Shard, "error", err.Error())
+		return
+	}
+	s.checked = now
+	switch {
+	case !inEffect:
+		s.since = time.Time{}
+	case s.since.IsZero():
+		s.since = now
+	}
+}
+
+// probeValue is the throwaway value a probe writes; no webhook keeps it.
+func probeValue() string {
+	return "probe-" + rand.String(8)
+}
+
+// check sends the probe of key and tells whether the webhook ran.
+func (t *Tracker) check(ctx context.Context, key Key, obj Object) (bool, error) {
+	value := probeValue()
+	var field, name string
+	switch key.Kind {
+	case KindLabelling:
+		field, name = "labels", depv1alpha1.LabelReferencesScheme
+	case KindGuard:
+		field, name = "annotations", depv1alpha1.AnnotationAdmittedReferences
+	default:
+		return false, fmt.Errorf("unknown probe %q", key.Kind)
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{field: map[string]string{name: value}}})
+	if err != nil {
+		return false, err
+	}
+	raw, err := t.prober.DryRunPatch(ctx, key.Source, obj.Cluster, obj.Namespace, obj.Name, body)
+	if err != nil {
+		return false, err
+	}
+	got, err := jsonparser.GetString(raw, "metadata", field, name)
+	if err != nil && err != jsonparser.KeyPathNotFoundError {
+		return false, fmt.Errorf("failed to read the probed object: %w", err)
+	}
+	if key.Kind == KindLabelling {
+		// The labelling webhook sets the scheme label only when the scheme
+		// it was configured for is the scheme of its own rules.
+		return got == key.Scheme, nil
+	}
+	// The guard keeps the stored ledger, whatever the write says.
+	return got != value, nil
+}
