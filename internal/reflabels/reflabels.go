@@ -166,9 +166,10 @@ func Key(target schema.GroupResource, name string) string {
 }
 
 // Managed reports whether a label key is one of those the webhook manages
-// on dependents.
+// on dependents: the reference labels, the scheme label and the admission
+// id (see package inflight).
 func Managed(key string) bool {
-	return key == depv1alpha1.LabelReferencesScheme || strings.HasPrefix(key, depv1alpha1.LabelReferencePrefix)
+	return key == depv1alpha1.LabelReferencesScheme || key == depv1alpha1.LabelAdmission || strings.HasPrefix(key, depv1alpha1.LabelReferencePrefix)
 }
 
 // StaleSelector returns the label selector of the dependents that are not

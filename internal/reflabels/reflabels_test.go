@@ -101,6 +101,7 @@ func TestManaged(t *testing.T) {
 		want bool
 	}{
 		{depv1alpha1.LabelReferencesScheme, true},
+		{depv1alpha1.LabelAdmission, true},
 		{Key(vpcs, "vpc-1"), true},
 		{depv1alpha1.LabelReferencePrefix + "anything", true},
 		{depv1alpha1.LabelReferencePrefix, true},
