@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -15,6 +17,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -52,6 +56,7 @@ const (
 
 var (
 	widgetGVR = schema.GroupVersionResource{Group: group, Version: "v1", Resource: "widgets"}
+	gadgetGVR = schema.GroupVersionResource{Group: group, Version: "v1", Resource: "gadgets"}
 	eventGVR  = schema.GroupVersionResource{Version: "v1", Resource: "events"}
 )
 
@@ -132,8 +137,8 @@ var (
 var _ = Describe("kcp", Ordered, ContinueOnFailure, func() {
 	var (
 		// provider is the workspace of the APIExport contract.test.io,
-		// which serves Widgets; both consumers bind it and accepted its
-		// claim on events.
+		// which serves Widgets and Gadgets (which no spec writes); both
+		// consumers bind it and accepted its claim on events.
 		provider         logicalcluster.Path
 		consumers        [2]logicalcluster.Path
 		consumerClusters [2]logicalcluster.Name
@@ -204,6 +209,21 @@ var _ = Describe("kcp", Ordered, ContinueOnFailure, func() {
 		Expect(client.IgnoreNotFound(err)).To(Succeed())
 	}
 
+	// validatingWebhook is a webhook of a ValidatingWebhookConfiguration
+	// that calls endpoint, failing closed.
+	validatingWebhook := func(endpoint string, h hook) admissionregistrationv1.ValidatingWebhook {
+		return admissionregistrationv1.ValidatingWebhook{
+			Name:                    endpoint + ".contract.test.io",
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To(rec.endpointURL(endpoint)), CABundle: rec.CABundle},
+			Rules:                   h.rules(),
+			MatchConditions:         h.conditions,
+			SideEffects:             h.sideEffectClass(),
+			AdmissionReviewVersions: []string{"v1"},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+			TimeoutSeconds:          ptr.To(int32(10)),
+		}
+	}
 	// installValidating makes responder f answer endpoint and creates a
 	// ValidatingWebhookConfiguration for it in the provider's workspace,
 	// until the spec ends.
@@ -212,17 +232,7 @@ var _ = Describe("kcp", Ordered, ContinueOnFailure, func() {
 		unregister := rec.respond(endpoint, f)
 		cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{
 			ObjectMeta: metav1.ObjectMeta{Name: "contract-" + endpoint},
-			Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-				Name:                    endpoint + ".contract.test.io",
-				ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To(rec.endpointURL(endpoint)), CABundle: rec.CABundle},
-				Rules:                   h.rules(),
-				MatchConditions:         h.conditions,
-				SideEffects:             h.sideEffectClass(),
-				AdmissionReviewVersions: []string{"v1"},
-				FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
-				MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
-				TimeoutSeconds:          ptr.To(int32(10)),
-			}},
+			Webhooks:   []admissionregistrationv1.ValidatingWebhook{validatingWebhook(endpoint, h)},
 		}
 		Expect(cli.Cluster(provider).Create(ctx, cfg)).To(Succeed())
 		DeferCleanup(func(ctx context.Context) {
@@ -284,7 +294,8 @@ var _ = Describe("kcp", Ordered, ContinueOnFailure, func() {
 		ws, p := envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("provider"))
 		provider = p
 		GinkgoWriter.Printf("provider workspace %s (logical cluster %s)\n", provider, ws.Spec.Cluster)
-		Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(provider), group, kcpenv.Resource{Kind: "Widget", Plural: "widgets", Status: true})).To(Succeed())
+		Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(provider), group,
+			kcpenv.Resource{Kind: "Widget", Plural: "widgets", Status: true}, kcpenv.Resource{Kind: "Gadget", Plural: "gadgets"})).To(Succeed())
 		for i := range consumers {
 			ws, consumers[i] = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("consumer"))
 			consumerClusters[i] = logicalcluster.Name(ws.Spec.Cluster)
@@ -898,5 +909,563 @@ var _ = Describe("kcp", Ordered, ContinueOnFailure, func() {
 			Expect(read.GetResourceVersion()).To(Equal(written.GetResourceVersion()), "the GET right after write %d", i)
 			Expect(read.GetLabels()).To(HaveKeyWithValue("n", fmt.Sprint(i)))
 		}
+	})
+
+	// api/v1alpha1.AnnotationAdmittedReferences ("a concurrent DELETE of the
+	// object either sees the reference or runs its admission again"): the
+	// labelling webhook marks the referenced object while a dependent's
+	// CREATE is admitted, possibly while the object's DELETE is being
+	// admitted and already allowed.
+	It("admits an allowed DELETE again on the new state when the object changed between the admission and the commit, and refuses it when that second call denies", func(ctx SpecContext) {
+		const ep = "allowed-deletion"
+		const marked = "contract.test.io/marked"
+		ws := consumers[1]
+		installValidating(ctx, ep, hook{operations: []admissionregistrationv1.OperationType{del}, resources: []string{"widgets"}, sideEffects: admissionregistrationv1.SideEffectClassNoneOnDryRun},
+			func(ctx context.Context, c call) verdict {
+				if !strings.HasPrefix(c.objectName(), "readmit-") || c.DryRun {
+					return allow
+				}
+				if _, ok := c.OldObject.GetAnnotations()[marked]; ok {
+					return deny("contract: marked meanwhile")
+				}
+				// As the labelling webhook marks an object a dependent
+				// references: a merge patch of an annotation, written here
+				// before the DELETE is allowed on the unmarked state.
+				_, err := patch(ctx, ws, c.OldObject.GetNamespace(), c.OldObject.GetName(), map[string]any{"metadata": map[string]any{
+					"annotations": map[string]any{marked: "true"},
+				}})
+				if err != nil {
+					return deny("contract: marking failed: " + err.Error())
+				}
+				return allow
+			})
+		awaitCalled(ctx, ep, 1, probeDelete)
+
+		for _, finalizers := range [][]string{nil, {holdFinalizer}} {
+			name := "readmit-plain"
+			if finalizers != nil {
+				name = "readmit-finalized"
+			}
+			By("deleting " + name)
+			o := widget("default", name, nil)
+			o.SetFinalizers(finalizers)
+			Expect(cli.Cluster(ws).Create(ctx, o)).To(Succeed())
+			DeferCleanup(func(ctx context.Context) { release(ctx, ws, "default", name) })
+			created := o.GetResourceVersion()
+			// The watch cache has the CREATE once a consistent LIST returns
+			// (see the spec of the refused DELETE).
+			list := &unstructured.UnstructuredList{}
+			list.SetGroupVersionKind(widgetGVR.GroupVersion().WithKind("WidgetList"))
+			Expect(cli.Cluster(ws).List(ctx, list, client.InNamespace("default"))).To(Succeed())
+
+			err := cli.Cluster(ws).Delete(ctx, widget("default", name, nil))
+			Expect(apierrors.IsForbidden(err)).To(BeTrue(), "deleting %s: %v", name, err)
+			Expect(err.Error()).To(ContainSubstring("contract: marked meanwhile"), "the answer on the marked state")
+
+			stored := get(ctx, ws, name)
+			Expect(stored.GetAnnotations()).To(HaveKeyWithValue(marked, "true"))
+			Expect(stored.GetDeletionTimestamp()).To(BeNil())
+			calls := rec.callsTo(ep, notDry(name))
+			Expect(calls).To(HaveLen(2), "the DELETE is admitted once on the created and once on the marked state")
+			Expect(calls[0].OldObject.GetResourceVersion()).To(Equal(created))
+			Expect(calls[0].OldObject.GetAnnotations()).NotTo(HaveKey(marked))
+			Expect(calls[1].OldObject.GetResourceVersion()).To(Equal(stored.GetResourceVersion()))
+			Expect(calls[1].OldObject.GetAnnotations()).To(HaveKeyWithValue(marked, "true"))
+			Expect(calls[1].UID).NotTo(Equal(calls[0].UID), "a review of its own")
+		}
+	})
+
+	// docs/architecture.md#the-fast-paths-and-why-each-is-sound and
+	// api/v1alpha1.ConditionReferencesTracked (an allowed DELETE without a
+	// read once the index is known to be current): the webhook samples a
+	// shard's current resourceVersion with a consistent LIST (limit=1) of
+	// the wildcard path, and counts on the bookmarks of its short watches to
+	// tell when its index passed it, also for types nobody writes.
+	It("sends a bookmark through the APIExport virtual workspace before a wildcard watch of a type nobody writes ends, at a resourceVersion no older than that of a consistent LIST made before the watch while other types were written", func(ctx SpecContext) {
+		gadgets := resourceIn(vwConfig(vwURL, vwUser, logicalcluster.Name(logicalcluster.Wildcard.String())), gadgetGVR, "")
+		revision := func(rv string) int64 {
+			GinkgoHelper()
+			n, err := strconv.ParseInt(rv, 10, 64)
+			Expect(err).NotTo(HaveOccurred())
+			return n
+		}
+		// sample is the resourceVersion of a consistent LIST with limit=1.
+		sample := func() string {
+			GinkgoHelper()
+			list, err := gadgets.List(ctx, metav1.ListOptions{Limit: 1})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(list.Items).To(BeEmpty(), "nobody writes Gadgets")
+			return list.GetResourceVersion()
+		}
+		writeConfigMaps := func(prefix string) {
+			GinkgoHelper()
+			for i := range 3 {
+				Expect(cli.Cluster(consumers[1]).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("%s-%d", prefix, i)}})).To(Succeed())
+			}
+		}
+
+		start := sample()
+		writeConfigMaps("bookmark-before")
+		r := sample()
+		Expect(revision(r)).To(BeNumerically(">", revision(start)), "the consistent LIST reports the revision that the ConfigMaps moved")
+		writeConfigMaps("bookmark-after")
+
+		// watched is what a watch received.
+		type watched struct {
+			bookmarks []int64
+			at        []time.Duration
+			others    []string
+			ended     time.Duration
+		}
+		watchFrom := func(rv string, seconds int64) <-chan watched {
+			GinkgoHelper()
+			w, err := gadgets.Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &seconds})
+			Expect(err).NotTo(HaveOccurred())
+			began := time.Now()
+			out := make(chan watched, 1)
+			go func() {
+				defer GinkgoRecover()
+				var got watched
+				for ev := range w.ResultChan() {
+					if ev.Type != watch.Bookmark {
+						got.others = append(got.others, fmt.Sprintf("%s %v", ev.Type, ev.Object))
+						continue
+					}
+					u, ok := ev.Object.(*unstructured.Unstructured)
+					Expect(ok).To(BeTrue(), "a bookmark's object: %T", ev.Object)
+					got.bookmarks = append(got.bookmarks, revision(u.GetResourceVersion()))
+					got.at = append(got.at, time.Since(began))
+				}
+				got.ended = time.Since(began)
+				out <- got
+			}()
+			return out
+		}
+		timeouts := []int64{5, 10}
+		watches := make([]<-chan watched, len(timeouts))
+		for i, seconds := range timeouts {
+			watches[i] = watchFrom(start, seconds)
+		}
+		// A watch from the resourceVersion the cache is at gets no
+		// bookmark while the cache sees nothing newer: the cacher sends
+		// none that would not move the watch on.
+		current := watchFrom(r, 5)
+
+		for i, seconds := range timeouts {
+			var got watched
+			Eventually(watches[i]).WithTimeout(time.Duration(seconds+10)*time.Second).Should(Receive(&got), "the watch of %d s did not end", seconds)
+			GinkgoWriter.Printf("a watch of %d s from %s: bookmarks %v after %v, ended after %v (LIST: %s)\n", seconds, start, got.bookmarks, got.at, got.ended, r)
+			Expect(got.others).To(BeEmpty())
+			Expect(got.bookmarks).NotTo(BeEmpty(), "no bookmark before the watch of %d s ended", seconds)
+			Expect(got.at[0]).To(BeNumerically("<", got.ended))
+			Expect(got.bookmarks).To(HaveEach(BeNumerically(">=", revision(r))), "the bookmarks of the watch of %d s", seconds)
+			Expect(got.ended).To(BeNumerically("~", time.Duration(seconds)*time.Second, time.Second), "the watch ends after timeoutSeconds")
+		}
+		var got watched
+		Eventually(current).WithTimeout(15 * time.Second).Should(Receive(&got))
+		GinkgoWriter.Printf("a watch of 5 s from %s, where the cache was: bookmarks %v after %v, ended after %v\n", r, got.bookmarks, got.at, got.ended)
+	})
+
+	// api/v1alpha1.AnnotationAdmittedReferences: the marks of concurrent
+	// dependents are merge patches of different annotation keys of one
+	// object, through the protected provider's APIExport virtual
+	// workspace. A merge patch with a stale metadata.resourceVersion is a
+	// 409 Conflict (see the spec of the grants on apiexports/content).
+	It("stores every one of 16 concurrent merge patches of different annotation keys of one object sent to its workspace, while through the APIExport virtual workspace, which retries an update conflict only a few times, each is stored or answered 409 Conflict", func(ctx SpecContext) {
+		ws, cluster := consumers[1], consumerClusters[1]
+		const concurrent = 16
+		Expect(cli.Cluster(ws).Create(ctx, widget("default", "hot", nil))).To(Succeed())
+		key := func(via string, i int) string { return fmt.Sprintf("contract.test.io/%s-%d", via, i) }
+		// patchAll sends the merge patches of via concurrently with send
+		// and returns their errors.
+		patchAll := func(via string, send func(patch []byte) error) []error {
+			errs := make([]error, concurrent)
+			var wg sync.WaitGroup
+			for i := range concurrent {
+				wg.Go(func() {
+					errs[i] = send(mergePatch(map[string]any{"metadata": map[string]any{"annotations": map[string]any{key(via, i): "v"}}}))
+				})
+			}
+			wg.Wait()
+			return errs
+		}
+
+		By("sending them to the workspace")
+		errs := patchAll("direct", func(p []byte) error {
+			return cli.Cluster(ws).Patch(ctx, widget("default", "hot", nil), client.RawPatch(types.MergePatchType, p))
+		})
+		stored := get(ctx, ws, "hot").GetAnnotations()
+		for i, err := range errs {
+			Expect(err).NotTo(HaveOccurred(), "patch %d", i)
+			Expect(stored).To(HaveKey(key("direct", i)))
+		}
+
+		By("sending them through the virtual workspace")
+		vw := vwWidgets(vwUser, cluster, "default")
+		errs = patchAll("vw", func(p []byte) error {
+			_, err := vw.Patch(ctx, "hot", types.MergePatchType, p, metav1.PatchOptions{})
+			return err
+		})
+		stored = get(ctx, ws, "hot").GetAnnotations()
+		conflicts := 0
+		for i, err := range errs {
+			if err != nil {
+				Expect(apierrors.IsConflict(err)).To(BeTrue(), "patch %d through the virtual workspace: %v", i, err)
+				Expect(stored).NotTo(HaveKey(key("vw", i)), "patch %d was answered 409 and stored", i)
+				conflicts++
+				continue
+			}
+			Expect(stored).To(HaveKey(key("vw", i)), "patch %d was answered with success and not stored", i)
+		}
+		GinkgoWriter.Printf("%d of %d concurrent merge patches through the virtual workspace were answered 409 Conflict\n", conflicts, concurrent)
+	})
+
+	// api/v1alpha1.ConditionReferencesTracked ("the dependents are
+	// labelled"): each replica probes with a dry-run PATCH of one dependent,
+	// through the virtual workspace, that the labelling webhook with the
+	// current scheme runs.
+	It("runs a MutatingWebhookConfiguration of an APIExport's workspace on a dry-run merge PATCH through the virtual workspace, with dryRun in the review, and answers with the mutated object while storing nothing", func(ctx SpecContext) {
+		const ep = "dry-run-patch"
+		const scheme = "contract.test.io/scheme"
+		installMutating(ctx, ep, hook{operations: []admissionregistrationv1.OperationType{update}, resources: []string{"widgets"}},
+			func(_ context.Context, c call) verdict {
+				if c.objectName() != "dry-patched" {
+					return allow
+				}
+				return verdict{Allowed: true, Patch: []jsonPatchOp{{Op: "replace", Path: "/metadata/labels/contract.test.io~1scheme", Value: "mutated-" + c.Object.GetLabels()[scheme]}}}
+			})
+		awaitCalled(ctx, ep, 1, func(ctx context.Context, i int) error {
+			return cli.Cluster(consumers[i]).Patch(ctx, widget("default", "probe", nil), client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"probed":"yes"}}}`)), client.DryRunAll)
+		})
+
+		ws, cluster := consumers[1], consumerClusters[1]
+		created := widget("default", "dry-patched", map[string]string{scheme: "stored"})
+		Expect(cli.Cluster(ws).Create(ctx, created)).To(Succeed())
+		answer, err := vwWidgets(vwUser, cluster, "default").Patch(ctx, "dry-patched", types.MergePatchType,
+			mergePatch(map[string]any{"metadata": map[string]any{"labels": map[string]any{scheme: "probe"}}}), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(answer.GetLabels()).To(HaveKeyWithValue(scheme, "mutated-probe"), "the answer is the mutated object")
+
+		stored := get(ctx, ws, "dry-patched")
+		Expect(stored.GetLabels()).To(HaveKeyWithValue(scheme, "stored"))
+		Expect(stored.GetResourceVersion()).To(Equal(created.GetResourceVersion()), "nothing was stored")
+		calls := rec.callsTo(ep, func(c call) bool { return c.objectName() == "dry-patched" })
+		Expect(calls).NotTo(BeEmpty())
+		for _, c := range calls {
+			Expect(c.Operation).To(Equal(admissionv1.Update))
+			Expect(c.DryRun).To(BeTrue(), "the review of the dry run")
+			Expect(c.User.Username).To(Equal("contract-vw"))
+			Expect(c.Object.GetLabels()).To(HaveKeyWithValue(scheme, "probe"), "the webhook sees the patched object")
+		}
+	})
+
+	// api/v1alpha1.ConditionReferencesTracked ("naming the missing grant
+	// (patch on the protected provider's APIExport content)"): the elected
+	// replica asks with a SelfSubjectAccessReview in the provider's
+	// workspace whether it may write marks there.
+	It("answers a SelfSubjectAccessReview in the provider's workspace on patch of apiexports/content of the export as the APIExport virtual workspace decides a merge patch, for a user with the workspace's access verb; without that verb a user may neither ask nor patch", func(ctx SpecContext) {
+		ws, cluster := consumers[1], consumerClusters[1]
+		Expect(cli.Cluster(ws).Create(ctx, widget("default", "reviewed", nil))).To(Succeed())
+		// reviewer returns whether user may verb the content of export,
+		// by a SelfSubjectAccessReview in the provider's workspace, and
+		// whether a merge patch through the virtual workspace succeeds.
+		type access struct {
+			reviewErr error
+			allowed   bool
+			patchErr  error
+		}
+		reviewer := func(user *rest.Config) func(verb, export string) access {
+			inProvider := rest.CopyConfig(user)
+			inProvider.Host += provider.RequestPath()
+			kube, err := kubernetes.NewForConfig(inProvider)
+			Expect(err).NotTo(HaveOccurred())
+			vw := vwWidgets(user, cluster, "default")
+			return func(verb, export string) access {
+				var a access
+				review, err := kube.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+					Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+						Group: "apis.kcp.io", Resource: "apiexports", Subresource: "content", Name: export, Verb: verb,
+					}},
+				}, metav1.CreateOptions{})
+				a.reviewErr = err
+				if err == nil {
+					a.allowed = review.Status.Allowed
+				}
+				_, a.patchErr = vw.Patch(ctx, "reviewed", types.MergePatchType, mergePatch(map[string]any{"metadata": map[string]any{"labels": map[string]any{"reviewed": "yes"}}}), metav1.PatchOptions{})
+				return a
+			}
+		}
+
+		const user = "contract-reviewer"
+		grantContent(ctx, provider, user, group, "get")
+		review := reviewer(addUser(user))
+		By("not allowed without patch")
+		Eventually(func(g Gomega) {
+			a := review("get", group)
+			g.Expect(a.reviewErr).NotTo(HaveOccurred())
+			g.Expect(a.allowed).To(BeTrue())
+		}).WithContext(ctx).WithTimeout(timeout).WithPolling(poll).Should(Succeed(), "the grant of get never took effect")
+		a := review("patch", group)
+		Expect(a.reviewErr).NotTo(HaveOccurred())
+		Expect(a.allowed).To(BeFalse())
+		Expect(apierrors.IsForbidden(a.patchErr)).To(BeTrue(), "the merge patch: %v", a.patchErr)
+
+		By("allowed with patch")
+		role := &rbacv1.ClusterRole{}
+		Expect(cli.Cluster(provider).Get(ctx, client.ObjectKey{Name: user + "-" + group}, role)).To(Succeed())
+		role.Rules[1].Verbs = append(role.Rules[1].Verbs, "patch")
+		Expect(cli.Cluster(provider).Update(ctx, role)).To(Succeed())
+		Eventually(func(g Gomega) {
+			a := review("patch", group)
+			g.Expect(a.reviewErr).NotTo(HaveOccurred())
+			g.Expect(a.allowed).To(BeTrue())
+		}).WithContext(ctx).WithTimeout(timeout).WithPolling(poll).Should(Succeed(), "the grant of patch never took effect")
+		Expect(review("patch", group).patchErr).NotTo(HaveOccurred())
+		Expect(review("patch", "other.contract.test.io").allowed).To(BeFalse(), "the grant names the export")
+
+		By("neither asking nor patching without the workspace's access verb")
+		const stranger = "contract-reviewer-stranger"
+		Expect(cli.Cluster(provider).Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: stranger}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"apis.kcp.io"}, Resources: []string{"apiexports/content"}, ResourceNames: []string{group}, Verbs: []string{"get", "patch"}},
+		}})).To(Succeed())
+		Expect(cli.Cluster(provider).Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: stranger},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: stranger},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: stranger}},
+		})).To(Succeed())
+		a = reviewer(addUser(stranger))("patch", group)
+		Expect(apierrors.IsForbidden(a.reviewErr)).To(BeTrue(), "the review: %v", a.reviewErr)
+		Expect(apierrors.IsForbidden(a.patchErr)).To(BeTrue(), "the merge patch: %v", a.patchErr)
+	})
+
+	// api/v1alpha1.AnnotationAdmittedReferences ("Only the webhook may
+	// change it") and docs/architecture.md#reference-labels: the guard's and
+	// the labelling webhook's match conditions test an annotation or label
+	// of objects whose annotations and labels may be absent, empty or null,
+	// and of the missing object of a CREATE's oldObject and a DELETE's
+	// object.
+	It("evaluates match conditions with optional field selection on annotations and labels without error, whatever their shape (absent, {}, null, no object on DELETE, no oldObject on CREATE), while a plain `in` on null annotations or has() on a DELETE's object errors and refuses the write", func(ctx SpecContext) {
+		const key = "contract.test.io/k"
+		// The robust expressions: annotation or label key is set on the
+		// object, and it differs between object and oldObject (set, changed
+		// or removed), with CEL's optional field selection, and without.
+		set := func(field string) string {
+			return fmt.Sprintf(`object.?metadata.?%s[?%q].hasValue()`, field, key)
+		}
+		differs := func(field string) string {
+			return fmt.Sprintf(`object.?metadata.?%[1]s[?%[2]q] != oldObject.?metadata.?%[1]s[?%[2]q]`, field, key)
+		}
+		in := func(obj, field string) string {
+			return fmt.Sprintf(`%[1]s != null && has(%[1]s.metadata.%[2]s) && %[1]s.metadata.%[2]s != null && %[3]q in %[1]s.metadata.%[2]s`, obj, field, key)
+		}
+		setPlain := func(field string) string { return in("object", field) }
+		differsPlain := func(field string) string {
+			return fmt.Sprintf(`(%[1]s) != (%[2]s) || (%[1]s) && object.metadata.%[3]s[%[4]q] != oldObject.metadata.%[3]s[%[4]q]`, in("object", field), in("oldObject", field), field, key)
+		}
+		type condition struct {
+			field, test, expression string
+		}
+		var conditions []condition
+		for _, field := range []string{"annotations", "labels"} {
+			conditions = append(conditions,
+				condition{field, "set", set(field)}, condition{field, "differs", differs(field)},
+				condition{field, "set-plain", setPlain(field)}, condition{field, "differs-plain", differsPlain(field)})
+		}
+		endpoint := func(c condition) string { return "shapes-" + c.field + "-" + c.test }
+		const seen = "shapes-seen"
+		h := hook{operations: []admissionregistrationv1.OperationType{create, update, del}, resources: []string{"widgets"}}
+		cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: "contract-shapes"},
+			// seen has no condition: it records the object every webhook
+			// saw.
+			Webhooks: []admissionregistrationv1.ValidatingWebhook{validatingWebhook(seen, h)},
+		}
+		for _, c := range conditions {
+			ch := h
+			ch.conditions = []admissionregistrationv1.MatchCondition{{Name: c.field + "-" + c.test, Expression: c.expression}}
+			cfg.Webhooks = append(cfg.Webhooks, validatingWebhook(endpoint(c), ch))
+		}
+		Expect(cli.Cluster(provider).Create(ctx, cfg)).To(Succeed())
+		DeferCleanup(func(ctx context.Context) {
+			Expect(client.IgnoreNotFound(cli.Cluster(provider).Delete(ctx, cfg))).To(Succeed())
+		})
+		// A mutating webhook gives the shapes that no client write gives:
+		// kcp drops empty and null annotations and labels of a request.
+		shapes := map[string]jsonPatchOp{
+			"annotations-null":  {Op: "add", Path: "/metadata/annotations", Value: json.RawMessage("null")},
+			"annotations-empty": {Op: "add", Path: "/metadata/annotations", Value: map[string]any{}},
+			"labels-null":       {Op: "add", Path: "/metadata/labels", Value: json.RawMessage("null")},
+			"labels-empty":      {Op: "add", Path: "/metadata/labels", Value: map[string]any{}},
+		}
+		installMutating(ctx, "shapes-mutating", hook{operations: []admissionregistrationv1.OperationType{create, update}, resources: []string{"widgets"}},
+			func(_ context.Context, c call) verdict {
+				shape, _, _ := unstructured.NestedString(c.Object.Object, "spec", "shape")
+				if op, ok := shapes[shape]; ok {
+					return verdict{Allowed: true, Patch: []jsonPatchOp{op}}
+				}
+				return allow
+			})
+		awaitCalled(ctx, "shapes-mutating", 0, probeCreate)
+		awaitCalled(ctx, seen, 0, probeCreate)
+
+		ws := consumers[0]
+		// shapeOf is the shape of field in the metadata of o.
+		shapeOf := func(o *unstructured.Unstructured, field string) string {
+			if o == nil {
+				return "no object"
+			}
+			v, ok := o.Object["metadata"].(map[string]any)[field]
+			switch m, isMap := v.(map[string]any); {
+			case !ok:
+				return "absent"
+			case v == nil:
+				return "null"
+			case isMap && len(m) == 0:
+				return "{}"
+			case isMap && m[key] != nil:
+				return "with the key"
+			default:
+				return "without the key"
+			}
+		}
+		// want is whether each test of annotations and of labels is true.
+		type want struct{ annotationSet, annotationDiffers, labelSet, labelDiffers bool }
+		// step makes write to the Widget name and checks that it was
+		// admitted, that the webhooks saw the object's annotations and labels
+		// in the shapes given (unless ""), and that kcp called exactly the
+		// webhooks whose condition holds. kcp may admit an UPDATE or DELETE
+		// more than once (see the package's doc); only the calls on the
+		// stored state count.
+		step := func(what, name, annotations, labels string, w want, write func() error) {
+			GinkgoHelper()
+			prior := widget("default", name, nil)
+			if err := cli.Cluster(ws).Get(ctx, client.ObjectKeyFromObject(prior), prior); err != nil {
+				Expect(apierrors.IsNotFound(err)).To(BeTrue(), "reading %s: %v", name, err)
+			}
+			before := len(rec.all())
+			Expect(write()).To(Succeed(), "%s was refused", what)
+			var calls, saw []call
+			for _, c := range rec.all()[before:] {
+				if c.DryRun || c.objectName() != name || c.OldObject != nil && c.OldObject.GetResourceVersion() != prior.GetResourceVersion() {
+					continue
+				}
+				calls = append(calls, c)
+				if c.Endpoint == seen {
+					saw = append(saw, c)
+				}
+			}
+			Expect(saw).NotTo(BeEmpty(), "%s: kcp called no webhook on the stored state", what)
+			last := saw[len(saw)-1]
+			GinkgoWriter.Printf("%s: %s; annotations %s (oldObject: %s), labels %s (oldObject: %s)\n", what, last.Operation,
+				shapeOf(last.Object, "annotations"), shapeOf(last.OldObject, "annotations"), shapeOf(last.Object, "labels"), shapeOf(last.OldObject, "labels"))
+			if annotations != "" {
+				Expect(shapeOf(last.Object, "annotations")).To(Equal(annotations), "%s: the object's annotations", what)
+			}
+			if labels != "" {
+				Expect(shapeOf(last.Object, "labels")).To(Equal(labels), "%s: the object's labels", what)
+			}
+			expected := map[string]bool{
+				"annotations-set": w.annotationSet, "annotations-differs": w.annotationDiffers,
+				"labels-set": w.labelSet, "labels-differs": w.labelDiffers,
+			}
+			for _, c := range conditions {
+				called := false
+				for _, call := range calls {
+					called = called || call.Endpoint == endpoint(c)
+				}
+				Expect(called).To(Equal(expected[c.field+"-"+strings.TrimSuffix(c.test, "-plain")]), "%s: whether kcp called the webhook %s: %s", what, endpoint(c), c.expression)
+			}
+		}
+		// reshape is a merge patch p of the Widget "shapes" whose
+		// spec.shape makes the mutating webhook give that shape.
+		reshape := func(p map[string]any, shape string) func() error {
+			return func() error {
+				p["spec"] = map[string]any{"shape": nil}
+				if shape != "" {
+					p["spec"] = map[string]any{"shape": shape}
+				}
+				_, err := patch(ctx, ws, "default", "shapes", p)
+				return err
+			}
+		}
+		// keyed sets the key to value in the metadata fields.
+		keyed := func(value string, fields ...string) map[string]any {
+			meta := map[string]any{}
+			for _, f := range fields {
+				meta[f] = map[string]any{key: value}
+			}
+			return map[string]any{"metadata": meta}
+		}
+		all, neither := want{true, true, true, true}, want{}
+
+		step("a CREATE without the key or labels", "shapes-bare", "without the key", "absent", neither, func() error {
+			return cli.Cluster(ws).Create(ctx, widget("default", "shapes-bare", nil))
+		})
+		step("a CREATE with the key", "shapes", "with the key", "with the key", all, func() error {
+			o := widget("default", "shapes", map[string]string{key: "1"})
+			o.SetAnnotations(map[string]string{key: "1"})
+			return cli.Cluster(ws).Create(ctx, o)
+		})
+		step("changing the key", "shapes", "with the key", "with the key", all, reshape(keyed("2", "annotations", "labels"), ""))
+		step("another annotation", "shapes", "with the key", "with the key", want{true, false, true, false},
+			reshape(map[string]any{"metadata": map[string]any{"annotations": map[string]any{"other": "1"}}}, ""))
+		step("null annotations", "shapes", "null", "with the key", want{false, true, true, false}, reshape(map[string]any{}, "annotations-null"))
+		step("setting the annotation again", "shapes", "with the key", "with the key", want{true, true, true, false}, reshape(keyed("1", "annotations"), ""))
+		step("empty annotations", "shapes", "{}", "with the key", want{false, true, true, false}, reshape(map[string]any{}, "annotations-empty"))
+		step("setting the annotation again", "shapes", "with the key", "with the key", want{true, true, true, false}, reshape(keyed("1", "annotations"), ""))
+		step("empty labels", "shapes", "with the key", "{}", want{true, false, false, true}, reshape(map[string]any{}, "labels-empty"))
+		step("setting the label again", "shapes", "with the key", "with the key", want{true, false, true, true}, reshape(keyed("1", "labels"), ""))
+		// kcp sets the labels again after the mutating webhooks (its
+		// permission claims labeller), which drops null ones; whatever
+		// their shape, they lack the key.
+		step("null labels", "shapes", "with the key", "", want{true, false, false, true}, reshape(map[string]any{}, "labels-null"))
+		step("setting the label again", "shapes", "with the key", "with the key", want{true, false, true, true}, reshape(keyed("1", "labels"), ""))
+		step("an UPDATE without annotations and labels", "shapes", "absent", "absent", want{false, true, false, true}, func() error {
+			o := get(ctx, ws, "shapes")
+			unstructured.RemoveNestedField(o.Object, "metadata", "annotations")
+			unstructured.RemoveNestedField(o.Object, "metadata", "labels")
+			return cli.Cluster(ws).Update(ctx, o)
+		})
+		step("setting both again", "shapes", "with the key", "with the key", all, reshape(keyed("1", "annotations", "labels"), ""))
+		step("a DELETE with the key", "shapes", "no object", "no object", want{false, true, false, true}, func() error {
+			return cli.Cluster(ws).Delete(ctx, widget("default", "shapes", nil))
+		})
+		step("a DELETE without the key", "shapes-bare", "no object", "no object", neither, func() error {
+			return cli.Cluster(ws).Delete(ctx, widget("default", "shapes-bare", nil))
+		})
+
+		By("refusing the writes on which a plain `in` or has() errors, naming the expression")
+		const naive = "shapes-naive"
+		// Deleted once the configuration that refuses it is gone (cleanups
+		// run in reverse order), which takes effect a moment later.
+		DeferCleanup(func(ctx context.Context) {
+			Eventually(func() error {
+				return client.IgnoreNotFound(cli.Cluster(ws).Delete(ctx, widget("default", naive, nil)))
+			}).WithContext(ctx).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+		})
+		naiveSet := fmt.Sprintf(`has(object.metadata.annotations) && %q in object.metadata.annotations`, key)
+		installValidating(ctx, naive, hook{operations: []admissionregistrationv1.OperationType{create, update, del}, resources: []string{"widgets"}, conditions: []admissionregistrationv1.MatchCondition{
+			{Name: "this-spec", Expression: `(object == null ? oldObject : object).metadata.name in ["probe-create", "shapes-naive"]`},
+			{Name: "annotation-set", Expression: naiveSet},
+		}}, nil)
+		awaitCalled(ctx, naive, 0, func(ctx context.Context, i int) error {
+			o := widget("default", "probe-create", nil)
+			o.SetAnnotations(map[string]string{key: "1"})
+			return cli.Cluster(consumers[i]).Create(ctx, o, client.DryRunAll)
+		})
+		Expect(cli.Cluster(ws).Create(ctx, widget("default", naive, nil))).To(Succeed())
+		// The error names the expression, neither the condition nor the
+		// webhook.
+		refused := fmt.Sprintf("expression '%s' resulted in error", naiveSet)
+		_, err := patch(ctx, ws, "default", naive, map[string]any{"spec": map[string]any{"shape": "annotations-null"}})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "an UPDATE to null annotations: %v", err)
+		Expect(err.Error()).To(ContainSubstring(refused))
+		GinkgoWriter.Printf("an UPDATE to null annotations: %v\n", err)
+		err = cli.Cluster(ws).Delete(ctx, widget("default", naive, nil))
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a DELETE: %v", err)
+		Expect(err.Error()).To(ContainSubstring(refused))
+		GinkgoWriter.Printf("a DELETE: %v\n", err)
+		Expect(get(ctx, ws, naive).GetDeletionTimestamp()).To(BeNil())
+		Expect(rec.callsTo(naive, notDry(naive))).To(BeEmpty())
 	})
 })

@@ -47,6 +47,37 @@
 //     export's virtual workspace.
 //  12. A GET without resourceVersion through the virtual workspace returns
 //     the write just made (linearizable).
+//  13. A DELETE that a webhook allowed is admitted again on the new state
+//     when the object changed between its admission and the commit (the
+//     commit has the admitted state's revision as a precondition), and a
+//     denial of that second call refuses it.
+//  14. A wildcard watch with allowWatchBookmarks and timeoutSeconds through
+//     the virtual workspace, of a type nobody writes, receives a bookmark
+//     about 2 s before it ends, at a resourceVersion no older than that of
+//     a consistent LIST (limit=1) made before the watch while only other
+//     types were written. (A watch from the resourceVersion the watch cache
+//     is at gets none until the cache learns of a newer one, as a consistent
+//     LIST makes it.)
+//  15. Concurrent merge patches of different annotation keys of one object,
+//     without metadata.resourceVersion, are all stored when sent to the
+//     workspace; through the virtual workspace, which turns a patch into a
+//     GET and an UPDATE and retries a conflict only a few times, each is
+//     either stored or answered 409 Conflict, never lost. (A stale
+//     metadata.resourceVersion in the patch is a 409: see 7.)
+//  16. A dry-run merge PATCH through the virtual workspace runs the mutating
+//     webhooks of the APIExport's workspace, with dryRun in the review, and
+//     answers with the mutated object, storing nothing.
+//  17. A SelfSubjectAccessReview in the provider's workspace of patch on
+//     apiexports/content of the export is allowed exactly when a merge
+//     patch through the virtual workspace is; a user without the
+//     workspace's access verb may do neither.
+//  18. Match conditions with CEL's optional field selection,
+//     object.?metadata.?annotations[?"k"].hasValue() and
+//     object.?metadata.?annotations[?"k"] != oldObject.?metadata.?annotations[?"k"],
+//     evaluate without error whether annotations or labels are absent, {}
+//     or null, and on a CREATE (no oldObject) or DELETE (no object); a plain
+//     `in` on null annotations, or has() on a DELETE's object, errors, which
+//     refuses the write when the webhook fails closed.
 //
 // kcp may admit one UPDATE or DELETE more than once: it starts from the
 // object in its watch cache and, when that was stale, admits again on the
