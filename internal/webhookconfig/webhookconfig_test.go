@@ -805,7 +805,7 @@ func TestMutating(t *testing.T) {
 	guard := func(url string, timeout int32, user string, resources ...schema.GroupVersionResource) admissionregistrationv1.MutatingWebhook {
 		conditions := []admissionregistrationv1.MatchCondition{{Name: AdmittedConditionName, Expression: AdmittedCondition()}}
 		if user != "" {
-			conditions = append(conditions, admissionregistrationv1.MatchCondition{Name: NotWebhookUserConditionName, Expression: NotUserCondition(user)})
+			conditions = append(conditions, admissionregistrationv1.MatchCondition{Name: NotWebhookUserConditionName, Expression: NotWebhookLedgerCondition(user)})
 		}
 		var rules []admissionregistrationv1.RuleWithOperations
 		for _, r := range resources {
@@ -908,10 +908,9 @@ func TestMutating(t *testing.T) {
 	}
 }
 
-// admitted is the value of the ledger annotation of obj in CEL.
+// admitted is the ledger annotation of obj as a CEL optional.
 func admitted(obj string) string {
-	return `(has(` + obj + `.metadata.annotations) && ` + obj + `.metadata.annotations != null && "dependencies.opendefense.cloud/admitted-references" in ` + obj + `.metadata.annotations ? ` +
-		obj + `.metadata.annotations["dependencies.opendefense.cloud/admitted-references"] : '')`
+	return obj + `.?metadata.?annotations[?"dependencies.opendefense.cloud/admitted-references"]`
 }
 
 // The match conditions are compared as text, so that any change of them is
@@ -956,7 +955,12 @@ func TestConditionText(t *testing.T) {
 		{
 			name: "admitted references",
 			got:  AdmittedCondition(),
-			want: `request.operation == 'CREATE' ? ` + admitted("object") + ` != '' : ` + admitted("object") + ` != ` + admitted("oldObject"),
+			want: `request.operation == 'CREATE' ? ` + admitted("object") + `.hasValue() : ` + admitted("object") + ` != ` + admitted("oldObject"),
+		},
+		{
+			name: "not the webhook's own ledger",
+			got:  NotWebhookLedgerCondition("dependency-webhook"),
+			want: `request.userInfo.username != "dependency-webhook" || !` + admitted("object") + `.orValue('').startsWith('v1 ')`,
 		},
 		{
 			name: "not the webhook's user",
