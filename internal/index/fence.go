@@ -43,8 +43,8 @@ type fence struct {
 //
 // It returns false (and the caller reads live) while the source is not
 // synced, does not index every path of the query, the shard is not known,
-// or the reflector has not passed the fence: a broken or idle watch never
-// passes it.
+// or the reflector has not passed the fence: a broken watch never passes
+// it, an idle one only with its next bookmark (every WatchTimeout or so).
 func (ix *Index) Fenced(ctx context.Context, q Query) (bool, error) {
 	w := ix.watch(q.Source)
 	if w == nil || w.State().Phase != PhaseSynced {

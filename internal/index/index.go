@@ -19,6 +19,12 @@
 // the caller's deadline what clears by itself. See docs/architecture.md for
 // why this is sound.
 //
+// The index knows how current it is: Currency is a time before which
+// everything kcp stored of a source in a workspace is in the index, from
+// samples of each shard's resourceVersion that its reflector has passed.
+// And it remembers for a while which admission ids it has seen on the
+// dependents of a source (Admitted, WaitAdmitted).
+//
 // What the watches learn about shards also routes requests for objects of
 // a source: Serving, Shards and OnShardOf name the virtual workspace of the
 // shard that serves a workspace, and Retry retries as the index's reads do
@@ -98,6 +104,18 @@ type Options struct {
 	// names them in messages. Empty: every shard.
 	Shards    []string
 	ShardName string
+	// SampleInterval is how often the resourceVersion of each shard is
+	// sampled for each indexed source, for Currency. Default 2s.
+	SampleInterval time.Duration
+	// WatchTimeout is the shortest timeout the watches of the dependents
+	// ask for (up to half again as long): kcp sends a watch a bookmark 2 s
+	// before it times out, so that the index follows a quiet resource, and
+	// Currency advances, every WatchTimeout or so. At least 3s, or no
+	// bookmark comes; default 5s.
+	WatchTimeout time.Duration
+	// AdmissionMemory is how long the index remembers an admission id it
+	// has seen on a dependent (see Admitted). Default 10 minutes.
+	AdmissionMemory time.Duration
 }
 
 // watch is what the index needs of the watch of a source; *sources.Watch
@@ -109,6 +127,7 @@ type watch interface {
 	Shards(cluster logicalcluster.Name) ([]string, bool)
 	Serving(cluster logicalcluster.Name) (string, bool)
 	ReadThrough(cluster logicalcluster.Name, url string)
+	ShardSynced(url string) bool
 }
 
 // running is a watch and how to stop it.
@@ -146,6 +165,15 @@ func New(cfg *rest.Config, frontProxy string, opts Options) (*Index, error) {
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = 10 * time.Second
 	}
+	if opts.SampleInterval <= 0 {
+		opts.SampleInterval = DefaultSampleInterval
+	}
+	if opts.WatchTimeout <= 0 {
+		opts.WatchTimeout = DefaultWatchTimeout
+	}
+	if opts.AdmissionMemory <= 0 {
+		opts.AdmissionMemory = DefaultAdmissionMemory
+	}
 	front, err := vw.NewClusterClients(cfg, scheme.New(), scheme.RESTMapper())
 	if err != nil {
 		return nil, err
@@ -165,7 +193,8 @@ func New(cfg *rest.Config, frontProxy string, opts Options) (*Index, error) {
 	ix.cfg = sources.Config{
 		ClusterClients: front, FrontProxy: frontProxy, Clients: ix.clients,
 		PollInterval: opts.PollInterval, Identity: opts.Identity, Notify: ix.notify, Changed: ix.updated,
-		Shards: opts.Shards,
+		Shards: opts.Shards, SampleInterval: opts.SampleInterval, WatchTimeout: opts.WatchTimeout,
+		AdmissionMemory: opts.AdmissionMemory, SampleFailed: ix.metrics.sampleFailed,
 	}
 	ix.reads = live.New(ix.readScope, ix.catchUp, opts.ReadTimeout)
 	return ix, nil
@@ -214,10 +243,12 @@ func (ix *Index) Ensure(desired map[Source][]fieldpath.Reference) {
 
 // reconcileLocked starts and stops watches. Callers hold the lock.
 func (ix *Index) reconcileLocked() {
+	replaced := map[Source]*running{}
 	for src, w := range ix.watches {
 		if paths, ok := ix.desired[src]; !ok || !slices.Equal(paths, w.Paths()) {
 			w.cancel()
 			delete(ix.watches, src)
+			replaced[src] = w
 		}
 	}
 	for src, paths := range ix.desired {
@@ -226,6 +257,10 @@ func (ix *Index) reconcileLocked() {
 		}
 		ctx, cancel := context.WithCancel(ix.ctx)
 		w := sources.NewWatch(src, paths, ix.cfg)
+		if old := replaced[src]; old != nil {
+			// Its paths changed: what the old watch saw was seen.
+			w.Store().AdoptAdmissions(old.Store())
+		}
 		ix.watches[src] = &running{watch: w, cancel: cancel, done: w.Done()}
 		go w.Run(ctx)
 	}
@@ -328,18 +363,24 @@ func (ix *Index) Len() int {
 	return n
 }
 
-// SourceStatus is the state of one watched source and the number of its
-// dependents in the index.
+// SourceStatus is the state of one watched source, the number of its
+// dependents in the index and how current they are.
 type SourceStatus struct {
 	Source Source
 	State  State
 	// Indexed is the number of its dependents in the index; 0 for a source
 	// that is only inspected (no rule reads paths of it).
 	Indexed int
+	// Currency is the currency (see Index.Currency) of its least current
+	// shard, zero if that of some shard is not known; CurrencyShards is the
+	// number of shards it was taken over: none for a source that is only
+	// inspected, neither Syncing nor Synced, or read on no shard.
+	Currency       time.Time
+	CurrencyShards int
 }
 
-// Sources returns every watched source with its state and the number of its
-// indexed dependents, in no particular order.
+// Sources returns every watched source with its state, the number of its
+// indexed dependents and their currency, in no particular order.
 func (ix *Index) Sources() []SourceStatus {
 	ix.lock.Lock()
 	watches := make(map[Source]watch, len(ix.watches))
@@ -349,7 +390,8 @@ func (ix *Index) Sources() []SourceStatus {
 	ix.lock.Unlock()
 	out := make([]SourceStatus, 0, len(watches))
 	for src, w := range watches {
-		out = append(out, SourceStatus{Source: src, State: w.State(), Indexed: w.Store().Len()})
+		currency, shards := leastCurrency(w)
+		out = append(out, SourceStatus{Source: src, State: w.State(), Indexed: w.Store().Len(), Currency: currency, CurrencyShards: shards})
 	}
 	return out
 }

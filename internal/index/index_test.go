@@ -45,6 +45,8 @@ type fakeWatch struct {
 	// onShards, if set, is called (without the lock) after each call of
 	// Shards.
 	onShards func()
+	// broken are the shards whose watch is broken.
+	broken map[string]bool
 }
 
 func newFakeWatch(state State, paths ...fieldpath.Reference) *fakeWatch {
@@ -100,6 +102,25 @@ func (w *fakeWatch) ReadThrough(cluster logicalcluster.Name, url string) {
 	w.lock.Lock()
 	defer w.lock.Unlock()
 	w.readThrough[cluster] = url
+}
+
+// ShardSynced reports a shard as synced once its store has a complete
+// list, and while its watch is not broken.
+func (w *fakeWatch) ShardSynced(url string) bool {
+	w.lock.Lock()
+	broken := w.broken[url]
+	w.lock.Unlock()
+	_, _, listed := w.store.Progress(url)
+	return listed && !broken
+}
+
+func (w *fakeWatch) setBroken(url string, broken bool) {
+	w.lock.Lock()
+	defer w.lock.Unlock()
+	if w.broken == nil {
+		w.broken = map[string]bool{}
+	}
+	w.broken[url] = broken
 }
 
 func (w *fakeWatch) readThroughOf(cluster logicalcluster.Name) string {

@@ -1,14 +1,18 @@
 package index
 
 import (
+	"math"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Metrics returns the index's Prometheus metrics, a prometheus.Collector
 // that the webhook binary registers where it serves metrics: the number of
-// indexed dependents, the phase and size of every source (read at each
-// scrape), the live reads of scopes by how they were answered, and the
-// retries of reads and routed requests by cause.
+// indexed dependents, the phase, size and currency of every source (read at
+// each scrape), the live reads of scopes by how they were answered, the
+// retries of reads and routed requests by cause, and the samples of shards'
+// resourceVersions that failed.
 func (ix *Index) Metrics() prometheus.Collector {
 	return ix.metrics
 }
@@ -18,6 +22,7 @@ type metrics struct {
 	indexed prometheus.GaugeFunc
 	retries *prometheus.CounterVec
 	reads   *prometheus.CounterVec
+	samples *prometheus.CounterVec
 	sources sourceCollector
 }
 
@@ -38,6 +43,10 @@ func newMetrics(indexed func() int, sources func() []SourceStatus) *metrics {
 			Name: "dependency_webhook_live_reads_total",
 			Help: "Live reads of the dependents of a scope for DELETE decisions that the index could not take at once (shared by the decisions waiting for the same scope), by how they were answered: list (a consistent LIST of the scope), label (a consistent LIST of the dependents with a label: those labelled as referencing the object, or not labelled under the current rules; two per decision) or index (the index, once it had caught up with the scope's current resourceVersion).",
 		}, []string{"how"}),
+		samples: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dependency_webhook_index_currency_samples_failed_total",
+			Help: "Samples of a shard's current resourceVersion (a LIST of at most one object, taken every few seconds per source and shard for the index's currency) that failed, by source.",
+		}, []string{"export", "resource", "version"}),
 		sources: newSourceCollector(sources),
 	}
 }
@@ -58,7 +67,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 
 // collectors are the metrics one by one.
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.indexed, m.retries, m.reads, m.sources}
+	return []prometheus.Collector{m.indexed, m.retries, m.reads, m.samples, m.sources}
 }
 
 // retried counts a request retried within its caller's deadline (see
@@ -77,24 +86,47 @@ func (m *metrics) read(how string) {
 	}
 }
 
+// sampleFailed counts a sample of a shard's resourceVersion for src that
+// failed.
+func (m *metrics) sampleFailed(src Source) {
+	if m != nil {
+		export, resource, version := sourceLabels(src)
+		m.samples.WithLabelValues(export, resource, version).Inc()
+	}
+}
+
+// sourceLabels are the values of the labels that name a source: the
+// APIExport as <logical cluster>/<name>, the resource as
+// <resource>.<group>, and the version the rules name.
+func sourceLabels(src Source) (export, resource, version string) {
+	return src.Export.String(), src.Resource.GroupResource().String(), src.Resource.Version
+}
+
 // sourceCollector reports, at every scrape, the phase of every source of the
 // index (a state set: one series per phase, 1 for the current one) and the
-// number of its indexed dependents. A source the index no longer watches is
+// number of its indexed dependents and, for an indexed source read on some
+// shard, the age of its currency. A source the index no longer watches is
 // no longer reported.
 type sourceCollector struct {
 	sources    func() []SourceStatus
+	now        func() time.Time
 	phase      *prometheus.Desc
 	dependents *prometheus.Desc
+	currency   *prometheus.Desc
 }
 
 func newSourceCollector(sources func() []SourceStatus) sourceCollector {
 	return sourceCollector{
 		sources: sources,
+		now:     time.Now,
 		phase: prometheus.NewDesc("dependency_webhook_source_phase",
 			"Phase of each source (a dependent or protected type, read through its APIExport) in the webhook's index: 1 for the current phase, 0 for the others. Synced: watched on every shard; Syncing: being listed (misses are read live); ExportNotFound, AccessDenied, ResourceNotExported, VersionNotServed: a problem the rules naming the source report in their status.",
 			[]string{"export", "resource", "version", "phase"}, nil),
 		dependents: prometheus.NewDesc("dependency_webhook_source_indexed_dependents",
 			"Number of dependent objects of each source in the webhook's index; 0 for a type that is only protected.",
+			[]string{"export", "resource", "version"}, nil),
+		currency: prometheus.NewDesc("dependency_webhook_index_currency_age_seconds",
+			"Age of the currency of each indexed source on its least current shard: how long ago the latest moment was before which everything kcp stored of the source is in the webhook's index (a few seconds when all is well; +Inf while it is not known: not synced, a broken watch, no sample yet).",
 			[]string{"export", "resource", "version"}, nil),
 	}
 }
@@ -103,6 +135,7 @@ func newSourceCollector(sources func() []SourceStatus) sourceCollector {
 func (c sourceCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.phase
 	ch <- c.dependents
+	ch <- c.currency
 }
 
 // Collect implements prometheus.Collector.
@@ -110,10 +143,9 @@ func (c sourceCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.sources == nil {
 		return
 	}
+	now := c.now()
 	for _, s := range c.sources() {
-		// The APIExport as <logical cluster>/<name>, the resource as
-		// <resource>.<group>, and the version the rules name.
-		export, resource, version := s.Source.Export.String(), s.Source.Resource.GroupResource().String(), s.Source.Resource.Version
+		export, resource, version := sourceLabels(s.Source)
 		for _, p := range Phases {
 			v := 0.0
 			if s.State.Phase == p {
@@ -122,5 +154,12 @@ func (c sourceCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.phase, prometheus.GaugeValue, v, export, resource, version, string(p))
 		}
 		ch <- prometheus.MustNewConstMetric(c.dependents, prometheus.GaugeValue, float64(s.Indexed), export, resource, version)
+		if s.CurrencyShards > 0 {
+			age := math.Inf(1)
+			if !s.Currency.IsZero() {
+				age = now.Sub(s.Currency).Seconds()
+			}
+			ch <- prometheus.MustNewConstMetric(c.currency, prometheus.GaugeValue, age, export, resource, version)
+		}
 	}
 }

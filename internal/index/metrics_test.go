@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -57,6 +58,8 @@ func TestMetricsCollector(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.retried("unavailable")
+	m.sampleFailed(testSource)
+	m.sampleFailed(testSource)
 
 	tests := []struct {
 		collector prometheus.Collector
@@ -64,35 +67,45 @@ func TestMetricsCollector(t *testing.T) {
 	}{
 		{m.retries.WithLabelValues("unavailable"), 1},
 		{m.indexed, 42},
+		{m.samples.WithLabelValues("provider/compute.io", "virtualmachines.compute.io", "v1"), 2},
 	}
 	for _, tt := range tests {
 		if got := testutil.ToFloat64(tt.collector); got != tt.want {
 			t.Errorf("%v = %v, want %v", tt.collector, got, tt.want)
 		}
 	}
-	if n, err := testutil.GatherAndCount(reg); err != nil || n != 2 {
-		t.Errorf("gathered %d series (%v), want 2: one each", n, err)
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 3 {
+		t.Errorf("gathered %d series (%v), want 3: one each", n, err)
 	}
 	var none *metrics
 	none.retried("timeout") // records nothing, and does not panic
 	none.read(ReadListed)
+	none.sampleFailed(testSource)
 }
 
 // The state of every source of the index is reported at each scrape: its
 // phase as a state set, and the number of its indexed dependents; a source
 // the index drops is no longer reported.
 func TestSourceMetrics(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	vms := SourceStatus{
-		Source:  Source{Export: kcp.ObjectKey{Cluster: "2x7c", Name: "compute.io"}, Resource: schema.GroupVersionResource{Group: "compute.io", Version: "v1", Resource: "virtualmachines"}},
-		State:   State{Phase: PhaseSynced},
-		Indexed: 1200,
+		Source:   Source{Export: kcp.ObjectKey{Cluster: "2x7c", Name: "compute.io"}, Resource: schema.GroupVersionResource{Group: "compute.io", Version: "v1", Resource: "virtualmachines"}},
+		State:    State{Phase: PhaseSynced},
+		Indexed:  1200,
+		Currency: now.Add(-3500 * time.Millisecond), CurrencyShards: 2,
 	}
 	vpcs := SourceStatus{
 		Source: Source{Export: kcp.ObjectKey{Cluster: "9q1z", Name: "network.io"}, Resource: schema.GroupVersionResource{Group: "network.io", Version: "v1", Resource: "vpcs"}},
 		State:  State{Phase: PhaseAccessDenied},
 	}
-	sources := []SourceStatus{vms, vpcs}
+	disks := SourceStatus{
+		Source:         Source{Export: kcp.ObjectKey{Cluster: "2x7c", Name: "compute.io"}, Resource: schema.GroupVersionResource{Group: "compute.io", Version: "v1", Resource: "disks"}},
+		State:          State{Phase: PhaseSyncing},
+		CurrencyShards: 1,
+	}
+	sources := []SourceStatus{vms, vpcs, disks}
 	m := newMetrics(func() int { return 1200 }, func() []SourceStatus { return sources })
+	m.sources.now = func() time.Time { return now }
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(m); err != nil {
 		t.Fatal(err)
@@ -100,12 +113,25 @@ func TestSourceMetrics(t *testing.T) {
 	const want = `
 # HELP dependency_webhook_source_indexed_dependents Number of dependent objects of each source in the webhook's index; 0 for a type that is only protected.
 # TYPE dependency_webhook_source_indexed_dependents gauge
+dependency_webhook_source_indexed_dependents{export="2x7c/compute.io",resource="disks.compute.io",version="v1"} 0
 dependency_webhook_source_indexed_dependents{export="2x7c/compute.io",resource="virtualmachines.compute.io",version="v1"} 1200
 dependency_webhook_source_indexed_dependents{export="9q1z/network.io",resource="vpcs.network.io",version="v1"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "dependency_webhook_source_indexed_dependents"); err != nil {
 		t.Error(err)
 	}
+	// The age of the currency of the indexed sources: +Inf where it is not
+	// known, nothing for a source without effect.
+	const wantAge = `
+# HELP dependency_webhook_index_currency_age_seconds Age of the currency of each indexed source on its least current shard: how long ago the latest moment was before which everything kcp stored of the source is in the webhook's index (a few seconds when all is well; +Inf while it is not known: not synced, a broken watch, no sample yet).
+# TYPE dependency_webhook_index_currency_age_seconds gauge
+dependency_webhook_index_currency_age_seconds{export="2x7c/compute.io",resource="disks.compute.io",version="v1"} +Inf
+dependency_webhook_index_currency_age_seconds{export="2x7c/compute.io",resource="virtualmachines.compute.io",version="v1"} 3.5
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(wantAge), "dependency_webhook_index_currency_age_seconds"); err != nil {
+		t.Error(err)
+	}
+	sources = sources[:2]
 	phases := func() map[string]float64 {
 		t.Helper()
 		families, err := reg.Gather()

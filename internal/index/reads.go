@@ -150,9 +150,10 @@ const (
 //
 // It declines (nil, and the scope is listed) unless the source is synced
 // and indexes every path asked for, the shard is known, and its reflector
-// is busy: a reflector only passes the probe's version with an event of its
-// resource after it (kcp sends bookmarks once a minute), so an idle one
-// would only make the read wait. It is an optimisation of the read, never a
+// is busy (it stored an event within catchUpBusy): a reflector passes the
+// probe's version soon only with an event of its resource after it (a
+// bookmark comes every WatchTimeout or so), so an idle one would only make
+// the read wait. It is an optimisation of the read, never a
 // different answer.
 func (ix *Index) catchUp(ctx context.Context, scope live.Scope, paths []fieldpath.Reference) (live.Answer, error) {
 	w := ix.watch(scope.Source)

@@ -43,6 +43,10 @@ type Meta struct {
 	// DeletionRecord is the value of the deletion-request annotation: the
 	// signed record of a deferred deletion.
 	DeletionRecord string
+	// Admission is the value of the admission label: the id of the
+	// admission that last added references to the object (see
+	// depv1alpha1.LabelAdmission).
+	Admission string
 }
 
 // metaFields are the fields ReadMeta reads, and how each is kept.
@@ -61,6 +65,7 @@ var metaFields = []struct {
 	{[]string{"metadata", "annotations", depv1alpha1.AnnotationSkipProtection}, func(m *Meta, v string) { m.SkipProtection = v == "true" }},
 	{[]string{"metadata", "labels", depv1alpha1.LabelDeletionRequested}, func(m *Meta, _ string) { m.DeletionRequested = true }},
 	{[]string{"metadata", "annotations", depv1alpha1.AnnotationDeletionRequest}, func(m *Meta, v string) { m.DeletionRecord = v }},
+	{[]string{"metadata", "labels", depv1alpha1.LabelAdmission}, func(m *Meta, v string) { m.Admission = v }},
 }
 
 // metaPaths are the paths of metaFields, as jsonparser takes them.

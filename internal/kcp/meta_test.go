@@ -80,6 +80,16 @@ func TestReadMeta(t *testing.T) {
 			want: Meta{Name: "vpc-1"},
 		},
 		{
+			name: "the admission label",
+			raw:  `{"metadata":{"name":"vm-1","labels":{"dependencies.opendefense.cloud/admission":"0123456789abcdef"}}}`,
+			want: Meta{Name: "vm-1", Admission: "0123456789abcdef"},
+		},
+		{
+			name: "the admission label's key as an annotation means nothing",
+			raw:  `{"metadata":{"name":"vm-1","annotations":{"dependencies.opendefense.cloud/admission":"0123456789abcdef"}}}`,
+			want: Meta{Name: "vm-1"},
+		},
+		{
 			name: "a bookmark carries only a resourceVersion",
 			raw:  `{"kind":"VirtualMachine","metadata":{"resourceVersion":"77"}}`,
 			want: Meta{ResourceVersion: "77"},
@@ -90,6 +100,7 @@ func TestReadMeta(t *testing.T) {
 		{name: "a deletionTimestamp that is a number", raw: `{"metadata":{"deletionTimestamp":0}}`, err: "not a string"},
 		{name: "a cluster annotation that is a boolean", raw: `{"metadata":{"annotations":{"kcp.io/cluster":true}}}`, err: "not a string"},
 		{name: "skip-protection as a boolean", raw: `{"metadata":{"annotations":{"dependencies.opendefense.cloud/skip-protection":true}}}`, err: "not a string"},
+		{name: "an admission label that is a number", raw: `{"metadata":{"labels":{"dependencies.opendefense.cloud/admission":7}}}`, err: "not a string"},
 		{name: "a malformed escape", raw: `{"metadata":{"name":"a\q"}}`, err: "name"},
 	}
 	for _, tt := range tests {

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,11 +31,31 @@ import (
 // object (see store.Decode). Errors are reported to onError before they are
 // returned, and onWatching is called whenever a watch has started.
 type listWatch struct {
-	client     *vw.Client
-	gvr        schema.GroupVersionResource
-	paths      []fieldpath.Reference
+	client *vw.Client
+	gvr    schema.GroupVersionResource
+	paths  []fieldpath.Reference
+	// timeout, if set, replaces the timeout the reflector asks a watch for
+	// (see timeoutSeconds).
+	timeout    time.Duration
 	onError    func(error)
 	onWatching func()
+}
+
+// timeoutSeconds returns the timeout of a watch, in seconds: the
+// reflector's, or, if lw.timeout is set, a random one between it and half
+// again as long (at least 1 s), so that the watches of many sources do not
+// end together. kube's watch cache sends a watch that asked for bookmarks
+// one 2 s before its timeout (and otherwise every minute), and the
+// reflector then watches again from where it was: with a short timeout the
+// store's progress follows the shard's resourceVersion every few seconds,
+// however quiet the resource. client-go's own option for it
+// (ReflectorOptions.MinWatchTimeout) honours no value below 5 minutes.
+func (lw *listWatch) timeoutSeconds(reflector *int64) *int64 {
+	if lw.timeout <= 0 {
+		return reflector
+	}
+	secs := max(int64(lw.timeout.Seconds()*(1+rand.Float64()/2)), 1)
+	return &secs
 }
 
 // ListWithContext implements cache.ListerWithContext.
@@ -73,8 +95,8 @@ func (lw *listWatch) WatchWithContext(ctx context.Context, options metav1.ListOp
 	if options.AllowWatchBookmarks {
 		params.Set("allowWatchBookmarks", "true")
 	}
-	if options.TimeoutSeconds != nil {
-		params.Set("timeoutSeconds", strconv.FormatInt(*options.TimeoutSeconds, 10))
+	if timeout := lw.timeoutSeconds(options.TimeoutSeconds); timeout != nil {
+		params.Set("timeoutSeconds", strconv.FormatInt(*timeout, 10))
 	}
 	body, err := lw.client.Get(ctx, vw.ResourcePath(logicalcluster.Wildcard, lw.gvr, ""), params)
 	if err != nil {

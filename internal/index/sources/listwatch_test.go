@@ -33,7 +33,7 @@ func TestEventDecoder(t *testing.T) {
 	paths := []fieldpath.Reference{fieldpathtest.MustParse(".spec.vpc")}
 	stream := `{"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"5","annotations":{"kcp.io/cluster":"c1"}},"spec":{"vpc":"v"}}}
 {"type":"MODIFIED","object":{"metadata":{"name":"a","resourceVersion":"6","deletionTimestamp":"2026-01-01T00:00:00Z","annotations":{"kcp.io/cluster":"c1"}},"spec":{"vpc":"w"}}}
-{"type":"DELETED","object":{"metadata":{"name":"a","resourceVersion":"7","annotations":{"kcp.io/cluster":"c1"}}}}
+{"type":"DELETED","object":{"metadata":{"name":"a","resourceVersion":"7","labels":{"dependencies.opendefense.cloud/admission":"0123456789abcdef"},"annotations":{"kcp.io/cluster":"c1"}}}}
 {"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"9"}}}
 {"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Expired","code":410,"message":"too old"}}
 `
@@ -50,7 +50,7 @@ func TestEventDecoder(t *testing.T) {
 		t.Errorf("modified: %v %+v %v", typ, obj, err)
 	}
 	typ, obj, err = d.Decode()
-	if o, ok := obj.(*store.Object); err != nil || typ != watch.Deleted || !ok || o.Name != "a" || o.Cluster != "c1" {
+	if o, ok := obj.(*store.Object); err != nil || typ != watch.Deleted || !ok || o.Name != "a" || o.Cluster != "c1" || o.Admission != "0123456789abcdef" {
 		t.Errorf("deleted: %v %+v %v", typ, obj, err)
 	}
 	typ, obj, err = d.Decode()

@@ -46,6 +46,22 @@ type Config struct {
 	// of an APIExportEndpointSlice is read only if its URL starts with one
 	// of them. Empty: every shard.
 	Shards []string
+	// SampleInterval is how often the resourceVersion of each shard is
+	// sampled, for the store's currency (see store.Currency). Zero: never,
+	// and the currency is never known.
+	SampleInterval time.Duration
+	// WatchTimeout is the shortest timeout a watch asks for (see
+	// listWatch.timeout): kcp sends a bookmark 2 s before a watch times
+	// out, so the store's progress follows the shard every WatchTimeout or
+	// so even when nothing of its resource changes. Zero: client-go's, 5
+	// to 10 minutes.
+	WatchTimeout time.Duration
+	// AdmissionMemory is how long the store remembers the admission ids it
+	// has seen (see store.SetAdmissionMemory).
+	AdmissionMemory time.Duration
+	// SampleFailed, if set, is called after a sample of a shard's
+	// resourceVersion failed.
+	SampleFailed func(Source)
 }
 
 // onShards keeps the endpoint URLs that are on one of shards (all if there
@@ -108,8 +124,10 @@ type Watch struct {
 // NewWatch returns a watch of src that reads the strings at paths of each
 // object. Run starts it.
 func NewWatch(src Source, paths []fieldpath.Reference, cfg Config) *Watch {
+	st := store.New(cfg.Changed)
+	st.SetAdmissionMemory(cfg.AdmissionMemory)
 	return &Watch{
-		src: src, paths: paths, cfg: cfg, store: store.New(cfg.Changed), done: make(chan struct{}),
+		src: src, paths: paths, cfg: cfg, store: st, done: make(chan struct{}),
 		state:  State{Phase: PhaseSyncing, Message: fmt.Sprintf("Reading the APIExport %q", src.Export.Name)},
 		shards: map[string]*shardWatch{}, readThrough: map[logicalcluster.Name]string{},
 	}
@@ -416,7 +434,7 @@ func (w *Watch) ensureShards(ctx context.Context, urls []string, run bool) {
 		sctx, cancel := context.WithCancel(ctx)
 		s := &shardWatch{url: u, cancel: cancel}
 		w.shards[u] = s
-		lw := &listWatch{client: r, gvr: w.src.Resource, paths: w.paths, onError: func(err error) {
+		lw := &listWatch{client: r, gvr: w.src.Resource, paths: w.paths, timeout: w.cfg.WatchTimeout, onError: func(err error) {
 			s.setError(err)
 			w.refreshState()
 			if apierrors.IsForbidden(err) {
@@ -432,9 +450,29 @@ func (w *Watch) ensureShards(ctx context.Context, urls []string, run bool) {
 		}), cache.ReflectorOptions{
 			Name:            "dependents " + w.src.String() + " on " + u,
 			TypeDescription: w.src.Resource.String(),
+			// MinWatchTimeout is not set: client-go honours no value
+			// below 5 minutes; listWatch asks for Config.WatchTimeout
+			// itself.
 		})
 		go reflector.RunWithContext(sctx)
+		if w.cfg.SampleInterval > 0 {
+			go w.sample(sctx, r, u)
+		}
 	}
+}
+
+// ShardSynced reports whether the reflector of the shard at url runs and
+// its store holds every change of the shard's objects up to its progress:
+// it has listed, and its watch has not broken since (see shardWatch).
+func (w *Watch) ShardSynced(url string) bool {
+	w.lock.Lock()
+	s := w.shards[url]
+	w.lock.Unlock()
+	if s == nil {
+		return false
+	}
+	synced, _, _ := s.status()
+	return synced
 }
 
 // refreshState recomputes the state from the shard reflectors.

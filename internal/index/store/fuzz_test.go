@@ -20,6 +20,7 @@ func FuzzDecodeObject(f *testing.F) {
 	f.Add(`{"metadata":{"annotations":null},"spec":{"x":["a",null,"b"]}}`, ".spec.x[*]")
 	f.Add(`{"metadata":{"generateName":"vm-","annotations":{"dependencies.opendefense.cloud/skip-protection":"true"}}}`, ".metadata.generateName")
 	f.Add(`{"spec":{"x":7}}`, ".spec.x")
+	f.Add(`{"metadata":{"name":"vm-3","labels":{"dependencies.opendefense.cloud/admission":"0123456789abcdef"}}}`, ".metadata.labels")
 	f.Fuzz(func(t *testing.T, data, path string) {
 		p, err := fieldpath.Parse(path)
 		if err != nil {
@@ -37,8 +38,8 @@ func FuzzDecodeObject(f *testing.F) {
 			t.Fatalf("Decode succeeded where kcp.ReadMeta fails: %v", merr)
 		}
 		if o.Name != m.Name || o.Namespace != m.Namespace || o.UID != m.UID || o.ResourceVersion != m.ResourceVersion ||
-			o.Cluster != m.Cluster || (o.DeletionTimestamp != nil) != m.Terminating {
-			t.Errorf("Decode read %+v (cluster %q), kcp.ReadMeta %+v", o.ObjectMeta, o.Cluster, m)
+			o.Cluster != m.Cluster || (o.DeletionTimestamp != nil) != m.Terminating || o.Admission != m.Admission {
+			t.Errorf("Decode read %+v (cluster %q, admission %q), kcp.ReadMeta %+v", o.ObjectMeta, o.Cluster, o.Admission, m)
 		}
 		want, err := p.ResolveJSON([]byte(data))
 		if err != nil {

@@ -22,6 +22,10 @@ type Object struct {
 	// annotation); kept apart from ObjectMeta so that no annotations map is
 	// allocated per object.
 	Cluster logicalcluster.Name
+	// Admission is the value of its admission label (see
+	// depv1alpha1.LabelAdmission), also kept apart from ObjectMeta: the id
+	// of the admission that last added references to it.
+	Admission string
 	// Values holds, for each reference of the source, the references found
 	// there.
 	Values [][]fieldpath.Value
@@ -32,7 +36,7 @@ func (o *Object) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKi
 
 // DeepCopyObject implements runtime.Object.
 func (o *Object) DeepCopyObject() runtime.Object {
-	c := &Object{ObjectMeta: *o.DeepCopy(), Cluster: o.Cluster}
+	c := &Object{ObjectMeta: *o.DeepCopy(), Cluster: o.Cluster, Admission: o.Admission}
 	for _, v := range o.Values {
 		c.Values = append(c.Values, append([]fieldpath.Value(nil), v...))
 	}
@@ -57,8 +61,9 @@ func (l *ObjectList) DeepCopyObject() runtime.Object {
 	return c
 }
 
-// Decode reads an object from the JSON of a dependent: its metadata (see
-// kcp.ReadMeta) and the references it holds at each of paths.
+// Decode reads an object from the JSON of a dependent: its metadata and
+// admission label (see kcp.ReadMeta, which reads them in one pass) and the
+// references it holds at each of paths.
 func Decode(raw []byte, paths []fieldpath.Reference) (*Object, error) {
 	m, err := kcp.ReadMeta(raw)
 	if err != nil {
@@ -67,6 +72,7 @@ func Decode(raw []byte, paths []fieldpath.Reference) (*Object, error) {
 	o := &Object{
 		ObjectMeta: metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion},
 		Cluster:    m.Cluster,
+		Admission:  m.Admission,
 	}
 	if m.Terminating {
 		// The time itself does not matter, only that there is one.

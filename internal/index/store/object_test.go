@@ -13,7 +13,7 @@ import (
 func TestDecode(t *testing.T) {
 	paths := []fieldpath.Reference{vpcRef, nics}
 	raw := `{"apiVersion":"compute.io/v1","kind":"VirtualMachine","metadata":{"name":"vm-1","namespace":"default","uid":"u-1",
-		"resourceVersion":"42","deletionTimestamp":"2026-01-01T00:00:00Z","labels":{"a":"b"},
+		"resourceVersion":"42","deletionTimestamp":"2026-01-01T00:00:00Z","labels":{"a":"b","dependencies.opendefense.cloud/admission":"00000000000000ff"},
 		"annotations":{"kcp.io/cluster":"c1","other":"x","dependencies.opendefense.cloud/skip-protection":"true"},"managedFields":[{"manager":"m"}]},
 		"spec":{"vpcRef":{"name":"vpc-a"},"nics":[{"vpc":"vpc-b"},{"vpc":"vpc-c"},{"subnet":"s"}],"big":"` + strings.Repeat("x", 1000) + `"}}`
 	o, err := Decode([]byte(raw), paths)
@@ -25,8 +25,9 @@ func TestDecode(t *testing.T) {
 			Name: "vm-1", Namespace: "default", UID: "u-1", ResourceVersion: "42",
 			DeletionTimestamp: &metav1.Time{},
 		},
-		Cluster: "c1",
-		Values:  [][]fieldpath.Value{{{Name: "vpc-a"}}, {{Name: "vpc-b"}, {Name: "vpc-c"}}},
+		Cluster:   "c1",
+		Admission: "00000000000000ff",
+		Values:    [][]fieldpath.Value{{{Name: "vpc-a"}}, {{Name: "vpc-b"}, {Name: "vpc-c"}}},
 	}
 	if !reflect.DeepEqual(o, want) {
 		t.Errorf("Decode() =\n  %+v\nwant only the metadata the index needs and the values at the paths:\n  %+v", o, want)
@@ -59,7 +60,7 @@ func TestDecode(t *testing.T) {
 
 // A deep copy shares nothing with the original.
 func TestObjectDeepCopy(t *testing.T) {
-	o, err := Decode([]byte(`{"metadata":{"name":"vm-1","resourceVersion":"3","deletionTimestamp":"2026-01-01T00:00:00Z","annotations":{"kcp.io/cluster":"c1"}},
+	o, err := Decode([]byte(`{"metadata":{"name":"vm-1","resourceVersion":"3","deletionTimestamp":"2026-01-01T00:00:00Z","annotations":{"kcp.io/cluster":"c1"},"labels":{"dependencies.opendefense.cloud/admission":"0123456789abcdef"}},
 		"spec":{"vpcRef":{"name":"vpc-a"},"nics":[{"vpc":"vpc-b"}]}}`), []fieldpath.Reference{vpcRef, nics})
 	if err != nil {
 		t.Fatal(err)

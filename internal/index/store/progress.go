@@ -8,7 +8,9 @@ import (
 
 // progress is how far the reflector of one shard has stored what it read:
 // everything up to rv (a revision of the shard's etcd, which kcp uses as
-// the resourceVersion of every object on the shard), last advanced at at.
+// the resourceVersion of every object on the shard). at is when it last
+// stored a complete list or an event: a bookmark moves rv, not at, so that
+// at tells a busy watch from a quiet one.
 type progress struct {
 	rv uint64
 	at time.Time
@@ -20,10 +22,11 @@ type progress struct {
 // setProgress records that the reflector of shard has stored everything up
 // to resourceVersion: the version of a complete list (exact, which may be
 // lower than before after a relist from an older version) or of an event or
-// a bookmark (which only moves it forward). A version that is not a number
-// stops the index from answering in place of a live read until the next one
-// that is.
-func (s *Store) setProgress(shard, resourceVersion string, list bool) {
+// a bookmark (which only moves it forward); stored is set for a list or an
+// event, not for a bookmark. A version that is not a number stops the index
+// from answering in place of a live read, and its currency from being
+// known, until the next one that is.
+func (s *Store) setProgress(shard, resourceVersion string, list, stored bool) {
 	rv, err := strconv.ParseUint(resourceVersion, 10, 64)
 	s.plock.Lock()
 	defer s.plock.Unlock()
@@ -38,12 +41,32 @@ func (s *Store) setProgress(shard, resourceVersion string, list bool) {
 	case !list && rv < p.rv:
 		return
 	}
-	p.rv, p.at = rv, s.now()
+	p.rv = rv
+	if stored {
+		p.at = s.now()
+	}
 	close(p.advanced)
 	p.advanced = make(chan struct{})
 }
 
-// dropProgress forgets the progress of a shard whose reflector stopped.
+// lowerProgress lowers the progress of shard to resourceVersion if it is
+// lower (or not a number), before a complete list at that version replaces
+// the shard's objects: the progress never claims more than the store
+// holds, even while a relist takes the store back to an older version.
+func (s *Store) lowerProgress(shard, resourceVersion string) {
+	rv, err := strconv.ParseUint(resourceVersion, 10, 64)
+	if err != nil {
+		rv = 0
+	}
+	s.plock.Lock()
+	defer s.plock.Unlock()
+	if p := s.progress[shard]; p != nil && rv < p.rv {
+		p.rv = rv
+	}
+}
+
+// dropProgress forgets the progress and the samples of a shard whose
+// reflector stopped.
 func (s *Store) dropProgress(shard string) {
 	s.plock.Lock()
 	defer s.plock.Unlock()
@@ -51,11 +74,13 @@ func (s *Store) dropProgress(shard string) {
 		close(p.advanced)
 		delete(s.progress, shard)
 	}
+	delete(s.samples, shard)
 }
 
 // Progress returns the resourceVersion up to which the reflector of shard
-// has stored everything it read, and when it last stored something; ok is
-// false while it has stored no complete list.
+// has stored everything it read, and when it last stored a list or an
+// event (bookmarks aside); ok is false while it has stored no complete
+// list.
 func (s *Store) Progress(shard string) (rv uint64, at time.Time, ok bool) {
 	s.plock.Lock()
 	defer s.plock.Unlock()

@@ -4,12 +4,19 @@
 // with a reverse index from those strings to the dependents that hold them.
 // Lookups cost as much as the dependents they return, not as many as there
 // are. The store is fed by one reflector per shard (see ForShard).
+//
+// It also knows how current it is: how far each shard's reflector has
+// stored what it read (Progress), and, from samples of each shard's
+// resourceVersion, until when everything stored on the shard is in it
+// (Currency). And it remembers for a while the admission ids it has seen
+// on dependents (Admitted).
 package store
 
 import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unique"
 
@@ -124,17 +131,22 @@ type Store struct {
 	// changed, if not nil, is called after every change, without the lock.
 	changed func()
 
-	// plock guards progress, by shard URL.
+	// plock guards progress and samples, by shard URL.
 	plock    sync.Mutex
 	progress map[string]*progress
+	samples  map[string]*samples
 	now      func() time.Time
+
+	// admissions are the admission ids seen on dependents.
+	admissions admissions
 }
 
 // New returns an empty store that calls changed (if not nil) after every
 // change of its contents.
 func New(changed func()) *Store {
 	return &Store{objects: map[string]map[objKey]*entry{}, refs: map[refKey][]*entry{}, shardOf: map[logicalcluster.Name]string{},
-		count: map[logicalcluster.Name]int{}, changed: changed, progress: map[string]*progress{}, now: time.Now}
+		count: map[logicalcluster.Name]int{}, changed: changed, progress: map[string]*progress{}, samples: map[string]*samples{}, now: time.Now,
+		admissions: admissions{memory: DefaultAdmissionMemory, first: map[uint64]int64{}}}
 }
 
 // notify calls the changed hook.
@@ -367,6 +379,10 @@ type shardStore struct {
 	store  *Store
 	shard  string
 	synced func()
+	// stored is set by Add, Update and Delete, and cleared by the
+	// UpdateResourceVersion that follows them: the reflector calls
+	// UpdateResourceVersion alone only for a bookmark.
+	stored atomic.Bool
 }
 
 var (
@@ -391,6 +407,8 @@ func (s *shardStore) Add(obj any) error {
 	s.store.lock.Lock()
 	s.store.put(s.shard, toEntry(o))
 	s.store.lock.Unlock()
+	s.stored.Store(true)
+	s.store.admitted(o.Admission)
 	s.store.notify()
 	return nil
 }
@@ -409,6 +427,8 @@ func (s *shardStore) Delete(obj any) error {
 	s.store.lock.Lock()
 	s.store.remove(s.shard, objKey{scope: scopeOf(o), name: o.Name})
 	s.store.lock.Unlock()
+	s.stored.Store(true)
+	s.store.admitted(o.Admission)
 	s.store.notify()
 	return nil
 }
@@ -417,29 +437,36 @@ func (s *shardStore) Delete(obj any) error {
 // resourceVersion.
 func (s *shardStore) Replace(list []any, resourceVersion string) error {
 	entries := make([]*entry, 0, len(list))
+	var ids []string
 	for _, obj := range list {
 		o, err := asObject(obj)
 		if err != nil {
 			return err
 		}
 		entries = append(entries, toEntry(o))
+		if o.Admission != "" {
+			ids = append(ids, o.Admission)
+		}
 	}
+	s.store.lowerProgress(s.shard, resourceVersion)
 	s.store.lock.Lock()
 	s.store.dropShard(s.shard)
 	for _, e := range entries {
 		s.store.put(s.shard, e)
 	}
 	s.store.lock.Unlock()
-	s.store.setProgress(s.shard, resourceVersion, true)
+	s.store.setProgress(s.shard, resourceVersion, true, true)
+	s.store.admitted(ids...)
 	s.synced()
 	s.store.notify()
 	return nil
 }
 
 // UpdateResourceVersion implements cache.ResourceVersionUpdater: the
-// reflector calls it after each event and bookmark it stored.
+// reflector calls it after each event it stored (with Add, Update or
+// Delete just before) and each bookmark (alone).
 func (s *shardStore) UpdateResourceVersion(resourceVersion string) {
-	s.store.setProgress(s.shard, resourceVersion, false)
+	s.store.setProgress(s.shard, resourceVersion, false, s.stored.Swap(false))
 }
 
 // Resync implements cache.ReflectorStore.
