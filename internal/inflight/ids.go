@@ -9,17 +9,18 @@ import (
 	"time"
 )
 
-// An admission id is 32 hex digits: the time the webhook made it (48 bits
-// of Unix milliseconds), 32 random bits, and 48 bits of an HMAC-SHA256 of
-// both and of the identity of the dependent it was made for, under a key
-// of the webhook. The webhook can therefore tell an id it made moments ago
+// An admission id is 16 hex digits: the time the webhook made it (16 bits
+// of Unix seconds, which wrap every 18 hours), 16 random bits, and 32 bits
+// of an HMAC-SHA256 of both and of the identity of the dependent it was
+// made for, under a key of the webhook; two dependents get the same id
+// only if all three agree. The webhook can therefore tell an id it made moments ago
 // for the same dependent (kcp calls a mutating webhook again within the
 // same request when a later webhook changed the object) from one a user
 // copied from another object, or an old one carried by exported YAML.
 const (
-	idTimeBytes   = 6
-	idRandomBytes = 4
-	idMACBytes    = 6
+	idTimeBytes   = 2
+	idRandomBytes = 2
+	idMACBytes    = 4
 	idBytes       = idTimeBytes + idRandomBytes + idMACBytes
 	// IDLength is the length of an admission id.
 	IDLength = 2 * idBytes
@@ -50,16 +51,15 @@ func NewIDs(key func() []byte) *IDs {
 // New returns a new admission id for the dependent named by identity.
 func (s *IDs) New(identity string, now time.Time) string {
 	var b [idBytes]byte
-	var t [8]byte
-	binary.BigEndian.PutUint64(t[:], uint64(now.UnixMilli()))
-	copy(b[:idTimeBytes], t[8-idTimeBytes:])
+	binary.BigEndian.PutUint16(b[:idTimeBytes], uint16(now.Unix()))
 	_, _ = rand.Read(b[idTimeBytes : idTimeBytes+idRandomBytes])
 	copy(b[idTimeBytes+idRandomBytes:], s.mac(b[:idTimeBytes+idRandomBytes], identity))
 	return hex.EncodeToString(b[:])
 }
 
 // Recent reports whether id is one that New made for identity no longer
-// than within before now (and not after it).
+// than within before now (and not more than a second after it); within is
+// at most a few hours, the times in ids wrap.
 func (s *IDs) Recent(id, identity string, now time.Time, within time.Duration) bool {
 	if !ValidID(id) {
 		return false
@@ -68,11 +68,8 @@ func (s *IDs) Recent(id, identity string, now time.Time, within time.Duration) b
 	if !hmac.Equal(b[idTimeBytes+idRandomBytes:], s.mac(b[:idTimeBytes+idRandomBytes], identity)) {
 		return false
 	}
-	var t [8]byte
-	copy(t[8-idTimeBytes:], b[:idTimeBytes])
-	made := time.UnixMilli(int64(binary.BigEndian.Uint64(t[:])))
-	age := now.Sub(made)
-	return age >= -time.Second && age <= within
+	age := time.Duration(uint16(now.Unix())-binary.BigEndian.Uint16(b[:idTimeBytes])) * time.Second
+	return age <= within || age >= (1<<16-1)*time.Second
 }
 
 func (s *IDs) mac(data []byte, identity string) []byte {
