@@ -7,6 +7,7 @@ import (
 
 	"github.com/kcp-dev/logicalcluster/v3"
 
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/vw"
 )
 
@@ -34,6 +35,22 @@ func (ix *Index) Serving(src Source, cluster logicalcluster.Name) (*vw.Client, b
 		return nil, false, err
 	}
 	return c, true, nil
+}
+
+// Dependent returns the URL of the virtual workspace of src on the shard
+// known to serve cluster, and one dependent of src that the index holds on
+// that shard (of any workspace), if it knows the shard and holds one.
+func (ix *Index) Dependent(src Source, cluster logicalcluster.Name) (string, kcp.Meta, bool) {
+	w := ix.watch(src)
+	if w == nil {
+		return "", kcp.Meta{}, false
+	}
+	u, ok := w.Serving(cluster)
+	if !ok {
+		return "", kcp.Meta{}, false
+	}
+	m, ok := w.Store().Any(u)
+	return u, m, ok
 }
 
 // Shards returns the clients of the virtual workspace of src on every shard

@@ -357,6 +357,20 @@ func (s *Store) Shard(cluster logicalcluster.Name) (string, bool) {
 	return shard, ok
 }
 
+// Any returns one dependent of shard that is not being deleted, if it has
+// any: an object to probe the shard's admission with (see package
+// tracking).
+func (s *Store) Any(shard string) (kcp.Meta, bool) {
+	s.lock.RLock()
+	defer s.lock.RUnlock()
+	for _, e := range s.objects[shard] {
+		if !e.terminating {
+			return e.dependent(), true
+		}
+	}
+	return kcp.Meta{}, false
+}
+
 // Len returns the number of dependents on all shards.
 func (s *Store) Len() int {
 	s.lock.RLock()

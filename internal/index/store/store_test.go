@@ -412,3 +412,21 @@ func TestStoreReferencingAcrossNamespaces(t *testing.T) {
 		})
 	}
 }
+
+func TestAny(t *testing.T) {
+	s := New(nil)
+	if _, ok := s.Any("shard-1"); ok {
+		t.Fatal("an empty store has one")
+	}
+	st := s.ForShard("shard-1", nil)
+	if err := st.Replace([]any{dependent(t, nil, "c1", "default/vm-1", `{}`, true), dependent(t, nil, "c1", "default/vm-2", `{}`, false)}, "5"); err != nil {
+		t.Fatal(err)
+	}
+	got, ok := s.Any("shard-1")
+	if !ok || got.Name != "vm-2" {
+		t.Errorf("Any = %+v, %v; want vm-2, the one not being deleted", got, ok)
+	}
+	if _, ok := s.Any("shard-2"); ok {
+		t.Error("another shard has one")
+	}
+}
