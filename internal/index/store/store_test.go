@@ -418,7 +418,7 @@ func TestAny(t *testing.T) {
 	if _, ok := s.Any("shard-1"); ok {
 		t.Fatal("an empty store has one")
 	}
-	st := s.ForShard("shard-1", nil)
+	st := s.ForShard("shard-1", func() {})
 	if err := st.Replace([]any{dependent(t, nil, "c1", "default/vm-1", `{}`, true), dependent(t, nil, "c1", "default/vm-2", `{}`, false)}, "5"); err != nil {
 		t.Fatal(err)
 	}
