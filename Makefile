@@ -159,7 +159,7 @@ test-e2e: build kcp ginkgo helm previous ## Run the e2e suite: both binaries as 
 # package's testdata/fuzz/<Target>/ by go test; commit them, and they run as
 # regression cases in `make test` from then on.
 FUZZ_TARGETS ?= ./internal/fieldpath/:FuzzParse ./internal/fieldpath/:FuzzResolveJSON \
-	./internal/vw/:FuzzStreamList ./internal/index/store/:FuzzDecodeObject ./internal/webhook/:FuzzAdmissionHandler \
+	./internal/vw/:FuzzStreamList ./internal/index/store/:FuzzDecodeObject ./internal/webhook/deletion/:FuzzAdmissionHandler \
 	./internal/records/:FuzzVerify ./internal/inflight/:FuzzParse
 FUZZTIME ?= 30s
 
@@ -181,7 +181,7 @@ soak: build kcp ## Soak on a real kcp: two tenants churn for SOAK_MINUTES (defau
 
 .PHONY: bench
 bench: ## Run the Go benchmarks of the DELETE hot path (field paths, list decoding, index, validator).
-	go test -run='^$$' -bench=. -benchmem ./internal/fieldpath/ ./internal/vw/ ./internal/index/... ./internal/webhook/
+	go test -run='^$$' -bench=. -benchmem ./internal/fieldpath/ ./internal/vw/ ./internal/index/... ./internal/webhook/deletion/
 
 ##@ Build
 

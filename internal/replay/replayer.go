@@ -51,7 +51,7 @@ type Targets interface {
 }
 
 // References tells whether the index holds a dependent that references an
-// object; *webhook.DeletionValidator implements it.
+// object; *deletion.Validator implements it.
 type References interface {
 	Referenced(target index.Source, obj kcp.Meta) bool
 }

@@ -1,20 +1,27 @@
-// Package webhook is the admission side of the webhook binary: the
-// DeletionValidator, which kcp calls for DELETE requests on protected
-// resources, the ReferenceValidator, which kcp calls for CREATE and UPDATE
-// requests on dependents, the Handler that routes between them, the message
-// that names the blockers, their metrics, and the HTTP entry point that
-// serves them (controller-runtime's admission.Webhook, with the provider
-// workspace and kcp's timeout taken from the request URL).
+// Package webhook is what the admission handlers of the webhook binary
+// share: the HTTP entry point that serves them (controller-runtime's
+// admission.Webhook, with the provider workspace, the endpoint, the
+// labelling scheme and kcp's timeout taken from the request URL, and the
+// budget of a decision), the Handler that routes kcp's requests by endpoint
+// and operation, the decoding of the object a request is about
+// (ReadSubject), the answers every handler may give (NotLoaded,
+// Unavailable, Misdirected), the decisions and their audit annotation, the
+// Metrics of every handler, and the client authentication of the HTTPS
+// server (ClientAuth).
 //
-// The DeletionValidator finds the DependencyRules that protect the resource
-// in the rule registry (package registry, which package rulesync keeps
-// current), finds the dependents that reference the object in the index of
-// references (package index) and, if there are none there, has the index
-// read the dependents in scope live; it denies the delete while any of them
-// references the object. For an item of kcp's teardown of a namespace it
-// may ask whether the namespace is being deleted (see WithNamespaces), and
-// under a Replay rule it records the denied delete on the object (see
-// WithRecorder). The ReferenceValidator refuses a new reference to an
-// object that is being deleted. Until the registry is loaded, both deny
-// with a message to retry.
+// The handlers live in subpackages by job, which import this package and
+// not each other (nor does this package import them):
+//
+//   - package deletion: the Validator that kcp calls for DELETE requests on
+//     protected resources, with kcp's teardown and the breaking of cycles
+//     of references in it, the message that names the blockers, and the
+//     deferral of deletions under Replay rules;
+//   - package references: the ReferenceValidator that kcp calls for CREATE
+//     and UPDATE requests on dependents, and the LabelMutator that sets
+//     their reference labels;
+//   - package guard: the RecordGuard of the webhook's records on protected
+//     objects, and the webhook's own identity that may write them.
+//
+// Until the rule registry is loaded, every handler that needs the rules
+// denies with a message to retry (NotLoaded).
 package webhook

@@ -90,13 +90,13 @@ func withCallerTimeout(ctx context.Context, timeout time.Duration) context.Conte
 	return context.WithValue(ctx, requestKey{}, u)
 }
 
-// withBudget bounds ctx by the time a decision may take: limit (none if 0),
+// WithBudget bounds ctx by the time a decision may take: limit (none if 0),
 // and less than the caller waits. kcp sends, with every review, how long it
 // waits (the webhook configuration's timeoutSeconds, as the timeout
 // parameter of the URL); the decision takes at most four fifths of it, so
 // that a slow read is answered with a clear "retry" rather than kcp's
 // timeout error, whatever the configuration says.
-func withBudget(ctx context.Context, limit time.Duration) (context.Context, context.CancelFunc) {
+func WithBudget(ctx context.Context, limit time.Duration) (context.Context, context.CancelFunc) {
 	budget := limit
 	if u, _ := ctx.Value(requestKey{}).(fromURL); u.timeout > 0 {
 		b := max(u.timeout-max(u.timeout/5, 100*time.Millisecond), u.timeout/2)
@@ -116,7 +116,7 @@ func withBudget(ctx context.Context, limit time.Duration) (context.Context, cont
 // installs every configuration with the URL of its workspace) and the
 // endpoint one of EndpointRecords and EndpointLabels. The handler finds
 // them with ProviderFrom and EndpointFrom, and the time kcp waits for the
-// answer bounds the decision (see withBudget).
+// answer bounds the decision (see WithBudget).
 //
 // controller-runtime's admission.Webhook serves the request: it decodes the
 // review (admission.k8s.io/v1 or v1beta1, at most 7 MiB), answers a

@@ -25,20 +25,6 @@ type Metrics struct {
 	cycles    prometheus.Counter
 }
 
-// Outcomes of deferring a deletion, the values of the result label of
-// dependency_webhook_deletions_deferred_total.
-const (
-	// DeferredRecorded: the request was recorded on the object.
-	DeferredRecorded = "recorded"
-	// DeferredAlready: the object's deletion was deferred before.
-	DeferredAlready = "already"
-	// DeferredDryRun: a dry run; nothing was recorded.
-	DeferredDryRun = "dry-run"
-	// DeferredFailed: the request could not be recorded (no consent to
-	// patch, or kcp failed); the DELETE is denied as under Deny.
-	DeferredFailed = "failed"
-)
-
 // NewMetrics creates the metrics.
 func NewMetrics() *Metrics {
 	m := &Metrics{
@@ -99,50 +85,57 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// referenceChecked counts a decision on a CREATE or UPDATE.
-func (m *Metrics) referenceChecked(outcome string) {
+// ReferenceChecked counts a decision on a CREATE or UPDATE.
+func (m *Metrics) ReferenceChecked(outcome string) {
 	if m != nil {
 		m.refChecks.WithLabelValues(outcome).Inc()
 	}
 }
 
-// recordWrite counts a write of a record that the guard judged.
-func (m *Metrics) recordWrite(outcome string) {
+// RecordWrite counts a write of a record that the guard judged.
+func (m *Metrics) RecordWrite(outcome string) {
 	if m != nil {
 		m.writes.WithLabelValues(outcome).Inc()
 	}
 }
 
-// labelled counts a write of a dependent that the labelling webhook saw.
-func (m *Metrics) labelled(result string) {
+// Labelled counts a write of a dependent that the labelling webhook saw.
+func (m *Metrics) Labelled(result string) {
 	if m != nil {
 		m.labels.WithLabelValues(result).Inc()
 	}
 }
 
-// cycleBroken counts a cycle of references broken in kcp's teardown.
-func (m *Metrics) cycleBroken() {
+// CycleBroken counts a cycle of references broken in kcp's teardown.
+func (m *Metrics) CycleBroken() {
 	if m != nil {
 		m.cycles.Inc()
 	}
 }
 
-// deferred counts a deferral.
-func (m *Metrics) deferred(result string) {
+// Deferred counts a deferral, by result (see the Deferred outcomes of
+// package deletion).
+func (m *Metrics) Deferred(result string) {
 	if m != nil {
 		m.deferrals.WithLabelValues(result).Inc()
 	}
 }
 
-// observe counts a decision on a DELETE with the time it took and, for one
-// that read dependents live, how many it read.
-func (m *Metrics) observe(d decision, took time.Duration) {
+// DeletionDecided counts a decision on a DELETE, by outcome and how it was
+// reached (index, live or teardown; empty when no dependent was looked at),
+// with the time it took.
+func (m *Metrics) DeletionDecided(outcome, via string, took time.Duration) {
 	if m == nil {
 		return
 	}
-	m.decisions.WithLabelValues(d.outcome, d.via).Inc()
-	m.latency.WithLabelValues(d.outcome).Observe(took.Seconds())
-	if d.via == viaLive {
-		m.scanned.Observe(float64(d.scanned))
+	m.decisions.WithLabelValues(outcome, via).Inc()
+	m.latency.WithLabelValues(outcome).Observe(took.Seconds())
+}
+
+// DependentsScanned records how many dependents a decision on a DELETE
+// read live.
+func (m *Metrics) DependentsScanned(n int) {
+	if m != nil {
+		m.scanned.Observe(float64(n))
 	}
 }

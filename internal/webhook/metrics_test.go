@@ -16,16 +16,17 @@ func TestMetricsCollector(t *testing.T) {
 	if err := reg.Register(m); err != nil {
 		t.Fatal(err)
 	}
-	m.observe(decision{outcome: DecisionAllowed, via: viaTeardown}, time.Millisecond)
-	m.observe(decision{outcome: DecisionDenied, via: viaLive, scanned: 7}, time.Millisecond)
-	m.referenceChecked(DecisionDenied)
+	m.DeletionDecided(DecisionAllowed, "teardown", time.Millisecond)
+	m.DeletionDecided(DecisionDenied, "live", time.Millisecond)
+	m.DependentsScanned(7)
+	m.ReferenceChecked(DecisionDenied)
 
 	tests := []struct {
 		collector prometheus.Collector
 		want      float64
 	}{
-		{m.decisions.WithLabelValues(DecisionAllowed, viaTeardown), 1},
-		{m.decisions.WithLabelValues(DecisionDenied, viaLive), 1},
+		{m.decisions.WithLabelValues(DecisionAllowed, "teardown"), 1},
+		{m.decisions.WithLabelValues(DecisionDenied, "live"), 1},
 		{m.refChecks.WithLabelValues(DecisionDenied), 1},
 	}
 	for _, tt := range tests {
@@ -37,6 +38,12 @@ func TestMetricsCollector(t *testing.T) {
 		t.Errorf("gathered %d series (%v), want 7: two decisions with their latencies, one histogram of scans, the counter of broken cycles, the reference check", n, err)
 	}
 	var none *Metrics
-	none.observe(decision{outcome: DecisionAllowed}, time.Millisecond) // records nothing, and does not panic
-	none.referenceChecked(DecisionAllowed)
+	// A nil *Metrics records nothing, and does not panic.
+	none.DeletionDecided(DecisionAllowed, "", time.Millisecond)
+	none.DependentsScanned(1)
+	none.ReferenceChecked(DecisionAllowed)
+	none.RecordWrite(DecisionAllowed)
+	none.Labelled("changed")
+	none.CycleBroken()
+	none.Deferred("recorded")
 }

@@ -45,6 +45,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
 	"github.com/opendefensecloud/dependency-controller/internal/rulesync"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook/deletion"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
 )
@@ -779,7 +780,7 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 		port, err := kcpenv.FreePort()
 		Expect(err).NotTo(HaveOccurred())
 		srv := ctrlwebhook.NewServer(ctrlwebhook.Options{Host: "127.0.0.1", Port: port, CertDir: certDir})
-		srv.Register("/validate/", webhook.NewAdmissionHandler("/validate", webhook.NewDeletionValidator(registry.New(), rulesync.NewReadiness(), nil)))
+		srv.Register("/validate/", webhook.NewAdmissionHandler("/validate", deletion.NewValidator(registry.New(), rulesync.NewReadiness(), nil)))
 		srvCtx, cancel := context.WithCancel(context.Background())
 		DeferCleanup(cancel)
 		go func() {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/opendefensecloud/dependency-controller/internal/command"
 	"github.com/opendefensecloud/dependency-controller/internal/replay"
-	"github.com/opendefensecloud/dependency-controller/internal/webhook"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook/deletion"
 )
 
 // validName is what a shard name may be: a DNS label, as it becomes part
@@ -91,7 +91,7 @@ func NewOptions() *Options {
 		KeyName:               "tls.key",
 		Path:                  "/validate",
 		RequestTimeout:        4 * time.Second,
-		MaxBlockers:           webhook.DefaultMaxBlockers,
+		MaxBlockers:           deletion.DefaultMaxBlockers,
 		IndexPollInterval:     10 * time.Second,
 		ReplayInterval:        30 * time.Second,
 		ClientCACheckInterval: 10 * time.Second,

@@ -36,6 +36,9 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/rulesync"
 	"github.com/opendefensecloud/dependency-controller/internal/vw"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook/deletion"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook/guard"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook/references"
 )
 
 // LeaseName is the name of the lease of the webhook replica that replays
@@ -85,7 +88,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 	}
 	kcpVersion := kcpversion.Check(ctx, cfg)
 
-	a := &assembly{opts: opts, reg: registry.New(), readiness: rulesync.NewReadiness(), self: webhook.NewSelfReview(cfg),
+	a := &assembly{opts: opts, reg: registry.New(), readiness: rulesync.NewReadiness(), self: guard.NewSelfReview(cfg),
 		metrics: webhook.NewMetrics(), replayMetrics: replay.NewMetrics()}
 	if err := a.newManager(ctx, cfg, mgrOpts); err != nil {
 		return nil, err
@@ -124,7 +127,7 @@ type assembly struct {
 	reg       *registry.Registry
 	readiness *rulesync.Readiness
 	// self learns the webhook's own user name.
-	self *webhook.SelfReview
+	self *guard.SelfReview
 	// metrics are those of the admission handlers, replayMetrics those of
 	// the replay of deferred deletions.
 	metrics       *webhook.Metrics
@@ -202,26 +205,26 @@ func (a *assembly) serve(ctx context.Context) ([]manager.Runnable, error) {
 	if err != nil {
 		return nil, err
 	}
-	deletionOpts := []webhook.Option{webhook.WithTimeout(a.opts.RequestTimeout), webhook.WithMaxBlockers(a.opts.MaxBlockers),
-		webhook.WithNamespaces(a.objects), webhook.WithMetrics(a.metrics)}
-	var verifier webhook.Verifier
+	deletionOpts := []deletion.Option{deletion.WithTimeout(a.opts.RequestTimeout), deletion.WithMaxBlockers(a.opts.MaxBlockers),
+		deletion.WithNamespaces(a.objects), deletion.WithMetrics(a.metrics)}
+	var verifier references.Verifier
 	if recs != nil {
 		verifier = recs
-		deletionOpts = append(deletionOpts, webhook.WithRecorder(recs))
+		deletionOpts = append(deletionOpts, deletion.WithRecorder(recs))
 	}
-	deletion := webhook.NewDeletionValidator(a.reg, a.readiness, a.ix, deletionOpts...)
+	deletions := deletion.NewValidator(a.reg, a.readiness, a.ix, deletionOpts...)
 	handler := webhook.Handler{
-		Deletion:   deletion,
-		References: webhook.NewReferenceValidator(a.reg, a.readiness, a.ix, verifier, a.opts.RequestTimeout, a.metrics),
-		Records:    webhook.NewRecordGuard(a.self, a.metrics),
-		Labels:     webhook.NewLabelMutator(a.reg, a.readiness, a.metrics),
+		Deletion:   deletions,
+		References: references.NewReferenceValidator(a.reg, a.readiness, a.ix, verifier, a.opts.RequestTimeout, a.metrics),
+		Records:    guard.NewRecordGuard(a.self, a.metrics),
+		Labels:     references.NewLabelMutator(a.reg, a.readiness, a.metrics),
 	}
 	if err := webhook.Serve(a.mgr, a.opts.Path, handler); err != nil {
 		return nil, err
 	}
 	writers := []manager.Runnable{relabel.New(a.reg, a.objects, conditions.NewWriter(a.mgr, conditions.LabelsFieldOwner), relabel.Options{Interval: a.opts.RelabelInterval})}
 	if recs != nil {
-		writers = append(writers, replay.New(a.reg, a.ix, a.objects, recs, deletion, replay.Options{Interval: a.opts.ReplayInterval, Metrics: a.replayMetrics}))
+		writers = append(writers, replay.New(a.reg, a.ix, a.objects, recs, deletions, replay.Options{Interval: a.opts.ReplayInterval, Metrics: a.replayMetrics}))
 	}
 	return writers, nil
 }
@@ -280,7 +283,7 @@ func addElected(mgr manager.Manager, cfg *rest.Config, elect bool, namespace, le
 // identity returns the user name the webhook's credentials authenticate as,
 // for messages that tell providers whom to grant access, or "" if it cannot
 // be learned yet; kcp answers a SelfSubjectReview in any workspace.
-func identity(ctx context.Context, self *webhook.SelfReview) string {
+func identity(ctx context.Context, self *guard.SelfReview) string {
 	u, err := self.Identity(ctx)
 	if err != nil {
 		log.FromContext(ctx).V(1).Info("Could not learn the webhook's user name", "error", err.Error())

@@ -1,4 +1,4 @@
-package webhook
+package references
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 )
 
 // LabellingFinder finds how the dependents of a type are labelled;
@@ -50,20 +51,20 @@ const (
 // labels are computed from.
 type LabelMutator struct {
 	rules     LabellingFinder
-	readiness Readiness
-	metrics   *Metrics
+	readiness webhook.Readiness
+	metrics   *webhook.Metrics
 }
 
 // NewLabelMutator returns a mutator that finds the schemes of dependent
 // types in rules, and waits until readiness reports them loaded.
-func NewLabelMutator(rules LabellingFinder, readiness Readiness, metrics *Metrics) *LabelMutator {
+func NewLabelMutator(rules LabellingFinder, readiness webhook.Readiness, metrics *webhook.Metrics) *LabelMutator {
 	return &LabelMutator{rules: rules, readiness: readiness, metrics: metrics}
 }
 
 // Handle implements admission.Handler.
 func (m *LabelMutator) Handle(ctx context.Context, req admission.Request) admission.Response {
 	resp, result := m.handle(ctx, req)
-	m.metrics.labelled(result)
+	m.metrics.Labelled(result)
 	return resp
 }
 
@@ -73,11 +74,11 @@ func (m *LabelMutator) handle(ctx context.Context, req admission.Request) (admis
 		return admission.Allowed(""), LabelsUnchanged
 	}
 	if !m.readiness.Loaded() {
-		return notLoaded(), DecisionError
+		return webhook.NotLoaded(), webhook.DecisionError
 	}
-	obj, errResp := readSubject(ctx, req.Object.Raw, "object")
+	obj, errResp := webhook.ReadSubject(ctx, req.Object.Raw, "object")
 	if errResp != nil {
-		return *errResp, DecisionError
+		return *errResp, webhook.DecisionError
 	}
 	var meta struct {
 		Metadata struct {
@@ -85,17 +86,17 @@ func (m *LabelMutator) handle(ctx context.Context, req admission.Request) (admis
 		} `json:"metadata"`
 	}
 	if err := json.Unmarshal(req.Object.Raw, &meta); err != nil {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("failed to decode the object's labels: %w", err)), DecisionError
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("failed to decode the object's labels: %w", err)), webhook.DecisionError
 	}
 	want := map[string]string{}
 	result := LabelsChanged
 	gr := schema.GroupResource{Group: req.Resource.Group, Resource: req.Resource.Resource}
-	if l, ok := m.rules.Labelling(registry.Target{Cluster: obj.provider, Resource: gr}); ok && l.Labellable {
+	if l, ok := m.rules.Labelling(registry.Target{Cluster: obj.Provider, Resource: gr}); ok && l.Labellable {
 		var err error
 		if want, err = l.Scheme.Labels(req.Object.Raw); err != nil {
-			return admission.Errored(http.StatusBadRequest, fmt.Errorf("failed to read the references of the object: %w", err)), DecisionError
+			return admission.Errored(http.StatusBadRequest, fmt.Errorf("failed to read the references of the object: %w", err)), webhook.DecisionError
 		}
-		if SchemeFrom(ctx) != l.Scheme.Fingerprint {
+		if webhook.SchemeFrom(ctx) != l.Scheme.Fingerprint {
 			delete(want, depv1alpha1.LabelReferencesScheme)
 			result = LabelsUnvouched
 		}

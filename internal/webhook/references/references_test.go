@@ -1,4 +1,4 @@
-package webhook
+package references
 
 import (
 	"context"
@@ -24,7 +24,24 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/records"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 )
+
+var (
+	vpcs = schema.GroupVersionResource{Group: "network.io", Version: "v1", Resource: "vpcs"}
+	vms  = schema.GroupVersionResource{Group: "compute.io", Version: "v1", Resource: "virtualmachines"}
+)
+
+// provider is the provider workspace whose webhook configuration the tests'
+// requests come through.
+const (
+	provider = logicalcluster.Name("provider")
+	consumer = logicalcluster.Name("consumer")
+)
+
+type loaded bool
+
+func (l loaded) Loaded() bool { return bool(l) }
 
 // targetSource is the VPCs of the network provider, as the guard reads them.
 var targetSource = index.Source{Export: kcp.ObjectKey{Cluster: "c-net", Name: "network.io"}, Resource: vpcs}
@@ -316,7 +333,7 @@ func TestReferenceValidator(t *testing.T) {
 				g = guards
 			}
 			v := NewReferenceValidator(g, loaded(!tt.notLoaded), tt.targets, recordsVerifier{}, 0, nil)
-			resp := v.Handle(WithProvider(context.Background(), provider), tt.req)
+			resp := v.Handle(webhook.WithProvider(context.Background(), provider), tt.req)
 			if resp.Allowed != tt.wantAllowed {
 				t.Fatalf("Allowed = %v, want %v (%+v)", resp.Allowed, tt.wantAllowed, resp.Result)
 			}
@@ -343,25 +360,4 @@ func (recordsVerifier) Verify(_ schema.GroupResource, obj kcp.Meta) error {
 		return nil
 	}
 	return &records.Error{Problem: records.ProblemBadSignature}
-}
-
-// The Handler routes by endpoint, then by operation.
-func TestHandlerRoutes(t *testing.T) {
-	var got []string
-	record := func(name string) admission.HandlerFunc {
-		return func(context.Context, admission.Request) admission.Response {
-			got = append(got, name)
-			return admission.Allowed("")
-		}
-	}
-	h := Handler{Deletion: record("deletion"), References: record("references"), Records: record("records"), Labels: record("labels")}
-	for _, op := range []admissionv1.Operation{admissionv1.Delete, admissionv1.Create, admissionv1.Update, admissionv1.Connect} {
-		h.Handle(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{Operation: op}})
-	}
-	for _, endpoint := range []string{EndpointRecords, EndpointLabels} {
-		h.Handle(WithEndpoint(context.Background(), endpoint, "fp"), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{Operation: admissionv1.Update}})
-	}
-	if want := []string{"deletion", "references", "references", "records", "labels"}; fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("routed to %v, want %v", got, want)
-	}
 }

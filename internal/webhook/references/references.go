@@ -1,4 +1,4 @@
-package webhook
+package references
 
 import (
 	"cmp"
@@ -22,6 +22,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 )
 
 // GuardFinder finds the rules whose dependent type a provider workspace
@@ -69,27 +70,27 @@ type Verifier interface {
 // does not verify refuses nothing.
 type ReferenceValidator struct {
 	rules     GuardFinder
-	readiness Readiness
+	readiness webhook.Readiness
 	targets   Targets
 	records   Verifier
 	timeout   time.Duration
-	metrics   *Metrics
+	metrics   *webhook.Metrics
 }
 
 // NewReferenceValidator returns a validator that finds rules in rules,
 // waits until readiness reports them loaded, reads targets through
 // targets, within timeout per request (none if 0; the time kcp waits for
-// the answer bounds it too, see withBudget), verifies records of deferred
-// deletions with records (none are honoured if nil), and records checks in
-// metrics (if not nil).
-func NewReferenceValidator(rules GuardFinder, readiness Readiness, targets Targets, records Verifier, timeout time.Duration, metrics *Metrics) *ReferenceValidator {
+// the answer bounds it too, see webhook.WithBudget), verifies records of
+// deferred deletions with records (none are honoured if nil), and records
+// checks in metrics (if not nil).
+func NewReferenceValidator(rules GuardFinder, readiness webhook.Readiness, targets Targets, records Verifier, timeout time.Duration, metrics *webhook.Metrics) *ReferenceValidator {
 	return &ReferenceValidator{rules: rules, readiness: readiness, targets: targets, records: records, timeout: timeout, metrics: metrics}
 }
 
 // Handle implements admission.Handler.
 func (v *ReferenceValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
 	resp, outcome := v.handle(ctx, req)
-	v.metrics.referenceChecked(outcome)
+	v.metrics.ReferenceChecked(outcome)
 	return resp
 }
 
@@ -111,37 +112,37 @@ func (r reference) describe(namespace string) string {
 
 func (v *ReferenceValidator) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
-		return admission.Allowed(""), DecisionAllowed
+		return admission.Allowed(""), webhook.DecisionAllowed
 	}
 	if !v.readiness.Loaded() {
-		return notLoaded(), DecisionError
+		return webhook.NotLoaded(), webhook.DecisionError
 	}
-	obj, errResp := readSubject(ctx, req.Object.Raw, "object")
+	obj, errResp := webhook.ReadSubject(ctx, req.Object.Raw, "object")
 	if errResp != nil {
-		return *errResp, DecisionError
+		return *errResp, webhook.DecisionError
 	}
 	if obj.Terminating {
-		return admission.Allowed(""), DecisionAllowed
+		return admission.Allowed(""), webhook.DecisionAllowed
 	}
 	gr := schema.GroupResource{Group: req.Resource.Group, Resource: req.Resource.Resource}
-	guards := v.rules.FindGuards(registry.Target{Cluster: obj.provider, Resource: gr})
+	guards := v.rules.FindGuards(registry.Target{Cluster: obj.Provider, Resource: gr})
 	if len(guards) == 0 {
-		return admission.Allowed(""), DecisionAllowed
+		return admission.Allowed(""), webhook.DecisionAllowed
 	}
 	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) == 0 {
-		return admission.Errored(http.StatusBadRequest, errors.New("the UPDATE request has no oldObject")), DecisionError
+		return admission.Errored(http.StatusBadRequest, errors.New("the UPDATE request has no oldObject")), webhook.DecisionError
 	}
 	added, err := v.addedReferences(req, obj, guards)
 	if err != nil {
-		return admission.Errored(http.StatusBadRequest, err), DecisionError
+		return admission.Errored(http.StatusBadRequest, err), webhook.DecisionError
 	}
 	if len(added) == 0 {
-		return admission.Allowed(""), DecisionAllowed
+		return admission.Allowed(""), webhook.DecisionAllowed
 	}
 	// A webhook that reads only some shards checks nothing for a workspace
 	// on another shard (its reads there would find nothing).
-	if resp, ok := misdirected(ctx, log.FromContext(ctx), v.targets.Serves, guards[0].Dependent, obj.Cluster, v.timeout); !ok {
-		return resp, DecisionError
+	if resp, ok := webhook.Misdirected(ctx, log.FromContext(ctx), v.targets.Serves, guards[0].Dependent, obj.Cluster, v.timeout); !ok {
+		return resp, webhook.DecisionError
 	}
 	return v.checkTargets(ctx, req.Kind.Kind, obj, added)
 }
@@ -149,7 +150,7 @@ func (v *ReferenceValidator) handle(ctx context.Context, req admission.Request) 
 // addedReferences returns the references that the request's object has
 // and its old object (of an UPDATE) had not, each target once, under the
 // rules of guards whose targets can be read.
-func (v *ReferenceValidator) addedReferences(req admission.Request, obj *subject, guards []registry.Guard) ([]reference, error) {
+func (v *ReferenceValidator) addedReferences(req admission.Request, obj *webhook.Subject, guards []registry.Guard) ([]reference, error) {
 	var added []reference
 	for _, g := range guards {
 		for _, ref := range g.References {
@@ -202,20 +203,20 @@ func referencesOf(ref registry.GuardReference, namespaced bool, namespace string
 
 // checkTargets reads each added reference's target and denies if one is
 // being deleted, or its deletion is deferred (a record that verifies).
-func (v *ReferenceValidator) checkTargets(ctx context.Context, kind string, obj *subject, added []reference) (admission.Response, string) {
+func (v *ReferenceValidator) checkTargets(ctx context.Context, kind string, obj *webhook.Subject, added []reference) (admission.Response, string) {
 	name := obj.Name
 	if name == "" {
 		name = obj.GenerateName + "<generated>"
 	}
-	ctx, cancel := withBudget(ctx, v.timeout)
+	ctx, cancel := webhook.WithBudget(ctx, v.timeout)
 	defer cancel()
 	var problems []string
 	for _, r := range added {
 		found, err := v.targets.Lookup(ctx, r.target, obj.Cluster, r.namespace, r.name)
 		if err != nil {
 			log.FromContext(ctx).Error(err, "Failed to read a referenced object", "cluster", obj.Cluster, "target", r.target, "name", r.name)
-			return unavailable(fmt.Sprintf("could not check whether %s %q may reference %s %s (reading it failed: %v); retry",
-				kind, name, r.target.Resource.Resource, r.describe(obj.Namespace), err)), DecisionError
+			return webhook.Unavailable(fmt.Sprintf("could not check whether %s %q may reference %s %s (reading it failed: %v); retry",
+				kind, name, r.target.Resource.Resource, r.describe(obj.Namespace), err)), webhook.DecisionError
 		}
 		for _, o := range found {
 			if o.Terminating {
@@ -233,8 +234,8 @@ func (v *ReferenceValidator) checkTargets(ctx context.Context, kind string, obj 
 	}
 	if len(problems) > 0 {
 		resp := admission.Denied(strings.Join(problems, "; "))
-		resp.AuditAnnotations = map[string]string{AuditDecision: DecisionDenied}
-		return resp, DecisionDenied
+		resp.AuditAnnotations = map[string]string{webhook.AuditDecision: webhook.DecisionDenied}
+		return resp, webhook.DecisionDenied
 	}
-	return admission.Allowed(""), DecisionAllowed
+	return admission.Allowed(""), webhook.DecisionAllowed
 }

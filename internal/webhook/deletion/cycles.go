@@ -1,4 +1,4 @@
-package webhook
+package deletion
 
 import (
 	"cmp"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 )
 
 // maxCycleSearch bounds the objects the search for a cycle of references
@@ -56,7 +57,7 @@ func compareNodes(a, b node) int {
 
 // blockersOf returns the dependents in the index that reference n and would
 // deny its deletion.
-func (v *DeletionValidator) blockersOf(n node) []node {
+func (v *Validator) blockersOf(n node) []node {
 	entries := v.rules.Find(registry.Target{Cluster: n.provider, Resource: n.resource})
 	self := selfRef{target: n.resource, namespace: n.meta.Namespace, name: n.meta.Name, uid: n.meta.UID}
 	var out []node
@@ -83,7 +84,7 @@ func (v *DeletionValidator) blockersOf(n node) []node {
 // true if self is where it breaks: every blocker of self is in the
 // component, nothing outside the teardown references an object of it, and
 // self sorts first. Only what the index holds is read.
-func (v *DeletionValidator) breakCycle(self node, blockers []node, namespace string) ([]node, bool) {
+func (v *Validator) breakCycle(self node, blockers []node, namespace string) ([]node, bool) {
 	inScope := func(n node) bool {
 		return n.meta.Cluster == self.meta.Cluster && (namespace == "" || n.meta.Namespace == namespace)
 	}
@@ -147,16 +148,16 @@ func (v *DeletionValidator) breakCycle(self node, blockers []node, namespace str
 
 // allowOnCycle allows an item of kcp's teardown that breaks a cycle of
 // references, warning and auditing which objects were on it.
-func (v *DeletionValidator) allowOnCycle(d *deletion, cycle []node) admission.Response {
+func (v *Validator) allowOnCycle(d *deletion, cycle []node) admission.Response {
 	names := make([]string, len(cycle))
 	for i, n := range cycle {
 		names[i] = n.String()
 	}
-	v.metrics.cycleBroken()
+	v.metrics.CycleBroken()
 	d.logger.Info("Broke a cycle of references in kcp's teardown: deleting the object that sorts first", "cycle", names)
 	resp := admission.Allowed("").WithWarnings(fmt.Sprintf(
 		"%s %q is deleted although %s still reference it: they reference each other in a cycle (%s), which the teardown breaks at the object that sorts first",
 		d.target, d.obj.Name, strings.Join(names[1:], ", "), strings.Join(names, " → ")))
-	resp.AuditAnnotations = map[string]string{AuditDecision: DecisionAllowed, AuditCycle: strings.Join(names, ",")}
+	resp.AuditAnnotations = map[string]string{webhook.AuditDecision: webhook.DecisionAllowed, AuditCycle: strings.Join(names, ",")}
 	return resp
 }

@@ -1,4 +1,4 @@
-package webhook
+package deletion
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 )
 
 // benchDependents serves a fixed result for index lookups.
@@ -44,8 +45,8 @@ func (b *benchDependents) Confirm(context.Context, index.Query) ([]kcp.Meta, int
 func BenchmarkValidator(b *testing.B) {
 	rules := staticRules{vpcs.GroupResource(): {entry("p/vm", vms, "VirtualMachine", ".spec.vpcRef.name", ".spec.nics[*].vpc")}}
 	req := deleteRequest(vpcs, "consumer", "default", "vpc-a", nil)
-	ctx := WithProvider(context.Background(), provider)
-	denied := NewDeletionValidator(rules, loaded(true), &benchDependents{hits: []kcp.Meta{{Cluster: "consumer", Namespace: "default", Name: "vm-00001", UID: "u1"}}})
+	ctx := webhook.WithProvider(context.Background(), provider)
+	denied := NewValidator(rules, loaded(true), &benchDependents{hits: []kcp.Meta{{Cluster: "consumer", Namespace: "default", Name: "vm-00001", UID: "u1"}}})
 	b.ReportAllocs()
 	for b.Loop() {
 		if resp := denied.Handle(ctx, req); resp.Allowed {

@@ -1,4 +1,4 @@
-package webhook
+package references
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	evanjsonpatch "github.com/evanphx/json-patch/v5"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +24,8 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook/webhooktest"
 )
 
 // vmsOfProvider is the VirtualMachines of the provider workspace, as the
@@ -352,7 +353,7 @@ func TestLabelMutator(t *testing.T) {
 			notLoaded:   true,
 			wantCode:    http.StatusServiceUnavailable,
 			wantMessage: "retry",
-			wantResult:  DecisionError,
+			wantResult:  webhook.DecisionError,
 		},
 		{
 			name: "an object that is not JSON is a bad request",
@@ -364,7 +365,7 @@ func TestLabelMutator(t *testing.T) {
 			labellings:  labellable,
 			wantCode:    http.StatusBadRequest,
 			wantMessage: "failed to decode object",
-			wantResult:  DecisionError,
+			wantResult:  webhook.DecisionError,
 		},
 		{
 			name: "a request without an object is a bad request",
@@ -376,7 +377,7 @@ func TestLabelMutator(t *testing.T) {
 			labellings:  labellable,
 			wantCode:    http.StatusBadRequest,
 			wantMessage: "no object",
-			wantResult:  DecisionError,
+			wantResult:  webhook.DecisionError,
 		},
 		{
 			name: "an object without the kcp.io/cluster annotation is a bad request",
@@ -388,7 +389,7 @@ func TestLabelMutator(t *testing.T) {
 			labellings:  labellable,
 			wantCode:    http.StatusBadRequest,
 			wantMessage: logicalcluster.AnnotationKey,
-			wantResult:  DecisionError,
+			wantResult:  webhook.DecisionError,
 		},
 		{
 			name: "labels that are not a map of strings are a bad request",
@@ -400,25 +401,25 @@ func TestLabelMutator(t *testing.T) {
 			labellings:  labellable,
 			wantCode:    http.StatusBadRequest,
 			wantMessage: "labels",
-			wantResult:  DecisionError,
+			wantResult:  webhook.DecisionError,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			finder := &fakeLabelling{labellings: tt.labellings}
-			m := NewMetrics()
+			m := webhook.NewMetrics()
 			mut := NewLabelMutator(finder, loaded(!tt.notLoaded), m)
 			from := provider
 			if tt.provider != "" {
 				from = tt.provider
 			}
-			ctx := WithProvider(context.Background(), from)
+			ctx := webhook.WithProvider(context.Background(), from)
 			switch tt.urlScheme {
 			case "":
-				ctx = WithEndpoint(ctx, EndpointLabels, fp)
+				ctx = webhook.WithEndpoint(ctx, webhook.EndpointLabels, fp)
 			case "-":
 			default:
-				ctx = WithEndpoint(ctx, EndpointLabels, tt.urlScheme)
+				ctx = webhook.WithEndpoint(ctx, webhook.EndpointLabels, tt.urlScheme)
 			}
 			resp := mut.Handle(ctx, tt.req)
 
@@ -443,13 +444,14 @@ func TestLabelMutator(t *testing.T) {
 					t.Errorf("labels after the patch = %v, want %v", got, tt.wantLabels)
 				}
 			}
-			if got := testutil.ToFloat64(m.labels.WithLabelValues(tt.wantResult)); got != 1 {
+			got, n := webhooktest.MetricValue(t, m, "dependency_webhook_labels_total", "result", tt.wantResult)
+			if got != 1 {
 				t.Errorf("dependency_webhook_labels_total{result=%q} = %v, want 1", tt.wantResult, got)
 			}
-			if n := testutil.CollectAndCount(m.labels); n != 1 {
+			if n != 1 {
 				t.Errorf("dependency_webhook_labels_total has %d series, want only result=%q", n, tt.wantResult)
 			}
-			if tt.wantResult != DecisionError && tt.req.SubResource == "" && tt.req.Operation != admissionv1.Delete {
+			if tt.wantResult != webhook.DecisionError && tt.req.SubResource == "" && tt.req.Operation != admissionv1.Delete {
 				if want := (registry.Target{Cluster: from, Resource: vms.GroupResource()}); len(finder.asked) != 1 || finder.asked[0] != want {
 					t.Errorf("asked for the labelling of %v, want once of %v", finder.asked, want)
 				}
@@ -465,7 +467,7 @@ func TestLabelMutatorIsIdempotent(t *testing.T) {
 	scheme := vmLabelScheme(t)
 	finder := &fakeLabelling{labellings: map[registry.Target]registry.Labelling{vmsOfProvider: {Scheme: scheme, Labellable: true}}}
 	mut := NewLabelMutator(finder, loaded(true), nil)
-	ctx := WithEndpoint(WithProvider(context.Background(), provider), EndpointLabels, scheme.Fingerprint)
+	ctx := webhook.WithEndpoint(webhook.WithProvider(context.Background(), provider), webhook.EndpointLabels, scheme.Fingerprint)
 	spec := map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}, "nics": []any{map[string]any{"vpc": "vpc-c"}}}
 	req := labelRequest(t, admissionv1.Create, map[string]string{depv1alpha1.LabelReferencePrefix + "stale": ""}, nil, spec)
 	resp := mut.Handle(ctx, req)

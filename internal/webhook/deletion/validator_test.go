@@ -1,4 +1,4 @@
-package webhook
+package deletion
 
 import (
 	"context"
@@ -28,6 +28,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 )
 
 var (
@@ -278,7 +279,7 @@ func TestDeletionValidator(t *testing.T) {
 			req:         deleteRequest(vpcs, consumer, "default", "vpc-a", nil),
 			wantCode:    http.StatusMisdirectedRequest,
 			wantMessage: []string{"does not answer for this workspace", "not served by the shards this webhook reads", "kcp must call the webhook of the shard that serves it"},
-			wantAudit:   map[string]string{AuditDecision: "error"},
+			wantAudit:   map[string]string{webhook.AuditDecision: "error"},
 		},
 		{
 			name: "a webhook that reads only some shards denies from its index as before", rules: vmRule, loaded: true,
@@ -300,7 +301,7 @@ func TestDeletionValidator(t *testing.T) {
 			wantCode:    http.StatusForbidden,
 			wantMessage: []string{`vpcs.network.io "vpc-a" in namespace "default" is still referenced by VirtualMachine/default/vm-1;`},
 			wantNot:     []string{"vm-2"},
-			wantAudit:   map[string]string{AuditDecision: "denied", AuditBlockers: "1"},
+			wantAudit:   map[string]string{webhook.AuditDecision: "denied", AuditBlockers: "1"},
 			wantCalls:   []string{}, // a hit in the index needs no live read
 		},
 		{
@@ -340,7 +341,7 @@ func TestDeletionValidator(t *testing.T) {
 			req:         deleteRequest(vpcs, consumer, "default", "vpc-a", nil),
 			wantCode:    http.StatusForbidden,
 			wantMessage: []string{`cannot check whether vpcs.network.io "vpc-a" is still referenced`, "serves v2, not v1"},
-			wantAudit:   map[string]string{AuditDecision: "error", AuditFailedRule: "p/vm"},
+			wantAudit:   map[string]string{webhook.AuditDecision: "error", AuditFailedRule: "p/vm"},
 		},
 		{
 			name: "dry-run gets the same answer", rules: vmRule, loaded: true,
@@ -387,7 +388,7 @@ func TestDeletionValidator(t *testing.T) {
 			req:         deleteRequest(vpcs, consumer, "default", "vpc-a", map[string]string{depv1alpha1.AnnotationSkipProtection: "true"}),
 			wantAllowed: true,
 			wantWarning: "bypassed by alice",
-			wantAudit:   map[string]string{AuditDecision: "bypassed", AuditSkipProtectionBy: "alice"},
+			wantAudit:   map[string]string{webhook.AuditDecision: "bypassed", AuditSkipProtectionBy: "alice"},
 		},
 		{
 			name: "skip-protection with another value does not bypass", rules: vmRule, loaded: true,
@@ -478,7 +479,7 @@ func TestDeletionValidator(t *testing.T) {
 			wantCode:    http.StatusForbidden,
 			wantMessage: []string{"VirtualMachine/default/vm-00, VirtualMachine/default/vm-01,", "VirtualMachine/default/vm-09 and 3 more;"},
 			wantNot:     []string{"vm-10"},
-			wantAudit:   map[string]string{AuditDecision: "denied", AuditBlockers: "13"},
+			wantAudit:   map[string]string{webhook.AuditDecision: "denied", AuditBlockers: "13"},
 		},
 		{
 			name: "a read that fails is a denial with a retry message, read once", rules: vmRule, loaded: true,
@@ -496,7 +497,7 @@ func TestDeletionValidator(t *testing.T) {
 			req:         deleteRequest(vpcs, consumer, "default", "vpc-a", nil),
 			wantCode:    http.StatusServiceUnavailable,
 			wantMessage: []string{"could not check whether vpcs \"vpc-a\" is still referenced", "connection refused", "retry"},
-			wantAudit:   map[string]string{AuditDecision: "error", AuditFailedRule: "p/vm"},
+			wantAudit:   map[string]string{webhook.AuditDecision: "error", AuditFailedRule: "p/vm"},
 		},
 		{
 			name: "no kcp.io/cluster annotation", rules: vmRule, loaded: true,
@@ -539,14 +540,14 @@ func TestDeletionValidator(t *testing.T) {
 			if tt.setup != nil {
 				tt.setup(deps)
 			}
-			v := NewDeletionValidator(tt.rules, loaded(tt.loaded), deps, WithNamespaces(deps))
-			ctx := WithProvider(context.Background(), provider)
+			v := NewValidator(tt.rules, loaded(tt.loaded), deps, WithNamespaces(deps))
+			ctx := webhook.WithProvider(context.Background(), provider)
 			switch tt.provider {
 			case "":
 			case "-":
 				ctx = context.Background()
 			default:
-				ctx = WithProvider(context.Background(), tt.provider)
+				ctx = webhook.WithProvider(context.Background(), tt.provider)
 			}
 			resp := v.Handle(ctx, tt.req)
 
@@ -596,8 +597,8 @@ func TestScopeIsThatOfTheDependentsExport(t *testing.T) {
 		routers: {Phase: index.PhaseSynced, Namespaced: false},
 		routers.GroupResource().WithVersion("v2"): {Phase: index.PhaseSynced, Namespaced: true},
 	}}
-	v := NewDeletionValidator(rules, loaded(true), deps, WithNamespaces(deps))
-	if resp := v.Handle(WithProvider(context.Background(), provider), deleteRequest(vpcs, "consumer", "default", "vpc-a", nil)); !resp.Allowed {
+	v := NewValidator(rules, loaded(true), deps, WithNamespaces(deps))
+	if resp := v.Handle(webhook.WithProvider(context.Background(), provider), deleteRequest(vpcs, "consumer", "default", "vpc-a", nil)); !resp.Allowed {
 		t.Fatalf("denied: %+v", resp.Result)
 	}
 	want := []string{"consumer routers ns=", "consumer routers ns=default"}
@@ -702,8 +703,8 @@ func TestTeardownItemsAreDecidedFromTheIndex(t *testing.T) {
 			if tt.setup != nil {
 				tt.setup(deps)
 			}
-			v := NewDeletionValidator(vmRule, loaded(true), deps, WithNamespaces(deps))
-			resp, d := v.handle(WithProvider(context.Background(), provider), tt.req)
+			v := NewValidator(vmRule, loaded(true), deps, WithNamespaces(deps))
+			resp, d := v.handle(webhook.WithProvider(context.Background(), provider), tt.req)
 			if resp.Allowed != tt.wantAllowed {
 				t.Fatalf("allowed = %v, want %v (result %+v)", resp.Allowed, tt.wantAllowed, resp.Result)
 			}

@@ -1,4 +1,4 @@
-package webhook
+package guard
 
 import (
 	"context"
@@ -9,18 +9,24 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/kcp-dev/logicalcluster/v3"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook/webhooktest"
 )
+
+var vpcs = schema.GroupVersionResource{Group: "network.io", Version: "v1", Resource: "vpcs"}
+
+// consumer is the workspace the tests' objects live in.
+const consumer = logicalcluster.Name("consumer")
 
 // webhookUser is the webhook's own identity in the tests.
 const webhookUser = "dependency-webhook"
@@ -277,7 +283,7 @@ func TestRecordGuard(t *testing.T) {
 				identity = *tt.self
 			}
 			s := &countingSelf{Self: StaticSelf(identity)}
-			m := NewMetrics()
+			m := webhook.NewMetrics()
 			g := NewRecordGuard(s, m)
 			resp := g.Handle(context.Background(), tt.req)
 			if resp.Allowed != tt.wantAllowed {
@@ -292,8 +298,8 @@ func TestRecordGuard(t *testing.T) {
 				if resp.Result.Code != http.StatusForbidden {
 					t.Errorf("code = %d, want 403", resp.Result.Code)
 				}
-				if got := resp.AuditAnnotations[AuditDecision]; got != DecisionDenied {
-					t.Errorf("audit %s = %q, want %q", AuditDecision, got, DecisionDenied)
+				if got := resp.AuditAnnotations[webhook.AuditDecision]; got != webhook.DecisionDenied {
+					t.Errorf("audit %s = %q, want %q", webhook.AuditDecision, got, webhook.DecisionDenied)
 				}
 			}
 			msg := ""
@@ -310,10 +316,11 @@ func TestRecordGuard(t *testing.T) {
 					t.Errorf("message %q contains %q", msg, not)
 				}
 			}
-			if got := testutil.ToFloat64(m.writes.WithLabelValues(outcome)); got != 1 {
+			got, n := webhooktest.MetricValue(t, m, "dependency_webhook_record_writes_total", "outcome", outcome)
+			if got != 1 {
 				t.Errorf("dependency_webhook_record_writes_total{outcome=%q} = %v, want 1", outcome, got)
 			}
-			if n := testutil.CollectAndCount(m.writes); n != 1 {
+			if n != 1 {
 				t.Errorf("dependency_webhook_record_writes_total has %d series, want one", n)
 			}
 		})
@@ -389,7 +396,7 @@ func TestRecordGuardWithoutIdentity(t *testing.T) {
 		calls++
 		return authenticationv1.UserInfo{}, errors.New("kcp is unavailable")
 	}}
-	m := NewMetrics()
+	m := webhook.NewMetrics()
 	g := NewRecordGuard(s, m)
 	alice := authenticationv1.UserInfo{Username: "alice"}
 	for i := range 2 {
@@ -413,10 +420,10 @@ func TestRecordGuardWithoutIdentity(t *testing.T) {
 	if calls != 2 {
 		t.Errorf("the identity was asked for a write without records")
 	}
-	if got := testutil.ToFloat64(m.writes.WithLabelValues(RecordWriteDenied)); got != 2 {
+	if got, _ := webhooktest.MetricValue(t, m, "dependency_webhook_record_writes_total", "outcome", RecordWriteDenied); got != 2 {
 		t.Errorf("denied writes = %v, want 2", got)
 	}
-	if got := testutil.ToFloat64(m.writes.WithLabelValues(RecordWriteAllowed)); got != 1 {
+	if got, _ := webhooktest.MetricValue(t, m, "dependency_webhook_record_writes_total", "outcome", RecordWriteAllowed); got != 1 {
 		t.Errorf("allowed writes = %v, want 1", got)
 	}
 }

@@ -1,4 +1,4 @@
-package webhook
+package deletion
 
 import (
 	"context"
@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -21,6 +19,8 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook/webhooktest"
 )
 
 // labelledRules are staticRules whose dependents are labelled as
@@ -64,8 +64,8 @@ func (f *fencingDependents) Fenced(ctx context.Context, q index.Query) (bool, er
 
 func vmRefs(vpc string) map[string]any { return map[string]any{"vpcRef": map[string]any{"name": vpc}} }
 
-func newMetrics() *Metrics {
-	return NewMetrics()
+func newMetrics() *webhook.Metrics {
+	return webhook.NewMetrics()
 }
 
 // An item of kcp's teardown that the index holds no blocker of is allowed
@@ -274,8 +274,8 @@ func TestTeardownConfirmsWhatTheIndexIsNotFencedFor(t *testing.T) {
 			if tt.rules != nil {
 				r = tt.rules
 			}
-			v := NewDeletionValidator(r, loaded(true), deps, WithNamespaces(deps), WithMetrics(m))
-			ctx := WithProvider(context.Background(), provider)
+			v := NewValidator(r, loaded(true), deps, WithNamespaces(deps), WithMetrics(m))
+			ctx := webhook.WithProvider(context.Background(), provider)
 			resp := v.Handle(ctx, tt.req)
 			if resp.Allowed != tt.wantAllowed {
 				t.Fatalf("allowed = %v, want %v (result %+v)", resp.Allowed, tt.wantAllowed, resp.Result)
@@ -300,15 +300,15 @@ func TestTeardownConfirmsWhatTheIndexIsNotFencedFor(t *testing.T) {
 				t.Errorf("%d queries for %d reads", len(deps.queries), len(deps.calls))
 			}
 			// The metrics count how it was decided.
-			outcome := DecisionAllowed
+			outcome := webhook.DecisionAllowed
 			if !tt.wantAllowed {
-				outcome = DecisionDenied
+				outcome = webhook.DecisionDenied
 				if tt.wantCode == http.StatusServiceUnavailable {
-					outcome = DecisionError
+					outcome = webhook.DecisionError
 				}
 			}
-			if got := testutil.ToFloat64(m.decisions.WithLabelValues(outcome, tt.wantVia)); got != 1 || testutil.CollectAndCount(m.decisions) != 1 {
-				t.Errorf("decisions{outcome=%q,via=%q} = %v of %d series, want the only one, 1", outcome, tt.wantVia, got, testutil.CollectAndCount(m.decisions))
+			if got, n := webhooktest.MetricValue(t, m, "dependency_webhook_decisions_total", "outcome", outcome, "via", tt.wantVia); got != 1 || n != 1 {
+				t.Errorf("decisions{outcome=%q,via=%q} = %v of %d series, want the only one, 1", outcome, tt.wantVia, got, n)
 			}
 		})
 	}
@@ -377,8 +377,8 @@ func TestConfirmReceivesTheLabellingScheme(t *testing.T) {
 				tt.setup(deps)
 			}
 			rules := labelledRules{staticRules: staticRules{vpcs.GroupResource(): {vmEntry}}, labellings: tt.labellings}
-			v := NewDeletionValidator(rules, loaded(true), deps, WithNamespaces(deps))
-			if resp := v.Handle(WithProvider(context.Background(), provider), tt.req); !resp.Allowed {
+			v := NewValidator(rules, loaded(true), deps, WithNamespaces(deps))
+			if resp := v.Handle(webhook.WithProvider(context.Background(), provider), tt.req); !resp.Allowed {
 				t.Fatalf("denied: %+v", resp.Result)
 			}
 			if len(deps.queries) != 1 {
@@ -576,8 +576,8 @@ func TestTeardownBreaksCycles(t *testing.T) {
 			deps := &fakeDependents{}
 			tt.setup(deps)
 			m := newMetrics()
-			v := NewDeletionValidator(cycleRules, loaded(true), deps, WithNamespaces(deps), WithMetrics(m))
-			resp, d := v.handle(WithProvider(context.Background(), provider), tt.req)
+			v := NewValidator(cycleRules, loaded(true), deps, WithNamespaces(deps), WithMetrics(m))
+			resp, d := v.handle(webhook.WithProvider(context.Background(), provider), tt.req)
 			if resp.Allowed != tt.wantAllowed {
 				t.Fatalf("allowed = %v, want %v (result %+v, audit %v)", resp.Allowed, tt.wantAllowed, resp.Result, resp.AuditAnnotations)
 			}
@@ -597,11 +597,11 @@ func TestTeardownBreaksCycles(t *testing.T) {
 			broken := 0.0
 			if tt.wantCycle != "" {
 				broken = 1
-				if d.outcome != DecisionAllowed || d.via != viaTeardown {
+				if d.outcome != webhook.DecisionAllowed || d.via != viaTeardown {
 					t.Errorf("decision %+v, want allowed via teardown", d)
 				}
-				if got := resp.AuditAnnotations[AuditDecision]; got != DecisionAllowed {
-					t.Errorf("audit %s = %q, want allowed", AuditDecision, got)
+				if got := resp.AuditAnnotations[webhook.AuditDecision]; got != webhook.DecisionAllowed {
+					t.Errorf("audit %s = %q, want allowed", webhook.AuditDecision, got)
 				}
 				if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "cycle") || !strings.Contains(resp.Warnings[0], "still reference it") {
 					t.Errorf("warnings %v, want one about the cycle", resp.Warnings)
@@ -614,7 +614,7 @@ func TestTeardownBreaksCycles(t *testing.T) {
 			} else if len(resp.Warnings) != 0 {
 				t.Errorf("warnings %v, want none", resp.Warnings)
 			}
-			if got := testutil.ToFloat64(m.cycles); got != broken {
+			if got, _ := webhooktest.MetricValue(t, m, "dependency_webhook_teardown_cycles_broken_total"); got != broken {
 				t.Errorf("dependency_webhook_teardown_cycles_broken_total = %v, want %v", got, broken)
 			}
 			if len(deps.calls) != 0 && tt.wantCycle != "" {
@@ -630,8 +630,8 @@ func TestTeardownOfACycleEnds(t *testing.T) {
 	deps := &fakeDependents{}
 	deps.add(consumer, vms, object("default", "vm-1", vmRefs("vpc-a")))
 	deps.add(consumer, vpcs, object("default", "vpc-a", map[string]any{"gatewayVM": "vm-1"}))
-	v := NewDeletionValidator(cycleRules, loaded(true), deps, WithNamespaces(deps))
-	ctx := WithProvider(context.Background(), provider)
+	v := NewValidator(cycleRules, loaded(true), deps, WithNamespaces(deps))
+	ctx := webhook.WithProvider(context.Background(), provider)
 	vmItem := teardownItem(deleteRequest(vms, consumer, "default", "vm-1", nil))
 	vpcItem := teardownItem(deleteRequest(vpcs, consumer, "default", "vpc-a", nil))
 	for range 2 {
@@ -662,8 +662,8 @@ func TestTeardownBreaksACycleAcrossScopes(t *testing.T) {
 	deps := &fakeDependents{states: map[schema.GroupVersionResource]index.State{routers: {Phase: index.PhaseSynced, Namespaced: false}}}
 	deps.add(consumer, vms, object("default", "vm-1", map[string]any{"router": "edge"}))
 	deps.add(consumer, routers, object("", "edge", map[string]any{"vm": "vm-1"}))
-	v := NewDeletionValidator(rules, loaded(true), deps, WithNamespaces(deps))
-	ctx := WithProvider(context.Background(), provider)
+	v := NewValidator(rules, loaded(true), deps, WithNamespaces(deps))
+	ctx := webhook.WithProvider(context.Background(), provider)
 	vmResp := v.Handle(ctx, teardownItem(deleteRequest(vms, consumer, "default", "vm-1", nil)))
 	routerResp := v.Handle(ctx, teardownItem(deleteRequest(routers, consumer, "", "edge", nil)))
 	if !vmResp.Allowed && !routerResp.Allowed {

@@ -1,4 +1,4 @@
-package webhook
+package deletion
 
 import (
 	"context"
@@ -10,13 +10,16 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/records"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 )
 
 // fakeRecorder records what Record was asked to record; records whose
@@ -187,8 +190,8 @@ func TestDeletionsUnderReplayRulesAreDeferred(t *testing.T) {
 			if !tt.noRecorder {
 				opts = append(opts, WithRecorder(rec))
 			}
-			v := NewDeletionValidator(tt.rules, loaded(true), deps, opts...)
-			resp := v.Handle(WithProvider(context.Background(), provider), tt.req)
+			v := NewValidator(tt.rules, loaded(true), deps, opts...)
+			resp := v.Handle(webhook.WithProvider(context.Background(), provider), tt.req)
 			if resp.Allowed != tt.wantAllowed {
 				t.Fatalf("allowed = %v, want %v (result %+v)", resp.Allowed, tt.wantAllowed, resp.Result)
 			}
@@ -235,7 +238,7 @@ func TestReferencedAsksTheIndexOnly(t *testing.T) {
 	deps := &fakeDependents{}
 	deps.add(consumer, vms, object("default", "vm-1", vmRefs("vpc-a")), terminating(object("default", "vm-2", vmRefs("vpc-c"))))
 	deps.addLive(vms, object("default", "vm-3", vmRefs("vpc-b")))
-	v := NewDeletionValidator(rules, loaded(true), deps, WithNamespaces(deps))
+	v := NewValidator(rules, loaded(true), deps, WithNamespaces(deps))
 	target := index.Source{Export: kcp.ObjectKey{Cluster: provider, Name: "network"}, Resource: vpcs}
 	for _, tt := range []struct {
 		obj  kcp.Meta
@@ -262,4 +265,14 @@ func TestReferencedAsksTheIndexOnly(t *testing.T) {
 	if v.Referenced(other, kcp.Meta{Cluster: consumer, Namespace: "default", Name: "vpc-a"}) {
 		t.Error("Referenced under another provider's rules")
 	}
+}
+
+// recordsVerifier verifies the records whose annotation is "valid".
+type recordsVerifier struct{}
+
+func (recordsVerifier) Verify(_ schema.GroupResource, obj kcp.Meta) error {
+	if obj.DeletionRequested && obj.DeletionRecord == "valid" {
+		return nil
+	}
+	return &records.Error{Problem: records.ProblemBadSignature}
 }

@@ -1,4 +1,4 @@
-package webhook
+package guard
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 )
 
 // Self tells whether a user is the webhook itself.
@@ -120,11 +121,11 @@ var recordKeys = []struct {
 // they do.
 type RecordGuard struct {
 	self    Self
-	metrics *Metrics
+	metrics *webhook.Metrics
 }
 
 // NewRecordGuard returns a guard that lets self write records.
-func NewRecordGuard(self Self, metrics *Metrics) *RecordGuard {
+func NewRecordGuard(self Self, metrics *webhook.Metrics) *RecordGuard {
 	return &RecordGuard{self: self, metrics: metrics}
 }
 
@@ -135,7 +136,7 @@ func (g *RecordGuard) Handle(ctx context.Context, req admission.Request) admissi
 	if !resp.Allowed {
 		outcome = RecordWriteDenied
 	}
-	g.metrics.recordWrite(outcome)
+	g.metrics.RecordWrite(outcome)
 	return resp
 }
 
@@ -175,12 +176,12 @@ func (g *RecordGuard) handle(ctx context.Context, req admission.Request) admissi
 	if len(changed) == 0 {
 		return admission.Allowed("")
 	}
-	ctx, cancel := withBudget(ctx, 0)
+	ctx, cancel := webhook.WithBudget(ctx, 0)
 	defer cancel()
 	self, err := g.self.Is(ctx, req.UserInfo)
 	if err != nil {
 		log.FromContext(ctx).Error(err, "Cannot tell whether a write of a record is the webhook's own")
-		return unavailable(fmt.Sprintf("could not check who may write %s (%v); retry", strings.Join(changed, " and "), err))
+		return webhook.Unavailable(fmt.Sprintf("could not check who may write %s (%v); retry", strings.Join(changed, " and "), err))
 	}
 	if self {
 		return admission.Allowed("")
@@ -188,7 +189,7 @@ func (g *RecordGuard) handle(ctx context.Context, req admission.Request) admissi
 	resp := admission.Denied(fmt.Sprintf("%s %s managed by the dependency webhook, which records deferred deletions there; "+
 		"nobody else may set or change %s (remove %s from the manifest; removing the label from an object cancels its deferred deletion)",
 		strings.Join(changed, " and "), isAre(len(changed)), itThem(len(changed)), itThem(len(changed))))
-	resp.AuditAnnotations = map[string]string{AuditDecision: DecisionDenied}
+	resp.AuditAnnotations = map[string]string{webhook.AuditDecision: webhook.DecisionDenied}
 	return resp
 }
 

@@ -1,10 +1,9 @@
-package webhook
+package deletion
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strconv"
 	"time"
@@ -23,32 +22,17 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
-	"github.com/opendefensecloud/dependency-controller/internal/records"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 )
 
-// Audit annotation keys. kcp prefixes them with the webhook's name.
+// Audit annotation keys of a decision on a DELETE, besides
+// webhook.AuditDecision. kcp prefixes them with the webhook's name.
 const (
-	AuditDecision         = "decision"
 	AuditBlockers         = "blockers"
 	AuditSkipProtectionBy = "skip-protection-user"
 	AuditFailedRule       = "failed-rule"
 	AuditDeferred         = "deferred"
-)
-
-// Decisions on a DELETE request: the values of the decision audit annotation
-// and of the outcome label of the metrics.
-const (
-	// DecisionAllowed: nothing references the object (or it is not
-	// protected).
-	DecisionAllowed = "allowed"
-	// DecisionDenied: objects still reference it.
-	DecisionDenied = "denied"
-	// DecisionBypassed: the skip-protection annotation allowed it.
-	DecisionBypassed = "bypassed"
-	// DecisionError: the request was malformed, the webhook was not ready,
-	// or the dependents could not be read; the delete is refused.
-	DecisionError = "error"
 )
 
 // DefaultMaxBlockers is how many blockers a denial names unless
@@ -59,14 +43,7 @@ const DefaultMaxBlockers = 10
 // of a type are labelled; *registry.Registry implements it.
 type RuleFinder interface {
 	Find(target registry.Target) []registry.Entry
-	LabellingFinder
-}
-
-// Readiness tells whether the rule registry is complete;
-// *rulesync.Readiness implements it.
-type Readiness interface {
-	// Loaded reports whether every existing rule has been registered.
-	Loaded() bool
+	Labelling(dependent registry.Target) (registry.Labelling, bool)
 }
 
 // Dependents finds the dependents that reference an object; *index.Index
@@ -101,57 +78,46 @@ type Namespaces interface {
 	NamespaceTerminating(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace string) (bool, error)
 }
 
-// Records verifies and writes the records of deferred deletions on
-// objects; *replay.Records implements it.
-type Records interface {
-	// Verify returns nil if obj, an object of target, carries a record
-	// of a deferred deletion that verifies (see package records).
-	Verify(target schema.GroupResource, obj kcp.Meta) error
-	// Record records on obj, an object of target as its provider serves
-	// it, that its deletion was requested, if obj is still the version the
-	// DELETE was about.
-	Record(ctx context.Context, target index.Source, obj kcp.Meta, request depv1alpha1.DeletionRequest) error
-}
-
-// DeletionValidator is an admission.Handler that denies the deletion of an
-// object while objects in the same workspace still reference it, as
-// declared by DependencyRules.
+// Validator is an admission.Handler that denies the deletion of an object
+// while objects in the same workspace still reference it, as declared by
+// DependencyRules.
 //
 // It decides from the rule registry and the index of dependents: a
 // dependent in the index that references the object denies the delete at
 // once; when the index holds none, the dependents are read live before the
 // delete is allowed, since the index may not have seen a dependent created a
 // moment ago.
-type DeletionValidator struct {
+type Validator struct {
 	rules       RuleFinder
-	readiness   Readiness
+	readiness   webhook.Readiness
 	dependents  Dependents
 	namespaces  Namespaces
 	maxBlockers int
 	timeout     time.Duration
-	metrics     *Metrics
+	metrics     *webhook.Metrics
 	recorder    Records
 	now         func() time.Time
 }
 
-// Option configures a DeletionValidator.
-type Option func(*DeletionValidator)
+// Option configures a Validator.
+type Option func(*Validator)
 
 // WithMaxBlockers sets how many blockers a denial names (default
 // DefaultMaxBlockers); the rest are counted.
 func WithMaxBlockers(n int) Option {
-	return func(v *DeletionValidator) { v.maxBlockers = n }
+	return func(v *Validator) { v.maxBlockers = n }
 }
 
 // WithTimeout bounds the time spent reading dependents per request (default
-// none); the time kcp waits for the answer bounds it too (see withBudget).
+// none); the time kcp waits for the answer bounds it too (see
+// webhook.WithBudget).
 func WithTimeout(d time.Duration) Option {
-	return func(v *DeletionValidator) { v.timeout = d }
+	return func(v *Validator) { v.timeout = d }
 }
 
 // WithMetrics records decisions in m.
-func WithMetrics(m *Metrics) Option {
-	return func(v *DeletionValidator) { v.metrics = m }
+func WithMetrics(m *webhook.Metrics) Option {
+	return func(v *Validator) { v.metrics = m }
 }
 
 // WithNamespaces decides the items of kcp's teardown of a namespace from the
@@ -159,19 +125,13 @@ func WithMetrics(m *Metrics) Option {
 // fromIndexOnly); without it, only an index that has caught up with the
 // teardown (index.Index.Fenced) spares the confirming read.
 func WithNamespaces(n Namespaces) Option {
-	return func(v *DeletionValidator) { v.namespaces = n }
+	return func(v *Validator) { v.namespaces = n }
 }
 
-// WithRecorder defers deletions under rules with the Replay deletion policy:
-// a denied DELETE is recorded on the object through r.
-func WithRecorder(r Records) Option {
-	return func(v *DeletionValidator) { v.recorder = r }
-}
-
-// NewDeletionValidator returns a validator that finds rules in rules, waits
-// until readiness reports them loaded, and finds dependents in dependents.
-func NewDeletionValidator(rules RuleFinder, readiness Readiness, dependents Dependents, opts ...Option) *DeletionValidator {
-	v := &DeletionValidator{rules: rules, readiness: readiness, dependents: dependents, maxBlockers: DefaultMaxBlockers, now: time.Now}
+// NewValidator returns a validator that finds rules in rules, waits until
+// readiness reports them loaded, and finds dependents in dependents.
+func NewValidator(rules RuleFinder, readiness webhook.Readiness, dependents Dependents, opts ...Option) *Validator {
+	v := &Validator{rules: rules, readiness: readiness, dependents: dependents, maxBlockers: DefaultMaxBlockers, now: time.Now}
 	for _, o := range opts {
 		o(v)
 	}
@@ -211,33 +171,42 @@ type decision struct {
 	scanned int
 }
 
+// observe counts a decision in the metrics with the time it took and, for
+// one that read dependents live, how many it read.
+func (v *Validator) observe(d decision, took time.Duration) {
+	v.metrics.DeletionDecided(d.outcome, d.via, took)
+	if d.via == viaLive {
+		v.metrics.DependentsScanned(d.scanned)
+	}
+}
+
 // Handle implements admission.Handler.
-func (v *DeletionValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
+func (v *Validator) Handle(ctx context.Context, req admission.Request) admission.Response {
 	start := v.now()
 	resp, d := v.handle(ctx, req)
-	v.metrics.observe(d, v.now().Sub(start))
+	v.observe(d, v.now().Sub(start))
 	return resp
 }
 
-func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (admission.Response, decision) {
+func (v *Validator) handle(ctx context.Context, req admission.Request) (admission.Response, decision) {
 	// controller-runtime's logger names the request's resource, namespace
 	// and name already.
 	logger := log.FromContext(ctx)
-	failed := decision{outcome: DecisionError}
+	failed := decision{outcome: webhook.DecisionError}
 
 	// 1. Only deletions are judged.
 	if req.Operation != admissionv1.Delete {
-		return admission.Allowed(""), decision{outcome: DecisionAllowed}
+		return admission.Allowed(""), decision{outcome: webhook.DecisionAllowed}
 	}
 
 	// 2. Without every rule registered, a delete could slip through.
 	if !v.readiness.Loaded() {
-		return notLoaded(), failed
+		return webhook.NotLoaded(), failed
 	}
 
 	// 3. The object being deleted, the consumer workspace it lives in, and
 	// the provider workspace whose webhook configuration kcp called.
-	obj, errResp := readSubject(ctx, req.OldObject.Raw, "oldObject")
+	obj, errResp := webhook.ReadSubject(ctx, req.OldObject.Raw, "oldObject")
 	if errResp != nil {
 		return *errResp, failed
 	}
@@ -247,9 +216,9 @@ func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (
 
 	// 4. Explicit bypass, audited and warned about.
 	if obj.SkipProtection {
-		return v.bypass(logger, req, obj), decision{outcome: DecisionBypassed}
+		return v.bypass(logger, req, obj), decision{outcome: webhook.DecisionBypassed}
 	}
-	logger = logger.WithValues("cluster", obj.Cluster, "provider", obj.provider)
+	logger = logger.WithValues("cluster", obj.Cluster, "provider", obj.Provider)
 	if req.Name == "" {
 		// An item of a DELETECOLLECTION (a namespace's teardown): the
 		// request names the collection only.
@@ -258,9 +227,9 @@ func (v *DeletionValidator) handle(ctx context.Context, req admission.Request) (
 
 	// 5. The rules protecting this resource of this provider.
 	target := schema.GroupResource{Group: req.Resource.Group, Resource: req.Resource.Resource}
-	entries := v.rules.Find(registry.Target{Cluster: obj.provider, Resource: target})
+	entries := v.rules.Find(registry.Target{Cluster: obj.Provider, Resource: target})
 	if len(entries) == 0 {
-		return admission.Allowed(""), decision{outcome: DecisionAllowed, via: viaIndex}
+		return admission.Allowed(""), decision{outcome: webhook.DecisionAllowed, via: viaIndex}
 	}
 	d := &deletion{logger: logger, req: req, target: target, obj: obj, teardown: teardown(req),
 		self:   selfRef{target: target, namespace: obj.Namespace, name: obj.Name, uid: obj.UID},
@@ -289,7 +258,7 @@ type deletion struct {
 	logger   logr.Logger
 	req      admission.Request
 	target   schema.GroupResource
-	obj      *subject
+	obj      *webhook.Subject
 	self     selfRef
 	groups   []*dependentGroup
 	teardown bool
@@ -303,13 +272,13 @@ func (d *deletion) query(g *dependentGroup) index.Query {
 
 // bypass allows the deletion of an object with the skip-protection
 // annotation, warning and auditing who did it.
-func (v *DeletionValidator) bypass(logger logr.Logger, req admission.Request, obj *subject) admission.Response {
+func (v *Validator) bypass(logger logr.Logger, req admission.Request, obj *webhook.Subject) admission.Response {
 	user := req.UserInfo.Username
 	logger.Info("Deletion protection bypassed", "user", user)
 	resp := admission.Allowed("").WithWarnings(fmt.Sprintf(
 		"deletion protection of %s %q was bypassed by %s with the %s annotation; objects that still reference it may break",
 		req.Resource.Resource, obj.Name, user, depv1alpha1.AnnotationSkipProtection))
-	resp.AuditAnnotations = map[string]string{AuditDecision: DecisionBypassed, AuditSkipProtectionBy: user}
+	resp.AuditAnnotations = map[string]string{webhook.AuditDecision: webhook.DecisionBypassed, AuditSkipProtectionBy: user}
 	return resp
 }
 
@@ -317,7 +286,7 @@ func (v *DeletionValidator) bypass(logger logr.Logger, req admission.Request, ob
 // references the object, except where an item of kcp's teardown is where a
 // cycle of references within the teardown is broken (see breakCycle); it
 // reports whether it decided.
-func (v *DeletionValidator) fromIndex(ctx context.Context, d *deletion) (admission.Response, decision, bool) {
+func (v *Validator) fromIndex(ctx context.Context, d *deletion) (admission.Response, decision, bool) {
 	var blockers []node
 	for _, g := range d.groups {
 		found := v.blocking(g, d.self, v.dependents.Hits(g.src, g.paths, d.obj.Cluster, g.namespace, d.obj.Name))
@@ -330,20 +299,20 @@ func (v *DeletionValidator) fromIndex(ctx context.Context, d *deletion) (admissi
 		return admission.Response{}, decision{}, false
 	}
 	if d.teardown {
-		self := node{provider: d.obj.provider, resource: d.target, meta: d.obj.Meta}
+		self := node{provider: d.obj.Provider, resource: d.target, meta: d.obj.Meta}
 		if cycle, ok := v.breakCycle(self, blockers, d.req.Namespace); ok {
-			return v.allowOnCycle(d, cycle), decision{outcome: DecisionAllowed, via: viaTeardown}, true
+			return v.allowOnCycle(d, cycle), decision{outcome: webhook.DecisionAllowed, via: viaTeardown}, true
 		}
 	}
-	return v.deny(ctx, d.denial), decision{outcome: DecisionDenied, via: viaIndex}, true
+	return v.deny(ctx, d.denial), decision{outcome: webhook.DecisionDenied, via: viaIndex}, true
 }
 
 // confirm decides a DELETE that the index holds no blocker of by reading
 // the dependents live, except, for an item of kcp's teardown, those the
 // index is known to hold completely (see fromIndexOnly).
-func (v *DeletionValidator) confirm(ctx context.Context, d *deletion) (admission.Response, decision) {
+func (v *Validator) confirm(ctx context.Context, d *deletion) (admission.Response, decision) {
 	start := v.now()
-	ctx, cancel := withBudget(ctx, v.timeout)
+	ctx, cancel := webhook.WithBudget(ctx, v.timeout)
 	defer cancel()
 	terminating := false
 	if d.teardown && d.req.Namespace != "" && v.namespaces != nil {
@@ -363,7 +332,7 @@ func (v *DeletionValidator) confirm(ctx context.Context, d *deletion) (admission
 		scanned += n
 		d.denial.add(g, toBlockers(g, v.blocking(g, d.self, found)))
 		if err != nil {
-			return v.readFailed(d, g, err), decision{outcome: DecisionError, via: viaLive, scanned: scanned}
+			return v.readFailed(d, g, err), decision{outcome: webhook.DecisionError, via: viaLive, scanned: scanned}
 		}
 	}
 	via := viaLive
@@ -372,9 +341,9 @@ func (v *DeletionValidator) confirm(ctx context.Context, d *deletion) (admission
 	}
 	if len(d.denial.blockers) == 0 {
 		d.logger.V(1).Info("Allowed deletion", "via", via, "scanned", scanned, "took", v.now().Sub(start))
-		return admission.Allowed(""), decision{outcome: DecisionAllowed, via: via, scanned: scanned}
+		return admission.Allowed(""), decision{outcome: webhook.DecisionAllowed, via: via, scanned: scanned}
 	}
-	return v.deny(ctx, d.denial), decision{outcome: DecisionDenied, via: via, scanned: scanned}
+	return v.deny(ctx, d.denial), decision{outcome: webhook.DecisionDenied, via: via, scanned: scanned}
 }
 
 // fromIndexOnly reports whether, for an item of kcp's teardown, the index
@@ -391,7 +360,7 @@ func (v *DeletionValidator) confirm(ctx context.Context, d *deletion) (admission
 //     (index.Index.Fenced): it holds every dependent that existed before,
 //     whatever the teardown is (a workspace's, or an APIBinding's, whose
 //     dependents stay).
-func (v *DeletionValidator) fromIndexOnly(ctx context.Context, d *deletion, g *dependentGroup, q index.Query, terminating bool) bool {
+func (v *Validator) fromIndexOnly(ctx context.Context, d *deletion, g *dependentGroup, q index.Query, terminating bool) bool {
 	if !g.synced {
 		return false
 	}
@@ -406,42 +375,23 @@ func (v *DeletionValidator) fromIndexOnly(ctx context.Context, d *deletion, g *d
 }
 
 // readFailed is the answer when the dependents of g could not be read.
-func (v *DeletionValidator) readFailed(d *deletion, g *dependentGroup, err error) admission.Response {
+func (v *Validator) readFailed(d *deletion, g *dependentGroup, err error) admission.Response {
 	if errors.Is(err, index.ErrVersionNotServed) {
 		resp := admission.Denied(fmt.Sprintf("cannot check whether %s %q is still referenced: %v", d.target, d.obj.Name, err))
-		resp.AuditAnnotations = map[string]string{AuditDecision: DecisionError, AuditFailedRule: g.rules[0].String()}
+		resp.AuditAnnotations = map[string]string{webhook.AuditDecision: webhook.DecisionError, AuditFailedRule: g.rules[0].String()}
 		return resp
 	}
 	d.logger.Error(err, "Failed to read dependents", "dependent", g.src, "rules", g.rules)
-	resp := unavailable(fmt.Sprintf("could not check whether %s %q is still referenced (reading %s failed: %v); retry the delete",
+	resp := webhook.Unavailable(fmt.Sprintf("could not check whether %s %q is still referenced (reading %s failed: %v); retry the delete",
 		d.target.Resource, d.obj.Name, g.src.Resource.GroupResource(), err))
-	resp.AuditAnnotations = map[string]string{AuditDecision: DecisionError, AuditFailedRule: g.rules[0].String()}
+	resp.AuditAnnotations = map[string]string{webhook.AuditDecision: webhook.DecisionError, AuditFailedRule: g.rules[0].String()}
 	return resp
 }
 
-// misdirected checks that the webhook serves the workspace cluster, which
-// binds the export of src: a webhook that reads only some shards refuses,
-// with 421, a request for a workspace on another shard (kcp must call the
-// webhook of that shard), and with 503 one it cannot tell.
-func misdirected(ctx context.Context, logger logr.Logger, serves func(context.Context, index.Source, logicalcluster.Name) error, src index.Source, cluster logicalcluster.Name, timeout time.Duration) (admission.Response, bool) {
-	ctx, cancel := withBudget(ctx, timeout)
-	defer cancel()
-	err := serves(ctx, src, cluster)
-	switch {
-	case err == nil:
-		return admission.Response{}, true
-	case errors.Is(err, index.ErrNotServed):
-		logger.Error(err, "Refused a request for a workspace on another shard; route each shard's requests to its own webhook")
-		resp := admission.Errored(http.StatusMisdirectedRequest, fmt.Errorf("this dependency webhook does not answer for this workspace: %w; kcp must call the webhook of the shard that serves it", err))
-		resp.AuditAnnotations = map[string]string{AuditDecision: DecisionError}
-		return resp, false
-	default:
-		return unavailable(fmt.Sprintf("could not tell whether this dependency webhook serves the workspace (%v); retry", err)), false
-	}
-}
-
-func (v *DeletionValidator) misdirected(ctx context.Context, logger logr.Logger, src index.Source, cluster logicalcluster.Name) (admission.Response, bool) {
-	return misdirected(ctx, logger, v.dependents.Serves, src, cluster, v.timeout)
+// misdirected checks that the webhook serves the workspace cluster (see
+// webhook.Misdirected).
+func (v *Validator) misdirected(ctx context.Context, logger logr.Logger, src index.Source, cluster logicalcluster.Name) (admission.Response, bool) {
+	return webhook.Misdirected(ctx, logger, v.dependents.Serves, src, cluster, v.timeout)
 }
 
 // denial collects the blockers of a DELETE, and whether the deletion may
@@ -450,7 +400,7 @@ type denial struct {
 	logger   logr.Logger
 	req      admission.Request
 	target   schema.GroupResource
-	obj      *subject
+	obj      *webhook.Subject
 	blockers []Blocker
 	// source is the protected resource as its provider serves it.
 	source index.Source
@@ -473,7 +423,7 @@ func (d *denial) add(g *dependentGroup, blockers []Blocker) {
 
 // deny answers that the object is still referenced by the blockers, and
 // defers the deletion if every blocking rule says so.
-func (v *DeletionValidator) deny(ctx context.Context, d denial) admission.Response {
+func (v *Validator) deny(ctx context.Context, d denial) admission.Response {
 	name := d.obj.Name
 	if name == "" {
 		name = d.req.Name
@@ -481,7 +431,7 @@ func (v *DeletionValidator) deny(ctx context.Context, d denial) admission.Respon
 	slices.SortFunc(d.blockers, compareBlockers)
 	d.blockers = slices.Compact(d.blockers)
 	msg := deniedMessage(d.target, d.obj.Namespace, name, d.blockers, v.maxBlockers)
-	audit := map[string]string{AuditDecision: DecisionDenied, AuditBlockers: strconv.Itoa(len(d.blockers))}
+	audit := map[string]string{webhook.AuditDecision: webhook.DecisionDenied, AuditBlockers: strconv.Itoa(len(d.blockers))}
 	if d.deferrable {
 		var deferred bool
 		msg, deferred = v.deferDeletion(ctx, d, msg)
@@ -493,41 +443,6 @@ func (v *DeletionValidator) deny(ctx context.Context, d denial) admission.Respon
 	resp := admission.Denied(msg)
 	resp.AuditAnnotations = audit
 	return resp
-}
-
-// deferDeletion records the request on the object (not for a dry run, nor
-// twice) and returns the denial message saying so, and whether the deletion
-// is deferred.
-func (v *DeletionValidator) deferDeletion(ctx context.Context, d denial, msg string) (string, bool) {
-	dependents := "its dependent is"
-	if n := len(d.blockers); n > 1 {
-		dependents = fmt.Sprintf("its %d dependents are", n)
-	}
-	cancel := fmt.Sprintf("remove its label %s to cancel", depv1alpha1.LabelDeletionRequested)
-	switch {
-	case d.req.DryRun != nil && *d.req.DryRun:
-		v.metrics.deferred(DeferredDryRun)
-		return fmt.Sprintf("%s; its deletion would be deferred until %s gone", msg, dependents), false
-	case d.obj.DeletionRequested && v.recorder.Verify(d.target, d.obj.Meta) == nil:
-		// Also the answer to the DELETE that recorded it: the record
-		// changes the object, so kcp admits that DELETE again on the new
-		// state before it answers.
-		v.metrics.deferred(DeferredAlready)
-		return fmt.Sprintf("%s; its deletion is deferred: it will be deleted once %s gone (%s)", msg, dependents, cancel), true
-	}
-	request, err := records.Request(d.req.UserInfo.Username, v.now(), d.req.Options.Raw)
-	if err == nil {
-		ctx, stop := withBudget(ctx, v.timeout)
-		defer stop()
-		err = v.recorder.Record(ctx, d.source, d.obj.Meta, request)
-	}
-	if err != nil {
-		v.metrics.deferred(DeferredFailed)
-		d.logger.Error(err, "Failed to defer a deletion")
-		return fmt.Sprintf("%s; its deletion could not be deferred (%v)", msg, err), false
-	}
-	v.metrics.deferred(DeferredRecorded)
-	return fmt.Sprintf("%s; its deletion is deferred: it will be deleted once %s gone (%s)", msg, dependents, cancel), true
 }
 
 // selfRef identifies the object being deleted, which never blocks itself.
@@ -567,7 +482,7 @@ type dependentGroup struct {
 // groupByDependent groups the entries by dependent source, leaving out
 // sources whose rules have no effect (their provider has not granted access,
 // or the rule names what the provider does not export).
-func (v *DeletionValidator) groupByDependent(entries []registry.Entry, namespace string) []*dependentGroup {
+func (v *Validator) groupByDependent(entries []registry.Entry, namespace string) []*dependentGroup {
 	var groups []*dependentGroup
 	bySource := map[index.Source]*dependentGroup{}
 	for _, e := range entries {
@@ -615,7 +530,7 @@ func compactPaths(paths []fieldpath.Reference) []fieldpath.Reference {
 // blocking returns the blockers among the dependents of g that reference
 // the object: those not being deleted already (waiting for them could
 // deadlock a namespace deletion) and not the object itself.
-func (v *DeletionValidator) blocking(g *dependentGroup, self selfRef, deps []kcp.Meta) []kcp.Meta {
+func (v *Validator) blocking(g *dependentGroup, self selfRef, deps []kcp.Meta) []kcp.Meta {
 	var out []kcp.Meta
 	for _, d := range deps {
 		if !d.Terminating && !self.is(g.src.Resource.GroupResource(), d.Namespace, d.Name, d.UID) {
@@ -632,21 +547,4 @@ func toBlockers(g *dependentGroup, deps []kcp.Meta) []Blocker {
 		out = append(out, Blocker{Kind: g.kind, Namespace: d.Namespace, Name: d.Name})
 	}
 	return out
-}
-
-// Referenced reports whether the index holds a dependent, not being
-// deleted, that references obj, an object of target (a protected resource
-// as its provider serves it), under the rules that protect it. It reads
-// nothing live: a miss is no proof, and whoever acts on it deletes through
-// kcp, whose admission asks Handle.
-func (v *DeletionValidator) Referenced(target index.Source, obj kcp.Meta) bool {
-	gr := target.Resource.GroupResource()
-	entries := v.rules.Find(registry.Target{Cluster: target.Export.Cluster, Resource: gr})
-	self := selfRef{target: gr, namespace: obj.Namespace, name: obj.Name, uid: obj.UID}
-	for _, g := range v.groupByDependent(entries, obj.Namespace) {
-		if len(v.blocking(g, self, v.dependents.Hits(g.src, g.paths, obj.Cluster, g.namespace, obj.Name))) > 0 {
-			return true
-		}
-	}
-	return false
 }

@@ -1,0 +1,58 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+)
+
+// Subject is the object a request is about, with the workspaces of the
+// request.
+type Subject struct {
+	kcp.Meta
+	// Provider is the provider workspace whose webhook configuration kcp
+	// called.
+	Provider logicalcluster.Name
+}
+
+// ReadSubject decodes the metadata of raw, the request's object or
+// oldObject (named by field), and finds the workspaces of the request: the
+// consumer's from the object's kcp.io/cluster annotation, which kcp sets,
+// and the provider's from the request URL. A malformed request gets the
+// response to answer.
+func ReadSubject(ctx context.Context, raw []byte, field string) (*Subject, *admission.Response) {
+	fail := func(err error) (*Subject, *admission.Response) {
+		resp := admission.Errored(http.StatusBadRequest, err)
+		return nil, &resp
+	}
+	if len(raw) == 0 {
+		return fail(fmt.Errorf("the admission request has no %s", field))
+	}
+	if !json.Valid(raw) {
+		return fail(fmt.Errorf("failed to decode %s: not valid JSON", field))
+	}
+	m, err := kcp.ReadMeta(raw)
+	if err != nil {
+		return fail(fmt.Errorf("failed to decode %s: %w", field, err))
+	}
+	s := &Subject{Meta: m}
+	if s.Cluster.Empty() {
+		return fail(fmt.Errorf("%s has no %s annotation; is the webhook called by kcp?", field, logicalcluster.AnnotationKey))
+	}
+	if !s.Cluster.IsValid() {
+		return fail(fmt.Errorf("%s's %s annotation %q is not a logical cluster name", field, logicalcluster.AnnotationKey, s.Cluster))
+	}
+	var ok bool
+	if s.Provider, ok = ProviderFrom(ctx); !ok {
+		return fail(errors.New("the request URL names no provider workspace; the webhook configuration is not the one the dependency-controller installs"))
+	}
+	return s, nil
+}
