@@ -57,6 +57,12 @@ func NewKeyring(keys []Key) (*Keyring, error) {
 	return k, nil
 }
 
+// SigningSecret returns the secret of the key that signs; other secrets
+// that every replica holds may be derived from it (see inflight.IDs).
+func (k *Keyring) SigningSecret() []byte {
+	return k.signer.Secret
+}
+
 // SigningKeyID returns the ID of the key that signs.
 func (k *Keyring) SigningKeyID() string {
 	return k.signer.ID

@@ -11,8 +11,8 @@ import (
 
 // Handler routes the admission requests of kcp by endpoint (see
 // EndpointFrom) and operation: the labels endpoint to the LabelMutator
-// (package references), the records endpoint to the RecordGuard (package
-// guard), and otherwise DELETE to the deletion Validator (package
+// (package references), the records endpoint to the RecordGuard and the
+// admitted endpoint to the LedgerGuard (package guard), and otherwise DELETE to the deletion Validator (package
 // deletion), CREATE and UPDATE to the ReferenceValidator (package
 // references); anything else is allowed.
 type Handler struct {
@@ -24,6 +24,9 @@ type Handler struct {
 	Records admission.Handler
 	// Labels labels dependents with what they reference.
 	Labels admission.Handler
+	// Admitted keeps the ledgers of admitted references on protected
+	// objects as the webhook wrote them.
+	Admitted admission.Handler
 }
 
 // Handle implements admission.Handler.
@@ -33,6 +36,8 @@ func (h Handler) Handle(ctx context.Context, req admission.Request) admission.Re
 		return h.Labels.Handle(ctx, req)
 	case EndpointRecords:
 		return h.Records.Handle(ctx, req)
+	case EndpointAdmitted:
+		return h.Admitted.Handle(ctx, req)
 	}
 	switch req.Operation {
 	case admissionv1.Delete:

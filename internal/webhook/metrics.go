@@ -23,6 +23,8 @@ type Metrics struct {
 	writes    *prometheus.CounterVec
 	labels    *prometheus.CounterVec
 	cycles    prometheus.Counter
+	recorded  *prometheus.CounterVec
+	conflicts prometheus.Counter
 }
 
 // NewMetrics creates the metrics.
@@ -30,7 +32,7 @@ func NewMetrics() *Metrics {
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dependency_webhook_decisions_total",
-			Help: "Admission decisions on DELETE requests, by outcome: allowed, denied (still referenced), bypassed (skip-protection annotation) or error (request malformed, rules not loaded, or dependents could not be read); and by how they were reached: index (from the index alone), live (dependents read live) or teardown (an item of kcp's own deletion of a namespace, workspace or binding, decided from the index once it had caught up with the teardown, or where a cycle of references within it was broken), empty when no dependent was looked at.",
+			Help: "Admission decisions on DELETE requests, by outcome: allowed, denied (still referenced), bypassed (skip-protection annotation), in-flight (refused while a reference to the object may be in flight) or error (request malformed, rules not loaded, or dependents could not be read); and by how they were reached: index (from the index alone), horizon (allowed from the index, which was current past the object's horizon: no read), live (dependents read live) or teardown (an item of kcp's own deletion of a namespace, workspace or binding, decided from the index once it had caught up with the teardown, or where a cycle of references within it was broken), empty when no dependent was looked at.",
 		}, []string{"outcome", "via"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "dependency_webhook_decision_duration_seconds",
@@ -62,13 +64,21 @@ func NewMetrics() *Metrics {
 			Name: "dependency_webhook_teardown_cycles_broken_total",
 			Help: "Items of kcp's teardown allowed although dependents referenced them, because the object and its dependents referenced each other in a cycle within the teardown (broken at the object that sorts first).",
 		}),
+		recorded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dependency_webhook_references_recorded_total",
+			Help: "References that writes of dependents added, as the labelling webhook recorded them on the objects they name, by result: recorded, missing (no such object), refused (the object is being deleted, or its deletion is deferred), untracked (the webhook may not patch the object; admitted unrecorded) or failed (the write was refused, to be retried).",
+		}, []string{"result"}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dependency_webhook_ledger_conflicts_total",
+			Help: "Writes of the ledger of admitted references on a protected object that lost a race with another write of the object, and were tried again (no client sees these).",
+		}),
 	}
 	return m
 }
 
 // collectors are the metrics one by one.
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.decisions, m.latency, m.scanned, m.refChecks, m.deferrals, m.writes, m.labels, m.cycles}
+	return []prometheus.Collector{m.decisions, m.latency, m.scanned, m.refChecks, m.deferrals, m.writes, m.labels, m.cycles, m.recorded, m.conflicts}
 }
 
 // Describe implements prometheus.Collector.
@@ -103,6 +113,22 @@ func (m *Metrics) RecordWrite(outcome string) {
 func (m *Metrics) Labelled(result string) {
 	if m != nil {
 		m.labels.WithLabelValues(result).Inc()
+	}
+}
+
+// ReferenceRecorded counts a reference the labelling webhook recorded on
+// the object it names, by result.
+func (m *Metrics) ReferenceRecorded(result string) {
+	if m != nil {
+		m.recorded.WithLabelValues(result).Inc()
+	}
+}
+
+// LedgerConflict counts a write of a ledger that lost a race with another
+// write of its object.
+func (m *Metrics) LedgerConflict() {
+	if m != nil {
+		m.conflicts.Inc()
 	}
 }
 

@@ -20,6 +20,7 @@ func TestMetricsCollector(t *testing.T) {
 	m.DeletionDecided(DecisionDenied, "live", time.Millisecond)
 	m.DependentsScanned(7)
 	m.ReferenceChecked(DecisionDenied)
+	m.ReferenceRecorded("recorded")
 
 	tests := []struct {
 		collector prometheus.Collector
@@ -28,14 +29,15 @@ func TestMetricsCollector(t *testing.T) {
 		{m.decisions.WithLabelValues(DecisionAllowed, "teardown"), 1},
 		{m.decisions.WithLabelValues(DecisionDenied, "live"), 1},
 		{m.refChecks.WithLabelValues(DecisionDenied), 1},
+		{m.recorded.WithLabelValues("recorded"), 1},
 	}
 	for _, tt := range tests {
 		if got := testutil.ToFloat64(tt.collector); got != tt.want {
 			t.Errorf("%v = %v, want %v", tt.collector, got, tt.want)
 		}
 	}
-	if n, err := testutil.GatherAndCount(reg); err != nil || n != 7 {
-		t.Errorf("gathered %d series (%v), want 7: two decisions with their latencies, one histogram of scans, the counter of broken cycles, the reference check", n, err)
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 9 {
+		t.Errorf("gathered %d series (%v), want 9: two decisions with their latencies, one histogram of scans, the counters of broken cycles and of ledger conflicts, the reference check, the recorded reference", n, err)
 	}
 	var none *Metrics
 	// A nil *Metrics records nothing, and does not panic.
@@ -46,4 +48,6 @@ func TestMetricsCollector(t *testing.T) {
 	none.Labelled("changed")
 	none.CycleBroken()
 	none.Deferred("recorded")
+	none.ReferenceRecorded("recorded")
+	none.LedgerConflict()
 }

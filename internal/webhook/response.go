@@ -36,6 +36,10 @@ const (
 	// DecisionError: the request was malformed, the webhook was not ready,
 	// or the dependents could not be read; the delete is refused.
 	DecisionError = "error"
+	// DecisionInFlight: a reference to the object may be in flight (a
+	// dependent's create or update recorded it on the object and has not
+	// been stored yet); the delete is refused, with when to retry.
+	DecisionInFlight = "in-flight"
 )
 
 // Readiness tells whether the rule registry is complete;

@@ -107,11 +107,11 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		return c.Patch(ctx, newObject(gvr, "default", name, nil), client.RawPatch(types.MergePatchType, []byte(body)))
 	}
 	// managedLabels returns the labels of a dependent that the webhook
-	// manages.
+	// manages to say what it references (the admission id aside).
 	managedLabels := func(o *unstructured.Unstructured) map[string]string {
 		out := map[string]string{}
 		for k, v := range o.GetLabels() {
-			if reflabels.Managed(k) {
+			if reflabels.Managed(k) && k != depv1alpha1.LabelAdmission {
 				out[k] = v
 			}
 		}
@@ -238,16 +238,20 @@ var _ = Describe("Trust boundary", Ordered, func() {
 			return tenant.Create(ctx, newObject(vmGVR, "default", "vm-l", vmRef("vpc-l1")))
 		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
 		Expect(managedLabels(get(ctx, vmGVR, "vm-l"))).To(Equal(labelledFor(ctx, "vpc-l1")))
+		admission := get(ctx, vmGVR, "vm-l").GetLabels()[depv1alpha1.LabelAdmission]
+		Expect(admission).To(MatchRegexp("^[0-9a-f]{16}$"), "the id of the admission that recorded the reference on vpc-l1")
 
 		By("a tenant removing the labels: they come back")
-		Expect(patch(ctx, tenant, vmGVR, "vm-l", fmt.Sprintf(`{"metadata":{"labels":{%q:null,%q:null}}}`,
-			reflabels.Key(vpcGVR.GroupResource(), "vpc-l1"), depv1alpha1.LabelReferencesScheme))).To(Succeed())
+		Expect(patch(ctx, tenant, vmGVR, "vm-l", fmt.Sprintf(`{"metadata":{"labels":{%q:null,%q:null,%q:null}}}`,
+			reflabels.Key(vpcGVR.GroupResource(), "vpc-l1"), depv1alpha1.LabelReferencesScheme, depv1alpha1.LabelAdmission))).To(Succeed())
 		Expect(managedLabels(get(ctx, vmGVR, "vm-l"))).To(Equal(labelledFor(ctx, "vpc-l1")))
+		Expect(get(ctx, vmGVR, "vm-l").GetLabels()).To(HaveKeyWithValue(depv1alpha1.LabelAdmission, admission))
 
-		By("a tenant forging a label for another VPC and a scheme: they are replaced")
-		Expect(patch(ctx, tenant, vmGVR, "vm-l", fmt.Sprintf(`{"metadata":{"labels":{%q:"",%q:"0000000000000000"}}}`,
-			reflabels.Key(vpcGVR.GroupResource(), "vpc-other"), depv1alpha1.LabelReferencesScheme))).To(Succeed())
+		By("a tenant forging a label for another VPC, a scheme and an admission id: they are replaced")
+		Expect(patch(ctx, tenant, vmGVR, "vm-l", fmt.Sprintf(`{"metadata":{"labels":{%q:"",%q:"0000000000000000",%q:"0123456789abcdef"}}}`,
+			reflabels.Key(vpcGVR.GroupResource(), "vpc-other"), depv1alpha1.LabelReferencesScheme, depv1alpha1.LabelAdmission))).To(Succeed())
 		Expect(managedLabels(get(ctx, vmGVR, "vm-l"))).To(Equal(labelledFor(ctx, "vpc-l1")))
+		Expect(get(ctx, vmGVR, "vm-l").GetLabels()).To(HaveKeyWithValue(depv1alpha1.LabelAdmission, admission))
 
 		By("a tenant changing a label of its own: kcp does not call the labelling webhook, and the labels stay")
 		labelCalls := func() float64 {

@@ -34,6 +34,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/relabel"
 	"github.com/opendefensecloud/dependency-controller/internal/replay"
 	"github.com/opendefensecloud/dependency-controller/internal/rulesync"
+	"github.com/opendefensecloud/dependency-controller/internal/tracking"
 	"github.com/opendefensecloud/dependency-controller/internal/vw"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook/deletion"
@@ -89,7 +90,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 	kcpVersion := kcpversion.Check(ctx, cfg)
 
 	a := &assembly{opts: opts, reg: registry.New(), readiness: rulesync.NewReadiness(), self: guard.NewSelfReview(cfg),
-		metrics: webhook.NewMetrics(), replayMetrics: replay.NewMetrics()}
+		metrics: webhook.NewMetrics(), replayMetrics: replay.NewMetrics(), cfg: cfg, frontProxy: frontProxy}
 	if err := a.newManager(ctx, cfg, mgrOpts); err != nil {
 		return nil, err
 	}
@@ -137,6 +138,9 @@ type assembly struct {
 	ix      *index.Index
 	objects *objects.Client
 	ready   func(*http.Request) error
+	// cfg and frontProxy reach kcp as the webhook.
+	cfg        *rest.Config
+	frontProxy string
 }
 
 // newManager sets up the multicluster manager over the APIExport, which
@@ -198,15 +202,16 @@ func (a *assembly) addRules() error {
 }
 
 // serve serves the admission handlers at opts.Path and returns what must
-// run on one replica only: the relabelling of dependents and, with record
-// keys, the replay of deferred deletions.
+// run on one replica only: the relabelling of dependents, the report of
+// whether references are tracked and, with record keys, the replay of
+// deferred deletions.
 func (a *assembly) serve(ctx context.Context) ([]manager.Runnable, error) {
 	recs, err := a.records(ctx)
 	if err != nil {
 		return nil, err
 	}
 	deletionOpts := []deletion.Option{deletion.WithTimeout(a.opts.RequestTimeout), deletion.WithMaxBlockers(a.opts.MaxBlockers),
-		deletion.WithNamespaces(a.objects), deletion.WithMetrics(a.metrics)}
+		deletion.WithNamespaces(a.objects), deletion.WithMetrics(a.metrics), deletion.WithHorizon(a.ix, tracking.New(a.objects, tracking.Options{}))}
 	var verifier references.Verifier
 	if recs != nil {
 		verifier = recs
@@ -217,12 +222,16 @@ func (a *assembly) serve(ctx context.Context) ([]manager.Runnable, error) {
 		Deletion:   deletions,
 		References: references.NewReferenceValidator(a.reg, a.readiness, a.ix, verifier, a.opts.RequestTimeout, a.metrics),
 		Records:    guard.NewRecordGuard(a.self, a.metrics),
-		Labels:     references.NewLabelMutator(a.reg, a.readiness, a.metrics),
+		Labels:     references.NewLabelMutator(a.reg, a.readiness, a.metrics, references.WithRecording(a.recording(recs, verifier))),
+		Admitted:   guard.NewLedgerGuard(a.self, a.metrics),
 	}
 	if err := webhook.Serve(a.mgr, a.opts.Path, handler); err != nil {
 		return nil, err
 	}
-	writers := []manager.Runnable{relabel.New(a.reg, a.objects, conditions.NewWriter(a.mgr, conditions.LabelsFieldOwner), relabel.Options{Interval: a.opts.RelabelInterval})}
+	writers := []manager.Runnable{
+		relabel.New(a.reg, a.objects, conditions.NewWriter(a.mgr, conditions.LabelsFieldOwner), relabel.Options{Interval: a.opts.RelabelInterval}),
+		tracking.NewReporter(a.reg, tracking.NewSSARGrants(a.cfg, a.frontProxy, trackingInterval), conditions.NewWriter(a.mgr, tracking.FieldOwner), trackingInterval, identity(ctx, a.self)),
+	}
 	if recs != nil {
 		writers = append(writers, replay.New(a.reg, a.ix, a.objects, recs, deletions, replay.Options{Interval: a.opts.ReplayInterval, Metrics: a.replayMetrics}))
 	}

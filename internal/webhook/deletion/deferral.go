@@ -54,6 +54,9 @@ func (v *Validator) deferDeletion(ctx context.Context, d denial, msg string) (st
 	if n := len(d.blockers); n > 1 {
 		dependents = fmt.Sprintf("its %d dependents are", n)
 	}
+	if d.inFlight {
+		dependents = "the reference in flight has been stored or has failed and its dependents are"
+	}
 	cancel := fmt.Sprintf("remove its label %s to cancel", depv1alpha1.LabelDeletionRequested)
 	switch {
 	case d.req.DryRun != nil && *d.req.DryRun:

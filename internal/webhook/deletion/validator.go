@@ -21,6 +21,7 @@ import (
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/inflight"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
@@ -96,6 +97,8 @@ type Validator struct {
 	timeout     time.Duration
 	metrics     *webhook.Metrics
 	recorder    Records
+	currency    Currency
+	activation  Activation
 	now         func() time.Time
 }
 
@@ -248,8 +251,26 @@ func (v *Validator) handle(ctx context.Context, req admission.Request) (admissio
 		return resp, failed
 	}
 
-	// 8. None in the index: read the dependents live before allowing, but
-	// for an item of kcp's teardown only those the index may lack.
+	// 8. The object's own state: while a reference to it is in flight the
+	// DELETE is refused; once the index is current past its horizon, it is
+	// allowed without a read.
+	if v.currency != nil {
+		if h := readHorizon(req.OldObject.Raw); !h.malformed {
+			resp, dec, a, decided, inFlight := v.settle(ctx, d, h)
+			if decided {
+				return resp, dec
+			}
+			if inFlight {
+				d.inFlight, d.assessment, d.floor = true, a, h.ledger.Floor
+			} else if v.current(ctx, d, a) {
+				logger.V(1).Info("Allowed deletion", "via", viaHorizon)
+				return admission.Allowed(""), decision{outcome: webhook.DecisionAllowed, via: viaHorizon}
+			}
+		}
+	}
+
+	// 9. Otherwise read the dependents live before allowing, but for an
+	// item of kcp's teardown only those the index may lack.
 	return v.confirm(ctx, d)
 }
 
@@ -263,6 +284,12 @@ type deletion struct {
 	groups   []*dependentGroup
 	teardown bool
 	denial   denial
+	// inFlight is set when a reference to the object may be in flight
+	// (assessment says which, floor is the ledger's): the DELETE is refused
+	// where it would be allowed.
+	inFlight   bool
+	assessment inflight.Assessment
+	floor      time.Time
 }
 
 // query returns the confirming read of the dependents of g.
@@ -339,6 +366,9 @@ func (v *Validator) confirm(ctx context.Context, d *deletion) (admission.Respons
 	if !read {
 		via = viaTeardown
 	}
+	if len(d.denial.blockers) == 0 && d.inFlight {
+		return v.refuseInFlight(ctx, d, d.assessment, d.floor), decision{outcome: webhook.DecisionInFlight, via: via, scanned: scanned}
+	}
 	if len(d.denial.blockers) == 0 {
 		d.logger.V(1).Info("Allowed deletion", "via", via, "scanned", scanned, "took", v.now().Sub(start))
 		return admission.Allowed(""), decision{outcome: webhook.DecisionAllowed, via: via, scanned: scanned}
@@ -408,6 +438,9 @@ type denial struct {
 	// whose rules all defer deletions (and a recorder is set, and the
 	// request is not an item of kcp's teardown).
 	deferrable bool
+	// inFlight is set when what holds the deletion up is a reference in
+	// flight, not a blocker.
+	inFlight bool
 }
 
 // add adds blockers found among the dependents of g.
@@ -477,6 +510,11 @@ type dependentGroup struct {
 	// scheme is the fingerprint of the scheme under which the dependents
 	// are labelled with what they reference, empty if they are not.
 	scheme string
+	// tracked is set when every rule of the group reports its references
+	// tracked (ReferencesTracked=True), since trackedSince (the latest of
+	// their transitions).
+	tracked      bool
+	trackedSince time.Time
 }
 
 // groupByDependent groups the entries by dependent source, leaving out
@@ -492,7 +530,7 @@ func (v *Validator) groupByDependent(entries []registry.Entry, namespace string)
 			if !state.Phase.Effective() {
 				continue
 			}
-			g = &dependentGroup{src: e.Dependent, kind: e.DependentKind, synced: state.Phase == index.PhaseSynced, replay: true}
+			g = &dependentGroup{src: e.Dependent, kind: e.DependentKind, synced: state.Phase == index.PhaseSynced, replay: true, tracked: true}
 			if state.Kind != "" {
 				g.kind = state.Kind
 			}
@@ -507,6 +545,11 @@ func (v *Validator) groupByDependent(entries []registry.Entry, namespace string)
 		g.rules = append(g.rules, e.Rule)
 		g.paths = append(g.paths, e.Paths...)
 		g.replay = g.replay && e.Replay
+		since, tracked := e.Tracking.Tracked()
+		g.tracked = g.tracked && tracked
+		if since.After(g.trackedSince) {
+			g.trackedSince = since
+		}
 	}
 	for _, g := range groups {
 		g.paths = compactPaths(g.paths)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -49,16 +50,29 @@ const (
 // controller from the rules it sees) is the scheme of the webhook's own
 // rules: the configuration's match condition then covers every field the
 // labels are computed from.
+//
+// With recording (WithRecording), it also records every reference the
+// write adds on the object it names before it answers, and sets the
+// dependent's admission id (see package inflight).
 type LabelMutator struct {
 	rules     LabellingFinder
 	readiness webhook.Readiness
 	metrics   *webhook.Metrics
+	recording *Recording
+	now       func() time.Time
 }
+
+// LabelOption configures a LabelMutator.
+type LabelOption func(*LabelMutator)
 
 // NewLabelMutator returns a mutator that finds the schemes of dependent
 // types in rules, and waits until readiness reports them loaded.
-func NewLabelMutator(rules LabellingFinder, readiness webhook.Readiness, metrics *webhook.Metrics) *LabelMutator {
-	return &LabelMutator{rules: rules, readiness: readiness, metrics: metrics}
+func NewLabelMutator(rules LabellingFinder, readiness webhook.Readiness, metrics *webhook.Metrics, opts ...LabelOption) *LabelMutator {
+	m := &LabelMutator{rules: rules, readiness: readiness, metrics: metrics, now: time.Now}
+	for _, o := range opts {
+		o(m)
+	}
+	return m
 }
 
 // Handle implements admission.Handler.
@@ -99,6 +113,15 @@ func (m *LabelMutator) handle(ctx context.Context, req admission.Request) (admis
 		if webhook.SchemeFrom(ctx) != l.Scheme.Fingerprint {
 			delete(want, depv1alpha1.LabelReferencesScheme)
 			result = LabelsUnvouched
+		}
+		if m.recording != nil && !obj.Terminating {
+			id, resp := m.record(ctx, req, obj, m.recording.Guards.FindGuards(registry.Target{Cluster: obj.Provider, Resource: gr}))
+			if resp != nil {
+				return *resp, webhook.DecisionError
+			}
+			if id != "" {
+				want[depv1alpha1.LabelAdmission] = id
+			}
 		}
 	}
 	ops := reflabels.Patch(meta.Metadata.Labels, want)

@@ -132,7 +132,7 @@ func (v *ReferenceValidator) handle(ctx context.Context, req admission.Request) 
 	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) == 0 {
 		return admission.Errored(http.StatusBadRequest, errors.New("the UPDATE request has no oldObject")), webhook.DecisionError
 	}
-	added, err := v.addedReferences(req, obj, guards)
+	added, err := addedReferences(v.targets, req, obj, guards)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err), webhook.DecisionError
 	}
@@ -149,15 +149,15 @@ func (v *ReferenceValidator) handle(ctx context.Context, req admission.Request) 
 
 // addedReferences returns the references that the request's object has
 // and its old object (of an UPDATE) had not, each target once, under the
-// rules of guards whose targets can be read.
-func (v *ReferenceValidator) addedReferences(req admission.Request, obj *webhook.Subject, guards []registry.Guard) ([]reference, error) {
+// rules of guards whose targets can be read (as targets knows them).
+func addedReferences(targets Targets, req admission.Request, obj *webhook.Subject, guards []registry.Guard) ([]reference, error) {
 	var added []reference
 	for _, g := range guards {
 		for _, ref := range g.References {
 			if ref.Target.Export.Name == "" {
 				continue // the protected workspace does not bind the dependencies APIExport
 			}
-			state := v.targets.State(ref.Target)
+			state := targets.State(ref.Target)
 			if state.Phase != index.PhaseSyncing && state.Phase != index.PhaseSynced {
 				continue // the rule reports why its targets cannot be read
 			}

@@ -1,0 +1,64 @@
+package webhookserver
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"time"
+
+	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/inflight"
+	"github.com/opendefensecloud/dependency-controller/internal/registry"
+	"github.com/opendefensecloud/dependency-controller/internal/replay"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook/references"
+)
+
+// trackingInterval is how often the elected replica asks kcp whether the
+// webhook may patch the protected types (the grant it needs to record
+// references), and reports it on the rules.
+const trackingInterval = 30 * time.Second
+
+// recording assembles what the labelling webhook needs to record the
+// references that writes of dependents add on the objects they name: the
+// writer of ledgers (through the protected providers' virtual workspaces),
+// admission ids keyed with a secret the replicas share (derived from the
+// record keys, if there are any; else each replica's own, and a second
+// call of the webhook within one request recognizes only its own replica's
+// id), and which admission ids the index has seen on the dependents of each
+// protected type.
+func (a *assembly) recording(recs *replay.Records, verifier references.Verifier) references.Recording {
+	key := func() []byte { return nil }
+	if recs != nil {
+		key = func() []byte {
+			ring := recs.Keys.Keyring()
+			if ring == nil {
+				return nil
+			}
+			mac := hmac.New(sha256.New, ring.SigningSecret())
+			mac.Write([]byte("admission ids"))
+			return mac.Sum(nil)
+		}
+	}
+	return references.Recording{
+		Guards:  a.reg,
+		Targets: a.ix,
+		Ledgers: inflight.NewWriter(a.objects, inflight.Options{OnConflict: a.metrics.LedgerConflict}),
+		IDs:     inflight.NewIDs(key),
+		Landed:  a.landed,
+		Records: verifier,
+		Timeout: a.opts.RequestTimeout,
+	}
+}
+
+// landed tells which admission ids the index has seen on dependents of any
+// type that references target.
+func (a *assembly) landed(target index.Source) inflight.Landed {
+	entries := a.reg.Find(registry.Target{Cluster: target.Export.Cluster, Resource: target.Resource.GroupResource()})
+	return func(id string) (time.Time, bool) {
+		for _, e := range entries {
+			if t, ok := a.ix.Admitted(e.Dependent, id); ok {
+				return t, true
+			}
+		}
+		return time.Time{}, false
+	}
+}
