@@ -37,6 +37,16 @@ func (ix *Index) Serving(src Source, cluster logicalcluster.Name) (*vw.Client, b
 	return c, true, nil
 }
 
+// ServingURL returns the URL of the virtual workspace of src on the shard
+// known to serve cluster, if the index knows it (see Serving).
+func (ix *Index) ServingURL(src Source, cluster logicalcluster.Name) (string, bool) {
+	w := ix.watch(src)
+	if w == nil {
+		return "", false
+	}
+	return w.Serving(cluster)
+}
+
 // Dependent returns the URL of the virtual workspace of src on the shard
 // known to serve cluster, and one dependent of src that the index holds on
 // that shard (of any workspace), if it knows the shard and holds one.
@@ -51,6 +61,24 @@ func (ix *Index) Dependent(src Source, cluster logicalcluster.Name) (string, kcp
 	}
 	m, ok := w.Store().Any(u)
 	return u, m, ok
+}
+
+// DependentPerShard returns, for each shard on which the index holds
+// dependents of src, the URL of the shard's virtual workspace of src and one
+// of those dependents: objects to probe the shards' admission with.
+func (ix *Index) DependentPerShard(src Source) map[string]kcp.Meta {
+	w := ix.watch(src)
+	if w == nil {
+		return nil
+	}
+	urls, _ := w.Shards("")
+	out := map[string]kcp.Meta{}
+	for _, u := range urls {
+		if m, ok := w.Store().Any(u); ok {
+			out[u] = m
+		}
+	}
+	return out
 }
 
 // Shards returns the clients of the virtual workspace of src on every shard

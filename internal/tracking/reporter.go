@@ -3,6 +3,7 @@ package tracking
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -30,7 +31,20 @@ const FieldOwner = "dependency-webhook-tracking"
 type Rules interface {
 	Rules() []*registry.Rule
 	GuardOf(key kcp.ObjectKey) (registry.Guard, bool)
+	Labelling(dependent registry.Target) (registry.Labelling, bool)
 	Changes() <-chan struct{}
+}
+
+// Dependents finds, per shard, a dependent of a type to probe the shard's
+// admission with; *index.Index implements it.
+type Dependents interface {
+	DependentPerShard(src index.Source) map[string]kcp.Meta
+}
+
+// Activation tells since when a webhook is in effect on a shard, probing
+// in the background; *Tracker implements it.
+type Activation interface {
+	Since(ctx context.Context, key Key, obj Object) (time.Time, bool)
 }
 
 // Grants tells whether the webhook may patch the objects of a protected
@@ -47,22 +61,31 @@ type ConditionWriter func(ctx context.Context, rule kcp.ObjectKey, condition fun
 // package documentation. It is a manager.LeaderElectionRunnable that runs
 // on the webhook's elected replica.
 type Reporter struct {
-	rules    Rules
-	grants   Grants
-	write    ConditionWriter
-	interval time.Duration
-	identity string
+	rules      Rules
+	grants     Grants
+	dependents Dependents
+	activation Activation
+	write      ConditionWriter
+	interval   time.Duration
+	identity   string
 }
 
 // NewReporter returns a Reporter of the rules, which checks grants with
-// grants every interval (default 30s) and after changes of the rules, and
-// names identity (the webhook's user) in its messages.
-func NewReporter(rules Rules, grants Grants, write ConditionWriter, interval time.Duration, identity string) *Reporter {
+// grants and, with activation, that the labelling webhook of the rule's
+// dependents is in effect on every shard that holds some (found through
+// dependents), every interval (default 30s, every few seconds while it
+// waits for a probe) and after changes of the rules; it names identity
+// (the webhook's user) in its messages.
+func NewReporter(rules Rules, grants Grants, dependents Dependents, activation Activation, write ConditionWriter, interval time.Duration, identity string) *Reporter {
 	if interval <= 0 {
 		interval = 30 * time.Second
 	}
-	return &Reporter{rules: rules, grants: grants, write: write, interval: interval, identity: identity}
+	return &Reporter{rules: rules, grants: grants, dependents: dependents, activation: activation, write: write, interval: interval, identity: identity}
 }
+
+// pendingInterval is how soon the Reporter looks again while a rule waits
+// for a probe.
+const pendingInterval = 3 * time.Second
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable.
 func (r *Reporter) NeedLeaderElection() bool {
@@ -72,14 +95,15 @@ func (r *Reporter) NeedLeaderElection() bool {
 // Start implements manager.Runnable.
 func (r *Reporter) Start(ctx context.Context) error {
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithName("tracking"))
-	ticker := time.NewTicker(r.interval)
-	defer ticker.Stop()
 	for {
-		r.Pass(ctx)
+		wait := r.interval
+		if r.Pass(ctx) {
+			wait = pendingInterval
+		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-ticker.C:
+		case <-time.After(wait):
 		case <-r.rules.Changes():
 			select {
 			case <-ctx.Done():
@@ -90,23 +114,28 @@ func (r *Reporter) Start(ctx context.Context) error {
 	}
 }
 
-// Pass writes the condition of every rule once.
-func (r *Reporter) Pass(ctx context.Context) {
+// Pass writes the condition of every rule once, and reports whether one
+// waits for a probe.
+func (r *Reporter) Pass(ctx context.Context) bool {
 	granted := map[index.Source]bool{}
+	pending := false
 	for _, rule := range r.rules.Rules() {
 		if ctx.Err() != nil {
-			return
+			return pending
 		}
-		condition := r.condition(ctx, rule, granted)
+		condition, waiting := r.condition(ctx, rule, granted)
+		pending = pending || waiting
 		if err := r.write(ctx, rule.Key, condition); err != nil && !apierrors.IsNotFound(err) {
 			log.FromContext(ctx).V(1).Info("Failed to report whether a rule's references are tracked", "rule", rule.Key, "error", err.Error())
 		}
 	}
+	return pending
 }
 
-// condition computes the ReferencesTracked condition of rule; granted
-// remembers, within a pass, what the grants said of each protected source.
-func (r *Reporter) condition(ctx context.Context, rule *registry.Rule, granted map[index.Source]bool) func(int64) metav1.Condition {
+// condition computes the ReferencesTracked condition of rule, and whether
+// it waits for a probe; granted remembers, within a pass, what the grants
+// said of each protected source.
+func (r *Reporter) condition(ctx context.Context, rule *registry.Rule, granted map[index.Source]bool) (func(int64) metav1.Condition, bool) {
 	set := func(status metav1.ConditionStatus, reason, msg string) func(int64) metav1.Condition {
 		return func(generation int64) metav1.Condition {
 			return metav1.Condition{Type: depv1alpha1.ConditionReferencesTracked, Status: status, Reason: reason, Message: msg, ObservedGeneration: generation}
@@ -114,11 +143,11 @@ func (r *Reporter) condition(ctx context.Context, rule *registry.Rule, granted m
 	}
 	if !rule.Labelled {
 		return set(metav1.ConditionFalse, depv1alpha1.ReasonNotLabelled,
-			"The dependents are not labelled with what they reference (see DependentsLabelled): the labelling webhook records new references, so allowed deletes are confirmed with a live read")
+			"The dependents are not labelled with what they reference (see DependentsLabelled): the labelling webhook records new references, so allowed deletes are confirmed with a live read"), false
 	}
 	guard, ok := r.rules.GuardOf(rule.Key)
 	if !ok {
-		return set(metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "The rule is not registered yet")
+		return set(metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "The rule is not registered yet"), false
 	}
 	var tracked, missing []string
 	for _, ref := range guard.References {
@@ -131,7 +160,7 @@ func (r *Reporter) condition(ctx context.Context, rule *registry.Rule, granted m
 			var err error
 			if may, err = r.grants.MayPatch(ctx, src); err != nil {
 				log.FromContext(ctx).V(1).Info("Cannot tell whether the webhook may patch a protected type", "source", src, "error", err.Error())
-				return set(metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, fmt.Sprintf("Cannot tell whether the webhook may patch %s: %v", src, err))
+				return set(metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, fmt.Sprintf("Cannot tell whether the webhook may patch %s: %v", src, err)), false
 			}
 			granted[src] = may
 		}
@@ -152,14 +181,43 @@ func (r *Reporter) condition(ctx context.Context, rule *registry.Rule, granted m
 		}
 		return set(metav1.ConditionFalse, depv1alpha1.ReasonAccessDenied, fmt.Sprintf(
 			"New references cannot be recorded on the objects they name, so allowed deletes of them are confirmed with a live read; grant %s %s (its provider's webhook-access.yaml)",
-			who, strings.Join(slices.Compact(missing), "; ")))
+			who, strings.Join(slices.Compact(missing), "; "))), false
 	}
 	if len(tracked) == 0 {
-		return set(metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "No type the rule protects is served by a workspace that binds the dependencies APIExport yet")
+		return set(metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "No type the rule protects is served by a workspace that binds the dependencies APIExport yet"), false
+	}
+	if msg := r.inEffect(ctx, rule); msg != "" {
+		return set(metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, msg), true
 	}
 	return set(metav1.ConditionTrue, depv1alpha1.ReasonTracked, fmt.Sprintf(
 		"New references to %s are recorded on the objects they name before the dependent is stored; deletes that nothing references are decided without reading dependents once nothing can be in flight",
-		strings.Join(tracked, ", ")))
+		strings.Join(tracked, ", "))), false
+}
+
+// inEffect checks, on every shard that holds dependents of the rule's
+// type, that the labelling webhook with the scheme of the type's current
+// rules is in effect (see Tracker): it records the references. It returns
+// what it waits for, empty if nothing.
+func (r *Reporter) inEffect(ctx context.Context, rule *registry.Rule) string {
+	if r.activation == nil || r.dependents == nil {
+		return ""
+	}
+	l, ok := r.rules.Labelling(registry.Target{Cluster: rule.Key.Cluster, Resource: rule.Dependent.Resource.GroupResource()})
+	if !ok || !l.Labellable {
+		return "The dependents cannot be labelled, and only the labelling webhook records references"
+	}
+	perShard := r.dependents.DependentPerShard(rule.Dependent)
+	if len(perShard) == 0 {
+		return "Waiting for a dependent to show that the labelling webhook records new references (there is none yet); until then allowed deletes are confirmed with a live read"
+	}
+	for _, url := range slices.Sorted(maps.Keys(perShard)) {
+		m := perShard[url]
+		if _, ok := r.activation.Since(ctx, Key{Kind: KindLabelling, Source: rule.Dependent, Shard: url, Scheme: l.Scheme.Fingerprint},
+			Object{Cluster: m.Cluster, Namespace: m.Namespace, Name: m.Name}); !ok {
+			return fmt.Sprintf("Waiting to see the labelling webhook of the current rules in effect on the shard of %s; until then allowed deletes are confirmed with a live read", url)
+		}
+	}
+	return ""
 }
 
 // SSARGrants asks kcp with SelfSubjectAccessReviews in the workspace of the

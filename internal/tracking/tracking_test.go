@@ -18,6 +18,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
 )
 
@@ -210,6 +211,27 @@ func (f *fakeRules) GuardOf(key kcp.ObjectKey) (registry.Guard, bool) {
 	return g, ok
 }
 func (f *fakeRules) Changes() <-chan struct{} { return nil }
+func (f *fakeRules) Labelling(registry.Target) (registry.Labelling, bool) {
+	return registry.Labelling{Labellable: true, Scheme: reflabels.Scheme{Fingerprint: "s1"}}, true
+}
+
+// fakeDependents holds one dependent on each shard in shards.
+type fakeDependents []string
+
+func (f fakeDependents) DependentPerShard(index.Source) map[string]kcp.Meta {
+	out := map[string]kcp.Meta{}
+	for _, s := range f {
+		out[s] = kcp.Meta{Cluster: "c1", Namespace: "default", Name: "vm-1"}
+	}
+	return out
+}
+
+// fakeActivation has the webhooks in effect on the shards in effect.
+type fakeActivation map[string]bool
+
+func (f fakeActivation) Since(_ context.Context, key Key, _ Object) (time.Time, bool) {
+	return time.Now(), f[key.Shard]
+}
 
 type fakeGrants map[index.Source]bool
 
@@ -235,25 +257,32 @@ func TestReporter(t *testing.T) {
 		return g
 	}
 	tests := []struct {
-		name       string
-		rule       *registry.Rule
-		guard      *registry.Guard
-		grants     fakeGrants
-		wantStatus metav1.ConditionStatus
-		wantReason string
-		wantText   string
+		name        string
+		rule        *registry.Rule
+		guard       *registry.Guard
+		grants      fakeGrants
+		shards      fakeDependents
+		inEffect    fakeActivation
+		wantStatus  metav1.ConditionStatus
+		wantReason  string
+		wantText    string
+		wantPending bool
 	}{
-		{"not labelled", rule("r", false), nil, nil, metav1.ConditionFalse, depv1alpha1.ReasonNotLabelled, "DependentsLabelled"},
-		{"tracked", rule("r", true), ptr(guard("r", vpcs, routers, index.Source{})), fakeGrants{vpcs: true, routers: true},
-			metav1.ConditionTrue, depv1alpha1.ReasonTracked, "routers.network.io, vpcs.network.io"},
+		{"not labelled", rule("r", false), nil, nil, nil, nil, metav1.ConditionFalse, depv1alpha1.ReasonNotLabelled, "DependentsLabelled", false},
+		{"tracked: granted, and the labelling webhook in effect on every shard with dependents", rule("r", true), ptr(guard("r", vpcs, routers, index.Source{})), fakeGrants{vpcs: true, routers: true},
+			fakeDependents{"s1", "s2"}, fakeActivation{"s1": true, "s2": true}, metav1.ConditionTrue, depv1alpha1.ReasonTracked, "routers.network.io, vpcs.network.io", false},
+		{"the labelling webhook not seen in effect on a shard yet", rule("r", true), ptr(guard("r", vpcs)), fakeGrants{vpcs: true},
+			fakeDependents{"s1", "s2"}, fakeActivation{"s1": true}, metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "in effect on the shard of s2", true},
+		{"no dependent to probe with yet", rule("r", true), ptr(guard("r", vpcs)), fakeGrants{vpcs: true},
+			nil, nil, metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "there is none yet", true},
 		{"a protected type without the grant", rule("r", true), ptr(guard("r", vpcs, routers)), fakeGrants{vpcs: true, routers: false},
-			metav1.ConditionFalse, depv1alpha1.ReasonAccessDenied, `grant the webhook's user "dependency-webhook" patch on apiexports/content of the APIExport network.io in the workspace of routers.network.io`},
+			fakeDependents{"s1"}, fakeActivation{"s1": true}, metav1.ConditionFalse, depv1alpha1.ReasonAccessDenied, `grant the webhook's user "dependency-webhook" patch on apiexports/content of the APIExport network.io in the workspace of routers.network.io`, false},
 		{"a grant that cannot be told", rule("r", true), ptr(guard("r", vpcs)), fakeGrants{},
-			metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "no answer"},
+			nil, nil, metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "no answer", false},
 		{"nothing bound", rule("r", true), ptr(guard("r", index.Source{})), fakeGrants{},
-			metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "binds"},
+			nil, nil, metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "binds", false},
 		{"not registered", rule("r", true), nil, fakeGrants{},
-			metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "registered"},
+			nil, nil, metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "registered", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -266,7 +295,10 @@ func TestReporter(t *testing.T) {
 				got = append(got, condition(3))
 				return nil
 			}
-			NewReporter(rules, tt.grants, write, 0, "dependency-webhook").Pass(context.Background())
+			pending := NewReporter(rules, tt.grants, tt.shards, tt.inEffect, write, 0, "dependency-webhook").Pass(context.Background())
+			if pending != tt.wantPending {
+				t.Errorf("Pass() = %v, want %v", pending, tt.wantPending)
+			}
 			if len(got) != 1 {
 				t.Fatalf("wrote %d conditions", len(got))
 			}

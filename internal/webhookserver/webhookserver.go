@@ -141,6 +141,9 @@ type assembly struct {
 	// cfg and frontProxy reach kcp as the webhook.
 	cfg        *rest.Config
 	frontProxy string
+	// tracker tells since when the admission webhooks that record
+	// references are in effect on each shard.
+	tracker *tracking.Tracker
 }
 
 // newManager sets up the multicluster manager over the APIExport, which
@@ -210,8 +213,9 @@ func (a *assembly) serve(ctx context.Context) ([]manager.Runnable, error) {
 	if err != nil {
 		return nil, err
 	}
+	a.tracker = tracking.New(a.objects, tracking.Options{})
 	deletionOpts := []deletion.Option{deletion.WithTimeout(a.opts.RequestTimeout), deletion.WithMaxBlockers(a.opts.MaxBlockers),
-		deletion.WithNamespaces(a.objects), deletion.WithMetrics(a.metrics), deletion.WithHorizon(a.ix, tracking.New(a.objects, tracking.Options{}))}
+		deletion.WithNamespaces(a.objects), deletion.WithMetrics(a.metrics), deletion.WithHorizon(a.ix, a.tracker)}
 	var verifier references.Verifier
 	if recs != nil {
 		verifier = recs
@@ -230,7 +234,8 @@ func (a *assembly) serve(ctx context.Context) ([]manager.Runnable, error) {
 	}
 	writers := []manager.Runnable{
 		relabel.New(a.reg, a.objects, conditions.NewWriter(a.mgr, conditions.LabelsFieldOwner), relabel.Options{Interval: a.opts.RelabelInterval}),
-		tracking.NewReporter(a.reg, tracking.NewSSARGrants(a.cfg, a.frontProxy, trackingInterval), conditions.NewWriter(a.mgr, tracking.FieldOwner), trackingInterval, identity(ctx, a.self)),
+		tracking.NewReporter(a.reg, tracking.NewSSARGrants(a.cfg, a.frontProxy, trackingInterval), a.ix, a.tracker,
+			conditions.NewWriter(a.mgr, tracking.FieldOwner), trackingInterval, identity(ctx, a.self)),
 	}
 	if recs != nil {
 		writers = append(writers, replay.New(a.reg, a.ix, a.objects, recs, deletions, replay.Options{Interval: a.opts.ReplayInterval, Metrics: a.replayMetrics}))

@@ -345,6 +345,14 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 		race(ctx, "race", 1000, false)
 	})
 
+	It("records every new reference on the object it names once the rule reports ReferencesTracked", func(ctx context.Context) {
+		expectTracked(ctx)
+	})
+
+	It(fmt.Sprintf("never deletes a VPC after a VM that references it was stored, in %d rounds of the VM's CREATE and the VPC's DELETE sent at the same moment", concurrentRounds), func(ctx context.Context) {
+		concurrentRace(ctx, "concurrent", concurrentRounds)
+	})
+
 	It("never deletes a VPC that a VM in another namespace references, in 500 concurrent create-then-delete pairs", func(ctx context.Context) {
 		By("a second rule: a VM's vpcRef may name the VPC's namespace")
 		rule := sampleRule()

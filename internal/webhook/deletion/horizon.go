@@ -21,7 +21,6 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/inflight"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/tracking"
-	"github.com/opendefensecloud/dependency-controller/internal/vw"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 )
 
@@ -40,9 +39,9 @@ type Currency interface {
 	// Dependent returns the virtual workspace URL of src on the shard of
 	// cluster, and a dependent the index holds there.
 	Dependent(src index.Source, cluster logicalcluster.Name) (string, kcp.Meta, bool)
-	// Serving returns the client of the virtual workspace of src on the
+	// ServingURL returns the URL of the virtual workspace of src on the
 	// shard known to serve cluster.
-	Serving(src index.Source, cluster logicalcluster.Name) (*vw.Client, bool, error)
+	ServingURL(src index.Source, cluster logicalcluster.Name) (string, bool)
 }
 
 // Activation tells since when an admission webhook is in effect on a
@@ -238,11 +237,11 @@ func (v *Validator) current(ctx context.Context, d *deletion, a inflight.Assessm
 		}
 	}
 	target := d.denial.source
-	shard, known, err := v.currency.Serving(target, d.obj.Cluster)
-	if err != nil || !known {
+	shard, known := v.currency.ServingURL(target, d.obj.Cluster)
+	if !known {
 		return false
 	}
-	guard, ok := v.activation.Since(ctx, tracking.Key{Kind: tracking.KindGuard, Source: target, Shard: shard.URL()},
+	guard, ok := v.activation.Since(ctx, tracking.Key{Kind: tracking.KindGuard, Source: target, Shard: shard},
 		tracking.Object{Cluster: d.obj.Cluster, Namespace: d.obj.Namespace, Name: d.obj.Name})
 	if !ok {
 		return false

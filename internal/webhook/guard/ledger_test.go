@@ -1,0 +1,121 @@
+package guard
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	evanjsonpatch "github.com/evanphx/json-patch/v5"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+)
+
+// vpcLedger is the JSON of vpc-a with annotations (absent if nil, null if
+// null is set).
+func vpcLedger(t *testing.T, annotations map[string]any, null bool) []byte {
+	t.Helper()
+	meta := map[string]any{"name": "vpc-a", "namespace": "default"}
+	if annotations != nil {
+		meta["annotations"] = annotations
+	}
+	if null {
+		meta["annotations"] = nil
+	}
+	raw, err := json.Marshal(map[string]any{"apiVersion": "network.io/v1", "kind": "VPC", "metadata": meta})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+func TestLedgerGuard(t *testing.T) {
+	const key = depv1alpha1.AnnotationAdmittedReferences
+	const stored = "v1 f=0 l=0 0123456789abcdef@1764212000000"
+	alice := authenticationv1.UserInfo{Username: "alice"}
+	self := authenticationv1.UserInfo{Username: webhookUser}
+	tests := []struct {
+		name      string
+		op        admissionv1.Operation
+		user      authenticationv1.UserInfo
+		obj, old  []byte
+		want      map[string]any // the annotations after the patch; nil: unpatched
+		wantPatch bool
+		wantOut   string
+	}{
+		{name: "a CREATE with a ledger gets none", op: admissionv1.Create, user: alice,
+			obj: vpcLedger(t, map[string]any{key: stored, "note": "x"}, false), want: map[string]any{"note": "x"}, wantPatch: true, wantOut: LedgerKept},
+		{name: "an UPDATE that removes the ledger keeps it", op: admissionv1.Update, user: alice,
+			obj: vpcLedger(t, map[string]any{"note": "x"}, false), old: vpcLedger(t, map[string]any{key: stored}, false),
+			want: map[string]any{"note": "x", key: stored}, wantPatch: true, wantOut: LedgerKept},
+		{name: "an UPDATE that drops every annotation keeps the ledger", op: admissionv1.Update, user: alice,
+			obj: vpcLedger(t, nil, false), old: vpcLedger(t, map[string]any{key: stored}, false),
+			want: map[string]any{key: stored}, wantPatch: true, wantOut: LedgerKept},
+		{name: "an UPDATE with null annotations keeps the ledger", op: admissionv1.Update, user: alice,
+			obj: vpcLedger(t, nil, true), old: vpcLedger(t, map[string]any{key: stored}, false),
+			want: map[string]any{key: stored}, wantPatch: true, wantOut: LedgerKept},
+		{name: "an UPDATE that back-dates the ledger keeps the stored one", op: admissionv1.Update, user: alice,
+			obj: vpcLedger(t, map[string]any{key: "v1 f=0 l=0"}, false), old: vpcLedger(t, map[string]any{key: stored}, false),
+			want: map[string]any{key: stored}, wantPatch: true, wantOut: LedgerKept},
+		{name: "an UPDATE that sets a ledger where there was none drops it", op: admissionv1.Update, user: alice,
+			obj: vpcLedger(t, map[string]any{key: stored}, false), old: vpcLedger(t, map[string]any{}, false),
+			want: map[string]any{}, wantPatch: true, wantOut: LedgerKept},
+		{name: "an UPDATE that keeps the ledger passes", op: admissionv1.Update, user: alice,
+			obj: vpcLedger(t, map[string]any{key: stored}, false), old: vpcLedger(t, map[string]any{key: stored}, false)},
+		{name: "the webhook writes its own ledger", op: admissionv1.Update, user: self,
+			obj: vpcLedger(t, map[string]any{key: stored}, false), old: vpcLedger(t, map[string]any{}, false), wantOut: LedgerWritten},
+		{name: "the webhook's probe of the guard (not a ledger) is kept out like anyone's", op: admissionv1.Update, user: self,
+			obj: vpcLedger(t, map[string]any{key: "probe-x"}, false), old: vpcLedger(t, map[string]any{key: stored}, false),
+			want: map[string]any{key: stored}, wantPatch: true, wantOut: LedgerKept},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewLedgerGuard(StaticSelf(authenticationv1.UserInfo{Username: webhookUser}), nil)
+			req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+				UID: "req-1", Operation: tt.op, UserInfo: tt.user,
+				Resource: metav1.GroupVersionResource{Group: vpcs.Group, Version: vpcs.Version, Resource: vpcs.Resource},
+				Object:   runtime.RawExtension{Raw: tt.obj}, OldObject: runtime.RawExtension{Raw: tt.old},
+			}}
+			resp, out := g.handle(context.Background(), req)
+			if !resp.Allowed || out != tt.wantOut {
+				t.Fatalf("response %+v, outcome %q; want allowed, %q", resp.Result, out, tt.wantOut)
+			}
+			if (len(resp.Patches) > 0) != tt.wantPatch {
+				t.Fatalf("patches %v; want a patch: %v", resp.Patches, tt.wantPatch)
+			}
+			if !tt.wantPatch {
+				return
+			}
+			ops, _ := json.Marshal(resp.Patches)
+			patch, err := evanjsonpatch.DecodePatch(ops)
+			if err != nil {
+				t.Fatal(err)
+			}
+			patched, err := patch.Apply(tt.obj)
+			if err != nil {
+				t.Fatalf("applying %s: %v", ops, err)
+			}
+			var got struct {
+				Metadata struct {
+					Annotations map[string]any `json:"annotations"`
+				} `json:"metadata"`
+			}
+			if err := json.Unmarshal(patched, &got); err != nil {
+				t.Fatal(err)
+			}
+			want, _ := json.Marshal(tt.want)
+			have, _ := json.Marshal(got.Metadata.Annotations)
+			if string(want) != string(have) {
+				t.Errorf("annotations after the patch %s, want %s", have, want)
+			}
+			if len(resp.Warnings) != 1 {
+				t.Errorf("warnings %v, want one", resp.Warnings)
+			}
+		})
+	}
+}

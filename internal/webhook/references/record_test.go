@@ -1,0 +1,200 @@
+package references
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
+
+	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/inflight"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/registry"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook"
+)
+
+// fakeLedgers records marks on targets by "namespace/name": a target in
+// missing does not exist, one in terminating is being deleted, one in
+// deferred carries a record of a deferred deletion, and err fails every
+// write.
+type fakeLedgers struct {
+	lock        sync.Mutex
+	marks       map[string][]string
+	missing     map[string]bool
+	terminating map[string]bool
+	deferred    map[string]bool
+	err         error
+}
+
+func (f *fakeLedgers) Record(_ context.Context, t inflight.Target, id string, _ inflight.Landed) (inflight.Result, error) {
+	f.lock.Lock()
+	defer f.lock.Unlock()
+	key := t.Namespace + "/" + t.Name
+	switch {
+	case f.err != nil:
+		return inflight.Result{}, f.err
+	case f.missing[key]:
+		return inflight.Result{Missing: true}, nil
+	}
+	if f.marks == nil {
+		f.marks = map[string][]string{}
+	}
+	f.marks[key] = append(f.marks[key], id)
+	return inflight.Result{Object: kcp.Meta{Namespace: t.Namespace, Name: t.Name, Terminating: f.terminating[key], DeletionRequested: f.deferred[key], DeletionRecord: "valid"}}, nil
+}
+
+// validRecords verifies every record.
+type validRecords struct{}
+
+func (validRecords) Verify(_ schema.GroupResource, obj kcp.Meta) error {
+	if obj.DeletionRecord == "valid" {
+		return nil
+	}
+	return errors.New("invalid")
+}
+
+func TestLabelMutatorRecordsReferences(t *testing.T) {
+	scheme := vmLabelScheme(t)
+	labelling := &fakeLabelling{labellings: map[registry.Target]registry.Labelling{vmsOfProvider: {Scheme: scheme, Labellable: true}}}
+	untrackedLong := registry.Tracking{Status: metav1.ConditionFalse, Since: time.Now().Add(-time.Minute)}
+	untrackedNow := registry.Tracking{Status: metav1.ConditionFalse, Since: time.Now()}
+	ids := inflight.NewIDs(nil)
+	tests := []struct {
+		name       string
+		op         admissionv1.Operation
+		spec, old  map[string]any
+		oldID      string
+		dryRun     bool
+		ledgers    *fakeLedgers
+		tracking   registry.Tracking
+		wantMarked []string
+		wantLabel  string // "new", "old" or "" (none)
+		wantCode   int32
+		wantMsg    string
+	}{
+		{name: "a CREATE records its reference and gets an admission id", op: admissionv1.Create, spec: vpcRef("vpc-a"),
+			ledgers: &fakeLedgers{}, wantMarked: []string{"default/vpc-a"}, wantLabel: "new"},
+		{name: "an UPDATE that adds a reference records it, with a new id", op: admissionv1.Update, spec: map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}, "nics": []any{map[string]any{"vpc": "vpc-b"}}},
+			old: vpcRef("vpc-a"), oldID: "0123456789abcdef", ledgers: &fakeLedgers{}, wantMarked: []string{"default/vpc-b"}, wantLabel: "new"},
+		{name: "an UPDATE that adds no reference keeps the id", op: admissionv1.Update, spec: vpcRef("vpc-a"), old: vpcRef("vpc-a"), oldID: "0123456789abcdef",
+			ledgers: &fakeLedgers{}, wantLabel: "old"},
+		{name: "a dry run records nothing", op: admissionv1.Create, spec: vpcRef("vpc-a"), dryRun: true, ledgers: &fakeLedgers{}},
+		{name: "a reference to a missing object records nothing", op: admissionv1.Create, spec: vpcRef("vpc-a"),
+			ledgers: &fakeLedgers{missing: map[string]bool{"default/vpc-a": true}}},
+		{name: "a reference to an object being deleted is refused", op: admissionv1.Create, spec: vpcRef("vpc-a"),
+			ledgers: &fakeLedgers{terminating: map[string]bool{"default/vpc-a": true}}, wantCode: http.StatusForbidden, wantMsg: `cannot reference vpcs "vpc-a": it is being deleted`},
+		{name: "a reference to an object whose deletion is deferred is refused", op: admissionv1.Create, spec: vpcRef("vpc-a"),
+			ledgers: &fakeLedgers{deferred: map[string]bool{"default/vpc-a": true}}, wantCode: http.StatusForbidden, wantMsg: "its deletion is deferred"},
+		{name: "a failed write refuses, to be retried", op: admissionv1.Create, spec: vpcRef("vpc-a"),
+			ledgers: &fakeLedgers{err: errors.New("boom")}, wantCode: http.StatusServiceUnavailable, wantMsg: "boom"},
+		{name: "no grant while the rule says nothing of tracking: admitted unrecorded", op: admissionv1.Create, spec: vpcRef("vpc-a"),
+			ledgers: &fakeLedgers{err: apierrors.NewForbidden(vpcs.GroupResource(), "vpc-a", errors.New("no"))}},
+		{name: "no grant, the rule untracked for long: admitted unrecorded", op: admissionv1.Create, spec: vpcRef("vpc-a"), tracking: untrackedLong,
+			ledgers: &fakeLedgers{err: apierrors.NewForbidden(vpcs.GroupResource(), "vpc-a", errors.New("no"))}},
+		{name: "no grant, the rule untracked a moment ago: refused, to be retried", op: admissionv1.Create, spec: vpcRef("vpc-a"), tracking: untrackedNow,
+			ledgers:  &fakeLedgers{err: apierrors.NewForbidden(vpcs.GroupResource(), "vpc-a", errors.New("no"))},
+			wantCode: http.StatusServiceUnavailable, wantMsg: "may not patch vpcs.network.io"},
+		{name: "no grant, the rule tracked: refused, to be retried", op: admissionv1.Create, spec: vpcRef("vpc-a"), tracking: registry.Tracking{Status: metav1.ConditionTrue, Since: time.Now()},
+			ledgers:  &fakeLedgers{err: apierrors.NewForbidden(vpcs.GroupResource(), "vpc-a", errors.New("no"))},
+			wantCode: http.StatusServiceUnavailable, wantMsg: "grants patch"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			guard := vmGuard(targetSource, ".spec.vpcRef.name", ".spec.nics[*].vpc")
+			guard.Tracking = tt.tracking
+			m := NewLabelMutator(labelling, loaded(true), nil, WithRecording(Recording{
+				Guards: staticGuards{vms.GroupResource(): {guard}}, Targets: &fakeTargets{}, Ledgers: tt.ledgers, IDs: ids,
+				Landed:  func(index.Source) inflight.Landed { return func(string) (time.Time, bool) { return time.Time{}, false } },
+				Records: validRecords{}, Timeout: time.Second,
+			}))
+			var labels, oldLabels map[string]string
+			if tt.oldID != "" {
+				oldLabels = map[string]string{depv1alpha1.LabelAdmission: tt.oldID}
+				labels = map[string]string{depv1alpha1.LabelAdmission: tt.oldID}
+			}
+			req := labelRequest(t, tt.op, labels, oldLabels, tt.spec)
+			if tt.old != nil {
+				req.OldObject.Raw = labelObject(t, oldLabels, tt.old)
+			}
+			req.DryRun = ptr.To(tt.dryRun)
+			resp := m.Handle(webhook.WithEndpoint(webhook.WithProvider(context.Background(), provider), webhook.EndpointLabels, scheme.Fingerprint), req)
+			if tt.wantCode != 0 {
+				if resp.Allowed || resp.Result.Code != tt.wantCode || !strings.Contains(resp.Result.Message, tt.wantMsg) {
+					t.Fatalf("response %+v; want code %d with %q", resp.Result, tt.wantCode, tt.wantMsg)
+				}
+				return
+			}
+			if !resp.Allowed {
+				t.Fatalf("refused: %+v", resp.Result)
+			}
+			var marked []string
+			for k := range tt.ledgers.marks {
+				marked = append(marked, k)
+			}
+			if strings.Join(marked, ",") != strings.Join(tt.wantMarked, ",") {
+				t.Errorf("marked %v, want %v", marked, tt.wantMarked)
+			}
+			got := applyPatches(t, req.Object.Raw, resp)[depv1alpha1.LabelAdmission]
+			switch tt.wantLabel {
+			case "new":
+				if !inflight.ValidID(got) || got == tt.oldID {
+					t.Errorf("admission label %q, want a new id", got)
+				}
+				for _, ids := range tt.ledgers.marks {
+					if ids[0] != got {
+						t.Errorf("marked with %q, labelled %q", ids[0], got)
+					}
+				}
+			case "old":
+				if got != tt.oldID {
+					t.Errorf("admission label %q, want the old %q", got, tt.oldID)
+				}
+			default:
+				if got != "" {
+					t.Errorf("admission label %q, want none", got)
+				}
+			}
+		})
+	}
+}
+
+// kcp calls a mutating webhook again within the same request when a later
+// one changed the object: the second call finds the id the first set, and
+// records the same id again rather than a new one (which would never land).
+func TestLabelMutatorReusesItsOwnIDOnReinvocation(t *testing.T) {
+	scheme := vmLabelScheme(t)
+	labelling := &fakeLabelling{labellings: map[registry.Target]registry.Labelling{vmsOfProvider: {Scheme: scheme, Labellable: true}}}
+	ledgers := &fakeLedgers{}
+	m := NewLabelMutator(labelling, loaded(true), nil, WithRecording(Recording{
+		Guards: staticGuards{vms.GroupResource(): {vmGuard(targetSource, ".spec.vpcRef.name")}}, Targets: &fakeTargets{}, Ledgers: ledgers, IDs: inflight.NewIDs(nil),
+		Landed: func(index.Source) inflight.Landed { return func(string) (time.Time, bool) { return time.Time{}, false } },
+	}))
+	ctx := webhook.WithEndpoint(webhook.WithProvider(context.Background(), provider), webhook.EndpointLabels, scheme.Fingerprint)
+	req := labelRequest(t, admissionv1.Create, nil, nil, vpcRef("vpc-a"))
+	first := applyPatches(t, req.Object.Raw, m.Handle(ctx, req))
+	again := labelRequest(t, admissionv1.Create, first, nil, vpcRef("vpc-a"))
+	second := applyPatches(t, again.Object.Raw, m.Handle(ctx, again))
+	if first[depv1alpha1.LabelAdmission] == "" || second[depv1alpha1.LabelAdmission] != first[depv1alpha1.LabelAdmission] {
+		t.Errorf("ids %q then %q; want the same", first[depv1alpha1.LabelAdmission], second[depv1alpha1.LabelAdmission])
+	}
+	if got := ledgers.marks["default/vpc-a"]; len(got) != 2 || got[0] != got[1] {
+		t.Errorf("marks %v; want the same id twice", got)
+	}
+	// A user's copy of another dependent's id is no id of this one.
+	copied := labelRequest(t, admissionv1.Create, map[string]string{depv1alpha1.LabelAdmission: first[depv1alpha1.LabelAdmission]}, nil, vpcRef("vpc-a"))
+	copied.Name = "vm-2"
+	copied.Object.Raw = []byte(strings.Replace(string(copied.Object.Raw), `"name":"vm-1"`, `"name":"vm-2"`, 1))
+	if got := applyPatches(t, copied.Object.Raw, m.Handle(ctx, copied))[depv1alpha1.LabelAdmission]; got == first[depv1alpha1.LabelAdmission] {
+		t.Error("a copied id was kept")
+	}
+}
