@@ -145,7 +145,9 @@ func TestHorizon(t *testing.T) {
 	}{
 		{
 			name: "an old object, never referenced, the index current: allowed without a read", rules: rules(tracked, false), created: old, activation: old,
-			setup:       func(_ *fakeDependents, c *fakeCurrency) { c.current = map[schema.GroupVersionResource]time.Time{vms: now.Add(-5 * time.Second)} },
+			setup: func(_ *fakeDependents, c *fakeCurrency) {
+				c.current = map[schema.GroupVersionResource]time.Time{vms: now.Add(-5 * time.Second)}
+			},
 			wantAllowed: true, wantVia: viaHorizon, wantReads: 0,
 		},
 		{
@@ -158,22 +160,30 @@ func TestHorizon(t *testing.T) {
 		},
 		{
 			name: "the index not current past the object's creation: read", rules: rules(tracked, false), created: now.Add(-30 * time.Second), activation: old,
-			setup:       func(_ *fakeDependents, c *fakeCurrency) { c.current = map[schema.GroupVersionResource]time.Time{vms: now.Add(-5 * time.Second)} },
+			setup: func(_ *fakeDependents, c *fakeCurrency) {
+				c.current = map[schema.GroupVersionResource]time.Time{vms: now.Add(-5 * time.Second)}
+			},
 			wantAllowed: true, wantVia: viaLive, wantReads: 1,
 		},
 		{
 			name: "references not tracked: read", rules: rules(registry.Tracking{Status: metav1.ConditionFalse, Since: old}, false), created: old, activation: old,
-			setup:       func(_ *fakeDependents, c *fakeCurrency) { c.current = map[schema.GroupVersionResource]time.Time{vms: now} },
+			setup: func(_ *fakeDependents, c *fakeCurrency) {
+				c.current = map[schema.GroupVersionResource]time.Time{vms: now}
+			},
 			wantAllowed: true, wantVia: viaLive, wantReads: 1,
 		},
 		{
 			name: "tracked only since a moment: read", rules: rules(registry.Tracking{Status: metav1.ConditionTrue, Since: now.Add(-time.Second)}, false), created: old, activation: old,
-			setup:       func(_ *fakeDependents, c *fakeCurrency) { c.current = map[schema.GroupVersionResource]time.Time{vms: now} },
+			setup: func(_ *fakeDependents, c *fakeCurrency) {
+				c.current = map[schema.GroupVersionResource]time.Time{vms: now}
+			},
 			wantAllowed: true, wantVia: viaLive, wantReads: 1,
 		},
 		{
 			name: "the webhooks not known to be in effect on the shard: read", rules: rules(tracked, false), created: old,
-			setup:       func(_ *fakeDependents, c *fakeCurrency) { c.current = map[schema.GroupVersionResource]time.Time{vms: now} },
+			setup: func(_ *fakeDependents, c *fakeCurrency) {
+				c.current = map[schema.GroupVersionResource]time.Time{vms: now}
+			},
 			wantAllowed: true, wantVia: viaLive, wantReads: 1,
 		},
 		{
@@ -201,10 +211,12 @@ func TestHorizon(t *testing.T) {
 		},
 		{
 			name: "a reference in flight that neither lands nor is found: refused, saying when to retry", rules: rules(tracked, false), created: old, activation: old,
-			ledger:   inflight.Ledger{Marks: []inflight.Mark{{ID: id1, At: now}}},
-			setup:    func(_ *fakeDependents, c *fakeCurrency) { c.current = map[schema.GroupVersionResource]time.Time{vms: now} },
+			ledger: inflight.Ledger{Marks: []inflight.Mark{{ID: id1, At: now}}},
+			setup: func(_ *fakeDependents, c *fakeCurrency) {
+				c.current = map[schema.GroupVersionResource]time.Time{vms: now}
+			},
 			wantCode: http.StatusConflict, wantMessage: []string{`vpcs "vpc-a" in namespace "default" may be referenced by a VirtualMachine whose create or update is in flight`, "retry in 1m"},
-			wantVia:  viaLive, wantReads: 1,
+			wantVia: viaLive, wantReads: 1,
 		},
 		{
 			name: "a reference that landed, its dependent deleted since: allowed as the other references say", rules: rules(tracked, false), created: old, activation: old,
@@ -217,8 +229,10 @@ func TestHorizon(t *testing.T) {
 		},
 		{
 			name: "references folded into a recent floor may be in flight: refused", rules: rules(tracked, false), created: old, activation: old,
-			ledger:   inflight.Ledger{Floor: now.Add(-time.Second)},
-			setup:    func(_ *fakeDependents, c *fakeCurrency) { c.current = map[schema.GroupVersionResource]time.Time{vms: now} },
+			ledger: inflight.Ledger{Floor: now.Add(-time.Second)},
+			setup: func(_ *fakeDependents, c *fakeCurrency) {
+				c.current = map[schema.GroupVersionResource]time.Time{vms: now}
+			},
 			wantCode: http.StatusConflict, wantMessage: []string{"in flight"}, wantVia: viaLive, wantReads: 1,
 		},
 		{
@@ -227,7 +241,9 @@ func TestHorizon(t *testing.T) {
 				req := deleteRequest(vpcs, consumer, "default", "vpc-a", map[string]string{depv1alpha1.AnnotationAdmittedReferences: "v9 nonsense"})
 				return req.OldObject.Raw
 			}(),
-			setup:       func(_ *fakeDependents, c *fakeCurrency) { c.current = map[schema.GroupVersionResource]time.Time{vms: now} },
+			setup: func(_ *fakeDependents, c *fakeCurrency) {
+				c.current = map[schema.GroupVersionResource]time.Time{vms: now}
+			},
 			wantAllowed: true, wantVia: viaLive, wantReads: 1,
 		},
 	}

@@ -114,7 +114,9 @@ func TestLabelMutatorRecordsReferences(t *testing.T) {
 			guard.Tracking = tt.tracking
 			m := NewLabelMutator(labelling, loaded(true), nil, WithRecording(Recording{
 				Guards: staticGuards{vms.GroupResource(): {guard}}, Targets: &fakeTargets{}, Ledgers: tt.ledgers, IDs: ids,
-				Landed:  func(index.Source) inflight.Landed { return func(string) (time.Time, bool) { return time.Time{}, false } },
+				Landed: func(index.Source) inflight.Landed {
+					return func(string) (time.Time, bool) { return time.Time{}, false }
+				},
 				Records: validRecords{}, Timeout: time.Second,
 			}))
 			var labels, oldLabels map[string]string
@@ -177,7 +179,9 @@ func TestLabelMutatorReusesItsOwnIDOnReinvocation(t *testing.T) {
 	ledgers := &fakeLedgers{}
 	m := NewLabelMutator(labelling, loaded(true), nil, WithRecording(Recording{
 		Guards: staticGuards{vms.GroupResource(): {vmGuard(targetSource, ".spec.vpcRef.name")}}, Targets: &fakeTargets{}, Ledgers: ledgers, IDs: inflight.NewIDs(nil),
-		Landed: func(index.Source) inflight.Landed { return func(string) (time.Time, bool) { return time.Time{}, false } },
+		Landed: func(index.Source) inflight.Landed {
+			return func(string) (time.Time, bool) { return time.Time{}, false }
+		},
 	}))
 	ctx := webhook.WithEndpoint(webhook.WithProvider(context.Background(), provider), webhook.EndpointLabels, scheme.Fingerprint)
 	req := labelRequest(t, admissionv1.Create, nil, nil, vpcRef("vpc-a"))
