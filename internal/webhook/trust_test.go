@@ -43,6 +43,7 @@ import (
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/command"
 	"github.com/opendefensecloud/dependency-controller/internal/controllerserver"
+	"github.com/opendefensecloud/dependency-controller/internal/inflight"
 	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
@@ -705,6 +706,99 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		Eventually(func() bool {
 			return apierrors.IsNotFound(cli.Cluster(ws).Get(ctx, client.ObjectKeyFromObject(binding), binding))
 		}).WithTimeout(2*timeout).WithPolling(interval).Should(BeTrue(), "the APIBinding was not deleted")
+	})
+
+	// ledgerOf returns the ledger of admitted references of a VPC.
+	ledgerOf := func(ctx context.Context, name string) string {
+		GinkgoHelper()
+		return get(ctx, vpcGVR, name).GetAnnotations()[depv1alpha1.AnnotationAdmittedReferences]
+	}
+
+	It("records a VM's reference on the VPC before the VM is stored, and nobody but the webhook can remove or back-date the record; re-applied exported YAML keeps working", func(ctx context.Context) {
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-ledger", nil))
+		exported := get(ctx, vpcGVR, "vpc-ledger")
+		Expect(tenant.Create(ctx, newObject(vmGVR, "default", "vm-ledger", vmRef("vpc-ledger")))).To(Succeed())
+		id := get(ctx, vmGVR, "vm-ledger").GetLabels()[depv1alpha1.LabelAdmission]
+		Expect(id).To(MatchRegexp("^[0-9a-f]{16}$"))
+		stored := ledgerOf(ctx, "vpc-ledger")
+		Expect(stored).To(HavePrefix("v1 "))
+		Expect(stored).To(ContainSubstring(id+"@"), "the VPC's ledger names the VM's admission")
+
+		By("a tenant removing the ledger: the stored one is kept")
+		Expect(patch(ctx, tenant, vpcGVR, "vpc-ledger", fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, depv1alpha1.AnnotationAdmittedReferences))).To(Succeed())
+		Expect(ledgerOf(ctx, "vpc-ledger")).To(Equal(stored))
+
+		By("a tenant back-dating it: the stored one is kept")
+		Expect(patch(ctx, tenant, vpcGVR, "vpc-ledger", fmt.Sprintf(`{"metadata":{"annotations":{%q:"v1 f=0 l=0"}}}`, depv1alpha1.AnnotationAdmittedReferences))).To(Succeed())
+		Expect(ledgerOf(ctx, "vpc-ledger")).To(Equal(stored))
+
+		By("re-applying the VPC as exported before the VM (kubectl replace): accepted, the ledger kept")
+		exported.SetResourceVersion("")
+		Expect(unstructured.SetNestedField(exported.Object, "replaced", "spec", "note")).To(Succeed())
+		Expect(cli.Cluster(consumer).Update(ctx, exported)).To(Succeed())
+		Expect(ledgerOf(ctx, "vpc-ledger")).To(Equal(stored))
+		Expect(get(ctx, vpcGVR, "vpc-ledger").Object).To(HaveKeyWithValue("spec", HaveKeyWithValue("note", "replaced")))
+
+		By("creating a VPC from YAML that carries a ledger: it is not stored")
+		copied := newObject(vpcGVR, "default", "vpc-ledger-copy", nil)
+		copied.SetAnnotations(map[string]string{depv1alpha1.AnnotationAdmittedReferences: "v1 f=99999999999999 l=0"})
+		Expect(tenant.Create(ctx, copied)).To(Succeed())
+		Expect(get(ctx, vpcGVR, "vpc-ledger-copy").GetAnnotations()).NotTo(HaveKey(depv1alpha1.AnnotationAdmittedReferences))
+	})
+
+	It("records references from 500 VMs of one VPC created 16 at a time, without a conflict reaching any client", func(ctx context.Context) {
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-hot", nil))
+		const n, workers = 500, 16
+		var (
+			lock sync.Mutex
+			errs []error
+		)
+		work := make(chan int)
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(func() {
+				for i := range work {
+					if err := tenant.Create(ctx, newObject(vmGVR, "default", fmt.Sprintf("vm-hot-%03d", i), vmRef("vpc-hot"))); err != nil {
+						lock.Lock()
+						errs = append(errs, err)
+						lock.Unlock()
+					}
+				}
+			})
+		}
+		for i := range n {
+			work <- i
+		}
+		close(work)
+		wg.Wait()
+		Expect(errs).To(BeEmpty())
+		ledger, err := inflight.Parse(ledgerOf(ctx, "vpc-hot"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(len(ledger.Marks)).To(BeNumerically("<=", inflight.DefaultMaxMarks), "the ledger stays bounded")
+		expectDenied(ctx, consumer, vpcGVR, "default", "vpc-hot", "VirtualMachine/default/vm-hot-000", "and 490 more")
+	})
+
+	It("decides an allowed DELETE of a VPC created and last referenced long before without reading any dependent", func(ctx context.Context) {
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-settled", nil))
+		Expect(tenant.Create(ctx, newObject(vmGVR, "default", "vm-settled", vmRef("vpc-settled")))).To(Succeed())
+		Expect(deleteObject(ctx, cli.Cluster(consumer), vmGVR, "default", "vm-settled")).To(Succeed())
+		expectCondition(ctx, compute, "vm-vpcs", depv1alpha1.ConditionReferencesTracked, metav1.ConditionTrue, depv1alpha1.ReasonTracked)
+
+		By("waiting until the index is current past the VPC's horizon: nothing can be in flight any more")
+		Eventually(func(g Gomega) {
+			horizon, err := wh.Decisions("allowed", "horizon")
+			g.Expect(err).NotTo(HaveOccurred())
+			reads := liveReads()
+			g.Expect(deleteObject(ctx, cli.Cluster(consumer), vpcGVR, "default", "vpc-settled", client.DryRunAll)).To(Succeed())
+			after, err := wh.Decisions("allowed", "horizon")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(after).To(Equal(horizon+1), "not decided from the horizon yet")
+			g.Expect(liveReads()).To(Equal(reads), "a decision from the horizon read dependents")
+		}).WithTimeout(inflight.MaxInFlight + 2*time.Minute).WithPolling(5 * time.Second).Should(Succeed())
+
+		By("a VM referencing it is stored again: denied, from the index")
+		Expect(tenant.Create(ctx, newObject(vmGVR, "default", "vm-settled-2", vmRef("vpc-settled")))).To(Succeed())
+		expectDenied(ctx, consumer, vpcGVR, "default", "vpc-settled", "VirtualMachine/default/vm-settled-2")
 	})
 })
 
