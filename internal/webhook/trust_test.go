@@ -732,8 +732,8 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		Expect(patch(ctx, tenant, vpcGVR, "vpc-ledger", fmt.Sprintf(`{"metadata":{"annotations":{%q:"v1 f=0 l=0"}}}`, depv1alpha1.AnnotationAdmittedReferences))).To(Succeed())
 		Expect(ledgerOf(ctx, "vpc-ledger")).To(Equal(stored))
 
-		By("re-applying the VPC as exported before the VM (kubectl replace): accepted, the ledger kept")
-		exported.SetResourceVersion("")
+		By("replacing the VPC with what was exported before the VM, at the current version (kubectl replace): accepted, the ledger kept")
+		exported.SetResourceVersion(get(ctx, vpcGVR, "vpc-ledger").GetResourceVersion())
 		Expect(unstructured.SetNestedField(exported.Object, "replaced", "spec", "note")).To(Succeed())
 		Expect(cli.Cluster(consumer).Update(ctx, exported)).To(Succeed())
 		Expect(ledgerOf(ctx, "vpc-ledger")).To(Equal(stored))
@@ -778,27 +778,34 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		expectDenied(ctx, consumer, vpcGVR, "default", "vpc-hot", "VirtualMachine/default/vm-hot-000", "and 490 more")
 	})
 
-	It("decides an allowed DELETE of a VPC created and last referenced long before without reading any dependent", func(ctx context.Context) {
-		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-settled", nil))
-		Expect(tenant.Create(ctx, newObject(vmGVR, "default", "vm-settled", vmRef("vpc-settled")))).To(Succeed())
-		Expect(deleteObject(ctx, cli.Cluster(consumer), vmGVR, "default", "vm-settled")).To(Succeed())
-		expectCondition(ctx, compute, "vm-vpcs", depv1alpha1.ConditionReferencesTracked, metav1.ConditionTrue, depv1alpha1.ReasonTracked)
+	It("decides an allowed DELETE of a VM created and last referenced long before without reading any dependent", func(ctx context.Context) {
+		// VMs are protected by vpc-gateways alone, whose dependents (VPCs)
+		// are labelled: their references are tracked. (VPCs are also
+		// protected by appliance-vpcs, whose references lie in the status,
+		// which cannot be tracked: deletes of VPCs always confirm with a
+		// read.)
+		create(ctx, consumer, newObject(vmGVR, "default", "vm-settled", nil))
+		Expect(tenant.Create(ctx, newObject(vpcGVR, "default", "vpc-gw-settled", map[string]any{"gatewayVM": "vm-settled"}))).To(Succeed())
+		Expect(get(ctx, vmGVR, "vm-settled").GetAnnotations()).To(HaveKey(depv1alpha1.AnnotationAdmittedReferences))
+		expectDenied(ctx, consumer, vmGVR, "default", "vm-settled", "VPC/default/vpc-gw-settled")
+		Expect(deleteObject(ctx, cli.Cluster(consumer), vpcGVR, "default", "vpc-gw-settled")).To(Succeed())
+		expectCondition(ctx, network, "vpc-gateways", depv1alpha1.ConditionReferencesTracked, metav1.ConditionTrue, depv1alpha1.ReasonTracked)
 
-		By("waiting until the index is current past the VPC's horizon: nothing can be in flight any more")
+		By("waiting until the index is current past the VM's horizon: nothing can be in flight any more")
 		Eventually(func(g Gomega) {
 			horizon, err := wh.Decisions("allowed", "horizon")
 			g.Expect(err).NotTo(HaveOccurred())
 			reads := liveReads()
-			g.Expect(deleteObject(ctx, cli.Cluster(consumer), vpcGVR, "default", "vpc-settled", client.DryRunAll)).To(Succeed())
+			g.Expect(deleteObject(ctx, cli.Cluster(consumer), vmGVR, "default", "vm-settled", client.DryRunAll)).To(Succeed())
 			after, err := wh.Decisions("allowed", "horizon")
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(after).To(Equal(horizon+1), "not decided from the horizon yet")
 			g.Expect(liveReads()).To(Equal(reads), "a decision from the horizon read dependents")
 		}).WithTimeout(inflight.MaxInFlight + 2*time.Minute).WithPolling(5 * time.Second).Should(Succeed())
 
-		By("a VM referencing it is stored again: denied, from the index")
-		Expect(tenant.Create(ctx, newObject(vmGVR, "default", "vm-settled-2", vmRef("vpc-settled")))).To(Succeed())
-		expectDenied(ctx, consumer, vpcGVR, "default", "vpc-settled", "VirtualMachine/default/vm-settled-2")
+		By("a VPC naming it as its gateway is stored again: denied, from the index")
+		Expect(tenant.Create(ctx, newObject(vpcGVR, "default", "vpc-gw-settled-2", map[string]any{"gatewayVM": "vm-settled"}))).To(Succeed())
+		expectDenied(ctx, consumer, vmGVR, "default", "vm-settled", "VPC/default/vpc-gw-settled-2")
 	})
 })
 

@@ -225,10 +225,13 @@ func inNamespace(namespace string) string {
 // tracking), and the index is current past the latest of the ledger's
 // horizon and MaxInFlight after each of those began. References recorded
 // before any of them may have landed up to MaxInFlight later; the index
-// holds them once it is current past that.
-func (v *Validator) current(ctx context.Context, d *deletion, a inflight.Assessment) bool {
-	if v.currency == nil || v.activation == nil || a.Horizon.IsZero() || len(d.groups) == 0 {
-		return false
+// holds them once it is current past that. If not, it says why.
+func (v *Validator) current(ctx context.Context, d *deletion, a inflight.Assessment) (bool, string) {
+	if v.currency == nil || v.activation == nil || len(d.groups) == 0 {
+		return false, "no horizon"
+	}
+	if a.Horizon.IsZero() {
+		return false, "the object has no creation time"
 	}
 	horizon := a.Horizon
 	later := func(t time.Time) {
@@ -239,35 +242,43 @@ func (v *Validator) current(ctx context.Context, d *deletion, a inflight.Assessm
 	target := d.denial.source
 	shard, known := v.currency.ServingURL(target, d.obj.Cluster)
 	if !known {
-		return false
+		return false, "the shard of the workspace is not known yet"
 	}
 	guard, ok := v.activation.Since(ctx, tracking.Key{Kind: tracking.KindGuard, Source: target, Shard: shard},
 		tracking.Object{Cluster: d.obj.Cluster, Namespace: d.obj.Namespace, Name: d.obj.Name})
 	if !ok {
-		return false
+		return false, "the guard of the ledger is not known to be in effect on the shard"
 	}
 	later(guard)
 	for _, g := range d.groups {
-		if !g.synced || g.scheme == "" || !g.tracked {
-			return false
+		switch {
+		case !g.synced:
+			return false, fmt.Sprintf("%s is not synced", g.src)
+		case g.scheme == "":
+			return false, fmt.Sprintf("%s is not labelled", g.src)
+		case !g.tracked:
+			return false, fmt.Sprintf("the rules of %s do not report ReferencesTracked=True", g.src)
 		}
 		later(g.trackedSince)
 		url, probe, ok := v.currency.Dependent(g.src, d.obj.Cluster)
 		if !ok {
-			return false
+			return false, fmt.Sprintf("no dependent of %s on the shard to probe with", g.src)
 		}
 		labelling, ok := v.activation.Since(ctx, tracking.Key{Kind: tracking.KindLabelling, Source: g.src, Shard: url, Scheme: g.scheme},
 			tracking.Object{Cluster: probe.Cluster, Namespace: probe.Namespace, Name: probe.Name})
 		if !ok {
-			return false
+			return false, fmt.Sprintf("the labelling webhook of %s is not known to be in effect on the shard", g.src)
 		}
 		later(labelling)
 	}
 	for _, g := range d.groups {
 		c, ok := v.currency.Currency(g.src, d.obj.Cluster)
-		if !ok || c.Before(horizon) {
-			return false
+		switch {
+		case !ok:
+			return false, fmt.Sprintf("the index of %s does not know how current it is", g.src)
+		case c.Before(horizon):
+			return false, fmt.Sprintf("the index of %s is current until %s, before the horizon %s", g.src, c.UTC().Format(time.RFC3339), horizon.UTC().Format(time.RFC3339))
 		}
 	}
-	return true
+	return true, ""
 }

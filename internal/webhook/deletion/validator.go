@@ -262,9 +262,11 @@ func (v *Validator) handle(ctx context.Context, req admission.Request) (admissio
 			}
 			if inFlight {
 				d.inFlight, d.assessment, d.floor = true, a, h.ledger.Floor
-			} else if v.current(ctx, d, a) {
+			} else if ok, why := v.current(ctx, d, a); ok {
 				logger.V(1).Info("Allowed deletion", "via", viaHorizon)
 				return admission.Allowed(""), decision{outcome: webhook.DecisionAllowed, via: viaHorizon}
+			} else {
+				logger.V(2).Info("Not deciding from the horizon", "why", why)
 			}
 		}
 	}
