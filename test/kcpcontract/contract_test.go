@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -374,6 +375,34 @@ var _ = Describe("kcp", Ordered, ContinueOnFailure, func() {
 			Expect(err.Error()).To(ContainSubstring("contract: refused by the recorder"))
 			Expect(get(ctx, ws, denied).GetDeletionTimestamp()).To(BeNil())
 		}
+	})
+
+	// docs/operations.md#debugging-a-delete-that-is-blocked (the blockers in
+	// the details of a denial, for tools).
+	It("passes the status details of a webhook's denial of a DELETE, with their causes, to the client unchanged", func(ctx SpecContext) {
+		const ep = "denial-details"
+		details := &metav1.StatusDetails{Name: "details-0", Group: "contract.test.io", Kind: "widgets", Causes: []metav1.StatusCause{
+			{Type: "dependencies.opendefense.cloud/blocker", Message: `{"kind":"Gadget","namespace":"default","name":"g-1","rule":"p/r","path":".spec.widget"}`, Field: ".spec.widget"},
+			{Type: "dependencies.opendefense.cloud/blockers", Message: "1"},
+		}}
+		installValidating(ctx, ep, hook{operations: []admissionregistrationv1.OperationType{del}, resources: []string{"widgets"}},
+			func(_ context.Context, c call) verdict {
+				if c.objectName() == "details-0" {
+					v := deny("contract: refused with details")
+					v.Details = details
+					return v
+				}
+				return allow
+			})
+		ws := consumers[0]
+		awaitCalled(ctx, ep, 0, probeDelete)
+		Expect(cli.Cluster(ws).Create(ctx, widget("default", "details-0", nil))).To(Succeed())
+		err := cli.Cluster(ws).Delete(ctx, widget("default", "details-0", nil))
+		var status apierrors.APIStatus
+		Expect(errors.As(err, &status)).To(BeTrue(), "deleting: %v", err)
+		Expect(status.Status().Details).NotTo(BeNil())
+		Expect(status.Status().Details.Causes).To(Equal(details.Causes))
+		Expect(status.Status().Details.Name).To(Equal(details.Name))
 	})
 
 	// docs/architecture.md#new-references-to-objects-being-deleted (step 2:

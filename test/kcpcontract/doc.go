@@ -78,6 +78,8 @@
 //     or null, and on a CREATE (no oldObject) or DELETE (no object); a plain
 //     `in` on null annotations, or has() on a DELETE's object, errors, which
 //     refuses the write when the webhook fails closed.
+//  19. The status details of a webhook's denial of a DELETE (name, group,
+//     kind and causes) reach the client unchanged.
 //
 // kcp may admit one UPDATE or DELETE more than once: it starts from the
 // object in its watch cache and, when that was stale, admits again on the

@@ -2,10 +2,13 @@ package deletion
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -18,6 +21,11 @@ type Blocker struct {
 	Namespace string
 	// Name of the dependent.
 	Name string
+	// Rule is the rule under which it references the object, as
+	// <logical cluster>/<name>; Path is the field path at which it does
+	// (the rule's paths, joined with " or ", where several may).
+	Rule string `json:"rule,omitempty"`
+	Path string `json:"path,omitempty"`
 }
 
 // String renders the blocker as Kind/name or Kind/namespace/name.
@@ -32,11 +40,55 @@ func compareBlockers(a, b Blocker) int {
 	return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 }
 
+// sameDependent reports whether two blockers are the same dependent (under
+// whichever rules).
+func sameDependent(a, b Blocker) bool {
+	return compareBlockers(a, b) == 0
+}
+
+// Causes of a denial in its status details (metav1.StatusDetails.Causes),
+// for tools: one CauseBlocker per blocker, up to DefaultMaxCauses, whose
+// message is the blocker as JSON ({"kind","namespace","name","rule","path"})
+// and whose field is its path, and one CauseBlockers whose message is the
+// number of blockers.
+const (
+	CauseBlocker  metav1.CauseType = "dependencies.opendefense.cloud/blocker"
+	CauseBlockers metav1.CauseType = "dependencies.opendefense.cloud/blockers"
+	// DefaultMaxCauses is how many blockers a denial's details list; the
+	// total is always there. 1,000 blockers take about 120 KB.
+	DefaultMaxCauses = 1000
+)
+
+// deniedDetails are the status details of a denial of target's object
+// named name: the blockers (sorted, without duplicates), at most limit of
+// them, and their number.
+func deniedDetails(target schema.GroupResource, name string, blockers []Blocker, limit int) *metav1.StatusDetails {
+	d := &metav1.StatusDetails{Name: name, Group: target.Group, Kind: target.Resource}
+	for i, b := range blockers {
+		if i == limit {
+			break
+		}
+		msg, err := json.Marshal(struct {
+			Kind      string `json:"kind"`
+			Namespace string `json:"namespace,omitempty"`
+			Name      string `json:"name"`
+			Rule      string `json:"rule,omitempty"`
+			Path      string `json:"path,omitempty"`
+		}{b.Kind, b.Namespace, b.Name, b.Rule, b.Path})
+		if err != nil {
+			continue
+		}
+		d.Causes = append(d.Causes, metav1.StatusCause{Type: CauseBlocker, Message: string(msg), Field: b.Path})
+	}
+	d.Causes = append(d.Causes, metav1.StatusCause{Type: CauseBlockers, Message: strconv.Itoa(len(blockers))})
+	return d
+}
+
 // deniedMessage explains why an object cannot be deleted, naming at most limit
 // blockers (sorted) and counting the rest. The blockers are sorted in place.
 func deniedMessage(target schema.GroupResource, namespace, name string, blockers []Blocker, limit int) string {
 	slices.SortFunc(blockers, compareBlockers)
-	blockers = slices.Compact(blockers)
+	blockers = slices.CompactFunc(blockers, sameDependent)
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %q", target, name)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -99,6 +100,7 @@ type Validator struct {
 	recorder    Records
 	currency    Currency
 	activation  Activation
+	events      *blockedEvents
 	now         func() time.Time
 }
 
@@ -464,7 +466,7 @@ func (v *Validator) deny(ctx context.Context, d denial) admission.Response {
 		name = d.req.Name
 	}
 	slices.SortFunc(d.blockers, compareBlockers)
-	d.blockers = slices.Compact(d.blockers)
+	d.blockers = slices.CompactFunc(d.blockers, sameDependent)
 	msg := deniedMessage(d.target, d.obj.Namespace, name, d.blockers, v.maxBlockers)
 	audit := map[string]string{webhook.AuditDecision: webhook.DecisionDenied, AuditBlockers: strconv.Itoa(len(d.blockers))}
 	if d.deferrable {
@@ -475,7 +477,11 @@ func (v *Validator) deny(ctx context.Context, d denial) admission.Response {
 		}
 	}
 	d.logger.V(1).Info("Denied deletion", "blockers", len(d.blockers), "deferred", audit[AuditDeferred] != "")
+	if v.events != nil && !teardown(d.req) && (d.req.DryRun == nil || !*d.req.DryRun) {
+		v.events.blocked(ctx, d, v.dependents.State(d.source).Kind, msg, v.now())
+	}
 	resp := admission.Denied(msg)
+	resp.Result.Details = deniedDetails(d.target, name, d.blockers, DefaultMaxCauses)
 	resp.AuditAnnotations = audit
 	return resp
 }
@@ -559,6 +565,15 @@ func (v *Validator) groupByDependent(entries []registry.Entry, namespace string)
 	return groups
 }
 
+// pathsText names the paths of g, joined with " or ".
+func (g *dependentGroup) pathsText() string {
+	texts := make([]string, len(g.paths))
+	for i, p := range g.paths {
+		texts[i] = p.String()
+	}
+	return strings.Join(texts, " or ")
+}
+
 // compactPaths drops duplicate paths, keeping the first of each.
 func compactPaths(paths []fieldpath.Reference) []fieldpath.Reference {
 	out := paths[:0]
@@ -589,7 +604,7 @@ func (v *Validator) blocking(g *dependentGroup, self selfRef, deps []kcp.Meta) [
 func toBlockers(g *dependentGroup, deps []kcp.Meta) []Blocker {
 	out := make([]Blocker, 0, len(deps))
 	for _, d := range deps {
-		out = append(out, Blocker{Kind: g.kind, Namespace: d.Namespace, Name: d.Name})
+		out = append(out, Blocker{Kind: g.kind, Namespace: d.Namespace, Name: d.Name, Rule: g.rules[0].String(), Path: g.pathsText()})
 	}
 	return out
 }

@@ -566,6 +566,13 @@ func TestDeletionValidator(t *testing.T) {
 					t.Errorf("message %q does not contain %q", msg, want)
 				}
 			}
+			if strings.Contains(msg, "is still referenced by") {
+				// Every denial lists its blockers for tools, with their number.
+				causes := resp.Result.Details.Causes
+				if len(causes) == 0 || causes[len(causes)-1].Type != CauseBlockers || causes[0].Type != CauseBlocker {
+					t.Errorf("details %+v of a denial do not list the blockers", resp.Result.Details)
+				}
+			}
 			for _, not := range tt.wantNot {
 				if strings.Contains(msg, not) {
 					t.Errorf("message %q contains %q", msg, not)
@@ -608,11 +615,33 @@ func TestScopeIsThatOfTheDependentsExport(t *testing.T) {
 }
 
 func TestDeniedMessage(t *testing.T) {
-	blockers := []Blocker{{"VM", "b", "x"}, {"DB", "", "z"}, {"VM", "a", "y"}, {"VM", "a", "y"}}
+	blockers := []Blocker{{Kind: "VM", Namespace: "b", Name: "x"}, {Kind: "DB", Name: "z"}, {Kind: "VM", Namespace: "a", Name: "y"}, {Kind: "VM", Namespace: "a", Name: "y", Rule: "p/other"}}
 	got := deniedMessage(vpcs.GroupResource(), "", "v", blockers, 2)
 	want := `vpcs.network.io "v" is still referenced by DB/z, VM/a/y and 1 more; delete these or remove their references first`
 	if got != want {
 		t.Errorf("deniedMessage() =\n  %s\nwant\n  %s", got, want)
+	}
+}
+
+// A denial's details list each blocker for tools, up to a cap, and how
+// many there are.
+func TestDeniedDetails(t *testing.T) {
+	blockers := []Blocker{
+		{Kind: "DB", Name: "z", Rule: "p/db", Path: ".spec.network"},
+		{Kind: "VM", Namespace: "a", Name: "y", Rule: "p/vm", Path: ".spec.vpcRef.name or .spec.nics[*].vpc"},
+		{Kind: "VM", Namespace: "b", Name: "x", Rule: "p/vm", Path: ".spec.vpcRef.name"},
+	}
+	d := deniedDetails(vpcs.GroupResource(), "v", blockers, 2)
+	if d.Name != "v" || d.Group != "network.io" || d.Kind != "vpcs" {
+		t.Errorf("details name the object %s/%s %s", d.Group, d.Kind, d.Name)
+	}
+	want := []metav1.StatusCause{
+		{Type: CauseBlocker, Message: `{"kind":"DB","name":"z","rule":"p/db","path":".spec.network"}`, Field: ".spec.network"},
+		{Type: CauseBlocker, Message: `{"kind":"VM","namespace":"a","name":"y","rule":"p/vm","path":".spec.vpcRef.name or .spec.nics[*].vpc"}`, Field: ".spec.vpcRef.name or .spec.nics[*].vpc"},
+		{Type: CauseBlockers, Message: "3"},
+	}
+	if !slices.Equal(d.Causes, want) {
+		t.Errorf("causes =\n  %v\nwant\n  %v", d.Causes, want)
 	}
 }
 
