@@ -42,7 +42,9 @@ func TestDeniedDeletesLeaveAnEvent(t *testing.T) {
 	dry.DryRun = ptr.To(true)
 	for _, req := range []func() bool{
 		func() bool { return !v.Handle(ctx, dry).Allowed },
-		func() bool { return !v.Handle(ctx, teardownItem(deleteRequest(vpcs, consumer, "default", "vpc-a", nil))).Allowed },
+		func() bool {
+			return !v.Handle(ctx, teardownItem(deleteRequest(vpcs, consumer, "default", "vpc-a", nil))).Allowed
+		},
 		func() bool { return !v.Handle(ctx, deleteRequest(vpcs, consumer, "default", "vpc-a", nil)).Allowed },
 		func() bool { return !v.Handle(ctx, deleteRequest(vpcs, consumer, "default", "vpc-a", nil)).Allowed },
 	} {
