@@ -141,7 +141,8 @@ var _ = Describe("Teardowns of cycles", Ordered, func() {
 			kcpenv.Resource{Kind: "Link", Plural: "links"})).To(Succeed())
 		_, compute = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("compute"))
 		Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(compute), "compute.test.io",
-			kcpenv.Resource{Kind: "VirtualMachine", Plural: "virtualmachines"})).To(Succeed())
+			kcpenv.Resource{Kind: "VirtualMachine", Plural: "virtualmachines"},
+			kcpenv.Resource{Kind: "Gateway", Plural: "gateways", ClusterScoped: true})).To(Succeed())
 		for _, p := range []struct {
 			ws       logicalcluster.Path
 			provider string
@@ -161,7 +162,7 @@ var _ = Describe("Teardowns of cycles", Ordered, func() {
 		_, consumer = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("consumer"))
 		bindExports(ctx, consumer, export{network, "network.test.io"}, export{compute, "compute.test.io"})
 
-		By("rules: VMs reference VPCs, VPCs their gateway VM (two bindings' types), Subnets the next Subnet, VMs peer VMs in any namespace")
+		By("rules: VMs reference VPCs, VPCs their gateway VM (two bindings' types), Subnets the next Subnet, VMs peer VMs in any namespace, Gateways (cluster-scoped) their VM and VMs their Gateway")
 		dep := func(ws logicalcluster.Path, export, group, resource string, ref depv1alpha1.FieldReference) depv1alpha1.Dependency {
 			return depv1alpha1.Dependency{APIExportRef: depv1alpha1.APIExportReference{Path: ws.String(), Name: export}, Group: group, Version: "v1", Resource: resource, FieldRef: ref}
 		}
@@ -176,6 +177,14 @@ var _ = Describe("Teardowns of cycles", Ordered, func() {
 			{compute, &depv1alpha1.DependencyRule{ObjectMeta: metav1.ObjectMeta{Name: "vm-peers"}, Spec: depv1alpha1.DependencyRuleSpec{
 				Dependent:    depv1alpha1.DependentResource{APIExportName: "compute.test.io", Group: "compute.test.io", Version: "v1", Kind: "VirtualMachine", Resource: "virtualmachines"},
 				Dependencies: []depv1alpha1.Dependency{dep(compute, "compute.test.io", "compute.test.io", "virtualmachines", depv1alpha1.FieldReference{Path: ".spec.peer.name", NamespacePath: "namespace"})},
+			}}},
+			{compute, &depv1alpha1.DependencyRule{ObjectMeta: metav1.ObjectMeta{Name: "gateway-vms"}, Spec: depv1alpha1.DependencyRuleSpec{
+				Dependent:    depv1alpha1.DependentResource{APIExportName: "compute.test.io", Group: "compute.test.io", Version: "v1", Kind: "Gateway", Resource: "gateways"},
+				Dependencies: []depv1alpha1.Dependency{dep(compute, "compute.test.io", "compute.test.io", "virtualmachines", depv1alpha1.FieldReference{Path: ".spec.vm.name", NamespacePath: "namespace"})},
+			}}},
+			{compute, &depv1alpha1.DependencyRule{ObjectMeta: metav1.ObjectMeta{Name: "vm-gateways"}, Spec: depv1alpha1.DependencyRuleSpec{
+				Dependent:    depv1alpha1.DependentResource{APIExportName: "compute.test.io", Group: "compute.test.io", Version: "v1", Kind: "VirtualMachine", Resource: "virtualmachines"},
+				Dependencies: []depv1alpha1.Dependency{dep(compute, "compute.test.io", "compute.test.io", "gateways", depv1alpha1.FieldReference{Path: ".spec.gateway"})},
 			}}},
 			{network, &depv1alpha1.DependencyRule{ObjectMeta: metav1.ObjectMeta{Name: "vpc-gateways"}, Spec: depv1alpha1.DependencyRuleSpec{
 				Dependent:    depv1alpha1.DependentResource{APIExportName: "network.test.io", Group: "network.test.io", Version: "v1", Kind: "VPC", Resource: "vpcs"},
@@ -215,7 +224,7 @@ var _ = Describe("Teardowns of cycles", Ordered, func() {
 		for _, r := range []struct {
 			ws   logicalcluster.Path
 			name string
-		}{{compute, "vm-vpcs"}, {compute, "vm-peers"}, {network, "vpc-gateways"}, {network, "subnet-rings"}} {
+		}{{compute, "vm-vpcs"}, {compute, "vm-peers"}, {compute, "gateway-vms"}, {compute, "vm-gateways"}, {network, "vpc-gateways"}, {network, "subnet-rings"}} {
 			expectCondition(ctx, r.ws, r.name, depv1alpha1.ConditionReady, metav1.ConditionTrue, "Protecting")
 		}
 	})
@@ -307,6 +316,39 @@ var _ = Describe("Teardowns of cycles", Ordered, func() {
 		expectDenied(ctx, consumer, vmGVR, "pair-2", "vm-y", "VirtualMachine/pair-1/vm-x")
 		before := cyclesBroken()
 		deleteNamespaces(ctx, consumer, 2*timeout, "pair-1", "pair-2")
+		Expect(cyclesBroken()).To(BeNumerically(">", before), "no cycle was reported broken")
+	})
+
+	It("tears down a workspace whose cycle runs through a cluster-scoped object, which only the workspace's deletion deletes", func(ctx context.Context) {
+		wsObj, ws := envtest.NewWorkspaceFixture(GinkgoT(), cli, core.RootCluster.Path(), envtest.WithNamePrefix("doomed"))
+		bindExports(ctx, ws, export{network, "network.test.io"}, export{compute, "compute.test.io"})
+		createNamespace(ctx, ws, "apps")
+		create(ctx, ws, newObject(gatewayGVR, "", "gw-1", map[string]any{"vm": map[string]any{"namespace": "apps", "name": "vm-g"}}))
+		create(ctx, ws, newObject(vmGVR, "apps", "vm-g", map[string]any{"gateway": "gw-1"}))
+		expectDenied(ctx, ws, vmGVR, "apps", "vm-g", "Gateway/gw-1")
+		expectDenied(ctx, ws, gatewayGVR, "", "gw-1", "VirtualMachine/apps/vm-g")
+
+		By("deleting the namespace apps only: the cycle stays, since the Gateway is not deleted with it")
+		Expect(cli.Cluster(ws).Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "apps"}})).To(Succeed())
+		Eventually(func(g Gomega) {
+			ns := &corev1.Namespace{}
+			g.Expect(cli.Cluster(ws).Get(ctx, client.ObjectKey{Name: "apps"}, ns)).To(Succeed())
+			var msg string
+			for _, c := range ns.Status.Conditions {
+				if c.Type == corev1.NamespaceDeletionContentFailure {
+					msg = c.Message
+				}
+			}
+			g.Expect(msg).To(ContainSubstring("Gateway/gw-1 (a cluster-scoped object is deleted with its workspace, which is not being deleted)"))
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		Expect(exists(ctx, ws, gatewayGVR, "", "gw-1")).To(BeTrue())
+
+		By("deleting the workspace: everything goes")
+		before := cyclesBroken()
+		Expect(cli.Cluster(core.RootCluster.Path()).Delete(ctx, wsObj)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(cli.Cluster(core.RootCluster.Path()).Get(ctx, client.ObjectKeyFromObject(wsObj), wsObj))
+		}).WithTimeout(2*timeout).WithPolling(interval).Should(BeTrue(), "the workspace was not deleted")
 		Expect(cyclesBroken()).To(BeNumerically(">", before), "no cycle was reported broken")
 	})
 

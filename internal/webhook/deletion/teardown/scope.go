@@ -69,8 +69,12 @@ func (s *Scope) WorkspaceDeleted(ctx context.Context) bool {
 // namespace (cluster-scoped ones if it is empty), and if not, why not.
 func (s *Scope) Deletes(ctx context.Context, namespace string) (bool, string) {
 	if namespace == "" {
-		if s.WorkspaceDeleted(ctx) {
+		deleted, err := s.Terminating(ctx, WorkspaceNamespace)
+		switch {
+		case deleted:
 			return true, ""
+		case err != nil:
+			return false, fmt.Sprintf("a cluster-scoped object is deleted with its workspace, and it cannot be told whether the workspace is being deleted: %v", err)
 		}
 		return false, "a cluster-scoped object is deleted with its workspace, which is not being deleted"
 	}

@@ -52,6 +52,11 @@ func TestScope(t *testing.T) {
 			wantWhy:     "cluster-scoped", wantName: "",
 		},
 		{
+			name:    "a cluster-scoped object, when the probe cannot answer for default (gone, or never there), is not taken as deleted",
+			failing: []string{"default"},
+			wantWhy: "it cannot be told whether the workspace is being deleted: no claim", wantName: "",
+		},
+		{
 			name:    "a namespace the probe cannot answer for is not taken as deleted",
 			failing: []string{"ns"}, namespace: "ns",
 			wantWhy: `cannot be told whether namespace "ns" is being deleted: no claim`, wantName: "",
