@@ -261,7 +261,8 @@ func (v *Validator) decideTeardown(ctx context.Context, d *deletion, blockers []
 	}
 	if len(note.outside) > 0 || note.unproved != "" {
 		d.denial.note = v.describeCycle(ctx, scope, d.obj.Namespace, note)
-		return v.denyTeardown(ctx, d, scope, blockers, len(note.outside) > 0), denied
+		outside := slices.ContainsFunc(note.outside, func(o outsider) bool { return scope.Answered(ctx, o.meta.Namespace) })
+		return v.denyTeardown(ctx, d, scope, blockers, outside), denied
 	}
 	if v.referenceInFlight(d) {
 		d.denial.note = "; a reference to it is in flight"
@@ -443,12 +444,13 @@ func (v *Validator) describeCycle(ctx context.Context, scope *teardown.Scope, na
 }
 
 // denyTeardown denies an item of kcp's teardown. Unless the note says
-// otherwise, it names the blockers that no teardown under way deletes. If
-// the teardown waits for an object outside it, it records an Event.
+// otherwise, it names the blockers that no teardown under way deletes, as
+// far as kcp says. If the teardown waits for an object outside it, it
+// records an Event.
 func (v *Validator) denyTeardown(ctx context.Context, d *deletion, scope *teardown.Scope, blockers []node, waitsOutside bool) admission.Response {
 	var outside []string
 	for _, b := range blockers {
-		if deletes, why := scope.Deletes(ctx, b.meta.Namespace); !deletes {
+		if deletes, why := scope.Deletes(ctx, b.meta.Namespace); !deletes && scope.Answered(ctx, b.meta.Namespace) {
 			outside = append(outside, fmt.Sprintf("%s (%s)", b, why))
 		}
 	}

@@ -970,3 +970,27 @@ func TestTeardownCycleWaitsForAReferenceInFlight(t *testing.T) {
 		})
 	}
 }
+
+// Where kcp cannot be asked whether namespaces are being deleted, a
+// teardown's denial claims nothing about what is outside it, records no
+// Event, and breaks no cycle.
+func TestTeardownWithoutTheNamespaceProbe(t *testing.T) {
+	deps := &fakeDependents{states: map[schema.GroupVersionResource]index.State{routers: {Phase: index.PhaseSynced, Namespaced: false}}}
+	deps.add(consumer, routers, object("", "edge", map[string]any{"vpc": "vpc-a"}))
+	deps.add(consumer, vms, object("ns", "vm-1", vmRefs("vpc-b")))
+	deps.add(consumer, vpcs, object("ns", "vpc-b", map[string]any{"gatewayVM": "vm-1"}))
+	events := &recordedEvents{}
+	v := NewValidator(cycleRules, loaded(true), deps, WithEvents(events))
+	ctx := webhook.WithProvider(context.Background(), provider)
+	resp := v.Handle(ctx, teardownItem(deleteRequest(vpcs, consumer, "ns", "vpc-a", nil)))
+	if resp.Allowed || !strings.HasSuffix(resp.Result.Message, "still referenced by Router/edge; delete these or remove their references first") {
+		t.Errorf("allowed = %v, message %q: want a plain denial", resp.Allowed, resp.Result.Message)
+	}
+	resp = v.Handle(ctx, teardownItem(deleteRequest(vms, consumer, "ns", "vm-1", nil)))
+	if resp.Allowed || !strings.Contains(resp.Result.Message, "the webhook does not ask whether namespaces are being deleted") {
+		t.Errorf("allowed = %v, message %q: want the cycle kept, saying why", resp.Allowed, resp.Result.Message)
+	}
+	if len(events.events) != 0 {
+		t.Errorf("%d Events, want none", len(events.events))
+	}
+}

@@ -65,6 +65,16 @@ func (s *Scope) WorkspaceDeleted(ctx context.Context) bool {
 	return deleted
 }
 
+// Answered reports whether the probe could tell whether the objects in
+// namespace (cluster-scoped ones if it is empty) are being deleted.
+func (s *Scope) Answered(ctx context.Context, namespace string) bool {
+	if namespace == "" {
+		namespace = WorkspaceNamespace
+	}
+	_, err := s.Terminating(ctx, namespace)
+	return err == nil
+}
+
 // Deletes reports whether a teardown under way deletes the objects in
 // namespace (cluster-scoped ones if it is empty), and if not, why not.
 func (s *Scope) Deletes(ctx context.Context, namespace string) (bool, string) {

@@ -94,6 +94,9 @@ func TestScope(t *testing.T) {
 				if deletes != tt.wantDeletes || !strings.Contains(why, tt.wantWhy) || deletes && why != "" {
 					t.Errorf("Deletes(%q) = %v, %q; want %v, %q", tt.namespace, deletes, why, tt.wantDeletes, tt.wantWhy)
 				}
+				if answered := s.Answered(ctx, tt.namespace); answered == (tt.nilProbe || strings.Contains(tt.wantWhy, "cannot be told")) {
+					t.Errorf("Answered(%q) = %v", tt.namespace, answered)
+				}
 				if name, known := s.Name(ctx, tt.namespace); name != tt.wantName || known != (tt.wantName != "") {
 					t.Errorf("Name(%q) = %q, %v; want %q", tt.namespace, name, known, tt.wantName)
 				}
