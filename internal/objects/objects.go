@@ -56,13 +56,15 @@ type Client struct {
 	now    func() time.Time
 
 	lock sync.Mutex
-	// namespaces is what NamespaceTerminating learned.
+	// namespaces is what NamespaceTerminating learned, active when it
+	// found each namespace active last.
 	namespaces map[namespaceKey]namespaceState
+	active     map[namespaceKey]time.Time
 }
 
 // New returns a Client that routes its requests with router.
 func New(router Router) *Client {
-	return &Client{router: router, now: time.Now, namespaces: map[namespaceKey]namespaceState{}}
+	return &Client{router: router, now: time.Now, namespaces: map[namespaceKey]namespaceState{}, active: map[namespaceKey]time.Time{}}
 }
 
 var _ Router = (*index.Index)(nil)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -231,5 +232,49 @@ func TestNamespaceTerminating(t *testing.T) {
 	// A workspace no shard serves cannot tell.
 	if got, err := c.NamespaceTerminating(context.Background(), testSource, "c2", "default"); err == nil || got {
 		t.Errorf("NamespaceTerminating() of a workspace no shard serves = %v, %v", got, err)
+	}
+}
+
+// A namespace found active before and gone now was deleted since: kcp
+// deletes a workspace's namespace default only with the workspace. One
+// never found active, or a 404 about something else, tells nothing.
+func TestNamespaceGoneAfterItWasSeen(t *testing.T) {
+	notFound := func(kind, name string) func(w http.ResponseWriter) {
+		return func(w http.ResponseWriter) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404,"details":{"name":%q,"kind":%q}}`, name, kind)
+		}
+	}
+	tests := []struct {
+		name            string
+		seen            bool
+		gone            func(w http.ResponseWriter)
+		wantTerminating bool
+	}{
+		{name: "seen, then gone", seen: true, gone: notFound("namespaces", "default"), wantTerminating: true},
+		{name: "never seen, gone", gone: notFound("namespaces", "default")},
+		{name: "seen, then another namespace's 404", seen: true, gone: notFound("namespaces", "other")},
+		{name: "seen, then a 404 about events", seen: true, gone: notFound("events", "")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			shard := &fakeShard{clusters: map[string]string{"c1": `{"items":[]}`}}
+			c := New(newFakeRouter(t, -1, shard))
+			now := time.Unix(1000, 0)
+			c.now = func() time.Time { return now }
+			ctx := context.Background()
+			if tt.seen {
+				if got, err := c.NamespaceTerminating(ctx, testSource, "c1", "default"); err != nil || got {
+					t.Fatalf("NamespaceTerminating() of an active namespace = %v, %v", got, err)
+				}
+			}
+			now = now.Add(time.Hour)
+			shard.created = tt.gone
+			got, err := c.NamespaceTerminating(ctx, testSource, "c1", "default")
+			if got != tt.wantTerminating || (err == nil) != tt.wantTerminating {
+				t.Errorf("NamespaceTerminating() = %v, %v; want %v and an error unless it is", got, err, tt.wantTerminating)
+			}
+		})
 	}
 }

@@ -62,7 +62,7 @@ func NewMetrics() *Metrics {
 		}, []string{"result"}),
 		cycles: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dependency_webhook_teardown_cycles_broken_total",
-			Help: "Items of kcp's teardown allowed although dependents referenced them, because the object and its dependents referenced each other in a cycle within the teardown (broken at the object that sorts first).",
+			Help: "Cycles of references that kcp's teardown deletes whole, although their objects reference each other, because teardowns under way delete every object that references one of them (counted once per cycle proved).",
 		}),
 		recorded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dependency_webhook_references_recorded_total",

@@ -215,7 +215,7 @@ func (a *assembly) serve(ctx context.Context) ([]manager.Runnable, error) {
 	}
 	a.tracker = tracking.New(a.objects, tracking.Options{})
 	deletionOpts := []deletion.Option{deletion.WithTimeout(a.opts.RequestTimeout), deletion.WithMaxBlockers(a.opts.MaxBlockers),
-		deletion.WithNamespaces(a.objects), deletion.WithMetrics(a.metrics), deletion.WithHorizon(a.ix, a.tracker), deletion.WithEvents(a.objects)}
+		deletion.WithNamespaces(a.objects), deletion.WithEvents(a.objects), deletion.WithMetrics(a.metrics), deletion.WithHorizon(a.ix, a.tracker)}
 	var verifier references.Verifier
 	if recs != nil {
 		verifier = recs

@@ -586,6 +586,53 @@ var _ = Describe("kcp", Ordered, ContinueOnFailure, func() {
 		Expect(namespace.Status.Phase).To(Equal(corev1.NamespaceTerminating), "the held Widget keeps the namespace terminating")
 	})
 
+	// docs/architecture.md#teardown ("Cycles": a workspace's deletion is
+	// told by its namespace default being deleted).
+	It("refuses to delete a workspace's namespace default while the workspace stays, and deletes it, with the workspace's bound objects, once the workspace is being deleted: a dry-run Event there is then refused with the cause NamespaceTerminating", func(ctx SpecContext) {
+		wsObj, ws := envtest.NewWorkspaceFixture(GinkgoT(), cli, core.RootCluster.Path(), envtest.WithNamePrefix("doomed"))
+		cluster := logicalcluster.Name(wsObj.Spec.Cluster)
+		_, err := kcpenv.BindAPIExport(ctx, cli.Cluster(ws), cli.Cluster(provider), provider, group)
+		Expect(err).NotTo(HaveOccurred())
+		held := widget("default", "held", nil)
+		held.SetFinalizers([]string{holdFinalizer})
+		Eventually(func() error { return cli.Cluster(ws).Create(ctx, held) }).WithContext(ctx).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+		Expect(cli.Cluster(ws).Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "other"}})).To(Succeed())
+		Expect(cli.Cluster(ws).Create(ctx, widget("other", "plain", nil))).To(Succeed())
+		byCluster := cli.Cluster(cluster.Path())
+		DeferCleanup(func(ctx context.Context) {
+			_, err := patch(ctx, cluster.Path(), "default", "held", map[string]any{"metadata": map[string]any{"finalizers": nil}})
+			Expect(client.IgnoreNotFound(err)).To(Succeed())
+		})
+		probeDefault := func() error {
+			ev, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&corev1.Event{
+				TypeMeta:       metav1.TypeMeta{APIVersion: "v1", Kind: "Event"},
+				ObjectMeta:     metav1.ObjectMeta{GenerateName: "contract-probe.", Namespace: "default"},
+				InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "Namespace", Name: "default", Namespace: "default"},
+				Reason:         "Probe", Message: "a dry run", Type: corev1.EventTypeNormal,
+				Source: corev1.EventSource{Component: "kcp-contract"},
+			})
+			Expect(err).NotTo(HaveOccurred())
+			_, err = resourceIn(vwConfig(vwURL, vwUser, cluster), eventGVR, "default").Create(ctx, &unstructured.Unstructured{Object: ev}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		}
+		Eventually(probeDefault).WithContext(ctx).WithTimeout(timeout).WithPolling(poll).Should(Succeed(), "a dry-run Event in default of a live workspace")
+
+		By("refusing to delete default while the workspace stays")
+		err = cli.Cluster(ws).Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "default"}})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "deleting the namespace default: %v", err)
+
+		By("deleting the workspace: default is being deleted, and the Widget of the other namespace goes")
+		Expect(cli.Cluster(core.RootCluster.Path()).Delete(ctx, wsObj)).To(Succeed())
+		terminating := func(err error) bool { return apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) }
+		Eventually(probeDefault).WithContext(ctx).WithTimeout(timeout).WithPolling(poll).Should(Satisfy(terminating), "a dry-run Event in default of a workspace being deleted")
+		Eventually(func() bool {
+			return apierrors.IsNotFound(byCluster.Get(ctx, client.ObjectKeyFromObject(widget("other", "plain", nil)), widget("other", "plain", nil)))
+		}).WithContext(ctx).WithTimeout(timeout).WithPolling(poll).Should(BeTrue(), "the Widget of the namespace other stayed")
+		namespace := &corev1.Namespace{}
+		Expect(byCluster.Get(ctx, client.ObjectKey{Name: "default"}, namespace)).To(Succeed())
+		Expect(namespace.Status.Phase).To(Equal(corev1.NamespaceTerminating), "the held Widget keeps default terminating")
+	})
+
 	// docs/architecture.md#deferred-deletion-replay ("kcp ... admits the
 	// same DELETE again on the recorded state").
 	It("admits a refused DELETE again on the new state when the webhook changed the object meanwhile", func(ctx SpecContext) {

@@ -78,7 +78,12 @@
 //     or null, and on a CREATE (no oldObject) or DELETE (no object); a plain
 //     `in` on null annotations, or has() on a DELETE's object, errors, which
 //     refuses the write when the webhook fails closed.
-//  19. The status details of a webhook's denial of a DELETE (name, group,
+//  19. A workspace's namespace default cannot be deleted while the
+//     workspace stays; once the workspace is being deleted, kcp deletes its
+//     namespaces, default included (a dry-run Event there through the
+//     provider's virtual workspace is then refused with the cause
+//     NamespaceTerminating), and the bound objects in them.
+//  20. The status details of a webhook's denial of a DELETE (name, group,
 //     kind and causes) reach the client unchanged.
 //
 // kcp may admit one UPDATE or DELETE more than once: it starts from the

@@ -6,30 +6,67 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kcp-dev/logicalcluster/v3"
 
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook/deletion/teardown"
 )
+
+// EventReasonTeardownWaits is the reason of the Event recorded when kcp's
+// teardown waits for an object outside it.
+const EventReasonTeardownWaits = teardown.EventReasonWaits
+
+// Events records core Events in a workspace, through the virtual
+// workspace of a provider's APIExport that claims events;
+// *objects.Client implements it.
+type Events interface {
+	CreateEvent(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace string, body []byte) error
+	// Event records an Event about obj, an object of src of kind.
+	Event(ctx context.Context, src index.Source, kind string, obj kcp.Meta, eventType, reason, msg string) error
+}
+
+// WithEvents records an Event where kcp's teardown waits for an object
+// outside it (see decideTeardown and teardown.Waits), once per object and
+// message every 10 minutes, through the protected provider's APIExport,
+// which must claim events as for the namespace probe; without that, only
+// the denial says it.
+//
+// A refused DELETE (not a dry run, not an item of kcp's teardown) leaves a
+// Warning Event DeletionBlocked on the object, with the denial's message,
+// through e: at most one per object every blockedEventInterval, in the
+// background, so that a DELETE waits for no write.
+func WithEvents(e Events) Option {
+	return func(v *Validator) {
+		v.events = e
+		v.blocked = &blockedEvents{eventer: e, sent: map[eventKey]time.Time{}}
+	}
+}
+
+// recordWait records a Warning Event saying msg, why kcp's teardown of the
+// object of d waits. Failures are logged only.
+func (v *Validator) recordWait(ctx context.Context, d *deletion, scope *teardown.Scope, msg string) {
+	if v.events == nil {
+		return
+	}
+	obj := corev1.ObjectReference{
+		APIVersion: schema.GroupVersion{Group: d.req.Kind.Group, Version: d.req.Kind.Version}.String(), Kind: d.req.Kind.Kind,
+		Namespace: d.obj.Namespace, Name: d.obj.Name, UID: d.obj.UID,
+	}
+	terminating, _ := scope.Terminating(ctx, d.obj.Namespace)
+	create := func(ctx context.Context, namespace string, body []byte) error {
+		return v.events.CreateEvent(ctx, d.denial.source, d.obj.Cluster, namespace, body)
+	}
+	if err := v.waits.Record(ctx, create, obj, terminating, msg); err != nil {
+		d.logger.V(1).Info("Could not record an Event on why kcp's teardown waits (does the provider's APIExport claim events?)", "error", err.Error())
+	}
+}
 
 // EventReasonBlocked is the reason of the Event that a refused DELETE
 // leaves on the object.
 const EventReasonBlocked = "DeletionBlocked"
-
-// Eventer records Events about objects in their workspace;
-// *objects.Client implements it.
-type Eventer interface {
-	Event(ctx context.Context, src index.Source, kind string, obj kcp.Meta, eventType, reason, msg string) error
-}
-
-// WithEvents has a refused DELETE (not a dry run, not an item of kcp's
-// teardown) leave a Warning Event DeletionBlocked on the object, with the
-// denial's message, through e: at most one per object every
-// blockedEventInterval, in the background, so that a DELETE waits for no
-// write. Where the protected provider's APIExport does not claim events,
-// the Event is not recorded (and that is logged at verbosity 1).
-func WithEvents(e Eventer) Option {
-	return func(v *Validator) { v.events = &blockedEvents{eventer: e, sent: map[eventKey]time.Time{}} }
-}
 
 // blockedEventInterval is how long the webhook records no second
 // DeletionBlocked Event about the same object.
@@ -44,7 +81,7 @@ type eventKey struct {
 
 // blockedEvents records, deduplicated, the Events of refused DELETEs.
 type blockedEvents struct {
-	eventer Eventer
+	eventer Events
 
 	lock   sync.Mutex
 	sent   map[eventKey]time.Time

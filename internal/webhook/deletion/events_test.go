@@ -9,6 +9,8 @@ import (
 
 	"k8s.io/utils/ptr"
 
+	"github.com/kcp-dev/logicalcluster/v3"
+
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
@@ -19,6 +21,10 @@ type fakeEventer struct {
 	lock   sync.Mutex
 	events []string
 	done   chan struct{}
+}
+
+func (f *fakeEventer) CreateEvent(context.Context, index.Source, logicalcluster.Name, string, []byte) error {
+	return nil
 }
 
 func (f *fakeEventer) Event(_ context.Context, _ index.Source, _ string, obj kcp.Meta, eventType, reason, msg string) error {

@@ -26,6 +26,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook/deletion/teardown"
 )
 
 // Audit annotation keys of a decision on a DELETE, besides
@@ -100,8 +101,15 @@ type Validator struct {
 	recorder    Records
 	currency    Currency
 	activation  Activation
-	events      *blockedEvents
-	now         func() time.Time
+	events      Events
+	// blocked records, deduplicated, the Events of refused DELETEs.
+	blocked *blockedEvents
+	// broken remembers the cycles of references that kcp's teardowns
+	// broke; waits records the Events about teardowns that wait for
+	// objects outside them.
+	broken *teardown.Broken[nodeKey, *brokenCycle]
+	waits  *teardown.Waits
+	now    func() time.Time
 }
 
 // Option configures a Validator.
@@ -136,7 +144,8 @@ func WithNamespaces(n Namespaces) Option {
 // NewValidator returns a validator that finds rules in rules, waits until
 // readiness reports them loaded, and finds dependents in dependents.
 func NewValidator(rules RuleFinder, readiness webhook.Readiness, dependents Dependents, opts ...Option) *Validator {
-	v := &Validator{rules: rules, readiness: readiness, dependents: dependents, maxBlockers: DefaultMaxBlockers, now: time.Now}
+	v := &Validator{rules: rules, readiness: readiness, dependents: dependents, maxBlockers: DefaultMaxBlockers, now: time.Now,
+		broken: teardown.NewBroken[nodeKey, *brokenCycle](brokenTTL), waits: teardown.NewWaits()}
 	for _, o := range opts {
 		o(v)
 	}
@@ -161,11 +170,11 @@ const (
 	kcpGroup = "system:masters"
 )
 
-// teardown reports whether a DELETE is an item of a DeleteCollection that
+// kcpTeardown reports whether a DELETE is an item of a DeleteCollection that
 // kcp itself sends to tear down a namespace, a workspace or an APIBinding's
 // objects. Such items are decided from the index alone: see
 // docs/architecture.md, "Teardown".
-func teardown(req admission.Request) bool {
+func kcpTeardown(req admission.Request) bool {
 	return req.Name == "" && req.UserInfo.Username == kcpUser && slices.Contains(req.UserInfo.Groups, kcpGroup)
 }
 
@@ -236,7 +245,7 @@ func (v *Validator) handle(ctx context.Context, req admission.Request) (admissio
 	if len(entries) == 0 {
 		return admission.Allowed(""), decision{outcome: webhook.DecisionAllowed, via: viaIndex}
 	}
-	d := &deletion{logger: logger, req: req, target: target, obj: obj, teardown: teardown(req),
+	d := &deletion{logger: logger, req: req, target: target, obj: obj, teardown: kcpTeardown(req),
 		self:   selfRef{target: target, namespace: obj.Namespace, name: obj.Name, uid: obj.UID},
 		groups: v.groupByDependent(entries, obj.Namespace)}
 	d.denial = denial{logger: logger, req: req, target: target, obj: obj, source: entries[0].Target, deferrable: v.recorder != nil && !d.teardown}
@@ -314,8 +323,8 @@ func (v *Validator) bypass(logger logr.Logger, req admission.Request, obj *webho
 }
 
 // fromIndex denies the deletion if the index holds a dependent that
-// references the object, except where an item of kcp's teardown is where a
-// cycle of references within the teardown is broken (see breakCycle); it
+// references the object, except for an item of kcp's teardown on a cycle
+// of references that the teardown deletes whole (see decideTeardown); it
 // reports whether it decided.
 func (v *Validator) fromIndex(ctx context.Context, d *deletion) (admission.Response, decision, bool) {
 	var blockers []node
@@ -330,10 +339,8 @@ func (v *Validator) fromIndex(ctx context.Context, d *deletion) (admission.Respo
 		return admission.Response{}, decision{}, false
 	}
 	if d.teardown {
-		self := node{provider: d.obj.Provider, resource: d.target, meta: d.obj.Meta}
-		if cycle, ok := v.breakCycle(self, blockers, d.req.Namespace); ok {
-			return v.allowOnCycle(d, cycle), decision{outcome: webhook.DecisionAllowed, via: viaTeardown}, true
-		}
+		resp, dec := v.decideTeardown(ctx, d, blockers)
+		return resp, dec, true
 	}
 	return v.deny(ctx, d.denial), decision{outcome: webhook.DecisionDenied, via: viaIndex}, true
 }
@@ -445,6 +452,8 @@ type denial struct {
 	// inFlight is set when what holds the deletion up is a reference in
 	// flight, not a blocker.
 	inFlight bool
+	// note is appended to the message: why kcp's teardown waits.
+	note string
 }
 
 // add adds blockers found among the dependents of g.
@@ -467,7 +476,7 @@ func (v *Validator) deny(ctx context.Context, d denial) admission.Response {
 	}
 	slices.SortFunc(d.blockers, compareBlockers)
 	d.blockers = slices.CompactFunc(d.blockers, sameDependent)
-	msg := deniedMessage(d.target, d.obj.Namespace, name, d.blockers, v.maxBlockers)
+	msg := deniedMessage(d.target, d.obj.Namespace, name, d.blockers, v.maxBlockers) + d.note
 	audit := map[string]string{webhook.AuditDecision: webhook.DecisionDenied, AuditBlockers: strconv.Itoa(len(d.blockers))}
 	if d.deferrable {
 		var deferred bool
@@ -477,8 +486,8 @@ func (v *Validator) deny(ctx context.Context, d denial) admission.Response {
 		}
 	}
 	d.logger.V(1).Info("Denied deletion", "blockers", len(d.blockers), "deferred", audit[AuditDeferred] != "")
-	if v.events != nil && !teardown(d.req) && (d.req.DryRun == nil || !*d.req.DryRun) {
-		v.events.blocked(ctx, d, v.dependents.State(d.source).Kind, msg, v.now())
+	if v.blocked != nil && !kcpTeardown(d.req) && (d.req.DryRun == nil || !*d.req.DryRun) {
+		v.blocked.blocked(ctx, d, v.dependents.State(d.source).Kind, msg, v.now())
 	}
 	resp := admission.Denied(msg)
 	resp.Result.Details = deniedDetails(d.target, name, d.blockers, DefaultMaxCauses)

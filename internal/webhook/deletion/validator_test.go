@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -59,6 +61,26 @@ type fakeDependents struct {
 	queries  []index.Query
 	// terminatingNamespaces are the namespaces being deleted.
 	terminatingNamespaces map[string]bool
+	// encoded caches the JSON of each object (they do not change once
+	// added).
+	encoded map[unsafe.Pointer][]byte
+}
+
+// encode returns the JSON of o.
+func (f *fakeDependents) encode(o map[string]any) []byte {
+	p := reflect.ValueOf(o).UnsafePointer()
+	if raw, ok := f.encoded[p]; ok {
+		return raw
+	}
+	raw, err := json.Marshal(o)
+	if err != nil {
+		panic(err)
+	}
+	if f.encoded == nil {
+		f.encoded = map[unsafe.Pointer][]byte{}
+	}
+	f.encoded[p] = raw
+	return raw
 }
 
 // Fenced reports the index caught up unless the resource is unfenced.
@@ -113,20 +135,25 @@ func (f *fakeDependents) Hits(src index.Source, paths []fieldpath.Reference, clu
 
 // matching returns the objects in namespace (or, if it is empty, anywhere)
 // that hold name at one of paths; cluster-scoped objects match any
-// namespace unless exact.
+// namespace unless exact. A path that reads the namespace next to the name
+// matches where the reference names namespace (see fieldpath.RefersTo).
 func (f *fakeDependents) matching(objs []map[string]any, paths []fieldpath.Reference, cluster logicalcluster.Name, namespace, name string, exact bool) []kcp.Meta {
 	var out []kcp.Meta
 	for _, o := range objs {
 		ns := namespaceOf(o)
-		if namespace != "" && ns != namespace && (exact || ns != "") {
-			continue
-		}
-		raw, err := json.Marshal(o)
-		if err != nil {
-			panic(err)
-		}
+		inScope := namespace == "" || ns == namespace || !exact && ns == ""
+		raw := f.encode(o)
 		for _, p := range paths {
-			if values, err := p.ResolveJSON(raw); err == nil && slices.Contains(values, fieldpath.Value{Name: name}) {
+			values, err := p.ResolveJSON(raw)
+			if err != nil {
+				continue
+			}
+			if slices.ContainsFunc(values, func(v fieldpath.Value) bool {
+				if p.CrossesNamespaces() {
+					return v.Name == name && fieldpath.RefersTo(v.Namespace, ns, namespace)
+				}
+				return inScope && v == fieldpath.Value{Name: name}
+			}) {
 				meta := o["metadata"].(map[string]any)
 				_, terminating := meta["deletionTimestamp"]
 				out = append(out, kcp.Meta{Cluster: cluster, Namespace: ns, Name: meta["name"].(string), UID: types.UID(meta["uid"].(string)), Terminating: terminating})
@@ -180,6 +207,9 @@ func terminating(o map[string]any) map[string]any {
 	return o
 }
 
+// kinds are the kinds of the tests' resources.
+var kinds = map[string]string{"vpcs": "VPC", "virtualmachines": "VirtualMachine", "routers": "Router", "databases": "Database"}
+
 func deleteRequest(gvr schema.GroupVersionResource, cluster logicalcluster.Name, namespace, name string, annotations map[string]string) admission.Request {
 	meta := map[string]any{"name": name, "uid": "uid-" + namespace + "-" + name, "resourceVersion": "7", "annotations": map[string]any{}}
 	if namespace != "" {
@@ -196,6 +226,7 @@ func deleteRequest(gvr schema.GroupVersionResource, cluster logicalcluster.Name,
 		UID:       "req-1",
 		Operation: admissionv1.Delete,
 		Resource:  metav1.GroupVersionResource{Group: gvr.Group, Version: gvr.Version, Resource: gvr.Resource},
+		Kind:      metav1.GroupVersionKind{Group: gvr.Group, Version: gvr.Version, Kind: kinds[gvr.Resource]},
 		Name:      name, Namespace: namespace,
 		UserInfo:  authenticationv1.UserInfo{Username: "alice"},
 		OldObject: runtime.RawExtension{Raw: raw},
