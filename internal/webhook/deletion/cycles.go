@@ -18,6 +18,8 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook/deletion/horizon"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook/deletion/message"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook/deletion/teardown"
 )
 
@@ -66,7 +68,7 @@ func (n node) String() string {
 	if kind == "" {
 		kind = n.resource.String()
 	}
-	return Blocker{Kind: kind, Namespace: n.meta.Namespace, Name: n.meta.Name}.String()
+	return message.Blocker{Kind: kind, Namespace: n.meta.Namespace, Name: n.meta.Name}.String()
 }
 
 // compareNodes orders the objects of a cycle for messages: by namespace
@@ -374,14 +376,14 @@ func (v *Validator) indexHoldsReferrers(ctx context.Context, scope *teardown.Sco
 // referenceInFlight reports whether the ledger of the object being deleted
 // says that a reference to it may be in flight (see settle).
 func (v *Validator) referenceInFlight(d *deletion) bool {
-	if v.currency == nil {
+	if v.horizon == nil {
 		return false
 	}
-	h := readHorizon(d.req.OldObject.Raw)
-	if h.malformed {
+	h := horizon.Read(d.req.OldObject.Raw)
+	if h.Malformed {
 		return false
 	}
-	a := h.ledger.Assess(v.now(), h.created, v.landed(d.groups))
+	a := h.Ledger.Assess(v.now(), h.Created, v.horizon.Landed(d.horizonGroups()))
 	return len(a.InFlight) > 0 || a.FloorInFlight
 }
 
@@ -478,7 +480,7 @@ func (v *Validator) denyTeardown(ctx context.Context, d *deletion, scope *teardo
 // on it.
 func (v *Validator) allowOnCycle(ctx context.Context, d *deletion, scope *teardown.Scope, cycle string) admission.Response {
 	blockers := slices.Clone(d.denial.blockers)
-	slices.SortFunc(blockers, compareBlockers)
+	slices.SortFunc(blockers, message.CompareBlockers)
 	names := make([]string, 0, len(blockers))
 	for _, b := range slices.Compact(blockers) {
 		names = append(names, b.String())

@@ -26,6 +26,8 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook/deletion/horizon"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook/deletion/message"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook/deletion/teardown"
 )
 
@@ -99,8 +101,7 @@ type Validator struct {
 	timeout     time.Duration
 	metrics     *webhook.Metrics
 	recorder    Records
-	currency    Currency
-	activation  Activation
+	horizon     *horizon.Judge
 	events      Events
 	// blocked records, deduplicated, the Events of refused DELETEs.
 	blocked *blockedEvents
@@ -265,15 +266,15 @@ func (v *Validator) handle(ctx context.Context, req admission.Request) (admissio
 	// 8. The object's own state: while a reference to it is in flight the
 	// DELETE is refused; once the index is current past its horizon, it is
 	// allowed without a read.
-	if v.currency != nil {
-		if h := readHorizon(req.OldObject.Raw); !h.malformed {
+	if v.horizon != nil {
+		if h := horizon.Read(req.OldObject.Raw); !h.Malformed {
 			resp, dec, a, decided, inFlight := v.settle(ctx, d, h)
 			if decided {
 				return resp, dec
 			}
 			if inFlight {
-				d.inFlight, d.assessment, d.floor = true, a, h.ledger.Floor
-			} else if ok, why := v.current(ctx, d, a); ok {
+				d.inFlight, d.assessment, d.floor = true, a, h.Ledger.Floor
+			} else if ok, why := v.horizon.Current(ctx, d.denial.source, d.obj.Meta, d.horizonGroups(), a); ok {
 				logger.V(1).Info("Allowed deletion", "via", viaHorizon)
 				return admission.Allowed(""), decision{outcome: webhook.DecisionAllowed, via: viaHorizon}
 			} else {
@@ -442,7 +443,7 @@ type denial struct {
 	req      admission.Request
 	target   schema.GroupResource
 	obj      *webhook.Subject
-	blockers []Blocker
+	blockers []message.Blocker
 	// source is the protected resource as its provider serves it.
 	source index.Source
 	// deferrable is set while every dependent type that blocks is one
@@ -457,7 +458,7 @@ type denial struct {
 }
 
 // add adds blockers found among the dependents of g.
-func (d *denial) add(g *dependentGroup, blockers []Blocker) {
+func (d *denial) add(g *dependentGroup, blockers []message.Blocker) {
 	if g == nil {
 		return
 	}
@@ -474,9 +475,9 @@ func (v *Validator) deny(ctx context.Context, d denial) admission.Response {
 	if name == "" {
 		name = d.req.Name
 	}
-	slices.SortFunc(d.blockers, compareBlockers)
-	d.blockers = slices.CompactFunc(d.blockers, sameDependent)
-	msg := deniedMessage(d.target, d.obj.Namespace, name, d.blockers, v.maxBlockers) + d.note
+	slices.SortFunc(d.blockers, message.CompareBlockers)
+	d.blockers = slices.CompactFunc(d.blockers, message.SameDependent)
+	msg := message.Denied(d.target, d.obj.Namespace, name, d.blockers, v.maxBlockers) + d.note
 	audit := map[string]string{webhook.AuditDecision: webhook.DecisionDenied, AuditBlockers: strconv.Itoa(len(d.blockers))}
 	if d.deferrable {
 		var deferred bool
@@ -490,7 +491,7 @@ func (v *Validator) deny(ctx context.Context, d denial) admission.Response {
 		v.blocked.blocked(ctx, d, v.dependents.State(d.source).Kind, msg, v.now())
 	}
 	resp := admission.Denied(msg)
-	resp.Result.Details = deniedDetails(d.target, name, d.blockers, DefaultMaxCauses)
+	resp.Result.Details = message.Details(d.target, name, d.blockers, message.DefaultMaxCauses)
 	resp.AuditAnnotations = audit
 	return resp
 }
@@ -610,10 +611,10 @@ func (v *Validator) blocking(g *dependentGroup, self selfRef, deps []kcp.Meta) [
 }
 
 // toBlockers names the dependents of g.
-func toBlockers(g *dependentGroup, deps []kcp.Meta) []Blocker {
-	out := make([]Blocker, 0, len(deps))
+func toBlockers(g *dependentGroup, deps []kcp.Meta) []message.Blocker {
+	out := make([]message.Blocker, 0, len(deps))
 	for _, d := range deps {
-		out = append(out, Blocker{Kind: g.kind, Namespace: d.Namespace, Name: d.Name, Rule: g.rules[0].String(), Path: g.pathsText()})
+		out = append(out, message.Blocker{Kind: g.kind, Namespace: d.Namespace, Name: d.Name, Rule: g.rules[0].String(), Path: g.pathsText()})
 	}
 	return out
 }

@@ -1,4 +1,7 @@
-package deletion
+// Package message renders the denial of a DELETE: the message that names
+// the blockers (the dependents that still reference the object), and the
+// status details that list them for tools.
+package message
 
 import (
 	"cmp"
@@ -36,14 +39,15 @@ func (b Blocker) String() string {
 	return b.Kind + "/" + b.Namespace + "/" + b.Name
 }
 
-func compareBlockers(a, b Blocker) int {
+// CompareBlockers orders blockers by kind, namespace and name.
+func CompareBlockers(a, b Blocker) int {
 	return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 }
 
-// sameDependent reports whether two blockers are the same dependent (under
+// SameDependent reports whether two blockers are the same dependent (under
 // whichever rules).
-func sameDependent(a, b Blocker) bool {
-	return compareBlockers(a, b) == 0
+func SameDependent(a, b Blocker) bool {
+	return CompareBlockers(a, b) == 0
 }
 
 // Causes of a denial in its status details (metav1.StatusDetails.Causes),
@@ -59,10 +63,10 @@ const (
 	DefaultMaxCauses = 1000
 )
 
-// deniedDetails are the status details of a denial of target's object
+// Details are the status details of a denial of target's object
 // named name: the blockers (sorted, without duplicates), at most limit of
 // them, and their number.
-func deniedDetails(target schema.GroupResource, name string, blockers []Blocker, limit int) *metav1.StatusDetails {
+func Details(target schema.GroupResource, name string, blockers []Blocker, limit int) *metav1.StatusDetails {
 	d := &metav1.StatusDetails{Name: name, Group: target.Group, Kind: target.Resource}
 	for i, b := range blockers {
 		if i == limit {
@@ -84,11 +88,11 @@ func deniedDetails(target schema.GroupResource, name string, blockers []Blocker,
 	return d
 }
 
-// deniedMessage explains why an object cannot be deleted, naming at most limit
+// Denied explains why an object cannot be deleted, naming at most limit
 // blockers (sorted) and counting the rest. The blockers are sorted in place.
-func deniedMessage(target schema.GroupResource, namespace, name string, blockers []Blocker, limit int) string {
-	slices.SortFunc(blockers, compareBlockers)
-	blockers = slices.CompactFunc(blockers, sameDependent)
+func Denied(target schema.GroupResource, namespace, name string, blockers []Blocker, limit int) string {
+	slices.SortFunc(blockers, CompareBlockers)
+	blockers = slices.CompactFunc(blockers, SameDependent)
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %q", target, name)
