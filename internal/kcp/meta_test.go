@@ -63,6 +63,11 @@ func TestReadMeta(t *testing.T) {
 			want: Meta{Name: "vm-1"},
 		},
 		{
+			name: "null labels",
+			raw:  `{"metadata":{"name":"vm-1","labels":null}}`,
+			want: Meta{Name: "vm-1"},
+		},
+		{
 			name: "escaped strings are decoded",
 			raw:  `{"metadata":{"name":"vm-\u00e9\n","namespace":"a\/b"}}`,
 			want: Meta{Name: "vm-é\n", Namespace: "a/b"},

@@ -329,12 +329,14 @@ func ReferencesCondition(fields []string) string {
 // one of fields (the top-level fields in which the type's references lie).
 // Any other UPDATE, such as one of other labels (a deferred deletion's
 // record among them), keeps both the references and the managed labels.
+// It evaluates without error whether the labels of either object are
+// absent, {} or null (see metadataMapOf).
 func LabelsCondition(fields []string) string {
 	// changedIn: a managed label of a is not in b with the same value.
 	changedIn := func(a, b string) string {
-		return "has(" + a + ".metadata.labels) && " + a + ".metadata.labels.exists(k, (k.startsWith(" + strconv.Quote(depv1alpha1.LabelReferencePrefix) +
-			") || k == " + strconv.Quote(depv1alpha1.LabelReferencesScheme) + " || k == " + strconv.Quote(depv1alpha1.LabelAdmission) + ") && !(has(" + b + ".metadata.labels) && k in " + b + ".metadata.labels && " +
-			b + ".metadata.labels[k] == " + a + ".metadata.labels[k]))"
+		return metadataMapOf(a, "labels") + ".exists(k, (k.startsWith(" + strconv.Quote(depv1alpha1.LabelReferencePrefix) +
+			") || k == " + strconv.Quote(depv1alpha1.LabelReferencesScheme) + " || k == " + strconv.Quote(depv1alpha1.LabelAdmission) + ") && " +
+			a + ".?metadata.?labels[?k] != " + b + ".?metadata.?labels[?k])"
 	}
 	return "request.operation != 'UPDATE' || " + changedIn("object", "oldObject") + " || " + changedIn("oldObject", "object") + " || " + fieldsChanged(fields)
 }
@@ -344,24 +346,40 @@ func LabelsCondition(fields []string) string {
 // annotation is set by a CREATE, or set to a new value by an UPDATE.
 // Removing them (cancelling a deferred deletion), and an UPDATE that keeps
 // their values (re-applying an exported object), do not call the webhook.
+// It evaluates without error on every shape of labels and annotations (see
+// metadataKeyOf).
 func RecordsCondition() string {
 	set := func(field, key string) string {
-		in := func(o string) string {
-			return "has(" + o + ".metadata." + field + ") && " + strconv.Quote(key) + " in " + o + ".metadata." + field
-		}
-		value := func(o string) string { return o + ".metadata." + field + "[" + strconv.Quote(key) + "]" }
-		return "(" + in("object") + " && (request.operation != 'UPDATE' || !(" + in("oldObject") + ") || " + value("oldObject") + " != " + value("object") + "))"
+		return "(" + metadataKeyOf("object", field, key) + ".hasValue() && (request.operation != 'UPDATE' || " +
+			metadataKeyOf("object", field, key) + " != " + metadataKeyOf("oldObject", field, key) + "))"
 	}
 	return set("labels", depv1alpha1.LabelDeletionRequested) + " || " + set("annotations", depv1alpha1.AnnotationDeletionRequest)
 }
 
-// annotationOf returns the CEL expression of the annotation key of obj
-// (object or oldObject) as an optional value: none where the object, its
-// annotations (absent or null) or that annotation are missing. Optional
-// field selection evaluates without error on every shape kcp admits (see
-// the kcp contract suite).
+// metadataKeyOf returns the CEL expression of the key of the metadata
+// field (labels or annotations) of obj (object or oldObject) as an optional
+// value: none where the object, the field (absent or null) or the key are
+// missing. Optional field selection evaluates without error on every shape
+// kcp admits (see the kcp contract suite).
+func metadataKeyOf(obj, field, key string) string {
+	return obj + ".?metadata.?" + field + "[?" + strconv.Quote(key) + "]"
+}
+
+// annotationOf returns the CEL expression of the annotation key of obj as
+// an optional value (see metadataKeyOf).
 func annotationOf(obj, key string) string {
-	return obj + ".?metadata.?annotations[?" + strconv.Quote(key) + "]"
+	return metadataKeyOf(obj, "annotations", key)
+}
+
+// metadataMapOf returns the CEL expression of the metadata field (labels
+// or annotations) of obj as a map to iterate over: {} where the object is
+// missing or the field is absent, null or empty. Optional field selection
+// alone is not enough: it yields a null field as optional.of(null), which
+// orValue({}) returns as null, and iterating over null is an error; a
+// null or empty map is a zero value, which optional.ofNonZeroValue turns
+// into none (see the kcp contract suite).
+func metadataMapOf(obj, field string) string {
+	return obj + ".?metadata.?" + field + ".optFlatMap(m, optional.ofNonZeroValue(m)).orValue({})"
 }
 
 // AdmittedCondition returns the CEL expression of the match condition of
@@ -619,11 +637,14 @@ func calls(add func(guarded), name string, rules []admissionregistrationv1.RuleW
 // a webhook from being called for an operation on a resource version that
 // it is called for now: whether the change takes protection away, which
 // for a labelling webhook means that writes could change references without
-// relabelling. A changed match condition of the check of new references or
-// of a labelling webhook counts unless the new configuration has none. A
-// changed scheme of a labelling webhook does not count: the webhook stops
-// vouching for labels of the old scheme. Changes of the client settings
-// (URL, CA bundle, timeout, failure policy) do not count.
+// relabelling. A changed (first) match condition of any webhook counts
+// unless the new configuration has none: the text cannot tell a condition
+// that holds for fewer requests from one that holds for the same requests
+// on more object shapes (as after an upgrade), so either needs the proof
+// of a complete listing before it is written. A changed scheme of a
+// labelling webhook does not count: the webhook stops vouching for labels
+// of the old scheme. Changes of the client settings (URL, CA bundle,
+// timeout, failure policy) do not count.
 func Reduces(validating *admissionregistrationv1.ValidatingWebhookConfiguration, mutating *admissionregistrationv1.MutatingWebhookConfiguration, ws *Workspace) bool {
 	keep := map[guarded]bool{}
 	conditions := map[string]string{}

@@ -826,6 +826,7 @@ func TestMutating(t *testing.T) {
 			MatchConditions:         conditions,
 		}
 	}
+
 	labelled := []Labelled{
 		{Resource: gr("compute.io", "disks"), Versions: []string{"v1", "v2"}, Scheme: "00aa", Fields: []string{"network", "spec"}},
 		{Resource: vms.GroupResource(), Versions: []string{"v1"}, Scheme: "11bb", Fields: []string{"spec"}},
@@ -914,14 +915,15 @@ func admitted(obj string) string {
 }
 
 // The match conditions are compared as text, so that any change of them is
-// deliberate. (k8s.io/apiserver, which could evaluate them, is no
-// dependency of the module.)
+// deliberate; TestConditionsOnEveryShape evaluates them.
 func TestConditionText(t *testing.T) {
 	const changed = `.exists(f, (f in object) != (f in oldObject) || f in object && object[f] != oldObject[f])`
-	const labels = `has(object.metadata.labels) && object.metadata.labels.exists(k, (k.startsWith("ref.dependencies.opendefense.cloud/") || k == "dependencies.opendefense.cloud/references" || k == "dependencies.opendefense.cloud/admission") && ` +
-		`!(has(oldObject.metadata.labels) && k in oldObject.metadata.labels && oldObject.metadata.labels[k] == object.metadata.labels[k])) || ` +
-		`has(oldObject.metadata.labels) && oldObject.metadata.labels.exists(k, (k.startsWith("ref.dependencies.opendefense.cloud/") || k == "dependencies.opendefense.cloud/references" || k == "dependencies.opendefense.cloud/admission") && ` +
-		`!(has(object.metadata.labels) && k in object.metadata.labels && object.metadata.labels[k] == oldObject.metadata.labels[k]))`
+	const managed = `(k.startsWith("ref.dependencies.opendefense.cloud/") || k == "dependencies.opendefense.cloud/references" || k == "dependencies.opendefense.cloud/admission")`
+	const labels = `object.?metadata.?labels.optFlatMap(m, optional.ofNonZeroValue(m)).orValue({}).exists(k, ` + managed + ` && ` +
+		`object.?metadata.?labels[?k] != oldObject.?metadata.?labels[?k]) || ` +
+		`oldObject.?metadata.?labels.optFlatMap(m, optional.ofNonZeroValue(m)).orValue({}).exists(k, ` + managed + ` && ` +
+		`oldObject.?metadata.?labels[?k] != object.?metadata.?labels[?k])`
+	const requested, request = `[?"deletion.dependencies.opendefense.cloud/requested"]`, `[?"deletion.dependencies.opendefense.cloud/request"]`
 	tests := []struct {
 		name string
 		got  string
@@ -975,12 +977,10 @@ func TestConditionText(t *testing.T) {
 		{
 			name: "records",
 			got:  RecordsCondition(),
-			want: `(has(object.metadata.labels) && "deletion.dependencies.opendefense.cloud/requested" in object.metadata.labels && ` +
-				`(request.operation != 'UPDATE' || !(has(oldObject.metadata.labels) && "deletion.dependencies.opendefense.cloud/requested" in oldObject.metadata.labels) || ` +
-				`oldObject.metadata.labels["deletion.dependencies.opendefense.cloud/requested"] != object.metadata.labels["deletion.dependencies.opendefense.cloud/requested"])) || ` +
-				`(has(object.metadata.annotations) && "deletion.dependencies.opendefense.cloud/request" in object.metadata.annotations && ` +
-				`(request.operation != 'UPDATE' || !(has(oldObject.metadata.annotations) && "deletion.dependencies.opendefense.cloud/request" in oldObject.metadata.annotations) || ` +
-				`oldObject.metadata.annotations["deletion.dependencies.opendefense.cloud/request"] != object.metadata.annotations["deletion.dependencies.opendefense.cloud/request"]))`,
+			want: `(object.?metadata.?labels` + requested + `.hasValue() && ` +
+				`(request.operation != 'UPDATE' || object.?metadata.?labels` + requested + ` != oldObject.?metadata.?labels` + requested + `)) || ` +
+				`(object.?metadata.?annotations` + request + `.hasValue() && ` +
+				`(request.operation != 'UPDATE' || object.?metadata.?annotations` + request + ` != oldObject.?metadata.?annotations` + request + `))`,
 		},
 	}
 	for _, tt := range tests {
@@ -1136,6 +1136,11 @@ func TestReduces(t *testing.T) {
 	if len(recordsOnly.Webhooks) != 1 {
 		t.Fatalf("test setup: %d records webhooks", len(recordsOnly.Webhooks))
 	}
+	recordsOnlyWith := func(expression string) *admissionregistrationv1.ValidatingWebhookConfiguration {
+		cfg := recordsOnly.DeepCopy()
+		cfg.Webhooks[0].MatchConditions[0].Expression = expression
+		return cfg
+	}
 	otherOpts := func(change func(*Options)) *admissionregistrationv1.ValidatingWebhookConfiguration {
 		o := opts
 		change(&o)
@@ -1193,6 +1198,11 @@ func TestReduces(t *testing.T) {
 		{name: "the guard of records removed", validating: recordsOnly, ws: with(func(w *Workspace) { w.Protected = nil }), want: true},
 		{name: "the guard of the ledger removed", mutating: existingM, ws: with(func(w *Workspace) { w.Protected = nil }), want: true},
 		{name: "the guard of the ledger kept, sparing the webhook's own writes", mutating: otherOptsM(func(o *Options) { o.WebhookUser = "dependency-webhook" }), ws: base(), want: false},
+		// An upgrade from a release whose conditions errored on null
+		// labels: the text changed, so the controller proves the change
+		// with a complete listing before it writes it.
+		{name: "the labels' match condition of an earlier release replaced", mutating: withCondition(existingM, labelledVMs.WebhookName(), earlierLabelsCondition), ws: base(), want: true},
+		{name: "the records' match condition of an earlier release replaced", validating: recordsOnlyWith(earlierRecordsCondition), ws: base(), want: true},
 		{name: "a foreign webhook in the managed configuration", validating: func() *admissionregistrationv1.ValidatingWebhookConfiguration {
 			cfg := Validating(base(), "c1", opts)
 			extra := cfg.Webhooks[0].DeepCopy()
@@ -1271,4 +1281,16 @@ func TestDescribe(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withCondition returns a copy of cfg whose webhook named name has the
+// first match condition expression.
+func withCondition(cfg *admissionregistrationv1.MutatingWebhookConfiguration, name, expression string) *admissionregistrationv1.MutatingWebhookConfiguration {
+	out := cfg.DeepCopy()
+	for i := range out.Webhooks {
+		if out.Webhooks[i].Name == name {
+			out.Webhooks[i].MatchConditions[0].Expression = expression
+		}
+	}
+	return out
 }
