@@ -162,6 +162,9 @@ func TestConditionsOnEveryShape(t *testing.T) {
 	)
 	annotations := shapes(
 		map[string]any{"note": "x"},
+		map[string]any{depv1alpha1.AnnotationSkipProtection: "true"}, map[string]any{depv1alpha1.AnnotationSkipProtection: "false"},
+		map[string]any{depv1alpha1.AnnotationSkipProtection: "true", depv1alpha1.AnnotationSkipProtectionSetBy: `{"user":"admin"}`},
+		map[string]any{depv1alpha1.AnnotationSkipProtectionSetBy: `{"user":"tenant"}`},
 		map[string]any{depv1alpha1.AnnotationAdmittedReferences: ledger}, map[string]any{depv1alpha1.AnnotationAdmittedReferences: "probe"},
 		map[string]any{depv1alpha1.AnnotationDeletionRequest: "r1"}, map[string]any{depv1alpha1.AnnotationDeletionRequest: "r2"},
 	)
@@ -188,6 +191,10 @@ func TestConditionsOnEveryShape(t *testing.T) {
 	setOrChanged := func(op admission.Operation, obj, old map[string]any, field, key string) bool {
 		_, set := keyOf(obj, field, key)
 		return set && (op != admission.Update || differs(obj, old, field, key))
+	}
+	skip := func(o map[string]any) bool {
+		v, _ := keyOf(o, "annotations", depv1alpha1.AnnotationSkipProtection)
+		return v == "true"
 	}
 	conditions := []condition{
 		{name: "labels", expression: LabelsCondition([]string{"spec"}), earlier: earlierLabelsCondition,
@@ -217,6 +224,14 @@ func TestConditionsOnEveryShape(t *testing.T) {
 			}},
 		{name: "not the webhook's user", expression: NotUserCondition(webhookUser), byUser: true,
 			want: func(_ admission.Operation, user string, _, _ map[string]any) bool { return user != webhookUser }},
+		{name: "skip-protection", expression: SkipProtectionCondition(),
+			want: func(op admission.Operation, _ string, obj, old map[string]any) bool {
+				if op == admission.Create {
+					_, recorded := keyOf(obj, "annotations", depv1alpha1.AnnotationSkipProtectionSetBy)
+					return skip(obj) || recorded
+				}
+				return skip(obj) && !skip(old) || differs(obj, old, "annotations", depv1alpha1.AnnotationSkipProtectionSetBy)
+			}},
 	}
 	describe := func(o map[string]any) string {
 		if o == nil {

@@ -56,6 +56,11 @@ const (
 	// the ledger of admitted references on protected objects (see package
 	// inflight) as the dependency webhook wrote it.
 	AdmittedWebhookName = "admitted-references.dependencies.opendefense.cloud"
+	// SkipProtectionWebhookName is the name of the mutating webhook that
+	// records who set the skip-protection annotation on a protected object,
+	// if that user may delete the object, and keeps that record as it
+	// wrote it.
+	SkipProtectionWebhookName = "skip-protection.dependencies.opendefense.cloud"
 
 	// ReferencesConditionName is the name of the match condition of the
 	// check of new references (see ReferencesCondition).
@@ -73,6 +78,9 @@ const (
 	// AdmittedConditionName is the name of the match condition of the guard
 	// of the ledger of admitted references (see AdmittedCondition).
 	AdmittedConditionName = "admitted-references-set-or-changed"
+	// SkipProtectionConditionName is the name of the match condition of
+	// the guard of skip-protection (see SkipProtectionCondition).
+	SkipProtectionConditionName = "skip-protection-set"
 
 	// EndpointRecords follows the logical cluster in the URL of the guard
 	// of records (see EndpointURL).
@@ -84,6 +92,9 @@ const (
 	// EndpointAdmitted follows the logical cluster in the URL of the guard
 	// of the ledger of admitted references on protected objects.
 	EndpointAdmitted = "admitted"
+	// EndpointSkipProtection follows the logical cluster in the URL of the
+	// guard of skip-protection on protected objects.
+	EndpointSkipProtection = "skip-protection"
 
 	// ManagedByLabel and ManagedByValue mark the configurations this
 	// controller owns; only those are updated or pruned.
@@ -356,6 +367,23 @@ func RecordsCondition() string {
 	return set("labels", depv1alpha1.LabelDeletionRequested) + " || " + set("annotations", depv1alpha1.AnnotationDeletionRequest)
 }
 
+// SkipProtectionCondition returns the CEL expression of the match
+// condition of the guard of skip-protection: a write that sets the
+// skip-protection annotation to "true" (a CREATE with it, or an UPDATE
+// from any other value or none), or that carries a record of who set it
+// that differs from the stored one (a CREATE with any). An UPDATE that
+// keeps the annotation "true" (a GitOps tool re-applying its manifest) is
+// no new setting, and removing it only takes an effect away: neither calls
+// the guard.
+func SkipProtectionCondition() string {
+	skip := func(obj string) string {
+		return annotationOf(obj, depv1alpha1.AnnotationSkipProtection) + ".orValue('') == 'true'"
+	}
+	record := func(obj string) string { return annotationOf(obj, depv1alpha1.AnnotationSkipProtectionSetBy) }
+	return "request.operation == 'CREATE' ? " + skip("object") + " || " + record("object") + ".hasValue() : " +
+		skip("object") + " && !(" + skip("oldObject") + ") || " + record("object") + " != " + record("oldObject")
+}
+
 // metadataKeyOf returns the CEL expression of the key of the metadata
 // field (labels or annotations) of obj (object or oldObject) as an optional
 // value: none where the object, the field (absent or null) or the key are
@@ -500,8 +528,10 @@ func Validating(ws *Workspace, cluster logicalcluster.Name, opts Options) *admis
 // per labelled dependent type, which kcp calls again if a later mutating
 // webhook changes the object, and for the protected resources the guard of
 // the ledger of admitted references, which keeps the ledger as the
-// dependency webhook wrote it whoever else writes the object. All fail
-// closed: the decisions rest on labels and ledgers that only the webhook
+// dependency webhook wrote it whoever else writes the object, and the
+// guard of skip-protection, which records who set the skip-protection
+// annotation if that user may delete the object. All fail closed: the
+// decisions rest on labels, ledgers and records that only the webhook
 // writes.
 func Mutating(ws *Workspace, cluster logicalcluster.Name, opts Options) *admissionregistrationv1.MutatingWebhookConfiguration {
 	if len(ws.Labelled) == 0 && len(ws.Protected) == 0 {
@@ -542,6 +572,10 @@ func Mutating(ws *Workspace, cluster logicalcluster.Name, opts Options) *admissi
 		}
 		cfg.Webhooks = append(cfg.Webhooks, webhook(AdmittedWebhookName, EndpointURL(opts.URL, cluster, EndpointAdmitted), ws.Protected,
 			admissionregistrationv1.SideEffectClassNone, conditions...))
+		// It asks kcp with a SubjectAccessReview, which stores nothing.
+		cfg.Webhooks = append(cfg.Webhooks, webhook(SkipProtectionWebhookName, EndpointURL(opts.URL, cluster, EndpointSkipProtection), ws.Protected,
+			admissionregistrationv1.SideEffectClassNone,
+			admissionregistrationv1.MatchCondition{Name: SkipProtectionConditionName, Expression: SkipProtectionCondition()}))
 	}
 	return cfg
 }
