@@ -155,7 +155,7 @@ func (g *SkipGuard) setting(ctx context.Context, req admission.Request, obj meta
 	if !g.readiness.Loaded() {
 		return webhook.NotLoaded(), ""
 	}
-	subject, errResp := webhook.ReadSubject(ctx, req.Object.Raw, "object")
+	subject, errResp := webhook.ReadWriteSubject(ctx, req)
 	if errResp != nil {
 		return *errResp, ""
 	}

@@ -101,15 +101,27 @@ func labelRequest(t *testing.T, op admissionv1.Operation, labels, oldLabels map[
 // JSON labels (null, {}).
 func withLabelsJSON(t *testing.T, req admission.Request, labels string) admission.Request {
 	t.Helper()
+	return withMetadataJSON(t, req, "labels", labels)
+}
+
+// withMetadataJSON returns req with the metadata field of its object
+// replaced by the JSON value, or removed if value is "".
+func withMetadataJSON(t *testing.T, req admission.Request, field, value string) admission.Request {
+	t.Helper()
 	var obj map[string]any
 	if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
 		t.Fatal(err)
 	}
-	var value any
-	if err := json.Unmarshal([]byte(labels), &value); err != nil {
-		t.Fatal(err)
+	meta := obj["metadata"].(map[string]any)
+	if value == "" {
+		delete(meta, field)
+	} else {
+		var v any
+		if err := json.Unmarshal([]byte(value), &v); err != nil {
+			t.Fatal(err)
+		}
+		meta[field] = v
 	}
-	obj["metadata"].(map[string]any)["labels"] = value
 	raw, err := json.Marshal(obj)
 	if err != nil {
 		t.Fatal(err)
@@ -354,6 +366,14 @@ func TestLabelMutator(t *testing.T) {
 		{
 			name:        "an UPDATE to empty labels gets the managed ones back",
 			req:         withLabelsJSON(t, labelRequest(t, admissionv1.Update, nil, correct, refsA), "{}"),
+			labellings:  labellable,
+			wantAllowed: true,
+			wantLabels:  map[string]string{keyA: "", depv1alpha1.LabelReferencesScheme: fp},
+			wantResult:  LabelsChanged,
+		},
+		{
+			name:        "an UPDATE whose server-side apply dropped every annotation, kcp.io/cluster included, is labelled in the old object's workspace",
+			req:         withMetadataJSON(t, withLabelsJSON(t, labelRequest(t, admissionv1.Update, nil, correct, refsA), "null"), "annotations", ""),
 			labellings:  labellable,
 			wantAllowed: true,
 			wantLabels:  map[string]string{keyA: "", depv1alpha1.LabelReferencesScheme: fp},
