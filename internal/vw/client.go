@@ -142,6 +142,13 @@ func (c *Client) Create(ctx context.Context, path []string, params url.Values, b
 	return req.Do(ctx).Error()
 }
 
+// Post sends a POST of the JSON object body to the path and returns what
+// it answers: for a review (a SubjectAccessReview), the review with its
+// status.
+func (c *Client) Post(ctx context.Context, path []string, body []byte) ([]byte, error) {
+	return c.client.Post().AbsPath(path...).SetHeader("Content-Type", "application/json").Body(body).MaxRetries(0).Do(ctx).Raw()
+}
+
 // Delete sends a DELETE with opts to the path. Only the outcome is
 // returned.
 func (c *Client) Delete(ctx context.Context, path []string, opts metav1.DeleteOptions) error {

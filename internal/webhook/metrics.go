@@ -54,7 +54,7 @@ func NewMetrics() *Metrics {
 		}, []string{"result"}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dependency_webhook_record_writes_total",
-			Help: "CREATEs and UPDATEs of protected objects that set or changed the deletion-requested label or the deletion-request annotation, by outcome: allowed (the webhook's own) or denied (anyone else).",
+			Help: "CREATEs and UPDATEs of protected objects that the guards of what the webhook writes on them judged, by outcome: allowed (the webhook's own record of a deferred deletion) or denied (anyone else's); ledger-kept (anyone else set, changed or removed the ledger of admitted references; the stored one was kept) or ledger-written (the webhook's own); skip-protection-effective (skip-protection set by a user who may delete the object, recorded), skip-protection-no-effect (set by anyone else, or kcp could not be asked) or skip-protection-record-kept (the record of who set it was set, changed or removed; the stored one was kept).",
 		}, []string{"outcome"}),
 		labels: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dependency_webhook_labels_total",

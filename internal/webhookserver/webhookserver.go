@@ -228,6 +228,9 @@ func (a *assembly) serve(ctx context.Context) ([]manager.Runnable, error) {
 		Records:    guard.NewRecordGuard(a.self, a.metrics),
 		Labels:     references.NewLabelMutator(a.reg, a.readiness, a.metrics, references.WithRecording(a.recording(recs, verifier))),
 		Admitted:   guard.NewLedgerGuard(a.self, a.metrics),
+		// kcp answers whether the user who sets skip-protection may delete
+		// the object through the protected provider's virtual workspace.
+		SkipProtection: guard.NewSkipGuard(a.reg, a.readiness, a.objects, a.metrics),
 	}
 	if err := webhook.Serve(a.mgr, a.opts.Path, handler); err != nil {
 		return nil, err

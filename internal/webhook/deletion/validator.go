@@ -2,6 +2,7 @@ package deletion
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -36,8 +37,14 @@ import (
 const (
 	AuditBlockers         = "blockers"
 	AuditSkipProtectionBy = "skip-protection-user"
-	AuditFailedRule       = "failed-rule"
-	AuditDeferred         = "deferred"
+	// AuditSkipProtectionSetBy names the user who set skip-protection on
+	// a bypassed object, whom kcp allowed to delete it.
+	AuditSkipProtectionSetBy = "skip-protection-set-by"
+	// AuditSkipProtection is "no-effect" when the object carries
+	// skip-protection that was not set by a user who may delete it.
+	AuditSkipProtection = "skip-protection"
+	AuditFailedRule     = "failed-rule"
+	AuditDeferred       = "deferred"
 )
 
 // DefaultMaxBlockers is how many blockers a denial names unless
@@ -229,10 +236,22 @@ func (v *Validator) handle(ctx context.Context, req admission.Request) (admissio
 		obj.Name = req.Name
 	}
 
-	// 4. Explicit bypass, audited and warned about.
+	// 4. Explicit bypass, by a user who may delete the object (see
+	// guard.SkipGuard), audited and warned about. Set by anyone else, the
+	// annotation has no effect, and a refusal says so.
 	if obj.SkipProtection {
-		return v.bypass(logger, req, obj), decision{outcome: webhook.DecisionBypassed}
+		if setting, ok := skipSetting(obj.SkipProtectionSetBy); ok {
+			return v.bypass(logger, req, obj, setting), decision{outcome: webhook.DecisionBypassed}
+		}
+		resp, d := v.protect(ctx, logger, req, obj)
+		return skipIgnored(resp, req, obj), d
 	}
+	return v.protect(ctx, logger, req, obj)
+}
+
+// protect decides the DELETE of obj from the rules that protect it.
+func (v *Validator) protect(ctx context.Context, logger logr.Logger, req admission.Request, obj *webhook.Subject) (admission.Response, decision) {
+	failed := decision{outcome: webhook.DecisionError}
 	logger = logger.WithValues("cluster", obj.Cluster, "provider", obj.Provider)
 	if req.Name == "" {
 		// An item of a DELETECOLLECTION (a namespace's teardown): the
@@ -312,14 +331,44 @@ func (d *deletion) query(g *dependentGroup) index.Query {
 }
 
 // bypass allows the deletion of an object with the skip-protection
-// annotation, warning and auditing who did it.
-func (v *Validator) bypass(logger logr.Logger, req admission.Request, obj *webhook.Subject) admission.Response {
+// annotation, set by a user who may delete it (setting), warning and
+// auditing who deleted it and who set the annotation.
+func (v *Validator) bypass(logger logr.Logger, req admission.Request, obj *webhook.Subject, setting depv1alpha1.SkipProtectionSetting) admission.Response {
 	user := req.UserInfo.Username
-	logger.Info("Deletion protection bypassed", "user", user)
+	logger.Info("Deletion protection bypassed", "user", user, "setBy", setting.User, "setAt", setting.SetAt.UTC().Format(time.RFC3339))
 	resp := admission.Allowed("").WithWarnings(fmt.Sprintf(
-		"deletion protection of %s %q was bypassed by %s with the %s annotation; objects that still reference it may break",
-		req.Resource.Resource, obj.Name, user, depv1alpha1.AnnotationSkipProtection))
-	resp.AuditAnnotations = map[string]string{webhook.AuditDecision: webhook.DecisionBypassed, AuditSkipProtectionBy: user}
+		"deletion protection of %s %q was bypassed by %s with the %s annotation, set by %s at %s; objects that still reference it may break",
+		req.Resource.Resource, obj.Name, user, depv1alpha1.AnnotationSkipProtection, setting.User, setting.SetAt.UTC().Format(time.RFC3339)))
+	resp.AuditAnnotations = map[string]string{webhook.AuditDecision: webhook.DecisionBypassed, AuditSkipProtectionBy: user, AuditSkipProtectionSetBy: setting.User}
+	return resp
+}
+
+// skipSetting decodes the record of who set skip-protection (the value of
+// the annotation depv1alpha1.AnnotationSkipProtectionSetBy), and reports
+// whether it names a user. Only the webhook writes it, for a user whom kcp
+// allows to delete the object (see guard.SkipGuard).
+func skipSetting(record string) (depv1alpha1.SkipProtectionSetting, bool) {
+	var s depv1alpha1.SkipProtectionSetting
+	if record == "" || json.Unmarshal([]byte(record), &s) != nil {
+		return s, false
+	}
+	return s, s.User != ""
+}
+
+// skipIgnored adds to a refusal of the DELETE of obj, which carries
+// skip-protection without a record of a user who may delete it, a warning
+// and an audit annotation that the annotation has no effect.
+func skipIgnored(resp admission.Response, req admission.Request, obj *webhook.Subject) admission.Response {
+	if resp.Allowed {
+		return resp
+	}
+	resp.Warnings = append(resp.Warnings, fmt.Sprintf(
+		"the annotation %s=true on %s %q has no effect: it was not set by a user who may delete the object (such a user removes it and sets it again)",
+		depv1alpha1.AnnotationSkipProtection, req.Resource.Resource, obj.Name))
+	if resp.AuditAnnotations == nil {
+		resp.AuditAnnotations = map[string]string{}
+	}
+	resp.AuditAnnotations[AuditSkipProtection] = "no-effect"
 	return resp
 }
 

@@ -412,14 +412,42 @@ func TestDeletionValidator(t *testing.T) {
 			wantAllowed: true,
 		},
 		{
-			name: "skip-protection allows with a warning and an audit annotation", rules: vmRule, loaded: true,
+			name: "skip-protection set by a user who may delete allows, with a warning and audit annotations naming who deleted and who set it", rules: vmRule, loaded: true,
+			setup: func(f *fakeDependents) {
+				f.add(consumer, vms, object("default", "vm-1", map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}}))
+			},
+			req: deleteRequest(vpcs, consumer, "default", "vpc-a", map[string]string{depv1alpha1.AnnotationSkipProtection: "true",
+				depv1alpha1.AnnotationSkipProtectionSetBy: `{"user":"admin","setAt":"2026-11-26T10:00:00Z"}`}),
+			wantAllowed: true,
+			wantWarning: "bypassed by alice with the dependencies.opendefense.cloud/skip-protection annotation, set by admin at 2026-11-26T10:00:00Z",
+			wantAudit:   map[string]string{webhook.AuditDecision: "bypassed", AuditSkipProtectionBy: "alice", AuditSkipProtectionSetBy: "admin"},
+		},
+		{
+			name: "skip-protection without a record of who set it has no effect, and the denial says so", rules: vmRule, loaded: true,
 			setup: func(f *fakeDependents) {
 				f.add(consumer, vms, object("default", "vm-1", map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}}))
 			},
 			req:         deleteRequest(vpcs, consumer, "default", "vpc-a", map[string]string{depv1alpha1.AnnotationSkipProtection: "true"}),
+			wantCode:    http.StatusForbidden,
+			wantMessage: []string{"is still referenced by VirtualMachine/default/vm-1"},
+			wantWarning: "skip-protection=true on vpcs \"vpc-a\" has no effect: it was not set by a user who may delete the object",
+			wantAudit:   map[string]string{webhook.AuditDecision: "denied", AuditSkipProtection: "no-effect"},
+		},
+		{
+			name: "skip-protection with a record that names nobody has no effect", rules: vmRule, loaded: true,
+			setup: func(f *fakeDependents) {
+				f.add(consumer, vms, object("default", "vm-1", map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}}))
+			},
+			req: deleteRequest(vpcs, consumer, "default", "vpc-a", map[string]string{depv1alpha1.AnnotationSkipProtection: "true",
+				depv1alpha1.AnnotationSkipProtectionSetBy: `not a record`}),
+			wantCode:    http.StatusForbidden,
+			wantWarning: "has no effect",
+			wantAudit:   map[string]string{AuditSkipProtection: "no-effect"},
+		},
+		{
+			name: "skip-protection without a record on an object nothing references: allowed, no warning", rules: vmRule, loaded: true,
+			req:         deleteRequest(vpcs, consumer, "default", "vpc-a", map[string]string{depv1alpha1.AnnotationSkipProtection: "true"}),
 			wantAllowed: true,
-			wantWarning: "bypassed by alice",
-			wantAudit:   map[string]string{webhook.AuditDecision: "bypassed", AuditSkipProtectionBy: "alice"},
 		},
 		{
 			name: "skip-protection with another value does not bypass", rules: vmRule, loaded: true,
@@ -611,6 +639,9 @@ func TestDeletionValidator(t *testing.T) {
 			}
 			if tt.wantWarning != "" && (len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], tt.wantWarning)) {
 				t.Errorf("warnings = %v, want one containing %q", resp.Warnings, tt.wantWarning)
+			}
+			if tt.wantWarning == "" && len(resp.Warnings) > 0 {
+				t.Errorf("warnings = %v, want none", resp.Warnings)
 			}
 			for k, want := range tt.wantAudit {
 				if got := resp.AuditAnnotations[k]; got != want {

@@ -90,7 +90,7 @@ func (m *LabelMutator) handle(ctx context.Context, req admission.Request) (admis
 	if !m.readiness.Loaded() {
 		return webhook.NotLoaded(), webhook.DecisionError
 	}
-	obj, errResp := webhook.ReadSubject(ctx, req.Object.Raw, "object")
+	obj, errResp := webhook.ReadWriteSubject(ctx, req)
 	if errResp != nil {
 		return *errResp, webhook.DecisionError
 	}

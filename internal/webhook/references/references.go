@@ -117,7 +117,7 @@ func (v *ReferenceValidator) handle(ctx context.Context, req admission.Request) 
 	if !v.readiness.Loaded() {
 		return webhook.NotLoaded(), webhook.DecisionError
 	}
-	obj, errResp := webhook.ReadSubject(ctx, req.Object.Raw, "object")
+	obj, errResp := webhook.ReadWriteSubject(ctx, req)
 	if errResp != nil {
 		return *errResp, webhook.DecisionError
 	}

@@ -216,6 +216,17 @@ func TestReferenceValidator(t *testing.T) {
 			wantCalls:   []string{"consumer vpcs default/vpc-a"},
 		},
 		{
+			name: "an UPDATE whose object names another workspace reads the targets in the old object's",
+			req: func() admission.Request {
+				r := writeRequest("default", "vm-1", vpcRef("vpc-old"), vpcRef("vpc-a"), false)
+				r.Object.Raw = []byte(strings.Replace(string(r.Object.Raw), `"kcp.io/cluster":"consumer"`, `"kcp.io/cluster":"victim"`, 1))
+				return r
+			}(),
+			targets:     &fakeTargets{objects: deletingVPC},
+			wantMessage: `VirtualMachine "vm-1" cannot reference vpcs "vpc-old": it is being deleted`,
+			wantCalls:   []string{"consumer vpcs default/vpc-old"},
+		},
+		{
 			name:        "a dependent that is being deleted is never refused",
 			req:         writeRequest("default", "vm-1", vpcRef("vpc-old"), vpcRef("vpc-a"), true),
 			targets:     &fakeTargets{objects: deletingVPC},
