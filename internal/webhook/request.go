@@ -56,3 +56,12 @@ func ReadSubject(ctx context.Context, raw []byte, field string) (*Subject, *admi
 	}
 	return s, nil
 }
+
+// DisplayName names the subject in messages: its name, or for a CREATE
+// with generateName, the prefix followed by "<generated>".
+func (s *Subject) DisplayName() string {
+	if s.Name == "" {
+		return s.GenerateName + "<generated>"
+	}
+	return s.Name
+}
