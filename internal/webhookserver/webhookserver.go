@@ -189,7 +189,7 @@ func (a *assembly) addRules() error {
 	if err := rulesync.SetupWithManager(a.mgr, a.mgr.Export, a.reg, a.readiness, a.opts.ResyncPeriod); err != nil {
 		return err
 	}
-	if err := a.mgr.GetLocalManager().Add(conditions.NewReporter(a.mgr, a.reg, a.ix, time.Minute)); err != nil {
+	if err := a.mgr.GetLocalManager().Add(conditions.NewReporter(a.mgr, a.reg, a.ix, time.Minute, a.opts.MaxReferencesPerObject)); err != nil {
 		return err
 	}
 	a.ready = func(req *http.Request) error {
