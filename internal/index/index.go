@@ -352,6 +352,17 @@ func (ix *Index) Hits(src Source, paths []fieldpath.Reference, cluster logicalcl
 	return w.Store().Referencing(cluster, idx, namespace, name)
 }
 
+// Largest returns the indexed dependent of src that holds the most
+// references, and how many (see store.Store.Largest); none (0) if src is
+// not indexed or no dependent holds one.
+func (ix *Index) Largest(src Source) (kcp.Meta, int) {
+	w := ix.watch(src)
+	if w == nil {
+		return kcp.Meta{}, 0
+	}
+	return w.Store().Largest()
+}
+
 // Len returns the number of indexed dependents of all sources.
 func (ix *Index) Len() int {
 	ix.lock.Lock()

@@ -16,6 +16,7 @@ import (
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 )
 
 // Kind is what a probe looks for.
@@ -178,8 +179,9 @@ func (t *Tracker) check(ctx context.Context, key Key, obj Object) (bool, error) 
 	}
 	if key.Kind == KindLabelling {
 		// The labelling webhook sets the scheme label only when the scheme
-		// it was configured for is the scheme of its own rules.
-		return got == key.Scheme, nil
+		// it was configured for is the scheme of its own rules (to TooMany
+		// of it on a dependent with too many references for labels).
+		return reflabels.LabelledUnder(got, key.Scheme), nil
 	}
 	// The guard keeps the stored ledger, whatever the write says.
 	return got != value, nil

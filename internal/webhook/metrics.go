@@ -46,7 +46,7 @@ func NewMetrics() *Metrics {
 		}),
 		refChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dependency_webhook_reference_checks_total",
-			Help: "Admission decisions on CREATE and UPDATE requests of dependents, by outcome: allowed, denied (a new reference to an object that is being deleted) or error (request malformed, rules not loaded, or the referenced object could not be read).",
+			Help: "Admission decisions on CREATE and UPDATE requests of dependents, by outcome: allowed, denied (a new reference to an object that is being deleted, or a write past the limit of references per object) or error (request malformed, rules not loaded, or the referenced object could not be read).",
 		}, []string{"outcome"}),
 		deferrals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dependency_webhook_deletions_deferred_total",

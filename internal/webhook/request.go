@@ -92,3 +92,12 @@ func readMeta(raw []byte, field string) (kcp.Meta, *admission.Response) {
 	}
 	return m, nil
 }
+
+// DisplayName names the subject in messages: its name, or for a CREATE
+// with generateName, the prefix followed by "<generated>".
+func (s *Subject) DisplayName() string {
+	if s.Name == "" {
+		return s.GenerateName + "<generated>"
+	}
+	return s.Name
+}

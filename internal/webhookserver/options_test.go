@@ -35,3 +35,30 @@ func TestShardFlags(t *testing.T) {
 		})
 	}
 }
+
+func TestMaxReferencesFlag(t *testing.T) {
+	tests := []struct {
+		args    []string
+		want    int
+		wantErr string
+	}{
+		{args: nil, want: 256},
+		{args: []string{"--max-references-per-object=3000"}, want: 3000},
+		{args: []string{"--max-references-per-object=0"}, wantErr: "--max-references-per-object must be between 1 and 10000, got 0"},
+		{args: []string{"--max-references-per-object=10001"}, wantErr: "--max-references-per-object must be between 1 and 10000"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			o := NewOptions()
+			fs := pflag.NewFlagSet("webhook", pflag.ContinueOnError)
+			o.AddFlags(fs)
+			if err := fs.Parse(tt.args); err != nil {
+				t.Fatal(err)
+			}
+			err := o.Validate()
+			if tt.wantErr == "" && (err != nil || o.MaxReferencesPerObject != tt.want) || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Errorf("Validate() = %v with %d, want %q with %d", err, o.MaxReferencesPerObject, tt.wantErr, tt.want)
+			}
+		})
+	}
+}

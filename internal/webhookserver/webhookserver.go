@@ -189,7 +189,7 @@ func (a *assembly) addRules() error {
 	if err := rulesync.SetupWithManager(a.mgr, a.mgr.Export, a.reg, a.readiness, a.opts.ResyncPeriod); err != nil {
 		return err
 	}
-	if err := a.mgr.GetLocalManager().Add(conditions.NewReporter(a.mgr, a.reg, a.ix, time.Minute)); err != nil {
+	if err := a.mgr.GetLocalManager().Add(conditions.NewReporter(a.mgr, a.reg, a.ix, time.Minute, a.opts.MaxReferencesPerObject)); err != nil {
 		return err
 	}
 	a.ready = func(req *http.Request) error {
@@ -224,7 +224,7 @@ func (a *assembly) serve(ctx context.Context) ([]manager.Runnable, error) {
 	deletions := deletion.NewValidator(a.reg, a.readiness, a.ix, deletionOpts...)
 	handler := webhook.Handler{
 		Deletion:   deletions,
-		References: references.NewReferenceValidator(a.reg, a.readiness, a.ix, verifier, a.opts.RequestTimeout, a.metrics),
+		References: references.NewReferenceValidator(a.reg, a.readiness, a.ix, verifier, a.opts.RequestTimeout, a.metrics, references.WithMaxReferences(a.opts.MaxReferencesPerObject)),
 		Records:    guard.NewRecordGuard(a.self, a.metrics),
 		Labels:     references.NewLabelMutator(a.reg, a.readiness, a.metrics, references.WithRecording(a.recording(recs, verifier))),
 		Admitted:   guard.NewLedgerGuard(a.self, a.metrics),

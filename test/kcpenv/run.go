@@ -17,6 +17,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/opendefensecloud/dependency-controller/internal/command"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook/references"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookserver"
 )
 
@@ -84,19 +85,20 @@ func StartWebhookWith(ctx context.Context, depCtrl *rest.Config, certDir string,
 	}
 	metrics := prometheus.NewRegistry()
 	whOpts := webhookserver.Options{
-		CommonOptions:     command.CommonOptions{APIExportName: DepCtrlExportName, ResyncPeriod: time.Minute},
-		BindAddress:       "127.0.0.1",
-		Port:              port,
-		CertDir:           certDir,
-		CertName:          "tls.crt",
-		KeyName:           "tls.key",
-		Path:              "/validate",
-		RequestTimeout:    8 * time.Second,
-		MaxBlockers:       10,
-		IndexPollInterval: time.Second,
-		ReplayInterval:    5 * time.Second,
-		RecordKeysDir:     keys,
-		RelabelInterval:   2 * time.Second,
+		CommonOptions:          command.CommonOptions{APIExportName: DepCtrlExportName, ResyncPeriod: time.Minute},
+		BindAddress:            "127.0.0.1",
+		Port:                   port,
+		CertDir:                certDir,
+		CertName:               "tls.crt",
+		KeyName:                "tls.key",
+		Path:                   "/validate",
+		RequestTimeout:         8 * time.Second,
+		MaxBlockers:            10,
+		MaxReferencesPerObject: references.DefaultMaxReferences,
+		IndexPollInterval:      time.Second,
+		ReplayInterval:         5 * time.Second,
+		RecordKeysDir:          keys,
+		RelabelInterval:        2 * time.Second,
 	}
 	if configure != nil {
 		configure(&whOpts)

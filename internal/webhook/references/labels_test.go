@@ -387,7 +387,7 @@ func TestLabelMutator(t *testing.T) {
 			wantResult:  LabelsUnchanged,
 		},
 		{
-			name: "an object with more references than MaxReferences gets no labels, not even the scheme's",
+			name: "an object with more references than MaxReferences gets no reference labels, and the scheme label that says so",
 			req: func() admission.Request {
 				var nics []any
 				for i := range reflabels.MaxReferences + 1 {
@@ -397,7 +397,7 @@ func TestLabelMutator(t *testing.T) {
 			}(),
 			labellings:  labellable,
 			wantAllowed: true,
-			wantLabels:  map[string]string{"app": "web"},
+			wantLabels:  map[string]string{"app": "web", depv1alpha1.LabelReferencesScheme: reflabels.TooMany(vmLabelScheme(t).Fingerprint)},
 			wantResult:  LabelsChanged,
 		},
 		{

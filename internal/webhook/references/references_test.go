@@ -1,13 +1,17 @@
 package references
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -78,11 +82,17 @@ func parentsGuard(target index.Source) registry.Guard {
 
 // fakeTargets holds the objects the guard can read, by
 // "cluster|namespace/name"; a namespace of "*" lists across namespaces.
+// Lookups may come concurrently; calls records them, sorted (see Calls).
 type fakeTargets struct {
+	lock    sync.Mutex
 	objects map[string]kcp.Meta
 	states  map[index.Source]index.State
 	err     error
-	calls   []string
+	// failing fails the lookups of these names with err; all fail if nil.
+	failing map[string]bool
+	// delay is how long each lookup takes (or until its context ends).
+	delay time.Duration
+	calls []string
 	// elsewhere are the workspaces on shards the webhook does not read.
 	elsewhere map[logicalcluster.Name]bool
 }
@@ -101,9 +111,73 @@ func (f *fakeTargets) State(src index.Source) index.State {
 	return index.State{Phase: index.PhaseSynced, Namespaced: true}
 }
 
-func (f *fakeTargets) Lookup(_ context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, error) {
+// Calls returns the lookups made, sorted.
+func (f *fakeTargets) Calls() []string {
+	f.lock.Lock()
+	defer f.lock.Unlock()
+	return slices.Sorted(slices.Values(f.calls))
+}
+
+// ListTargets lists the objects of namespace (every namespace of the
+// cluster's if "*"), recording the call as "<cluster> <resource> list
+// <namespace>"; it fails as Lookup does for every name in failing (or at
+// all, without failing), and takes delay.
+func (f *fakeTargets) ListTargets(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace string, most int, visit func(raw []byte) error) (bool, error) {
+	if f.delay > 0 {
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(f.delay):
+		}
+	}
+	f.lock.Lock()
+	f.calls = append(f.calls, fmt.Sprintf("%s %s list %s", cluster, src.Resource.Resource, namespace))
+	var items [][]byte
+	for key, o := range f.objects {
+		c, nsName, _ := strings.Cut(key, "|")
+		ns, _, _ := strings.Cut(nsName, "/")
+		if c != cluster.String() || ns != namespace {
+			continue
+		}
+		if f.err != nil && (f.failing == nil || f.failing[o.Name]) {
+			f.lock.Unlock()
+			return false, f.err
+		}
+		raw, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"name": o.Name, "namespace": o.Namespace, "resourceVersion": "1", "annotations": map[string]any{logicalcluster.AnnotationKey: cluster.String()},
+			"deletionTimestamp": map[bool]any{true: "2026-01-01T00:00:00Z", false: nil}[o.Terminating],
+		}})
+		if err != nil {
+			f.lock.Unlock()
+			return false, err
+		}
+		items = append(items, raw)
+	}
+	f.lock.Unlock()
+	slices.SortFunc(items, bytes.Compare)
+	for i, raw := range items {
+		if i > most {
+			return false, nil
+		}
+		if err := visit(raw); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+func (f *fakeTargets) Lookup(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, error) {
+	if f.delay > 0 {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(f.delay):
+		}
+	}
+	f.lock.Lock()
+	defer f.lock.Unlock()
 	f.calls = append(f.calls, fmt.Sprintf("%s %s %s/%s", cluster, src.Resource.Resource, namespace, name))
-	if f.err != nil {
+	if f.err != nil && (f.failing == nil || f.failing[name]) {
 		return nil, f.err
 	}
 	var out []kcp.Meta
@@ -356,8 +430,8 @@ func TestReferenceValidator(t *testing.T) {
 					t.Errorf("message = %q, want it to contain %q", resp.Result.Message, tt.wantMessage)
 				}
 			}
-			if fmt.Sprint(tt.targets.calls) != fmt.Sprint(tt.wantCalls) {
-				t.Errorf("lookups = %q, want %q", tt.targets.calls, tt.wantCalls)
+			if got, want := tt.targets.Calls(), slices.Sorted(slices.Values(tt.wantCalls)); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("lookups = %q, want %q", got, want)
 			}
 		})
 	}
