@@ -1299,10 +1299,15 @@ var _ = Describe("kcp", Ordered, ContinueOnFailure, func() {
 		Expect(apierrors.IsForbidden(a.patchErr)).To(BeTrue(), "the merge patch: %v", a.patchErr)
 
 		By("allowed with patch")
-		role := &rbacv1.ClusterRole{}
-		Expect(cli.Cluster(provider).Get(ctx, client.ObjectKey{Name: user + "-" + group}, role)).To(Succeed())
-		role.Rules[1].Verbs = append(role.Rules[1].Verbs, "patch")
-		Expect(cli.Cluster(provider).Update(ctx, role)).To(Succeed())
+		// kcp may write the role meanwhile (a conflict): read it again.
+		Eventually(func() error {
+			role := &rbacv1.ClusterRole{}
+			if err := cli.Cluster(provider).Get(ctx, client.ObjectKey{Name: user + "-" + group}, role); err != nil {
+				return err
+			}
+			role.Rules[1].Verbs = append(role.Rules[1].Verbs, "patch")
+			return cli.Cluster(provider).Update(ctx, role)
+		}).WithContext(ctx).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
 		Eventually(func(g Gomega) {
 			a := review("patch", group)
 			g.Expect(a.reviewErr).NotTo(HaveOccurred())
