@@ -3,6 +3,7 @@ package inflight
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -291,7 +292,7 @@ func stateOf(raw []byte, now time.Time) (*state, error) {
 		return nil, fmt.Errorf("failed to read the object: %w", err)
 	}
 	value, err := jsonparser.GetString(raw, "metadata", "annotations", depv1alpha1.AnnotationAdmittedReferences)
-	if err != nil && err != jsonparser.KeyPathNotFoundError {
+	if err != nil && !errors.Is(err, jsonparser.KeyPathNotFoundError) {
 		value = "malformed"
 	}
 	ledger, err := Parse(value)
@@ -317,11 +318,11 @@ func patchBody(resourceVersion string, ledger Ledger) ([]byte, error) {
 // one has the empty ledger.
 func LedgerOf(raw []byte) (Ledger, error) {
 	value, err := jsonparser.GetString(raw, "metadata", "annotations", depv1alpha1.AnnotationAdmittedReferences)
-	if err == jsonparser.KeyPathNotFoundError {
+	if errors.Is(err, jsonparser.KeyPathNotFoundError) {
 		return Ledger{}, nil
 	}
 	if err != nil {
-		return Ledger{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+		return Ledger{}, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	return Parse(value)
 }

@@ -3,6 +3,7 @@ package tracking
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -23,10 +24,10 @@ import (
 type Kind string
 
 const (
-	// KindLabelling: the labelling webhook of a dependent type, with the
+	// KindLabelling is the labelling webhook of a dependent type, with the
 	// scheme of its current rules.
 	KindLabelling Kind = "labelling"
-	// KindGuard: the guard of the ledger of admitted references on a
+	// KindGuard is the guard of the ledger of admitted references on a
 	// protected type.
 	KindGuard Kind = "guard"
 )
@@ -174,7 +175,7 @@ func (t *Tracker) check(ctx context.Context, key Key, obj Object) (bool, error) 
 		return false, err
 	}
 	got, err := jsonparser.GetString(raw, "metadata", field, name)
-	if err != nil && err != jsonparser.KeyPathNotFoundError {
+	if err != nil && !errors.Is(err, jsonparser.KeyPathNotFoundError) {
 		return false, fmt.Errorf("failed to read the probed object: %w", err)
 	}
 	if key.Kind == KindLabelling {

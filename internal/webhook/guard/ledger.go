@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -101,7 +102,7 @@ func (g *LedgerGuard) handle(ctx context.Context, req admission.Request) (admiss
 func annotation(raw []byte, key string) (string, bool, error) {
 	v, err := jsonparser.GetString(raw, "metadata", "annotations", key)
 	switch {
-	case err == jsonparser.KeyPathNotFoundError:
+	case errors.Is(err, jsonparser.KeyPathNotFoundError):
 		return "", false, nil
 	case err != nil:
 		// A null value, or annotations that are not an object.
