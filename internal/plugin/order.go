@@ -194,10 +194,10 @@ func printOrder(w io.Writer, r OrderResult) error {
 	switch {
 	case objects == 0:
 		lines = append(lines, "No objects to order.")
-	case len(r.Waves) == 1:
+	case len(r.Waves) == 1 && len(r.Cycles) == 0:
 		lines = append(lines, fmt.Sprintf("%s in 1 wave: none of them references another, so they can be deleted together.", plural(objects, "object")))
 	default:
-		lines = append(lines, fmt.Sprintf("%s in %d waves: delete a wave once the objects of the waves before it are gone or being deleted (an object referenced from outside these is still refused).", plural(objects, "object"), len(r.Waves)))
+		lines = append(lines, fmt.Sprintf("%s in %s: delete a wave once the objects of the waves before it are gone or being deleted (an object referenced from outside these is still refused).", plural(objects, "object"), plural(len(r.Waves), "wave")))
 	}
 	for _, c := range r.Cycles {
 		names := make([]string, 0, len(c.Objects))

@@ -144,6 +144,11 @@ func TestPrintOrder(t *testing.T) {
 			want: []string{"WAVE   KIND   NAMESPACE   NAME\n1      VPC    default     vpc-a\n1      VPC    default     vpc-b\n", "2 objects in 1 wave: none of them references another"},
 		},
 		{
+			name: "a cycle alone",
+			r:    plan([]node{n("VPC", "default", "vpc-x", "gw"), n("VirtualMachine", "default", "gw", "vpc-x")}),
+			want: []string{"2 objects in 1 wave: delete a wave once", "Cycle 1 (wave 1): VPC/default/vpc-x, VirtualMachine/default/gw reference each other"},
+		},
+		{
 			name: "waves, a cycle, missing objects",
 			r: func() OrderResult {
 				r := plan([]node{n("VPC", "default", "vpc-x", "gw"), n("VirtualMachine", "default", "gw", "vpc-x"), n("VirtualMachine", "default", "vm-1", "vpc-x")})
