@@ -61,7 +61,7 @@ func printWhy(w io.Writer, t Target, r WhyResult) error {
 	}
 	var tail []string
 	if more := r.Total - len(r.Blockers); more > 0 {
-		tail = append(tail, fmt.Sprintf("%d more not listed: the denial names at most %d; delete these and ask again.", more, len(r.Blockers)))
+		tail = append(tail, fmt.Sprintf("%d more not listed: the denial names at most %d (kubectl dependencies refs lists them all).", more, len(r.Blockers)))
 	}
 	switch r.Verdict {
 	case denial.InFlight:

@@ -60,7 +60,7 @@ func TestPrintWhy(t *testing.T) {
 				"KIND             NAMESPACE   NAME   RULE                  PATH\n",
 				"VirtualMachine   default     vm-1   abc/vm-dependencies   .spec.vpcRef.name\n",
 				"Zone             <none>      z      <none>                <none>\n",
-				"1000 more not listed: the denial names at most 2; delete these and ask again.\n",
+				"1000 more not listed: the denial names at most 2 (kubectl dependencies refs lists them all).\n",
 			},
 		},
 		{
