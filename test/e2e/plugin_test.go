@@ -193,7 +193,8 @@ func pluginScenarios() {
 		r := runPlugin(ctx, kubeconfig, "why", "vpcs.network.test.io", "vpc-why")
 		Expect(r.code).To(Equal(1))
 		Expect(r.stdout).To(HavePrefix(`BLOCKED: vpcs.network.test.io "vpc-why" in namespace "plugin" is still referenced by 12 objects` + "\n"))
-		Expect(r.stdout).To(MatchRegexp(`VirtualMachine\s+plugin\s+vm-why-11\s+\S+/vm-dependencies\s+\.spec\.vpcRef\.name`))
+		// The rule has another path after the earlier specs: ".spec.nics[*].vpc or .spec.vpcRef.name".
+		Expect(r.stdout).To(MatchRegexp(`VirtualMachine\s+plugin\s+vm-why-11\s+\S+/vm-dependencies\s+.*\.spec\.vpcRef\.name\n`))
 
 		By("ALLOWED for a VPC nothing references, and the dry run deleted nothing")
 		r = runPlugin(ctx, kubeconfig, "why", "VPC/vpc-free")
