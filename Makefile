@@ -186,7 +186,7 @@ bench: ## Run the Go benchmarks of the DELETE hot path (field paths, list decodi
 ##@ Build
 
 .PHONY: build
-build: $(LOCALBIN) ## Build the project's binaries (bin/controller, bin/webhook); kcp is built by `make kcp`.
+build: $(LOCALBIN) ## Build the project's binaries (bin/controller, bin/webhook, the kubectl plugin bin/kubectl-dependencies); kcp is built by `make kcp`.
 	go build -o $(LOCALBIN)/ ./cmd/...
 
 ##@ Deployment
