@@ -64,6 +64,11 @@ type Verifier interface {
 // object that does not exist is allowed, so that a dependent may be created
 // before what it references (as GitOps tools do).
 //
+// A reference the request adds to an object that does not exist is
+// allowed with an admission warning that names it (kcp shows it to the
+// client): the audit reports it as dangling if it still does not exist
+// after the grace period (see WithGracePeriod and package audit).
+//
 // A reference to an object whose deletion is deferred (it carries a record
 // that verifies, see package records) is refused too: otherwise a stack
 // whose deletion is deferred could gain dependents forever. A record that
@@ -75,6 +80,17 @@ type ReferenceValidator struct {
 	records   Verifier
 	timeout   time.Duration
 	metrics   *webhook.Metrics
+	// grace is the audit's grace period, for the warnings; 0 if unknown.
+	grace time.Duration
+}
+
+// ValidatorOption configures a ReferenceValidator.
+type ValidatorOption func(*ReferenceValidator)
+
+// WithGracePeriod has the warning about a reference to an object that does
+// not exist say after how long the audit reports it.
+func WithGracePeriod(d time.Duration) ValidatorOption {
+	return func(v *ReferenceValidator) { v.grace = d }
 }
 
 // NewReferenceValidator returns a validator that finds rules in rules,
@@ -83,8 +99,12 @@ type ReferenceValidator struct {
 // the answer bounds it too, see webhook.WithBudget), verifies records of
 // deferred deletions with records (none are honoured if nil), and records
 // checks in metrics (if not nil).
-func NewReferenceValidator(rules GuardFinder, readiness webhook.Readiness, targets Targets, records Verifier, timeout time.Duration, metrics *webhook.Metrics) *ReferenceValidator {
-	return &ReferenceValidator{rules: rules, readiness: readiness, targets: targets, records: records, timeout: timeout, metrics: metrics}
+func NewReferenceValidator(rules GuardFinder, readiness webhook.Readiness, targets Targets, records Verifier, timeout time.Duration, metrics *webhook.Metrics, opts ...ValidatorOption) *ReferenceValidator {
+	v := &ReferenceValidator{rules: rules, readiness: readiness, targets: targets, records: records, timeout: timeout, metrics: metrics}
+	for _, o := range opts {
+		o(v)
+	}
+	return v
 }
 
 // Handle implements admission.Handler.
@@ -202,7 +222,8 @@ func referencesOf(ref registry.GuardReference, namespaced bool, namespace string
 }
 
 // checkTargets reads each added reference's target and denies if one is
-// being deleted, or its deletion is deferred (a record that verifies).
+// being deleted, or its deletion is deferred (a record that verifies); it
+// allows a reference to an object that does not exist with a warning.
 func (v *ReferenceValidator) checkTargets(ctx context.Context, kind string, obj *webhook.Subject, added []reference) (admission.Response, string) {
 	name := obj.Name
 	if name == "" {
@@ -210,13 +231,16 @@ func (v *ReferenceValidator) checkTargets(ctx context.Context, kind string, obj 
 	}
 	ctx, cancel := webhook.WithBudget(ctx, v.timeout)
 	defer cancel()
-	var problems []string
+	var problems, warnings []string
 	for _, r := range added {
 		found, err := v.targets.Lookup(ctx, r.target, obj.Cluster, r.namespace, r.name)
 		if err != nil {
 			log.FromContext(ctx).Error(err, "Failed to read a referenced object", "cluster", obj.Cluster, "target", r.target, "name", r.name)
 			return webhook.Unavailable(fmt.Sprintf("could not check whether %s %q may reference %s %s (reading it failed: %v); retry",
 				kind, name, r.target.Resource.Resource, r.describe(obj.Namespace), err)), webhook.DecisionError
+		}
+		if len(found) == 0 {
+			warnings = append(warnings, v.missing(kind, name, obj.Namespace, r))
 		}
 		for _, o := range found {
 			if o.Terminating {
@@ -237,5 +261,15 @@ func (v *ReferenceValidator) checkTargets(ctx context.Context, kind string, obj 
 		resp.AuditAnnotations = map[string]string{webhook.AuditDecision: webhook.DecisionDenied}
 		return resp, webhook.DecisionDenied
 	}
-	return admission.Allowed(""), webhook.DecisionAllowed
+	return admission.Allowed("").WithWarnings(warnings...), webhook.DecisionAllowed
+}
+
+// missing is the warning about a reference r, added by dependent name of
+// kind in namespace, to an object that does not exist.
+func (v *ReferenceValidator) missing(kind, name, namespace string, r reference) string {
+	msg := fmt.Sprintf("%s %q references %s %s, which does not exist; the reference is allowed", kind, name, r.target.Resource.Resource, r.describe(namespace))
+	if v.grace > 0 {
+		msg += fmt.Sprintf(", and reported as dangling if it does not exist within %s", v.grace)
+	}
+	return msg
 }
