@@ -167,17 +167,19 @@ func stillDangling(ctx context.Context, e *env, ev corev1.Event) (DanglingRefere
 	if d.Reference == nil {
 		return d, true, nil
 	}
-	target := schema.ParseGroupResource(d.Reference.Resource)
+	tm, err := mappingFor(e.mapper, d.Reference.Resource)
+	if err != nil {
+		// The workspace does not serve the type: the object cannot exist.
+		return d, true, nil
+	}
+	// The message may name the resource without its group; the label key
+	// needs the group the workspace serves it under.
+	target := tm.Resource.GroupResource()
 	if _, ok := dep.Labels[depv1alpha1.LabelReferencesScheme]; ok {
 		if _, ok := dep.Labels[reflabels.Key(target, d.Reference.Name)]; !ok {
 			// Labelled, and no longer with this reference.
 			return d, false, nil
 		}
-	}
-	tm, err := mappingFor(e.mapper, d.Reference.Resource)
-	if err != nil {
-		// The workspace does not serve the type: the object cannot exist.
-		return d, true, nil
 	}
 	ns := d.Reference.Namespace
 	if tm.Scope.Name() != meta.RESTScopeNameNamespace {

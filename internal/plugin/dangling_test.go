@@ -61,6 +61,7 @@ func TestDangling(t *testing.T) {
 			vmsGVR: {
 				withUID(obj(vmsGVR, "default", "vm-1", labelled(key("vpc-x")), nil), "u1"),
 				withUID(obj(vmsGVR, "default", "vm-2", labelled(key("vpc-y")), nil), "u2"),
+				withUID(obj(vmsGVR, "default", "vm-bare", labelled(key("vpc-z")), nil), "u6"),
 				withUID(obj(vmsGVR, "default", "vm-moved-on", labelled(key("vpc-a")), nil), "u3"),
 				withUID(obj(vmsGVR, "default", "vm-recreated", labelled(key("vpc-x")), nil), "new"),
 				withUID(obj(vmsGVR, "team-b", "vm-9", nil, nil), "u9"),
@@ -72,6 +73,9 @@ func TestDangling(t *testing.T) {
 			danglingEvent("default", "vm-1", "u1", now.Add(-time.Hour), ref("default", "vm-1", "vpc-x")),
 			danglingEvent("default", "vm-1", "u1", now.Add(-time.Minute), ref("default", "vm-1", "vpc-x")),
 			danglingEvent("default", "vm-2", "u2", now.Add(-30*time.Minute), ref("default", "vm-2", "vpc-y")),
+			// The resource without its group: the label key still uses
+			// the group the workspace serves it under.
+			danglingEvent("default", "vm-bare", "u6", now.Add(-40*time.Minute), `VirtualMachine/default/vm-bare references vpcs "vpc-z" in namespace "default", which does not exist`),
 			// Its reference changed since.
 			danglingEvent("default", "vm-moved-on", "u3", now.Add(-time.Minute), ref("default", "vm-moved-on", "vpc-x")),
 			// The VM of the Event was deleted and created again.
@@ -95,13 +99,13 @@ func TestDangling(t *testing.T) {
 	for _, d := range got.Dangling {
 		names = append(names, d.String())
 	}
-	if want := []string{"VirtualMachine/default/vm-1", "VirtualMachine/default/vm-2", "VirtualMachine/team-b/vm-9"}; !reflect.DeepEqual(names, want) {
+	if want := []string{"VirtualMachine/default/vm-1", "VirtualMachine/default/vm-2", "VirtualMachine/default/vm-bare", "VirtualMachine/team-b/vm-9"}; !reflect.DeepEqual(names, want) {
 		t.Errorf("dangling = %q, want %q (newest first)", names, want)
 	}
 	if got.Resolved != 4 {
 		t.Errorf("resolved = %d, want 4", got.Resolved)
 	}
-	if !got.Dangling[0].LastSeen.Equal(now.Add(-time.Minute)) || got.Dangling[0].Reference.Name != "vpc-x" || got.Dangling[2].Reference != nil {
+	if !got.Dangling[0].LastSeen.Equal(now.Add(-time.Minute)) || got.Dangling[0].Reference.Name != "vpc-x" || got.Dangling[3].Reference != nil {
 		t.Errorf("dangling = %+v", got.Dangling)
 	}
 	if reqs := r.requestsMatching("events"); !reflect.DeepEqual(reqs, []string{"events  type=Warning,reason=DanglingReference"}) {

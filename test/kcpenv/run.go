@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
@@ -186,6 +187,18 @@ func (w *Webhook) LiveReads(how string) (float64, error) {
 // Counter returns the value of the series of counter name whose labels
 // include labels (0 if there is none yet).
 func (w *Webhook) Counter(name string, labels map[string]string) (float64, error) {
+	return w.value(name, labels, func(m *dto.Metric) float64 { return m.GetCounter().GetValue() })
+}
+
+// Gauge returns the value of the series of gauge name whose labels include
+// labels (0 if there is none yet).
+func (w *Webhook) Gauge(name string, labels map[string]string) (float64, error) {
+	return w.value(name, labels, func(m *dto.Metric) float64 { return m.GetGauge().GetValue() })
+}
+
+// value returns what value reads of the first series of name whose labels
+// include labels (0 if there is none yet).
+func (w *Webhook) value(name string, labels map[string]string, value func(*dto.Metric) float64) (float64, error) {
 	families, err := w.Metrics.Gather()
 	if err != nil {
 		return 0, err
@@ -204,7 +217,7 @@ func (w *Webhook) Counter(name string, labels map[string]string) (float64, error
 				matches = matches && has[k] == v
 			}
 			if matches {
-				return m.GetCounter().GetValue(), nil
+				return value(m), nil
 			}
 		}
 	}

@@ -75,7 +75,13 @@ func TestReferenceValidatorLimit(t *testing.T) {
 	guards := staticGuards{vms.GroupResource(): {vmGuard(targetSource, ".spec.vpcRef.name", ".spec.nics[*].vpc")}}
 	for _, tt := range limitCases {
 		t.Run(tt.name, func(t *testing.T) {
-			targets := &fakeTargets{}
+			// The VPCs exist: a reference to a missing one would add a
+			// warning of its own.
+			targets := &fakeTargets{objects: map[string]kcp.Meta{}}
+			for i := range 30 {
+				name := fmt.Sprintf("vpc-%d", i)
+				targets.objects["consumer|default/"+name] = kcp.Meta{Namespace: "default", Name: name}
+			}
 			v := NewReferenceValidator(guards, loaded(true), targets, recordsVerifier{}, 0, nil, WithMaxReferences(10))
 			req := writeRequest("default", "vm-1", tt.spec, tt.old, false)
 			req.DryRun = ptr.To(tt.dryRun)

@@ -84,10 +84,18 @@ type ReferenceValidator struct {
 	metrics     *webhook.Metrics
 	limit       limit
 	concurrency int
+	// grace is the audit's grace period, for the warnings; 0 if unknown.
+	grace time.Duration
 }
 
 // ValidatorOption configures a ReferenceValidator.
 type ValidatorOption func(*ReferenceValidator)
+
+// WithGracePeriod has the warning about a reference to an object that does
+// not exist say after how long the audit reports it.
+func WithGracePeriod(d time.Duration) ValidatorOption {
+	return func(v *ReferenceValidator) { v.grace = d }
+}
 
 // WithMaxReferences sets how many objects one dependent may reference
 // (DefaultMaxReferences if n is 0 or less).
@@ -276,7 +284,9 @@ func referencesOf(ref registry.GuardReference, namespaced bool, namespace string
 // checkTargets reads each added reference's target (those of many in one
 // namespace with one LIST, see listTargets; the others one by one,
 // concurrency at a time), and denies if one is being deleted, or its
-// deletion is deferred (a record that verifies).
+// deletion is deferred (a record that verifies); it allows a reference to
+// an object that does not exist with a warning (at most maxWarnings, and
+// how many more).
 func (v *ReferenceValidator) checkTargets(ctx context.Context, kind string, obj *webhook.Subject, added []reference) (admission.Response, string) {
 	name := obj.DisplayName()
 	ctx, cancel := webhook.WithBudget(ctx, v.timeout)
@@ -307,8 +317,14 @@ func (v *ReferenceValidator) checkTargets(ctx context.Context, kind string, obj 
 		return webhook.Unavailable(fmt.Sprintf("could not check whether %s %q may reference %s %s (reading it failed: %v); retry",
 			kind, name, r.target.Resource.Resource, r.describe(obj.Namespace), err)), webhook.DecisionError
 	}
-	var problems []string
+	var problems, warnings []string
+	missing := 0
 	for i, r := range added {
+		if len(read[i]) == 0 {
+			if missing++; missing <= maxWarnings {
+				warnings = append(warnings, v.missing(kind, name, obj.Namespace, r))
+			}
+		}
 		for _, o := range read[i] {
 			if o.Terminating {
 				problems = append(problems, fmt.Sprintf("%s %q cannot reference %s %s: it is being deleted", kind, name, r.target.Resource.Resource, r.describe(obj.Namespace)))
@@ -325,7 +341,24 @@ func (v *ReferenceValidator) checkTargets(ctx context.Context, kind string, obj 
 	if len(problems) > 0 {
 		return denied(problems), webhook.DecisionDenied
 	}
-	return admission.Allowed(""), webhook.DecisionAllowed
+	if missing > maxWarnings {
+		warnings = append(warnings, fmt.Sprintf("%s %q references %d more objects that do not exist", kind, name, missing-maxWarnings))
+	}
+	return admission.Allowed("").WithWarnings(warnings...), webhook.DecisionAllowed
+}
+
+// maxWarnings is how many references to objects that do not exist a write
+// is warned about by name.
+const maxWarnings = 10
+
+// missing is the warning about a reference r of the dependent to an object
+// that does not exist.
+func (v *ReferenceValidator) missing(kind, name, namespace string, r reference) string {
+	msg := fmt.Sprintf("%s %q references %s %s, which does not exist; the reference is allowed", kind, name, r.target.Resource.Resource, r.describe(namespace))
+	if v.grace > 0 {
+		msg += fmt.Sprintf(", and reported as dangling if it does not exist within %s", v.grace)
+	}
+	return msg
 }
 
 // maxProblems is how many refused references a denial names; the rest are

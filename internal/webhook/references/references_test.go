@@ -238,6 +238,8 @@ func TestReferenceValidator(t *testing.T) {
 		wantMessage string
 		// wantCalls are the lookups made; nil means none.
 		wantCalls []string
+		// wantWarnings are the admission warnings of an allowed request.
+		wantWarnings []string
 	}{
 		{
 			name:        "a new reference to an object that is being deleted is refused, naming it",
@@ -263,11 +265,20 @@ func TestReferenceValidator(t *testing.T) {
 			wantCalls:   []string{"consumer vpcs default/vpc-a"},
 		},
 		{
-			name:        "a reference to an object that does not exist (yet) is allowed",
-			req:         writeRequest("default", "vm-1", vpcRef("vpc-later"), nil, false),
-			targets:     &fakeTargets{objects: deletingVPC},
-			wantAllowed: true,
-			wantCalls:   []string{"consumer vpcs default/vpc-later"},
+			name:         "a reference to an object that does not exist (yet) is allowed, with a warning naming it",
+			req:          writeRequest("default", "vm-1", vpcRef("vpc-later"), nil, false),
+			targets:      &fakeTargets{objects: deletingVPC},
+			wantAllowed:  true,
+			wantCalls:    []string{"consumer vpcs default/vpc-later"},
+			wantWarnings: []string{`VirtualMachine "vm-1" references vpcs "vpc-later", which does not exist; the reference is allowed, and reported as dangling if it does not exist within 5m0s`},
+		},
+		{
+			name:         "an update that adds a reference to a missing object is warned about that one only",
+			req:          writeRequest("default", "vm-1", map[string]any{"nics": []any{map[string]any{"vpc": "vpc-gone"}, map[string]any{"vpc": "vpc-new"}}}, map[string]any{"nics": []any{map[string]any{"vpc": "vpc-gone"}}}, false),
+			targets:      &fakeTargets{objects: deletingVPC},
+			wantAllowed:  true,
+			wantCalls:    []string{"consumer vpcs default/vpc-new"},
+			wantWarnings: []string{`VirtualMachine "vm-1" references vpcs "vpc-new", which does not exist; the reference is allowed, and reported as dangling if it does not exist within 5m0s`},
 		},
 		{
 			name:        "an update that keeps the reference is allowed without reading",
@@ -341,10 +352,11 @@ func TestReferenceValidator(t *testing.T) {
 			name: "a reference that moves to another namespace is a new one; naming the own namespace is none",
 			req: writeRequest("default", "vm-1", map[string]any{"parents": []any{map[string]any{"name": "vpc-a", "namespace": "default"}, map[string]any{"name": "vpc-old", "namespace": "other"}}},
 				map[string]any{"parents": []any{map[string]any{"name": "vpc-a"}, map[string]any{"name": "vpc-old"}}}, false),
-			guards:      staticGuards{vms.GroupResource(): {parentsGuard(targetSource)}},
-			targets:     &fakeTargets{objects: deletingVPC},
-			wantAllowed: true,
-			wantCalls:   []string{"consumer vpcs other/vpc-old"},
+			guards:       staticGuards{vms.GroupResource(): {parentsGuard(targetSource)}},
+			targets:      &fakeTargets{objects: deletingVPC},
+			wantAllowed:  true,
+			wantCalls:    []string{"consumer vpcs other/vpc-old"},
+			wantWarnings: []string{`VirtualMachine "vm-1" references vpcs "vpc-old" in namespace "other", which does not exist; the reference is allowed, and reported as dangling if it does not exist within 5m0s`},
 		},
 		{
 			name:        "a webhook that reads only some shards refuses a new reference in a workspace on another one",
@@ -417,7 +429,7 @@ func TestReferenceValidator(t *testing.T) {
 			if g == nil {
 				g = guards
 			}
-			v := NewReferenceValidator(g, loaded(!tt.notLoaded), tt.targets, recordsVerifier{}, 0, nil)
+			v := NewReferenceValidator(g, loaded(!tt.notLoaded), tt.targets, recordsVerifier{}, 0, nil, WithGracePeriod(5*time.Minute))
 			resp := v.Handle(webhook.WithProvider(context.Background(), provider), tt.req)
 			if resp.Allowed != tt.wantAllowed {
 				t.Fatalf("Allowed = %v, want %v (%+v)", resp.Allowed, tt.wantAllowed, resp.Result)
@@ -429,6 +441,9 @@ func TestReferenceValidator(t *testing.T) {
 				if !strings.Contains(resp.Result.Message, tt.wantMessage) {
 					t.Errorf("message = %q, want it to contain %q", resp.Result.Message, tt.wantMessage)
 				}
+			}
+			if fmt.Sprint(resp.Warnings) != fmt.Sprint(tt.wantWarnings) {
+				t.Errorf("warnings = %q, want %q", resp.Warnings, tt.wantWarnings)
 			}
 			if got, want := tt.targets.Calls(), slices.Sorted(slices.Values(tt.wantCalls)); fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Errorf("lookups = %q, want %q", got, want)
