@@ -14,6 +14,7 @@ import (
 	"k8s.io/cli-runtime/pkg/resource"
 
 	"github.com/opendefensecloud/dependency-controller/internal/denial"
+	"github.com/opendefensecloud/dependency-controller/internal/plugin/workspace"
 )
 
 // Exit codes, as kubectl diff's: 0 a clean answer (allowed, nothing
@@ -28,19 +29,24 @@ const (
 // errFound ends a command that printed its answer with ExitFound.
 var errFound = errors.New("found")
 
+// errUsage marks an error in the command line (exit code 2 with a hint),
+// as the workspace package marks an object named wrong.
+var errUsage = workspace.ErrUsage
+
 // Main runs the plugin with args (without the program name) and returns
 // its exit code.
 func Main(ctx context.Context, streams genericiooptions.IOStreams, args []string) int {
-	return run(ctx, streams, args, newEnv)
+	return run(ctx, streams, args, workspace.Open)
 }
 
-// envFunc builds the env of a command from the kubeconfig flags.
-type envFunc func(*genericclioptions.ConfigFlags) (*env, error)
+// openFunc opens the workspace of the kubeconfig flags (workspace.Open;
+// tests pass a fake).
+type openFunc func(*genericclioptions.ConfigFlags) (*workspace.Session, error)
 
-// run runs the plugin with args, building its env with newEnv, and
+// run runs the plugin with args, opening the workspace with open, and
 // returns its exit code.
-func run(ctx context.Context, streams genericiooptions.IOStreams, args []string, newEnv envFunc) int {
-	cmd := newCommand(streams, newEnv)
+func run(ctx context.Context, streams genericiooptions.IOStreams, args []string, open openFunc) int {
+	cmd := newCommand(streams, open)
 	cmd.SetArgs(args)
 	err := cmd.ExecuteContext(ctx)
 	switch {
@@ -69,17 +75,17 @@ type options struct {
 	flags   *genericclioptions.ConfigFlags
 	streams genericiooptions.IOStreams
 	output  string
-	newEnv  envFunc
+	open    openFunc
 }
 
 // NewCommand returns the command `kubectl dependencies` with its
 // subcommands.
 func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
-	return newCommand(streams, newEnv)
+	return newCommand(streams, workspace.Open)
 }
 
-func newCommand(streams genericiooptions.IOStreams, newEnv envFunc) *cobra.Command {
-	o := &options{flags: genericclioptions.NewConfigFlags(true), streams: streams, newEnv: newEnv}
+func newCommand(streams genericiooptions.IOStreams, open openFunc) *cobra.Command {
+	o := &options{flags: genericclioptions.NewConfigFlags(true), streams: streams, open: open}
 	root := &cobra.Command{
 		Use:   "kubectl-dependencies",
 		Short: "Ask what the dependency-controller says before you delete",
@@ -106,12 +112,12 @@ the command failed.`,
 	return root
 }
 
-// prepare checks the output format and builds the clients.
-func (o *options) prepare() (*env, error) {
+// prepare checks the output format and opens the workspace.
+func (o *options) prepare() (*workspace.Session, error) {
 	if err := checkOutput(o.output); err != nil {
 		return nil, err
 	}
-	return o.newEnv(o.flags)
+	return o.open(o.flags)
 }
 
 // print prints v as -o asks, or with human for the table format.
@@ -158,15 +164,15 @@ refs' answers for those who may only read.`,
   kubectl dependencies why vpcs.network.test.io vpc-a -n team-a -o json`,
 		Args: usageArgs(cobra.RangeArgs(1, 2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e, err := o.prepare()
+			ws, err := o.prepare()
 			if err != nil {
 				return err
 			}
-			t, err := resolve(e.mapper, args, e.namespace)
+			t, err := workspace.Resolve(ws.Mapper, args, ws.Namespace)
 			if err != nil {
 				return err
 			}
-			r, err := why(cmd.Context(), e, t)
+			r, err := why(cmd.Context(), ws, t)
 			if err != nil {
 				return err
 			}
@@ -206,22 +212,22 @@ Exit code 0 when nothing references the object, 1 when something does or may.`,
   kubectl dependencies refs vpcs.network.test.io/vpc-a -n team-a -o yaml`,
 		Args: usageArgs(cobra.RangeArgs(1, 2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e, err := o.prepare()
+			ws, err := o.prepare()
 			if err != nil {
 				return err
 			}
-			t, err := resolve(e.mapper, args, e.namespace)
+			t, err := workspace.Resolve(ws.Mapper, args, ws.Namespace)
 			if err != nil {
 				return err
 			}
-			types, err := e.types()
+			types, err := ws.Types()
 			if types == nil && err != nil {
 				return err
 			}
 			if err != nil {
 				_, _ = fmt.Fprintf(o.streams.ErrOut, "Warning: %v\n", err)
 			}
-			r := refs(cmd.Context(), e.reader, t, dependentTypes(cmd.Context(), e.reader, types))
+			r := refs(cmd.Context(), ws.Reader, t, workspace.DependentTypes(cmd.Context(), ws.Reader, types))
 			if err := o.print(r, func() error { return printRefs(o.streams.Out, t, r) }); err != nil {
 				return err
 			}
@@ -279,20 +285,20 @@ Exit code 0, or 1 if there is a cycle. -o json|yaml prints the waves.`,
 					return err
 				}
 			}
-			e, err := o.prepare()
+			ws, err := o.prepare()
 			if err != nil {
 				return err
 			}
 			var (
 				nodes   []node
-				missing []Object
+				missing []workspace.Object
 			)
 			if len(files.Filenames) > 0 {
-				nodes, missing, err = nodesOfFiles(cmd.Context(), e, &files, e.namespace, e.explicit)
+				nodes, missing, err = nodesOfFiles(cmd.Context(), ws, &files, ws.Namespace, ws.ExplicitNamespace)
 				if err != nil {
 					return err
 				}
-			} else if nodes, err = nodesOfTypes(cmd.Context(), e, typeArgs, e.namespace, allNamespaces); err != nil {
+			} else if nodes, err = nodesOfTypes(cmd.Context(), ws, typeArgs, ws.Namespace, allNamespaces); err != nil {
 				return err
 			}
 			r := plan(nodes)
@@ -333,15 +339,15 @@ Exit code 0 when nothing dangles, 1 otherwise.`,
   kubectl dependencies dangling -A -o json`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			e, err := o.prepare()
+			ws, err := o.prepare()
 			if err != nil {
 				return err
 			}
-			ns := e.namespace
+			ns := ws.Namespace
 			if allNamespaces {
 				ns = ""
 			}
-			r, err := dangling(cmd.Context(), e, ns)
+			r, err := dangling(cmd.Context(), ws, ns)
 			if err != nil {
 				return err
 			}

@@ -11,21 +11,22 @@ import (
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"sigs.k8s.io/yaml"
 
+	"github.com/opendefensecloud/dependency-controller/internal/plugin/workspace"
+	"github.com/opendefensecloud/dependency-controller/internal/plugin/workspace/workspacetest"
 	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 )
 
 // stack is a workspace with VPC vpc-a <- Subnet subnet-a <- VM vm-1 in
 // default, and vpc-free, which nothing references.
-func stack() *fakeReader {
+func stack() *workspacetest.Reader {
 	vpcA, subnetA := reflabels.Key(vpcsGVR.GroupResource(), "vpc-a"), reflabels.Key(subnetsGVR.GroupResource(), "subnet-a")
-	return &fakeReader{objects: map[schema.GroupVersionResource][]*unstructured.Unstructured{
+	return &workspacetest.Reader{Objects: map[schema.GroupVersionResource][]*unstructured.Unstructured{
 		vpcsGVR:    {obj(vpcsGVR, "default", "vpc-a", nil, nil), obj(vpcsGVR, "default", "vpc-free", nil, nil)},
 		subnetsGVR: {obj(subnetsGVR, "default", "subnet-a", labelled(vpcA), nil)},
 		vmsGVR:     {obj(vmsGVR, "default", "vm-1", labelled(subnetA, vpcA), nil)},
@@ -34,18 +35,18 @@ func stack() *fakeReader {
 
 // runWith runs the plugin with args against r and returns its exit code,
 // stdout and stderr.
-func runWith(t *testing.T, r *fakeReader, args ...string) (int, string, string) {
+func runWith(t *testing.T, r *workspacetest.Reader, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	streams := genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}
-	code := run(context.Background(), streams, args, func(flags *genericclioptions.ConfigFlags) (*env, error) {
+	code := run(context.Background(), streams, args, func(flags *genericclioptions.ConfigFlags) (*workspace.Session, error) {
 		ns := "default"
 		if *flags.Namespace != "" {
 			ns = *flags.Namespace
 		}
-		return &env{
-			mapper: testMapper(), reader: r, namespace: ns, explicit: *flags.Namespace != "", warnings: &warnings{},
-			types: func() ([]apiType, error) { return testTypes, nil },
+		return &workspace.Session{
+			Mapper: testMapper(), Reader: r, Namespace: ns, ExplicitNamespace: *flags.Namespace != "", Warnings: &workspace.Warnings{},
+			Types: func() ([]workspace.Type, error) { return testTypes, nil },
 		}, nil
 	})
 	return code, out.String(), errOut.String()
@@ -53,17 +54,17 @@ func runWith(t *testing.T, r *fakeReader, args ...string) (int, string, string) 
 
 func TestExitCodesAndOutputs(t *testing.T) {
 	blocked := stack()
-	blocked.deleteErr = denied(403, "is still referenced by VirtualMachine/default/vm-1; delete these", blockerCauses(1, vm1))
+	blocked.DeleteErr = denied(403, "is still referenced by VirtualMachine/default/vm-1; delete these", blockerCauses(1, vm1))
 	deferred := stack()
-	deferred.deleteErr = denied(403, "is still referenced by VirtualMachine/default/vm-1; delete these; its deletion would be deferred until its dependent is gone", blockerCauses(1, vm1))
+	deferred.DeleteErr = denied(403, "is still referenced by VirtualMachine/default/vm-1; delete these; its deletion would be deferred until its dependent is gone", blockerCauses(1, vm1))
 	gone := stack()
-	gone.deleteErr = apierrors.NewNotFound(vpcsGVR.GroupResource(), "vpc-x")
+	gone.DeleteErr = apierrors.NewNotFound(vpcsGVR.GroupResource(), "vpc-x")
 	cycle := stack()
-	cycle.objects[vpcsGVR][0].SetLabels(labelled(reflabels.Key(vmsGVR.GroupResource(), "vm-1")))
+	cycle.Objects[vpcsGVR][0].SetLabels(labelled(reflabels.Key(vmsGVR.GroupResource(), "vm-1")))
 
 	for _, tc := range []struct {
 		name   string
-		reader *fakeReader
+		reader *workspacetest.Reader
 		args   []string
 		code   int
 		out    []string
@@ -117,11 +118,11 @@ func TestOrderOutputs(t *testing.T) {
 	want := []Wave{
 		// vpc-free: nothing references it, so it goes first.
 		{Wave: 1, Objects: []WaveObject{
-			{Object: Object{Kind: "VPC", Resource: "vpcs.network.test.io", Namespace: "default", Name: "vpc-free"}},
-			{Object: Object{Kind: "VirtualMachine", Resource: "virtualmachines.compute.test.io", Namespace: "default", Name: "vm-1"}},
+			{Object: workspace.Object{Kind: "VPC", Resource: "vpcs.network.test.io", Namespace: "default", Name: "vpc-free"}},
+			{Object: workspace.Object{Kind: "VirtualMachine", Resource: "virtualmachines.compute.test.io", Namespace: "default", Name: "vm-1"}},
 		}},
-		{Wave: 2, Objects: []WaveObject{{Object: Object{Kind: "Subnet", Resource: "subnets.network.test.io", Namespace: "default", Name: "subnet-a"}}}},
-		{Wave: 3, Objects: []WaveObject{{Object: Object{Kind: "VPC", Resource: "vpcs.network.test.io", Namespace: "default", Name: "vpc-a"}}}},
+		{Wave: 2, Objects: []WaveObject{{Object: workspace.Object{Kind: "Subnet", Resource: "subnets.network.test.io", Namespace: "default", Name: "subnet-a"}}}},
+		{Wave: 3, Objects: []WaveObject{{Object: workspace.Object{Kind: "VPC", Resource: "vpcs.network.test.io", Namespace: "default", Name: "vpc-a"}}}},
 	}
 	if !reflect.DeepEqual(r.Waves, want) {
 		t.Errorf("waves = %+v", r.Waves)
@@ -183,7 +184,7 @@ metadata:
 		}
 	}
 	// One list per type and namespace.
-	if reqs := r.requestsMatching("list vpcs"); len(reqs) != 1 {
+	if reqs := r.RequestsMatching("list vpcs"); len(reqs) != 1 {
 		t.Errorf("lists of VPCs: %q", reqs)
 	}
 
@@ -199,69 +200,4 @@ metadata:
 	if code != 2 || !strings.Contains(errOut, "failed to read the manifests") {
 		t.Errorf("a missing file: exit code %d: %s", code, errOut)
 	}
-}
-
-func TestDependentTypes(t *testing.T) {
-	lists := []*metav1.APIResourceList{
-		{GroupVersion: "v1", APIResources: []metav1.APIResource{
-			{Name: "configmaps", Kind: "ConfigMap", Namespaced: true, Verbs: []string{"get", "list"}},
-			{Name: "secrets", Kind: "Secret", Namespaced: true, Verbs: []string{"get", "list"}},
-			{Name: "namespaces/status", Kind: "Namespace", Verbs: []string{"get"}},
-		}},
-		{GroupVersion: "authorization.k8s.io/v1", APIResources: []metav1.APIResource{{Name: "subjectaccessreviews", Kind: "SubjectAccessReview", Verbs: []string{"create"}}}},
-		{GroupVersion: "apis.kcp.io/v1alpha2", APIResources: []metav1.APIResource{{Name: "apibindings", Kind: "APIBinding", Verbs: []string{"get", "list"}}}},
-		{GroupVersion: "tenancy.kcp.io/v1alpha1", APIResources: []metav1.APIResource{{Name: "workspaces", Kind: "Workspace", Verbs: []string{"get", "list"}}}},
-		{GroupVersion: "network.test.io/v1", APIResources: []metav1.APIResource{{Name: "vpcs", Kind: "VPC", Namespaced: true, Verbs: []string{"get", "list"}}}},
-		{GroupVersion: "compute.test.io/v1", APIResources: []metav1.APIResource{{Name: "virtualmachines", Kind: "VirtualMachine", Namespaced: true, Verbs: []string{"list"}}}},
-		{GroupVersion: "local.example.com/v1", APIResources: []metav1.APIResource{{Name: "widgets", Kind: "Widget", Namespaced: true, Verbs: []string{"list"}}}},
-	}
-	types := typesOf(lists)
-	names := func(ts []apiType) []string {
-		var out []string
-		for _, t := range ts {
-			out = append(out, t.GVR.GroupResource().String())
-		}
-		return out
-	}
-	all := []string{"configmaps", "secrets", "apibindings.apis.kcp.io", "virtualmachines.compute.test.io", "widgets.local.example.com", "vpcs.network.test.io", "workspaces.tenancy.kcp.io"}
-	if got := names(types); !reflect.DeepEqual(got, all) {
-		t.Fatalf("typesOf = %q", got)
-	}
-	binding := func(name string, bound ...schema.GroupResource) *unstructured.Unstructured {
-		var resources []any
-		for _, gr := range bound {
-			resources = append(resources, map[string]any{"group": gr.Group, "resource": gr.Resource})
-		}
-		u := obj(apiBindings, "", name, nil, nil)
-		u.Object["status"] = map[string]any{"boundResources": resources}
-		return u
-	}
-	r := &fakeReader{objects: map[schema.GroupVersionResource][]*unstructured.Unstructured{apiBindings: {
-		binding("compute", schema.GroupResource{Group: "compute.test.io", Resource: "virtualmachines"}),
-		binding("network", schema.GroupResource{Group: "network.test.io", Resource: "vpcs"}),
-		binding("tenancy", schema.GroupResource{Group: "tenancy.kcp.io", Resource: "workspaces"}),
-		binding("configmaps", schema.GroupResource{Resource: "configmaps"}),
-	}}}
-	want := []string{"configmaps", "virtualmachines.compute.test.io", "widgets.local.example.com", "vpcs.network.test.io", "workspaces.tenancy.kcp.io"}
-	if got := names(dependentTypes(context.Background(), r, types)); !reflect.DeepEqual(got, want) {
-		t.Errorf("dependentTypes = %q, want %q (the bound ones and those outside kcp's native groups)", got, want)
-	}
-	r.listErr = map[string]error{"apibindings": apierrors.NewForbidden(apiBindings.GroupResource(), "", nil)}
-	if got := names(dependentTypes(context.Background(), r, types)); !reflect.DeepEqual(got, all) {
-		t.Errorf("without access to APIBindings: %q, want every type", got)
-	}
-	noKCP := slicesWithout(types, "apibindings")
-	if got := names(dependentTypes(context.Background(), &fakeReader{}, noKCP)); len(got) != len(all)-1 {
-		t.Errorf("without APIBindings: %q, want every type", got)
-	}
-}
-
-func slicesWithout(types []apiType, resource string) []apiType {
-	var out []apiType
-	for _, t := range types {
-		if t.GVR.Resource != resource {
-			out = append(out, t)
-		}
-	}
-	return out
 }

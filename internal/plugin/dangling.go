@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/plugin/workspace"
 	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 )
 
@@ -33,7 +34,7 @@ type DanglingResult struct {
 
 // DanglingReference is a dependent that references a missing object.
 type DanglingReference struct {
-	Object
+	workspace.Object
 	// Reference is the missing object, as the Event names it; empty if
 	// the message did not parse (see Message).
 	Reference *Reference `json:"reference,omitempty"`
@@ -114,14 +115,14 @@ func latestPerObject(events []corev1.Event) []corev1.Event {
 
 // dangling lists the dangling references that the webhook's Events report
 // in namespace (all if empty), keeping those that still hold.
-func dangling(ctx context.Context, e *env, namespace string) (DanglingResult, error) {
-	events, err := e.reader.Events(ctx, namespace, "type="+corev1.EventTypeWarning+",reason="+depv1alpha1.EventReasonDanglingReference)
+func dangling(ctx context.Context, ws *workspace.Session, namespace string) (DanglingResult, error) {
+	events, err := ws.Reader.Events(ctx, namespace, "type="+corev1.EventTypeWarning+",reason="+depv1alpha1.EventReasonDanglingReference)
 	if err != nil {
 		return DanglingResult{}, fmt.Errorf("failed to list the %s Events: %w", depv1alpha1.EventReasonDanglingReference, err)
 	}
 	res := DanglingResult{Dangling: []DanglingReference{}}
 	for _, ev := range latestPerObject(events) {
-		d, holds, err := stillDangling(ctx, e, ev)
+		d, holds, err := stillDangling(ctx, ws, ev)
 		if err != nil {
 			return DanglingResult{}, err
 		}
@@ -138,13 +139,13 @@ func dangling(ctx context.Context, e *env, namespace string) (DanglingResult, er
 // same object: its UID), and, where the message names the reference, the
 // dependent still carries its reference label and the object it names
 // does not exist.
-func stillDangling(ctx context.Context, e *env, ev corev1.Event) (DanglingReference, bool, error) {
+func stillDangling(ctx context.Context, ws *workspace.Session, ev corev1.Event) (DanglingReference, bool, error) {
 	inv := ev.InvolvedObject
 	gv, err := schema.ParseGroupVersion(inv.APIVersion)
 	if err != nil {
 		return DanglingReference{}, false, nil
 	}
-	m, err := e.mapper.RESTMapping(gv.WithKind(inv.Kind).GroupKind(), gv.Version)
+	m, err := ws.Mapper.RESTMapping(gv.WithKind(inv.Kind).GroupKind(), gv.Version)
 	if err != nil {
 		if meta.IsNoMatchError(err) {
 			return DanglingReference{}, false, nil
@@ -152,10 +153,10 @@ func stillDangling(ctx context.Context, e *env, ev corev1.Event) (DanglingRefere
 		return DanglingReference{}, false, fmt.Errorf("failed to map %s %s: %w", inv.APIVersion, inv.Kind, err)
 	}
 	d := DanglingReference{
-		Object:    Object{Kind: inv.Kind, Resource: m.Resource.GroupResource().String(), Namespace: inv.Namespace, Name: inv.Name},
+		Object:    workspace.Object{Kind: inv.Kind, Resource: m.Resource.GroupResource().String(), Namespace: inv.Namespace, Name: inv.Name},
 		Reference: parseDangling(ev.Message), Message: ev.Message, LastSeen: eventTime(ev),
 	}
-	dep, err := e.reader.GetMeta(ctx, m.Resource, inv.Namespace, inv.Name)
+	dep, err := ws.Reader.GetMeta(ctx, m.Resource, inv.Namespace, inv.Name)
 	switch {
 	case apierrors.IsNotFound(err):
 		return d, false, nil
@@ -167,7 +168,7 @@ func stillDangling(ctx context.Context, e *env, ev corev1.Event) (DanglingRefere
 	if d.Reference == nil {
 		return d, true, nil
 	}
-	tm, err := mappingFor(e.mapper, d.Reference.Resource)
+	tm, err := workspace.MappingFor(ws.Mapper, d.Reference.Resource)
 	if err != nil {
 		// The workspace does not serve the type: the object cannot exist.
 		return d, true, nil
@@ -185,7 +186,7 @@ func stillDangling(ctx context.Context, e *env, ev corev1.Event) (DanglingRefere
 	if tm.Scope.Name() != meta.RESTScopeNameNamespace {
 		ns = ""
 	}
-	switch _, err := e.reader.GetMeta(ctx, tm.Resource, ns, d.Reference.Name); {
+	switch _, err := ws.Reader.GetMeta(ctx, tm.Resource, ns, d.Reference.Name); {
 	case err == nil:
 		return d, false, nil
 	case !apierrors.IsNotFound(err):

@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/opendefensecloud/dependency-controller/internal/plugin/workspace"
+	"github.com/opendefensecloud/dependency-controller/internal/plugin/workspace/workspacetest"
 	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 )
 
@@ -56,8 +58,8 @@ func TestDangling(t *testing.T) {
 		return u
 	}
 	key := func(vpc string) string { return reflabels.Key(vpcsGVR.GroupResource(), vpc) }
-	r := &fakeReader{
-		objects: map[schema.GroupVersionResource][]*unstructured.Unstructured{
+	r := &workspacetest.Reader{
+		Objects: map[schema.GroupVersionResource][]*unstructured.Unstructured{
 			vmsGVR: {
 				withUID(obj(vmsGVR, "default", "vm-1", labelled(key("vpc-x")), nil), "u1"),
 				withUID(obj(vmsGVR, "default", "vm-2", labelled(key("vpc-y")), nil), "u2"),
@@ -69,7 +71,7 @@ func TestDangling(t *testing.T) {
 			},
 			vpcsGVR: {obj(vpcsGVR, "default", "vpc-now", nil, nil)},
 		},
-		events: []corev1.Event{
+		EventList: []corev1.Event{
 			danglingEvent("default", "vm-1", "u1", now.Add(-time.Hour), ref("default", "vm-1", "vpc-x")),
 			danglingEvent("default", "vm-1", "u1", now.Add(-time.Minute), ref("default", "vm-1", "vpc-x")),
 			danglingEvent("default", "vm-2", "u2", now.Add(-30*time.Minute), ref("default", "vm-2", "vpc-y")),
@@ -90,7 +92,7 @@ func TestDangling(t *testing.T) {
 			{InvolvedObject: corev1.ObjectReference{APIVersion: "compute.test.io/v1", Kind: "VirtualMachine", Namespace: "default", Name: "vm-1"}, Type: corev1.EventTypeWarning, Reason: "DeletionBlocked"},
 		},
 	}
-	e := &env{mapper: testMapper(), reader: r}
+	e := &workspace.Session{Mapper: testMapper(), Reader: r}
 	got, err := dangling(context.Background(), e, "")
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +110,7 @@ func TestDangling(t *testing.T) {
 	if !got.Dangling[0].LastSeen.Equal(now.Add(-time.Minute)) || got.Dangling[0].Reference.Name != "vpc-x" || got.Dangling[3].Reference != nil {
 		t.Errorf("dangling = %+v", got.Dangling)
 	}
-	if reqs := r.requestsMatching("events"); !reflect.DeepEqual(reqs, []string{"events  type=Warning,reason=DanglingReference"}) {
+	if reqs := r.RequestsMatching("events"); !reflect.DeepEqual(reqs, []string{"events  type=Warning,reason=DanglingReference"}) {
 		t.Errorf("requests = %q", reqs)
 	}
 
@@ -119,8 +121,8 @@ func TestDangling(t *testing.T) {
 
 	var out bytes.Buffer
 	if err := printDangling(&out, DanglingResult{Dangling: []DanglingReference{
-		{Object: Object{Kind: "VirtualMachine", Namespace: "default", Name: "vm-1"}, Reference: &Reference{Resource: "vpcs.network.test.io", Namespace: "default", Name: "vpc-x"}, LastSeen: now.Add(-90 * time.Second)},
-		{Object: Object{Kind: "VirtualMachine", Namespace: "team-b", Name: "vm-9"}, Message: "references something that is missing", LastSeen: now.Add(-2 * time.Hour)},
+		{Object: workspace.Object{Kind: "VirtualMachine", Namespace: "default", Name: "vm-1"}, Reference: &Reference{Resource: "vpcs.network.test.io", Namespace: "default", Name: "vpc-x"}, LastSeen: now.Add(-90 * time.Second)},
+		{Object: workspace.Object{Kind: "VirtualMachine", Namespace: "team-b", Name: "vm-9"}, Message: "references something that is missing", LastSeen: now.Add(-2 * time.Hour)},
 	}, Resolved: 2}, now); err != nil {
 		t.Fatal(err)
 	}

@@ -21,4 +21,9 @@
 // 0 for a clean answer, 1 when the answer is a refusal or found something,
 // and 2 (ExitError) when the command failed. See docs/operations.md,
 // "Asking before deleting".
+//
+// This package holds the commands, what they compute and how they print
+// it; what reads the workspace (the clients of the kubeconfig flags, the
+// Reader, the objects and types resolved through discovery, the types
+// that may hold references) is package workspace.
 package plugin

@@ -14,6 +14,7 @@ import (
 	"k8s.io/cli-runtime/pkg/resource"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/plugin/workspace"
 	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 )
 
@@ -47,11 +48,11 @@ type scope struct {
 
 // nodesOfTypes lists the objects of the types in namespace (all if
 // allNamespaces), as stored, with their reference labels.
-func nodesOfTypes(ctx context.Context, e *env, typeArgs []string, namespace string, allNamespaces bool) ([]node, error) {
+func nodesOfTypes(ctx context.Context, ws *workspace.Session, typeArgs []string, namespace string, allNamespaces bool) ([]node, error) {
 	var nodes []node
 	seen := map[schema.GroupResource]bool{}
 	for _, a := range typeArgs {
-		m, err := mappingFor(e.mapper, a)
+		m, err := workspace.MappingFor(ws.Mapper, a)
 		if err != nil {
 			return nil, err
 		}
@@ -63,7 +64,7 @@ func nodesOfTypes(ctx context.Context, e *env, typeArgs []string, namespace stri
 		if m.Scope.Name() == meta.RESTScopeNameNamespace && !allNamespaces {
 			s.namespace = namespace
 		}
-		items, err := listScope(ctx, e.reader, s)
+		items, err := listScope(ctx, ws.Reader, s)
 		if err != nil {
 			return nil, err
 		}
@@ -80,7 +81,7 @@ func nodesOfTypes(ctx context.Context, e *env, typeArgs []string, namespace stri
 // and namespace), and those that are not stored. Objects without a
 // namespace are in namespace; with enforceNamespace (-n), an object of
 // another namespace is an error, as in kubectl.
-func nodesOfFiles(ctx context.Context, e *env, opts *resource.FilenameOptions, namespace string, enforceNamespace bool) ([]node, []Object, error) {
+func nodesOfFiles(ctx context.Context, ws *workspace.Session, opts *resource.FilenameOptions, namespace string, enforceNamespace bool) ([]node, []workspace.Object, error) {
 	infos, err := resource.NewLocalBuilder().Unstructured().ContinueOnError().FilenameParam(false, opts).Flatten().Do().Infos()
 	if err != nil {
 		return nil, nil, fmt.Errorf("failed to read the manifests: %w", err)
@@ -97,7 +98,7 @@ func nodesOfFiles(ctx context.Context, e *env, opts *resource.FilenameOptions, n
 	var scopes []*wanted
 	for _, info := range infos {
 		gvk := info.Object.GetObjectKind().GroupVersionKind()
-		m, err := e.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		m, err := ws.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		if err != nil {
 			return nil, nil, fmt.Errorf("failed to map %s %q of %s: %w", gvk.Kind, info.Name, info.Source, err)
 		}
@@ -122,10 +123,10 @@ func nodesOfFiles(ctx context.Context, e *env, opts *resource.FilenameOptions, n
 	}
 	var (
 		nodes   []node
-		missing []Object
+		missing []workspace.Object
 	)
 	for _, w := range scopes {
-		items, err := listScope(ctx, e.reader, w.scope)
+		items, err := listScope(ctx, ws.Reader, w.scope)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -136,15 +137,15 @@ func nodesOfFiles(ctx context.Context, e *env, opts *resource.FilenameOptions, n
 			}
 		}
 		for name := range w.names {
-			missing = append(missing, Object{Kind: w.mapping.GroupVersionKind.Kind, Resource: w.mapping.Resource.GroupResource().String(), Namespace: w.namespace, Name: name})
+			missing = append(missing, workspace.Object{Kind: w.mapping.GroupVersionKind.Kind, Resource: w.mapping.Resource.GroupResource().String(), Namespace: w.namespace, Name: name})
 		}
 	}
-	slices.SortFunc(missing, compareObjects)
+	slices.SortFunc(missing, workspace.CompareObjects)
 	return nodes, missing, nil
 }
 
 // listScope lists the metadata of the objects of a scope, page by page.
-func listScope(ctx context.Context, r Reader, s scope) ([]metav1.PartialObjectMetadata, error) {
+func listScope(ctx context.Context, r workspace.Reader, s scope) ([]metav1.PartialObjectMetadata, error) {
 	var items []metav1.PartialObjectMetadata
 	opts := metav1.ListOptions{Limit: 5000}
 	for {
@@ -167,7 +168,7 @@ func listScope(ctx context.Context, r Reader, s scope) ([]metav1.PartialObjectMe
 // nodeOf returns the node of a listed object of mapping.
 func nodeOf(m *meta.RESTMapping, item metav1.PartialObjectMetadata) node {
 	gr := m.Resource.GroupResource()
-	obj := Object{Kind: m.GroupVersionKind.Kind, Resource: gr.String(), Namespace: item.Namespace, Name: item.Name}
+	obj := workspace.Object{Kind: m.GroupVersionKind.Kind, Resource: gr.String(), Namespace: item.Namespace, Name: item.Name}
 	return newNode(obj, reflabels.Key(gr, item.Name), item.Labels, item.DeletionTimestamp != nil)
 }
 

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/plugin/workspace"
 	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 )
 
@@ -21,15 +22,15 @@ const refsConcurrency = 16
 
 // RefsResult is the answer of `refs`, as -o json|yaml prints it.
 type RefsResult struct {
-	Object Object `json:"object"`
+	Object workspace.Object `json:"object"`
 	// Exists tells whether the object exists (references to an object
 	// that does not exist dangle).
 	Exists bool `json:"exists"`
 	// ReferencedBy are the objects whose reference labels name it.
-	ReferencedBy []Object `json:"referencedBy"`
+	ReferencedBy []workspace.Object `json:"referencedBy"`
 	// Deleting are those of them that are being deleted: they no longer
 	// block its deletion.
-	Deleting []Object `json:"deleting,omitempty"`
+	Deleting []workspace.Object `json:"deleting,omitempty"`
 	// Unlabelled are the types some of whose objects carry reference
 	// labels and others not, or labels of different rules: those may
 	// reference it unseen.
@@ -71,8 +72,8 @@ func (r RefsResult) Clean() bool {
 // another namespace than a namespaced object references it only where its
 // rule reads a namespace next to the name: those are read in full and kept
 // only if they hold the object's namespace.
-func refs(ctx context.Context, r Reader, t Target, types []apiType) RefsResult {
-	res := RefsResult{Object: t.Object(), ReferencedBy: []Object{}, Types: len(types)}
+func refs(ctx context.Context, r workspace.Reader, t workspace.Target, types []workspace.Type) RefsResult {
+	res := RefsResult{Object: t.Object(), ReferencedBy: []workspace.Object{}, Types: len(types)}
 	key := reflabels.Key(t.Mapping.Resource.GroupResource(), t.Name)
 
 	var (
@@ -104,20 +105,20 @@ func refs(ctx context.Context, r Reader, t Target, types []apiType) RefsResult {
 		})
 	}
 	wg.Wait()
-	slices.SortFunc(res.ReferencedBy, compareObjects)
-	slices.SortFunc(res.Deleting, compareObjects)
+	slices.SortFunc(res.ReferencedBy, workspace.CompareObjects)
+	slices.SortFunc(res.Deleting, workspace.CompareObjects)
 	slices.SortFunc(res.Unlabelled, func(a, b UnlabelledType) int {
-		return compareObjects(Object{Kind: a.Kind, Resource: a.Resource}, Object{Kind: b.Kind, Resource: b.Resource})
+		return workspace.CompareObjects(workspace.Object{Kind: a.Kind, Resource: a.Resource}, workspace.Object{Kind: b.Kind, Resource: b.Resource})
 	})
 	slices.SortFunc(res.Unreadable, func(a, b UnreadableType) int {
-		return compareObjects(Object{Resource: a.Resource}, Object{Resource: b.Resource})
+		return workspace.CompareObjects(workspace.Object{Resource: a.Resource}, workspace.Object{Resource: b.Resource})
 	})
 	return res
 }
 
 // typeRefs is what refs found in one type.
 type typeRefs struct {
-	hits, deleting []Object
+	hits, deleting []workspace.Object
 	unlabelled     int
 	relabelling    bool
 	err            error
@@ -125,7 +126,7 @@ type typeRefs struct {
 
 // refsOfType reads the objects of typ that reference t (whose label key is
 // key), and, if typ has labelled objects, how many are not labelled.
-func refsOfType(ctx context.Context, r Reader, typ apiType, t Target, key string) typeRefs {
+func refsOfType(ctx context.Context, r workspace.Reader, typ workspace.Type, t workspace.Target, key string) typeRefs {
 	var tr typeRefs
 	list, err := r.ListMeta(ctx, typ.GVR, "", metav1.ListOptions{LabelSelector: key})
 	if err != nil {
@@ -134,7 +135,7 @@ func refsOfType(ctx context.Context, r Reader, typ apiType, t Target, key string
 	self := typ.GVR.GroupResource() == t.Mapping.Resource.GroupResource()
 	across := 0
 	add := func(m metav1.ObjectMeta) {
-		o := Object{Kind: typ.Kind, Resource: typ.GVR.GroupResource().String(), Namespace: m.Namespace, Name: m.Name}
+		o := workspace.Object{Kind: typ.Kind, Resource: typ.GVR.GroupResource().String(), Namespace: m.Namespace, Name: m.Name}
 		if m.DeletionTimestamp != nil {
 			tr.deleting = append(tr.deleting, o)
 			return
@@ -232,7 +233,7 @@ func holdsString(v any, s string) bool {
 }
 
 // printRefs prints the answer of `refs` for people.
-func printRefs(w io.Writer, t Target, r RefsResult) error {
+func printRefs(w io.Writer, t workspace.Target, r RefsResult) error {
 	if len(r.ReferencedBy) > 0 {
 		tb := newTable(w, "KIND", "NAMESPACE", "NAME")
 		for _, o := range r.ReferencedBy {
@@ -244,9 +245,9 @@ func printRefs(w io.Writer, t Target, r RefsResult) error {
 	}
 	var lines []string
 	if len(r.ReferencedBy) == 0 {
-		lines = append(lines, fmt.Sprintf("No object references %s (reference labels of %s read).", t.describe(), plural(r.Types, "type")))
+		lines = append(lines, fmt.Sprintf("No object references %s (reference labels of %s read).", t.Describe(), plural(r.Types, "type")))
 	} else {
-		lines = append(lines, fmt.Sprintf("%s %s %s (reference labels of %s read).", plural(len(r.ReferencedBy), "object"), verb(len(r.ReferencedBy), "references", "reference"), t.describe(), plural(r.Types, "type")))
+		lines = append(lines, fmt.Sprintf("%s %s %s (reference labels of %s read).", plural(len(r.ReferencedBy), "object"), verb(len(r.ReferencedBy), "references", "reference"), t.Describe(), plural(r.Types, "type")))
 	}
 	switch {
 	case !r.Exists && len(r.ReferencedBy) > 0:

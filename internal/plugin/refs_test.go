@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/plugin/workspace"
+	"github.com/opendefensecloud/dependency-controller/internal/plugin/workspace/workspacetest"
 	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 )
 
@@ -54,30 +56,30 @@ func TestRefs(t *testing.T) {
 		"subnets": {obj(subnetsGVR, "default", "subnet-x", nil, nil)},
 		"zones":   {obj(zonesGVR, "", "eu-1", labelled(vpcA), nil)},
 	}
-	reader := func() *fakeReader {
-		r := &fakeReader{objects: map[schema.GroupVersionResource][]*unstructured.Unstructured{}}
+	reader := func() *workspacetest.Reader {
+		r := &workspacetest.Reader{Objects: map[schema.GroupVersionResource][]*unstructured.Unstructured{}}
 		for res, objs := range objects {
-			r.objects[map[string]schema.GroupVersionResource{"vms": vmsGVR, "vpcs": vpcsGVR, "subnets": subnetsGVR, "zones": zonesGVR}[res]] = objs
+			r.Objects[map[string]schema.GroupVersionResource{"vms": vmsGVR, "vpcs": vpcsGVR, "subnets": subnetsGVR, "zones": zonesGVR}[res]] = objs
 		}
 		return r
 	}
 	mapper := testMapper()
-	vpc := func(name, ns string) Target {
+	vpc := func(name, ns string) workspace.Target {
 		t.Helper()
-		target, err := resolve(mapper, []string{"vpc", name}, ns)
+		target, err := workspace.Resolve(mapper, []string{"vpc", name}, ns)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return target
 	}
-	vm := func(ns, name string) Object {
-		return Object{Kind: "VirtualMachine", Resource: "virtualmachines.compute.test.io", Namespace: ns, Name: name}
+	vm := func(ns, name string) workspace.Object {
+		return workspace.Object{Kind: "VirtualMachine", Resource: "virtualmachines.compute.test.io", Namespace: ns, Name: name}
 	}
 
 	t.Run("dependents in the namespace, across namespaces only with the namespace, cluster-scoped ones, not itself", func(t *testing.T) {
 		r := reader()
 		got := refs(context.Background(), r, vpc("vpc-a", "default"), testTypes)
-		want := []Object{
+		want := []workspace.Object{
 			{Kind: "VPC", Resource: "vpcs.network.test.io", Namespace: "default", Name: "vpc-peer"},
 			vm("default", "vm-1"), vm("default", "vm-2"), vm("team-b", "vm-across"),
 			{Kind: "Zone", Resource: "zones.network.test.io", Name: "eu-1"},
@@ -85,7 +87,7 @@ func TestRefs(t *testing.T) {
 		if !reflect.DeepEqual(got.ReferencedBy, want) {
 			t.Errorf("ReferencedBy = %+v\nwant %+v", got.ReferencedBy, want)
 		}
-		if !reflect.DeepEqual(got.Deleting, []Object{vm("default", "vm-going")}) {
+		if !reflect.DeepEqual(got.Deleting, []workspace.Object{vm("default", "vm-going")}) {
 			t.Errorf("Deleting = %+v", got.Deleting)
 		}
 		wantUnlabelled := []UnlabelledType{
@@ -99,14 +101,14 @@ func TestRefs(t *testing.T) {
 			t.Errorf("Exists %v, Types %d, Clean %v", got.Exists, got.Types, got.Clean())
 		}
 		// Subnets have no labelled object: no count of unlabelled ones.
-		if reqs := r.requestsMatching("list subnets  !"); len(reqs) != 0 {
+		if reqs := r.RequestsMatching("list subnets  !"); len(reqs) != 0 {
 			t.Errorf("counted unlabelled Subnets: %q", reqs)
 		}
 		// Only the type with hits in other namespaces is read in full.
-		if reqs := r.requestsMatching("list virtualmachines  " + vpcA + " metadata.namespace!=default"); len(reqs) != 1 {
-			t.Errorf("reads of VMs in other namespaces: %q", r.requestsMatching("list virtualmachines"))
+		if reqs := r.RequestsMatching("list virtualmachines  " + vpcA + " metadata.namespace!=default"); len(reqs) != 1 {
+			t.Errorf("reads of VMs in other namespaces: %q", r.RequestsMatching("list virtualmachines"))
 		}
-		if reqs := r.requestsMatching("list vpcs  " + vpcA + " metadata.namespace"); len(reqs) != 0 {
+		if reqs := r.RequestsMatching("list vpcs  " + vpcA + " metadata.namespace"); len(reqs) != 0 {
 			t.Errorf("VPCs read in full: %q", reqs)
 		}
 	})
@@ -115,7 +117,7 @@ func TestRefs(t *testing.T) {
 		got := refs(context.Background(), reader(), vpc("vpc-a", "team-b"), testTypes)
 		// vm-across names default/vpc-a; labels do not name the namespace,
 		// and a dependent in the object's namespace is taken to reference it.
-		want := []Object{vm("team-b", "vm-across"), vm("team-b", "vm-own"), {Kind: "Zone", Resource: "zones.network.test.io", Name: "eu-1"}}
+		want := []workspace.Object{vm("team-b", "vm-across"), vm("team-b", "vm-own"), {Kind: "Zone", Resource: "zones.network.test.io", Name: "eu-1"}}
 		if !reflect.DeepEqual(got.ReferencedBy, want) {
 			t.Errorf("ReferencedBy = %+v, want %+v", got.ReferencedBy, want)
 		}
@@ -125,12 +127,12 @@ func TestRefs(t *testing.T) {
 	})
 
 	t.Run("a cluster-scoped object is referenced from every namespace", func(t *testing.T) {
-		target, err := resolve(mapper, []string{"zones/eu-1"}, "default")
+		target, err := workspace.Resolve(mapper, []string{"zones/eu-1"}, "default")
 		if err != nil {
 			t.Fatal(err)
 		}
 		got := refs(context.Background(), reader(), target, testTypes)
-		if !reflect.DeepEqual(got.ReferencedBy, []Object{vm("default", "vm-2")}) {
+		if !reflect.DeepEqual(got.ReferencedBy, []workspace.Object{vm("default", "vm-2")}) {
 			t.Errorf("ReferencedBy = %+v", got.ReferencedBy)
 		}
 	})
@@ -144,7 +146,7 @@ func TestRefs(t *testing.T) {
 
 	t.Run("a type that cannot be read is named; one that went away is not", func(t *testing.T) {
 		r := reader()
-		r.listErr = map[string]error{
+		r.ListErr = map[string]error{
 			"subnets": apierrors.NewForbidden(subnetsGVR.GroupResource(), "", errors.New("no")),
 			"zones":   apierrors.NewNotFound(zonesGVR.GroupResource(), ""),
 		}
@@ -158,7 +160,7 @@ func TestRefs(t *testing.T) {
 		r := reader()
 		l := labelled(vpcA)
 		l[depv1alpha1.LabelReferencesScheme] = "s2"
-		r.objects[vmsGVR][1].SetLabels(l)
+		r.Objects[vmsGVR][1].SetLabels(l)
 		got := refs(context.Background(), r, vpc("vpc-a", "default"), testTypes)
 		want := UnlabelledType{Kind: "VirtualMachine", Resource: "virtualmachines.compute.test.io", Count: 2, Relabelling: true}
 		if len(got.Unlabelled) != 2 || got.Unlabelled[1] != want {
@@ -167,7 +169,7 @@ func TestRefs(t *testing.T) {
 	})
 
 	t.Run("clean", func(t *testing.T) {
-		r := &fakeReader{objects: map[schema.GroupVersionResource][]*unstructured.Unstructured{vpcsGVR: {obj(vpcsGVR, "default", "vpc-a", nil, nil)}}}
+		r := &workspacetest.Reader{Objects: map[schema.GroupVersionResource][]*unstructured.Unstructured{vpcsGVR: {obj(vpcsGVR, "default", "vpc-a", nil, nil)}}}
 		got := refs(context.Background(), r, vpc("vpc-a", "default"), testTypes)
 		if !got.Clean() || got.ReferencedBy == nil {
 			t.Errorf("got %+v, want clean, with an empty (not null) list", got)
@@ -176,7 +178,7 @@ func TestRefs(t *testing.T) {
 }
 
 func TestPrintRefs(t *testing.T) {
-	target, err := resolve(testMapper(), []string{"vpc/vpc-a"}, "default")
+	target, err := workspace.Resolve(testMapper(), []string{"vpc/vpc-a"}, "default")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,19 +189,19 @@ func TestPrintRefs(t *testing.T) {
 	}{
 		{
 			name:   "nothing",
-			result: RefsResult{Exists: true, ReferencedBy: []Object{}, Types: 7},
+			result: RefsResult{Exists: true, ReferencedBy: []workspace.Object{}, Types: 7},
 			want:   []string{`No object references vpcs.network.test.io "vpc-a" in namespace "default" (reference labels of 7 types read).` + "\n"},
 		},
 		{
 			name:   "nothing, and the object does not exist",
-			result: RefsResult{ReferencedBy: []Object{}, Types: 1},
+			result: RefsResult{ReferencedBy: []workspace.Object{}, Types: 1},
 			want:   []string{"(reference labels of 1 type read).\nIt does not exist.\n"},
 		},
 		{
 			name: "dependents, one being deleted, unlabelled ones, an unreadable type, the object is gone",
 			result: RefsResult{
-				ReferencedBy: []Object{{Kind: "VirtualMachine", Namespace: "default", Name: "vm-1"}, {Kind: "Zone", Name: "eu-1"}},
-				Deleting:     []Object{{Kind: "VirtualMachine", Namespace: "default", Name: "vm-3"}},
+				ReferencedBy: []workspace.Object{{Kind: "VirtualMachine", Namespace: "default", Name: "vm-1"}, {Kind: "Zone", Name: "eu-1"}},
+				Deleting:     []workspace.Object{{Kind: "VirtualMachine", Namespace: "default", Name: "vm-3"}},
 				Unlabelled: []UnlabelledType{
 					{Kind: "VirtualMachine", Resource: "virtualmachines.compute.test.io", Count: 3},
 					{Kind: "Subnet", Resource: "subnets.network.test.io", Relabelling: true},

@@ -6,17 +6,18 @@ import (
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/deletionorder"
+	"github.com/opendefensecloud/dependency-controller/internal/plugin/workspace"
 )
 
 // node is an object of the set that order plans the deletion of.
 type node struct {
-	obj Object
+	obj workspace.Object
 	deletionorder.Node
 }
 
 // newNode returns the node of an object with the given labels; key is its
 // reference label key.
-func newNode(obj Object, key string, labels map[string]string, deleting bool) node {
+func newNode(obj workspace.Object, key string, labels map[string]string, deleting bool) node {
 	n := node{obj: obj, Node: deletionorder.Node{Key: key, Deleting: deleting}}
 	for k := range labels {
 		if strings.HasPrefix(k, depv1alpha1.LabelReferencePrefix) {
@@ -37,7 +38,7 @@ type OrderResult struct {
 	// one of them is refused until the cycle is broken.
 	Cycles []Cycle `json:"cycles,omitempty"`
 	// Missing are objects of the files that do not exist.
-	Missing []Object `json:"missing,omitempty"`
+	Missing []workspace.Object `json:"missing,omitempty"`
 }
 
 // Wave is one wave of deletions.
@@ -48,7 +49,7 @@ type Wave struct {
 
 // WaveObject is an object of a wave.
 type WaveObject struct {
-	Object
+	workspace.Object
 	// Cycle is the number of the cycle it is on (see OrderResult.Cycles),
 	// 0 if none.
 	Cycle int `json:"cycle,omitempty"`
@@ -59,14 +60,14 @@ type Cycle struct {
 	Cycle int `json:"cycle"`
 	// Wave is the wave of its objects, in which they can be deleted once
 	// it is broken.
-	Wave    int      `json:"wave"`
-	Objects []Object `json:"objects"`
+	Wave    int                `json:"wave"`
+	Objects []workspace.Object `json:"objects"`
 }
 
 // plan orders the deletion of nodes (see deletionorder.Order), each wave
 // sorted by kind, namespace and name.
 func plan(nodes []node) OrderResult {
-	slices.SortFunc(nodes, func(a, b node) int { return compareObjects(a.obj, b.obj) })
+	slices.SortFunc(nodes, func(a, b node) int { return workspace.CompareObjects(a.obj, b.obj) })
 	in := make([]deletionorder.Node, len(nodes))
 	for i, n := range nodes {
 		in[i] = n.Node

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/opendefensecloud/dependency-controller/internal/plugin/workspace"
 )
 
 // n returns a node of kind/namespace/name whose key is its name and that
@@ -15,7 +17,7 @@ func n(kind, namespace, name string, refs ...string) node {
 	for _, r := range refs {
 		labels["ref.dependencies.opendefense.cloud/"+r] = ""
 	}
-	return newNode(Object{Kind: kind, Namespace: namespace, Name: name}, "ref.dependencies.opendefense.cloud/"+name, labels, false)
+	return newNode(workspace.Object{Kind: kind, Namespace: namespace, Name: name}, "ref.dependencies.opendefense.cloud/"+name, labels, false)
 }
 
 // waveNames renders the waves as "wave: names" lines, cycles marked.
@@ -152,7 +154,7 @@ func TestPrintOrder(t *testing.T) {
 			name: "waves, a cycle, missing objects",
 			r: func() OrderResult {
 				r := plan([]node{n("VPC", "default", "vpc-x", "gw"), n("VirtualMachine", "default", "gw", "vpc-x"), n("VirtualMachine", "default", "vm-1", "vpc-x")})
-				r.Missing = []Object{{Kind: "VPC", Namespace: "default", Name: "vpc-gone"}}
+				r.Missing = []workspace.Object{{Kind: "VPC", Namespace: "default", Name: "vpc-gone"}}
 				return r
 			}(),
 			want: []string{

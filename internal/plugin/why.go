@@ -6,11 +6,12 @@ import (
 	"io"
 
 	"github.com/opendefensecloud/dependency-controller/internal/denial"
+	"github.com/opendefensecloud/dependency-controller/internal/plugin/workspace"
 )
 
 // WhyResult is the answer of `why`, as -o json|yaml prints it.
 type WhyResult struct {
-	Object Object `json:"object"`
+	Object workspace.Object `json:"object"`
 	denial.Answer
 	// Warnings are the warnings of the server's answer (skip-protection,
 	// for instance).
@@ -19,16 +20,16 @@ type WhyResult struct {
 
 // why asks the server, with a dry-run DELETE, what would become of a
 // DELETE of t.
-func why(ctx context.Context, e *env, t Target) (WhyResult, error) {
-	a, err := denial.Read(e.reader.DryRunDelete(ctx, t.Mapping.Resource, t.Namespace, t.Name))
+func why(ctx context.Context, ws *workspace.Session, t workspace.Target) (WhyResult, error) {
+	a, err := denial.Read(ws.Reader.DryRunDelete(ctx, t.Mapping.Resource, t.Namespace, t.Name))
 	if err != nil {
-		return WhyResult{}, fmt.Errorf("failed to ask whether %s can be deleted: %w", t.describe(), err)
+		return WhyResult{}, fmt.Errorf("failed to ask whether %s can be deleted: %w", t.Describe(), err)
 	}
-	return WhyResult{Object: t.Object(), Answer: a, Warnings: e.warnings.all()}, nil
+	return WhyResult{Object: t.Object(), Answer: a, Warnings: ws.Warnings.All()}, nil
 }
 
 // printWhy prints the answer of `why` for people.
-func printWhy(w io.Writer, t Target, r WhyResult) error {
+func printWhy(w io.Writer, t workspace.Target, r WhyResult) error {
 	for _, warning := range r.Warnings {
 		if _, err := fmt.Fprintf(w, "Warning: %s\n", warning); err != nil {
 			return err
@@ -37,15 +38,15 @@ func printWhy(w io.Writer, t Target, r WhyResult) error {
 	var head string
 	switch r.Verdict {
 	case denial.Allowed:
-		head = fmt.Sprintf("deleting %s would be admitted now (dry run)", t.describe())
+		head = fmt.Sprintf("deleting %s would be admitted now (dry run)", t.Describe())
 	case denial.Blocked:
-		head = fmt.Sprintf("%s is still referenced by %s", t.describe(), plural(r.Total, "object"))
+		head = fmt.Sprintf("%s is still referenced by %s", t.Describe(), plural(r.Total, "object"))
 	case denial.WouldBeDeferred:
-		head = fmt.Sprintf("%s is still referenced by %s; under a Replay rule, deleting it would defer its deletion until they are gone", t.describe(), plural(r.Total, "object"))
+		head = fmt.Sprintf("%s is still referenced by %s; under a Replay rule, deleting it would defer its deletion until they are gone", t.Describe(), plural(r.Total, "object"))
 	case denial.InFlight:
-		head = fmt.Sprintf("a reference to %s is being admitted: %s", t.describe(), denial.WebhookMessage(r.Message))
+		head = fmt.Sprintf("a reference to %s is being admitted: %s", t.Describe(), denial.WebhookMessage(r.Message))
 	case denial.Refused:
-		head = fmt.Sprintf("deleting %s would be refused, not because of dependents: %s", t.describe(), denial.WebhookMessage(r.Message))
+		head = fmt.Sprintf("deleting %s would be refused, not because of dependents: %s", t.Describe(), denial.WebhookMessage(r.Message))
 	}
 	if _, err := fmt.Fprintf(w, "%s: %s\n", r.Verdict.Banner(), head); err != nil {
 		return err

@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/opendefensecloud/dependency-controller/internal/denial"
+	"github.com/opendefensecloud/dependency-controller/internal/plugin/workspace"
+	"github.com/opendefensecloud/dependency-controller/internal/plugin/workspace/workspacetest"
 )
 
 // denied returns the error kube-apiserver returns for a webhook's denial
@@ -38,7 +40,7 @@ const vm1 = `{"kind":"VirtualMachine","namespace":"default","name":"vm-1","rule"
 var blocker1 = denial.Blocker{Kind: "VirtualMachine", Namespace: "default", Name: "vm-1", Rule: "abc/vm-dependencies", Path: ".spec.vpcRef.name"}
 
 func TestPrintWhy(t *testing.T) {
-	target, err := resolve(testMapper(), []string{"vpc/vpc-a"}, "default")
+	target, err := workspace.Resolve(testMapper(), []string{"vpc/vpc-a"}, "default")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,19 +96,19 @@ func TestPrintWhy(t *testing.T) {
 }
 
 func TestWhySendsOneDryRunDelete(t *testing.T) {
-	r := &fakeReader{deleteErr: denied(403, "is still referenced by VirtualMachine/default/vm-1; delete these", blockerCauses(1, vm1))}
-	target, err := resolve(testMapper(), []string{"vpcs", "vpc-a"}, "default")
+	r := &workspacetest.Reader{DeleteErr: denied(403, "is still referenced by VirtualMachine/default/vm-1; delete these", blockerCauses(1, vm1))}
+	target, err := workspace.Resolve(testMapper(), []string{"vpcs", "vpc-a"}, "default")
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := why(context.Background(), &env{reader: r, warnings: &warnings{}}, target)
+	got, err := why(context.Background(), &workspace.Session{Reader: r, Warnings: &workspace.Warnings{}}, target)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Verdict != denial.Blocked || got.Object.Name != "vpc-a" || len(got.Blockers) != 1 {
 		t.Errorf("why() = %+v", got)
 	}
-	if reqs := r.requestsMatching(""); !reflect.DeepEqual(reqs, []string{"delete vpcs default vpc-a"}) {
+	if reqs := r.RequestsMatching(""); !reflect.DeepEqual(reqs, []string{"delete vpcs default vpc-a"}) {
 		t.Errorf("requests = %q, want one DELETE", reqs)
 	}
 }

@@ -1,4 +1,4 @@
-package plugin
+package workspace
 
 import (
 	"cmp"
@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// Object identifies an object in the commands' output.
+// Object identifies an object of the workspace in the commands' output.
 type Object struct {
 	// Kind is the object's kind, e.g. VirtualMachine.
 	Kind string `json:"kind"`
@@ -19,7 +19,8 @@ type Object struct {
 	Resource string `json:"resource"`
 	// Namespace is empty for a cluster-scoped object.
 	Namespace string `json:"namespace,omitempty"`
-	Name      string `json:"name"`
+	// Name is the object's name.
+	Name string `json:"name"`
 }
 
 // String renders the object as Kind/name or Kind/namespace/name, as the
@@ -31,16 +32,21 @@ func (o Object) String() string {
 	return o.Kind + "/" + o.Namespace + "/" + o.Name
 }
 
-func compareObjects(a, b Object) int {
+// CompareObjects orders objects by kind, resource, namespace and name (for
+// slices.SortFunc).
+func CompareObjects(a, b Object) int {
 	return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Resource, b.Resource), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 }
 
 // Target is an object named on the command line, resolved through
 // discovery.
 type Target struct {
-	Mapping   *meta.RESTMapping
+	// Mapping is the mapping of its type.
+	Mapping *meta.RESTMapping
+	// Namespace is empty for a cluster-scoped object.
 	Namespace string
-	Name      string
+	// Name is the object's name.
+	Name string
 }
 
 // Object returns the target as an Object.
@@ -48,9 +54,9 @@ func (t Target) Object() Object {
 	return Object{Kind: t.Mapping.GroupVersionKind.Kind, Resource: t.Mapping.Resource.GroupResource().String(), Namespace: t.Namespace, Name: t.Name}
 }
 
-// describe renders the target as the webhook names it: vpcs.network.test.io
+// Describe renders the target as the webhook names it: vpcs.network.test.io
 // "vpc-a" in namespace "default".
-func (t Target) describe() string {
+func (t Target) Describe() string {
 	s := fmt.Sprintf("%s %q", t.Mapping.Resource.GroupResource(), t.Name)
 	if t.Namespace != "" {
 		s += fmt.Sprintf(" in namespace %q", t.Namespace)
@@ -58,8 +64,10 @@ func (t Target) describe() string {
 	return s
 }
 
-// errUsage marks an error in the command line (exit code 2 with a hint).
-var errUsage = errors.New("usage")
+// ErrUsage marks an error in how the command line names an object
+// (TYPE/NAME); the plugin marks its other usage errors with it too, and
+// exits with code 2 and a hint.
+var ErrUsage = errors.New("usage")
 
 // splitTypeName reads the object a command is about: TYPE/NAME as one
 // argument, or TYPE and NAME as two, as kubectl takes them.
@@ -68,27 +76,28 @@ func splitTypeName(args []string) (string, string, error) {
 	case 1:
 		typ, name, ok := strings.Cut(args[0], "/")
 		if !ok || typ == "" || name == "" || strings.Contains(name, "/") {
-			return "", "", fmt.Errorf("%w: expected TYPE/NAME, got %q", errUsage, args[0])
+			return "", "", fmt.Errorf("%w: expected TYPE/NAME, got %q", ErrUsage, args[0])
 		}
 		return typ, name, nil
 	case 2:
 		if strings.Contains(args[0], "/") || args[0] == "" || args[1] == "" || strings.Contains(args[1], "/") {
-			return "", "", fmt.Errorf("%w: expected TYPE/NAME or TYPE NAME, got %q", errUsage, strings.Join(args, " "))
+			return "", "", fmt.Errorf("%w: expected TYPE/NAME or TYPE NAME, got %q", ErrUsage, strings.Join(args, " "))
 		}
 		return args[0], args[1], nil
 	default:
-		return "", "", fmt.Errorf("%w: expected one object, TYPE/NAME or TYPE NAME", errUsage)
+		return "", "", fmt.Errorf("%w: expected one object, TYPE/NAME or TYPE NAME", ErrUsage)
 	}
 }
 
-// resolve resolves TYPE/NAME (or TYPE NAME) into a Target in namespace
-// (ignored for a cluster-scoped type).
-func resolve(mapper meta.RESTMapper, args []string, namespace string) (Target, error) {
+// Resolve resolves TYPE/NAME (or TYPE NAME) into a Target in namespace
+// (ignored for a cluster-scoped type). TYPE is resolved as MappingFor
+// does; an error in the arguments wraps ErrUsage.
+func Resolve(mapper meta.RESTMapper, args []string, namespace string) (Target, error) {
 	typ, name, err := splitTypeName(args)
 	if err != nil {
 		return Target{}, err
 	}
-	m, err := mappingFor(mapper, typ)
+	m, err := MappingFor(mapper, typ)
 	if err != nil {
 		return Target{}, err
 	}
@@ -99,12 +108,12 @@ func resolve(mapper meta.RESTMapper, args []string, namespace string) (Target, e
 	return t, nil
 }
 
-// mappingFor resolves a type as kubectl does (cli-runtime's
+// MappingFor resolves a type as kubectl does (cli-runtime's
 // resource.Builder): a resource (plural, singular or short name, with an
 // optional version and group: vpcs, vpc, vpcs.v1.network.test.io,
 // vpcs.network.test.io) or a kind (VPC, VPC.network.test.io), through the
 // RESTMapper of discovery.
-func mappingFor(mapper meta.RESTMapper, arg string) (*meta.RESTMapping, error) {
+func MappingFor(mapper meta.RESTMapper, arg string) (*meta.RESTMapping, error) {
 	fullGVR, gr := schema.ParseResourceArg(arg)
 	var gvk schema.GroupVersionKind
 	if fullGVR != nil {

@@ -1,4 +1,4 @@
-package plugin
+package workspace
 
 import (
 	"context"
@@ -6,19 +6,18 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 )
 
-// Reader is what the commands read from and ask of the workspace. The
-// clients of a kubeconfig implement it (see newEnv); tests use a fake.
+// Reader is what the plugin's commands read from and ask of the
+// workspace. The clients of a REST config implement it (see NewReader);
+// tests use a fake (see package workspacetest).
 type Reader interface {
 	// ListMeta lists the metadata of the objects of gvr in namespace (all
 	// namespaces, or the cluster scope, if empty).
@@ -34,53 +33,6 @@ type Reader interface {
 	Events(ctx context.Context, namespace, fieldSelector string) ([]corev1.Event, error)
 }
 
-// env is what a command runs with: the kubeconfig flags resolved into a
-// RESTMapper, discovery and a Reader, and the namespace.
-type env struct {
-	mapper meta.RESTMapper
-	// types returns the types the workspace serves that can be listed
-	// (see discoverTypes).
-	types  func() ([]apiType, error)
-	reader Reader
-	// namespace is the one of -n or of the kubeconfig's context;
-	// explicit tells whether -n set it.
-	namespace string
-	explicit  bool
-	// warnings collects the warnings the server sends.
-	warnings *warnings
-}
-
-// newEnv builds the clients of the kubeconfig flags.
-func newEnv(flags *genericclioptions.ConfigFlags) (*env, error) {
-	cfg, err := flags.ToRESTConfig()
-	if err != nil {
-		return nil, fmt.Errorf("failed to load the kubeconfig: %w", err)
-	}
-	ns, explicit, err := flags.ToRawKubeConfigLoader().Namespace()
-	if err != nil {
-		return nil, fmt.Errorf("failed to read the namespace of the kubeconfig: %w", err)
-	}
-	mapper, err := flags.ToRESTMapper()
-	if err != nil {
-		return nil, fmt.Errorf("failed to set up discovery: %w", err)
-	}
-	disco, err := flags.ToDiscoveryClient()
-	if err != nil {
-		return nil, fmt.Errorf("failed to set up discovery: %w", err)
-	}
-	w := &warnings{}
-	cfg = rest.CopyConfig(cfg)
-	// As kubectl: the reads of refs run concurrently, one per type.
-	cfg.QPS, cfg.Burst = 50, 300
-	cfg.WarningHandlerWithContext = w
-	r, err := newClientReader(cfg)
-	if err != nil {
-		return nil, err
-	}
-	types := func() ([]apiType, error) { return discoverTypes(disco) }
-	return &env{mapper: mapper, types: types, reader: r, namespace: ns, explicit: explicit, warnings: w}, nil
-}
-
 // clientReader is the Reader of a REST config.
 type clientReader struct {
 	meta metadata.Interface
@@ -88,7 +40,9 @@ type clientReader struct {
 	core corev1client.CoreV1Interface
 }
 
-func newClientReader(cfg *rest.Config) (*clientReader, error) {
+// NewReader returns the Reader of a REST config: metadata, dynamic and
+// core clients.
+func NewReader(cfg *rest.Config) (Reader, error) {
 	m, err := metadata.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("failed to create a metadata client: %w", err)
@@ -128,20 +82,22 @@ func (c *clientReader) Events(ctx context.Context, namespace, fieldSelector stri
 	return list.Items, nil
 }
 
-// warnings collects the warnings of the server's responses (an admission
-// warning of a dry run, for instance).
-type warnings struct {
+// Warnings collects the warnings of the server's responses (an admission
+// warning of a dry run, for instance). It is a rest.WarningHandlerWithContext.
+type Warnings struct {
 	lock sync.Mutex
 	list []string
 }
 
-func (w *warnings) HandleWarningHeaderWithContext(_ context.Context, _ int, _ string, text string) {
+// HandleWarningHeaderWithContext records the text of a warning.
+func (w *Warnings) HandleWarningHeaderWithContext(_ context.Context, _ int, _ string, text string) {
 	w.lock.Lock()
 	defer w.lock.Unlock()
 	w.list = append(w.list, text)
 }
 
-func (w *warnings) all() []string {
+// All returns the warnings received so far (none for a nil Warnings).
+func (w *Warnings) All() []string {
 	if w == nil {
 		return nil
 	}

@@ -1,8 +1,10 @@
-package plugin
+package workspace
 
 import (
 	"errors"
 	"testing"
+
+	"github.com/opendefensecloud/dependency-controller/internal/plugin/workspace/workspacetest"
 )
 
 func TestSplitTypeName(t *testing.T) {
@@ -25,7 +27,7 @@ func TestSplitTypeName(t *testing.T) {
 	} {
 		typ, name, err := splitTypeName(tc.args)
 		if tc.usageError {
-			if !errors.Is(err, errUsage) {
+			if !errors.Is(err, ErrUsage) {
 				t.Errorf("splitTypeName(%q): got %v, want a usage error", tc.args, err)
 			}
 			continue
@@ -37,7 +39,7 @@ func TestSplitTypeName(t *testing.T) {
 }
 
 func TestMappingFor(t *testing.T) {
-	mapper := testMapper()
+	mapper := workspacetest.Mapper()
 	for _, tc := range []struct {
 		arg, resource string
 	}{
@@ -54,32 +56,32 @@ func TestMappingFor(t *testing.T) {
 		{"gateways", ""},
 		{"vpcs.compute.test.io", ""},
 	} {
-		m, err := mappingFor(mapper, tc.arg)
+		m, err := MappingFor(mapper, tc.arg)
 		switch {
 		case tc.resource == "" && err == nil:
-			t.Errorf("mappingFor(%q) = %s, want an error", tc.arg, m.Resource)
+			t.Errorf("MappingFor(%q) = %s, want an error", tc.arg, m.Resource)
 		case tc.resource != "" && err != nil:
-			t.Errorf("mappingFor(%q): %v", tc.arg, err)
+			t.Errorf("MappingFor(%q): %v", tc.arg, err)
 		case tc.resource != "" && m.Resource.Resource != tc.resource:
-			t.Errorf("mappingFor(%q) = %s, want %s", tc.arg, m.Resource.Resource, tc.resource)
+			t.Errorf("MappingFor(%q) = %s, want %s", tc.arg, m.Resource.Resource, tc.resource)
 		}
 	}
 }
 
 func TestResolve(t *testing.T) {
-	mapper := testMapper()
-	got, err := resolve(mapper, []string{"vpc/vpc-a"}, "team-a")
-	if err != nil || got.Namespace != "team-a" || got.Name != "vpc-a" || got.describe() != `vpcs.network.test.io "vpc-a" in namespace "team-a"` {
-		t.Errorf("resolve(vpc/vpc-a) = %+v, %v", got, err)
+	mapper := workspacetest.Mapper()
+	got, err := Resolve(mapper, []string{"vpc/vpc-a"}, "team-a")
+	if err != nil || got.Namespace != "team-a" || got.Name != "vpc-a" || got.Describe() != `vpcs.network.test.io "vpc-a" in namespace "team-a"` {
+		t.Errorf("Resolve(vpc/vpc-a) = %+v, %v", got, err)
 	}
-	got, err = resolve(mapper, []string{"zone", "eu-1"}, "team-a")
-	if err != nil || got.Namespace != "" || got.describe() != `zones.network.test.io "eu-1"` {
-		t.Errorf("resolve(zone eu-1): a cluster-scoped object has no namespace, got %+v, %v", got, err)
+	got, err = Resolve(mapper, []string{"zone", "eu-1"}, "team-a")
+	if err != nil || got.Namespace != "" || got.Describe() != `zones.network.test.io "eu-1"` {
+		t.Errorf("Resolve(zone eu-1): a cluster-scoped object has no namespace, got %+v, %v", got, err)
 	}
 	if o := got.Object(); o != (Object{Kind: "Zone", Resource: "zones.network.test.io", Name: "eu-1"}) {
 		t.Errorf("Object() = %+v", o)
 	}
-	if _, err := resolve(mapper, []string{"gateway/g"}, "default"); err == nil || err.Error() != `the server doesn't have a resource type "gateway"` {
-		t.Errorf("resolve(gateway/g) = %v, want kubectl's error for an unknown type", err)
+	if _, err := Resolve(mapper, []string{"gateway/g"}, "default"); err == nil || err.Error() != `the server doesn't have a resource type "gateway"` {
+		t.Errorf("Resolve(gateway/g) = %v, want kubectl's error for an unknown type", err)
 	}
 }

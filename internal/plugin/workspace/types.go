@@ -1,4 +1,4 @@
-package plugin
+package workspace
 
 import (
 	"cmp"
@@ -14,10 +14,13 @@ import (
 	"k8s.io/client-go/discovery"
 )
 
-// apiType is a type the workspace serves, which may hold references.
-type apiType struct {
-	GVR        schema.GroupVersionResource
-	Kind       string
+// Type is a type the workspace serves, which may hold references.
+type Type struct {
+	// GVR is its resource, in its preferred version.
+	GVR schema.GroupVersionResource
+	// Kind is its kind.
+	Kind string
+	// Namespaced tells whether its objects are namespaced.
 	Namespaced bool
 }
 
@@ -44,10 +47,10 @@ var nativeGroups = map[string]bool{
 // apiBindings is kcp's APIBinding resource.
 var apiBindings = schema.GroupVersionResource{Group: "apis.kcp.io", Version: "v1alpha2", Resource: "apibindings"}
 
-// discoverTypes returns the types the workspace serves (in their
+// DiscoverTypes returns the types the workspace serves (in their
 // preferred version) that can be listed, sorted, and an error naming the
 // groups whose discovery failed (the rest is returned).
-func discoverTypes(d discovery.DiscoveryInterface) ([]apiType, error) {
+func DiscoverTypes(d discovery.DiscoveryInterface) ([]Type, error) {
 	lists, err := d.ServerPreferredResources()
 	if err != nil && !discovery.IsGroupDiscoveryFailedError(err) {
 		return nil, fmt.Errorf("failed to discover the workspace's types: %w", err)
@@ -57,8 +60,8 @@ func discoverTypes(d discovery.DiscoveryInterface) ([]apiType, error) {
 
 // typesOf returns the types of discovered resource lists that can be
 // listed, sorted.
-func typesOf(lists []*metav1.APIResourceList) []apiType {
-	var types []apiType
+func typesOf(lists []*metav1.APIResourceList) []Type {
+	var types []Type
 	for _, l := range lists {
 		gv, err := schema.ParseGroupVersion(l.GroupVersion)
 		if err != nil {
@@ -68,16 +71,16 @@ func typesOf(lists []*metav1.APIResourceList) []apiType {
 			if strings.Contains(r.Name, "/") || !slices.Contains(r.Verbs, "list") {
 				continue
 			}
-			types = append(types, apiType{GVR: gv.WithResource(r.Name), Kind: r.Kind, Namespaced: r.Namespaced})
+			types = append(types, Type{GVR: gv.WithResource(r.Name), Kind: r.Kind, Namespaced: r.Namespaced})
 		}
 	}
-	slices.SortFunc(types, func(a, b apiType) int {
+	slices.SortFunc(types, func(a, b Type) int {
 		return cmp.Or(cmp.Compare(a.GVR.Group, b.GVR.Group), cmp.Compare(a.GVR.Resource, b.GVR.Resource))
 	})
-	return slices.CompactFunc(types, func(a, b apiType) bool { return a.GVR.GroupResource() == b.GVR.GroupResource() })
+	return slices.CompactFunc(types, func(a, b Type) bool { return a.GVR.GroupResource() == b.GVR.GroupResource() })
 }
 
-// dependentTypes returns those of types whose objects may be dependents.
+// DependentTypes returns those of types whose objects may be dependents.
 // A dependent reaches the webhook (which labels it) through its provider's
 // APIExport virtual workspace, which serves a workspace's objects of a
 // resource only where the workspace binds it: so the resources the
@@ -87,15 +90,15 @@ func typesOf(lists []*metav1.APIResourceList) []apiType {
 // (a workspace's own CRDs) are read too; a native type that no APIBinding
 // binds is not. If the APIBindings cannot be read (the user may not list
 // them, or the server is not kcp), every type is.
-func dependentTypes(ctx context.Context, r Reader, types []apiType) []apiType {
-	if !slices.ContainsFunc(types, func(t apiType) bool { return t.GVR.GroupResource() == apiBindings.GroupResource() }) {
+func DependentTypes(ctx context.Context, r Reader, types []Type) []Type {
+	if !slices.ContainsFunc(types, func(t Type) bool { return t.GVR.GroupResource() == apiBindings.GroupResource() }) {
 		return types
 	}
 	bound, err := boundResources(ctx, r)
 	if err != nil {
 		return types
 	}
-	return slices.DeleteFunc(slices.Clone(types), func(t apiType) bool {
+	return slices.DeleteFunc(slices.Clone(types), func(t Type) bool {
 		return nativeGroups[t.GVR.Group] && !bound[t.GVR.GroupResource()]
 	})
 }
