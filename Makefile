@@ -180,13 +180,13 @@ soak: build kcp ## Soak on a real kcp: two tenants churn for SOAK_MINUTES (defau
 	go test -tags soak -count=1 -timeout $$(( $(SOAK_MINUTES) + 30 ))m -v -run TestSoak ./test/soak/
 
 .PHONY: bench
-bench: ## Run the Go benchmarks of the DELETE hot path (field paths, list decoding, index, validator).
-	go test -run='^$$' -bench=. -benchmem ./internal/fieldpath/ ./internal/vw/ ./internal/index/... ./internal/webhook/deletion/
+bench: ## Run the Go benchmarks of the DELETE hot path (field paths, list decoding, index, validator) and of the audit of dangling references.
+	go test -run='^$$' -bench=. -benchmem ./internal/fieldpath/ ./internal/vw/ ./internal/index/... ./internal/webhook/deletion/ ./internal/audit/
 
 ##@ Build
 
 .PHONY: build
-build: $(LOCALBIN) ## Build the project's binaries (bin/controller, bin/webhook); kcp is built by `make kcp`.
+build: $(LOCALBIN) ## Build the project's binaries (bin/controller, bin/webhook, the kubectl plugin bin/kubectl-dependencies); kcp is built by `make kcp`.
 	go build -o $(LOCALBIN)/ ./cmd/...
 
 ##@ Deployment

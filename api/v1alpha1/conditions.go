@@ -77,7 +77,22 @@ const (
 	// either way; without it they are confirmed with a live read. Written
 	// by the webhook's elected replica.
 	ConditionReferencesTracked = "ReferencesTracked"
+	// ConditionReferencesResolved tells whether the references the rule's
+	// dependents hold name objects that exist: True when every reference
+	// that is older than the grace period names an existing object; False,
+	// with their number and a few samples, when some do not (dangling
+	// references: made to an object that was never created, or deleted
+	// with skip-protection or while the webhook was down); Unknown while
+	// the webhook cannot tell (it does not watch the protected types yet).
+	// Written by the webhook's elected replica; it does not affect Ready.
+	ConditionReferencesResolved = "ReferencesResolved"
 )
+
+// EventReasonDanglingReference is the reason of the Warning Event the
+// webhook records on a dependent that references an object that does not
+// exist, once the grace period has passed (where the dependent's provider
+// claims events).
+const EventReasonDanglingReference = "DanglingReference"
 
 // Reasons of the conditions that the controller writes.
 const (
@@ -152,6 +167,12 @@ const (
 	// labelled (DependentsLabelled is not True), and only the labelling
 	// webhook records references.
 	ReasonNotLabelled = "NotLabelled"
+	// ReasonAllResolved (ReferencesResolved=True): every reference names an
+	// object that exists.
+	ReasonAllResolved = "AllResolved"
+	// ReasonDangling (ReferencesResolved=False): some references name
+	// objects that do not exist.
+	ReasonDangling = "Dangling"
 )
 
 // Reasons of DependentsIndexed and ReferencesGuarded that name the state of

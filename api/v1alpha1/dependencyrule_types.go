@@ -6,10 +6,20 @@ import (
 )
 
 const (
-	// AnnotationSkipProtection on a protected object lets its deletion pass
-	// even while dependents still reference it. The webhook allows such a
-	// delete with a warning and records the bypass in the audit log.
+	// AnnotationSkipProtection on a protected object, with the value
+	// "true", lets its deletion pass even while dependents still reference
+	// it, if it was set by a user who may delete the object: the webhook
+	// asks kcp when the annotation is set, and records who set it in
+	// AnnotationSkipProtectionSetBy. The webhook allows such a delete with a
+	// warning and records the bypass, and who set it, in the audit log. Set
+	// by anyone else, it has no effect.
 	AnnotationSkipProtection = "dependencies.opendefense.cloud/skip-protection"
+	// AnnotationSkipProtectionSetBy on a protected object records who set
+	// AnnotationSkipProtection to "true", if that user may delete the object
+	// (a SkipProtectionSetting in JSON). Only the webhook writes it, while it
+	// admits the write that sets the annotation; any other write keeps the
+	// stored value, and a CREATE gets none unless it sets the annotation.
+	AnnotationSkipProtectionSetBy = "dependencies.opendefense.cloud/skip-protection-set-by"
 
 	// LabelDeletionRequested on a protected object records that its
 	// deletion was requested while objects still referenced it, under a rule
@@ -58,6 +68,18 @@ const (
 	// "Upgrading and uninstalling"); nothing sets it any more.
 	FinalizerMarks = "dependencies.opendefense.cloud/marks"
 )
+
+// SkipProtectionSetting is who set AnnotationSkipProtection to "true" on an
+// object, and when; it is stored as JSON in the
+// AnnotationSkipProtectionSetBy annotation. The webhook writes it only for a
+// user whom kcp allows to delete the object, as kcp answered a
+// SubjectAccessReview in the object's workspace.
+type SkipProtectionSetting struct {
+	// User is the name of the user who set the annotation.
+	User string `json:"user"`
+	// SetAt is when the annotation was set.
+	SetAt metav1.Time `json:"setAt"`
+}
 
 // DeletionRequest is a deletion that the webhook replays once nothing
 // references the object; it is stored as JSON in the

@@ -4,7 +4,9 @@
 //	localdev run    start kcp (state in .kcp/, reused), deploy, create the demo
 //	                topology, run controller and webhook, and wait for Ctrl-C
 //	localdev demo   the same in a temporary directory, then a scripted
-//	                walkthrough that fails on any unexpected answer, and clean up
+//	                walkthrough (kubectl delete, and the kubectl plugin
+//	                `kubectl dependencies`) that fails on any unexpected
+//	                answer, and clean up
 //
 // kcp runs as one process with embedded etcd on 127.0.0.1. The project is
 // deployed with `make deploy`, like users do. The
@@ -490,12 +492,14 @@ The dependency-controller is running on a local kcp.
 
 Try it (the consumer workspace has VPC vpc-a and VirtualMachine vm-1 using it):
 
-  export KUBECONFIG=%[2]s/consumer.kubeconfig
-  bin/kubectl get vpcs,virtualmachines
-  bin/kubectl delete vpc vpc-a                  # denied: still referenced by VirtualMachine/default/vm-1
-  bin/kubectl delete virtualmachine vm-1
-  bin/kubectl delete vpc vpc-a                  # allowed
-  KUBECONFIG=%[2]s/compute-provider.kubeconfig bin/kubectl get dependencyrules
+  export KUBECONFIG=%[2]s/consumer.kubeconfig PATH=$PWD/bin:$PATH
+  kubectl get vpcs,virtualmachines
+  kubectl dependencies why vpc/vpc-a            # BLOCKED by VirtualMachine/default/vm-1 (a dry run)
+  kubectl dependencies refs vpc/vpc-a           # what references it, for those who may only read
+  kubectl delete vpc vpc-a                      # denied: still referenced by VirtualMachine/default/vm-1
+  kubectl delete virtualmachine vm-1
+  kubectl delete vpc vpc-a                      # allowed
+  KUBECONFIG=%[2]s/compute-provider.kubeconfig kubectl get dependencyrules
 
 Press Ctrl-C to stop kcp, the controller and the webhook (the state in %[2]s is kept).
 `, e.port, state)
@@ -565,6 +569,43 @@ func demo(ctx context.Context, e *env) error {
 		}
 		return nil
 	}
+	// plugin runs the kubectl plugin as kubectl finds it (bin/ on the
+	// PATH, `kubectl dependencies ...`) in the consumer workspace, prints
+	// the command and its output, and checks its exit code and output.
+	// With retry, it asks again for up to a minute while the answer is not
+	// the expected one (a dependent created a moment before may not be
+	// labelled yet, and refs reads the labels).
+	plugin := func(retry bool, wantCode int, want string, args ...string) error {
+		shown := "kubectl dependencies " + strings.Join(args, " ")
+		deadline := time.Now().Add(time.Minute)
+		for {
+			// kubectl takes no flags before a plugin's name.
+			cmd := exec.CommandContext(ctx, filepath.Join(e.bin, "kubectl"), append([]string{"dependencies"}, args...)...)
+			cmd.Env = append(os.Environ(), "PATH="+e.bin+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+filepath.Join(e.state, "consumer.kubeconfig"))
+			out, err := cmd.CombinedOutput()
+			code := 0
+			var exit *exec.ExitError
+			switch {
+			case errors.As(err, &exit):
+				code = exit.ExitCode()
+			case err != nil:
+				return fmt.Errorf("running `%s`: %w", shown, err)
+			}
+			ok := code == wantCode && strings.Contains(string(out), want)
+			if ok || !retry || time.Now().After(deadline) {
+				fmt.Printf("\n$ %s\n%s", shown, indent(string(out)))
+				if !ok {
+					return fmt.Errorf("expected `%s` to exit with %d and print %q, got exit code %d", shown, wantCode, want, code)
+				}
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Second):
+			}
+		}
+	}
 	vpcAndVM := func(vpc, vm string) string {
 		return fmt.Sprintf("apiVersion: network.test.io/v1\nkind: VPC\nmetadata:\n  name: %s\nspec:\n  cidr: 10.0.0.0/16\n---\n"+
 			"apiVersion: compute.test.io/v1\nkind: VirtualMachine\nmetadata:\n  name: %s\nspec:\n  vpcRef:\n    name: %s\n", vpc, vm, vpc)
@@ -579,9 +620,17 @@ func demo(ctx context.Context, e *env) error {
 			return kubectl("consumer", vpcAndVM("vpc-a", "vm-1"), true, "created", "apply", "-f", "-")
 		},
 		func() error {
+			return plugin(false, 1, "BLOCKED: vpcs.network.test.io \"vpc-a\" in namespace \"default\" is still referenced by 1 object", "why", "vpc/vpc-a")
+		},
+		func() error {
+			return plugin(true, 1, "1 object references vpcs.network.test.io \"vpc-a\"", "refs", "vpc/vpc-a")
+		},
+		func() error {
 			return kubectl("consumer", "", false, "is still referenced by VirtualMachine/default/vm-1", "delete", "vpc", "vpc-a")
 		},
 		func() error { return kubectl("consumer", "", true, "deleted", "delete", "virtualmachine", "vm-1") },
+		func() error { return plugin(true, 0, "ALLOWED: ", "why", "vpc/vpc-a") },
+		func() error { return plugin(false, 0, "No object references", "refs", "vpc/vpc-a") },
 		func() error { return kubectl("consumer", "", true, "deleted", "delete", "vpc", "vpc-a") },
 		func() error {
 			return kubectl("consumer", vpcAndVM("vpc-b", "vm-2"), true, "created", "apply", "-f", "-")
@@ -599,7 +648,7 @@ func demo(ctx context.Context, e *env) error {
 			return err
 		}
 	}
-	fmt.Println("\nDemo passed: the delete was denied while referenced, allowed once the reference was gone, and allowed with a warning when skip-protection was set.")
+	fmt.Println("\nDemo passed: the plugin said why the delete would be denied and what referenced the VPC, the delete was denied while referenced, allowed once the reference was gone, and allowed with a warning when skip-protection was set.")
 	return nil
 }
 

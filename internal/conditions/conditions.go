@@ -10,6 +10,8 @@ import (
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
 )
 
@@ -47,6 +49,37 @@ func Indexed(state index.State, paths []fieldpath.Reference, generation int64) m
 	if c.Message == "" {
 		c.Message = string(state.Phase)
 	}
+	return c
+}
+
+// Largest is the indexed dependent of a type that references the most
+// objects, and how many one dependent may reference (the webhook's
+// --max-references-per-object).
+type Largest struct {
+	Dependent  kcp.Meta
+	References int
+	Max        int
+}
+
+// WithLargest returns c, the DependentsIndexed condition of a rule whose
+// dependents are of kind, with a message that names the dependent that
+// references the most objects if that is close to the limit or past it
+// (see reflabels.NearLimit): writes that add references past the limit
+// are refused, so the provider learns of it before its users do. The
+// condition stays True: the dependents are indexed.
+func WithLargest(c metav1.Condition, kind string, l Largest) metav1.Condition {
+	if c.Status != metav1.ConditionTrue || !reflabels.NearLimit(l.References, l.Max) {
+		return c
+	}
+	who := l.Dependent.Name
+	if l.Dependent.Namespace != "" {
+		who = l.Dependent.Namespace + "/" + who
+	}
+	how := fmt.Sprintf("close to the limit of %d per object: a write that adds references past it is refused", l.Max)
+	if l.References > l.Max {
+		how = fmt.Sprintf("more than the limit of %d per object: writes that add references to it are refused until it references at most %d", l.Max, l.Max)
+	}
+	c.Message = fmt.Sprintf("%s; %s %s in logical cluster %s references %d objects, %s", c.Message, kind, who, l.Dependent.Cluster, l.References, how)
 	return c
 }
 

@@ -236,3 +236,38 @@ func TestOwnConditions(t *testing.T) {
 		})
 	}
 }
+
+func TestWithLargest(t *testing.T) {
+	indexed := metav1.Condition{Type: depv1alpha1.ConditionDependentsIndexed, Status: metav1.ConditionTrue, Reason: depv1alpha1.ReasonIndexed, Message: "Indexing virtualmachines"}
+	big := kcp.Meta{Cluster: "c1", Namespace: "default", Name: "vm-big"}
+	tests := []struct {
+		name    string
+		c       metav1.Condition
+		largest Largest
+		want    string
+	}{
+		{name: "far from the limit: the message as it was", c: indexed, largest: Largest{Dependent: big, References: 799, Max: 1000}, want: "Indexing virtualmachines"},
+		{name: "no dependent holds a reference", c: indexed, largest: Largest{Max: 1000}, want: "Indexing virtualmachines"},
+		{name: "at four fifths of the limit: named, with the number and the limit", c: indexed, largest: Largest{Dependent: big, References: 800, Max: 1000},
+			want: "Indexing virtualmachines; VirtualMachine default/vm-big in logical cluster c1 references 800 objects, close to the limit of 1000 per object: a write that adds references past it is refused"},
+		{name: "at the limit", c: indexed, largest: Largest{Dependent: big, References: 1000, Max: 1000}, want: "references 1000 objects, close to the limit of 1000 per object"},
+		{name: "past the limit (a dependent from before it)", c: indexed, largest: Largest{Dependent: big, References: 3000, Max: 1000},
+			want: "references 3000 objects, more than the limit of 1000 per object: writes that add references to it are refused until it references at most 1000"},
+		{name: "a cluster-scoped dependent is named without a namespace", c: indexed, largest: Largest{Dependent: kcp.Meta{Cluster: "c1", Name: "vm-big"}, References: 900, Max: 1000},
+			want: "VirtualMachine vm-big in logical cluster c1 references 900 objects"},
+		{name: "a condition that is not True says what is wrong, not this",
+			c:       metav1.Condition{Type: depv1alpha1.ConditionDependentsIndexed, Status: metav1.ConditionFalse, Reason: "AccessDenied", Message: "no access"},
+			largest: Largest{Dependent: big, References: 3000, Max: 1000}, want: "no access"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := WithLargest(tt.c, "VirtualMachine", tt.largest)
+			if !strings.Contains(got.Message, tt.want) || tt.want == tt.c.Message && got.Message != tt.want {
+				t.Errorf("message %q, want it to contain %q", got.Message, tt.want)
+			}
+			if got.Status != tt.c.Status || got.Reason != tt.c.Reason {
+				t.Errorf("status %s (%s), want it unchanged: %s (%s)", got.Status, got.Reason, tt.c.Status, tt.c.Reason)
+			}
+		})
+	}
+}

@@ -13,6 +13,7 @@ import (
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
 )
 
@@ -21,6 +22,9 @@ import (
 type SourceStates interface {
 	State(src index.Source) index.State
 	Changes() <-chan struct{}
+	// Largest returns the indexed dependent of src that holds the most
+	// references, and how many.
+	Largest(src index.Source) (kcp.Meta, int)
 }
 
 // FieldOwner is the field manager under which the webhook applies its
@@ -37,17 +41,28 @@ const FieldOwner = "dependency-webhook"
 // never touched. It writes only when a condition differs from what the
 // manager's cache holds. It is a manager.Runnable that runs on every
 // replica; replicas that see the same state write nothing.
+//
+// DependentsIndexed also says, in its message, which dependent of the type
+// references the most objects once that is close to maxReferences, the
+// most one may reference (see WithLargest); every interval, as that reads
+// every indexed dependent.
 type Reporter struct {
-	mgr      mcmanager.Manager
-	registry *registry.Registry
-	states   SourceStates
-	interval time.Duration
+	mgr           mcmanager.Manager
+	registry      *registry.Registry
+	states        SourceStates
+	interval      time.Duration
+	maxReferences int
+
+	// largest is what the last report found of each dependent type, read
+	// anew on every tick.
+	largest map[index.Source]Largest
 }
 
 // NewReporter returns a Reporter for the rules of reg, reading rules
-// through the manager's workspaces.
-func NewReporter(mgr mcmanager.Manager, reg *registry.Registry, states SourceStates, interval time.Duration) *Reporter {
-	return &Reporter{mgr: mgr, registry: reg, states: states, interval: interval}
+// through the manager's workspaces, whose dependents may reference
+// maxReferences objects each.
+func NewReporter(mgr mcmanager.Manager, reg *registry.Registry, states SourceStates, interval time.Duration, maxReferences int) *Reporter {
+	return &Reporter{mgr: mgr, registry: reg, states: states, interval: interval, maxReferences: maxReferences, largest: map[index.Source]Largest{}}
 }
 
 // Start implements manager.Runnable.
@@ -60,6 +75,7 @@ func (s *Reporter) Start(ctx context.Context) error {
 			return nil
 		case <-s.states.Changes():
 		case <-ticker.C:
+			s.largest = map[index.Source]Largest{}
 		}
 		s.reportAll(ctx)
 	}
@@ -91,10 +107,23 @@ func (s *Reporter) report(ctx context.Context, r *registry.Rule) error {
 		for _, ref := range r.References {
 			paths = append(paths, ref.Path)
 		}
-		want := []metav1.Condition{Indexed(s.states.State(r.Dependent), paths, rule.Generation)}
+		state := s.states.State(r.Dependent)
+		want := []metav1.Condition{WithLargest(Indexed(state, paths, rule.Generation), state.Kind, s.largestOf(r.Dependent))}
 		if g, ok := s.registry.GuardOf(r.Key); ok {
 			want = append(want, Guarded(g, s.states.State, rule.Generation))
 		}
 		return want
 	})
+}
+
+// largestOf returns the dependent of src that references the most objects,
+// as the last tick found it (read now if it has not).
+func (s *Reporter) largestOf(src index.Source) Largest {
+	l, ok := s.largest[src]
+	if !ok {
+		l.Dependent, l.References = s.states.Largest(src)
+		l.Max = s.maxReferences
+		s.largest[src] = l
+	}
+	return l
 }

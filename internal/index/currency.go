@@ -99,10 +99,10 @@ func (ix *Index) WaitAdmitted(ctx context.Context, src Source, id string) (time.
 		ix.lock.Lock()
 		r := ix.watches[src]
 		ix.lock.Unlock()
-		switch {
-		case r == nil:
+		switch r {
+		case nil:
 			return time.Time{}, false
-		case r == last:
+		case last:
 			// It stopped, and was not replaced.
 			return r.Store().Admitted(id)
 		}

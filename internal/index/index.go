@@ -1,6 +1,6 @@
 // Package index keeps, in the webhook, an index of the references that
 // dependent objects hold, and reads objects live where the index cannot
-// decide. It is made of three parts:
+// decide. It is made of these parts:
 //
 //   - sources: for every dependent type that a DependencyRule names (a
 //     Source), a watch of its dependents in all consumer workspaces through
@@ -9,7 +9,9 @@
 //   - store: of each dependent only its cluster, namespace, name, UID,
 //     whether it is being deleted, and the strings found at the paths the
 //     rules name, with a reverse index from those strings;
-//   - live: consistent reads of one scope, shared by concurrent decisions.
+//   - live: consistent reads of one scope, shared by concurrent decisions;
+//   - targets: for the audit of dangling references, which objects of the
+//     protected types exist (WatchTargets, Existing).
 //
 // A lookup (Hits) returns the dependents that reference a name, at a cost
 // that does not depend on how many dependents there are. The index is
@@ -49,6 +51,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/index/live"
 	"github.com/opendefensecloud/dependency-controller/internal/index/sources"
 	"github.com/opendefensecloud/dependency-controller/internal/index/store"
+	"github.com/opendefensecloud/dependency-controller/internal/index/targets"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/scheme"
 	"github.com/opendefensecloud/dependency-controller/internal/vw"
@@ -128,6 +131,8 @@ type watch interface {
 	Serving(cluster logicalcluster.Name) (string, bool)
 	ReadThrough(cluster logicalcluster.Name, url string)
 	ShardSynced(url string) bool
+	SetWatchTargets(on bool)
+	Targets() (*targets.Set, bool)
 }
 
 // running is a watch and how to stop it.
@@ -156,6 +161,11 @@ type Index struct {
 	fencing map[live.Scope]chan struct{}
 	changed chan struct{}
 	updates chan struct{}
+	// contents is signalled like updates, and after changes of the sets
+	// of targets; watchTargets is set while they are watched (see
+	// WatchTargets).
+	contents     chan struct{}
+	watchTargets bool
 }
 
 // New returns an index that reads with the credentials of cfg: endpoint
@@ -179,22 +189,23 @@ func New(cfg *rest.Config, frontProxy string, opts Options) (*Index, error) {
 		return nil, err
 	}
 	ix := &Index{
-		clients: vw.NewClients(cfg),
-		opts:    opts,
-		desired: map[Source][]fieldpath.Reference{},
-		watches: map[Source]*running{},
-		fences:  map[live.Scope]fence{},
-		fencing: map[live.Scope]chan struct{}{},
-		changed: make(chan struct{}, 1),
-		updates: make(chan struct{}, 1),
-		now:     time.Now,
+		clients:  vw.NewClients(cfg),
+		opts:     opts,
+		desired:  map[Source][]fieldpath.Reference{},
+		watches:  map[Source]*running{},
+		fences:   map[live.Scope]fence{},
+		fencing:  map[live.Scope]chan struct{}{},
+		changed:  make(chan struct{}, 1),
+		updates:  make(chan struct{}, 1),
+		contents: make(chan struct{}, 1),
+		now:      time.Now,
 	}
 	ix.metrics = newMetrics(ix.Len, ix.Sources)
 	ix.cfg = sources.Config{
 		ClusterClients: front, FrontProxy: frontProxy, Clients: ix.clients,
 		PollInterval: opts.PollInterval, Identity: opts.Identity, Notify: ix.notify, Changed: ix.updated,
 		Shards: opts.Shards, SampleInterval: opts.SampleInterval, WatchTimeout: opts.WatchTimeout,
-		AdmissionMemory: opts.AdmissionMemory, SampleFailed: ix.metrics.sampleFailed,
+		AdmissionMemory: opts.AdmissionMemory, SampleFailed: ix.metrics.sampleFailed, TargetsChanged: ix.contentChanged,
 	}
 	ix.reads = live.New(ix.readScope, ix.catchUp, opts.ReadTimeout)
 	return ix, nil
@@ -257,6 +268,7 @@ func (ix *Index) reconcileLocked() {
 		}
 		ctx, cancel := context.WithCancel(ix.ctx)
 		w := sources.NewWatch(src, paths, ix.cfg)
+		w.SetWatchTargets(ix.watchTargets)
 		if old := replaced[src]; old != nil {
 			// Its paths changed: what the old watch saw was seen.
 			w.Store().AdoptAdmissions(old.Store())
@@ -277,6 +289,14 @@ func (ix *Index) notify() {
 func (ix *Index) updated() {
 	select {
 	case ix.updates <- struct{}{}:
+	default:
+	}
+	ix.contentChanged()
+}
+
+func (ix *Index) contentChanged() {
+	select {
+	case ix.contents <- struct{}{}:
 	default:
 	}
 }
@@ -352,6 +372,17 @@ func (ix *Index) Hits(src Source, paths []fieldpath.Reference, cluster logicalcl
 	return w.Store().Referencing(cluster, idx, namespace, name)
 }
 
+// Largest returns the indexed dependent of src that holds the most
+// references, and how many (see store.Store.Largest); none (0) if src is
+// not indexed or no dependent holds one.
+func (ix *Index) Largest(src Source) (kcp.Meta, int) {
+	w := ix.watch(src)
+	if w == nil {
+		return kcp.Meta{}, 0
+	}
+	return w.Store().Largest()
+}
+
 // Len returns the number of indexed dependents of all sources.
 func (ix *Index) Len() int {
 	ix.lock.Lock()
@@ -371,6 +402,10 @@ type SourceStatus struct {
 	// Indexed is the number of its dependents in the index; 0 for a source
 	// that is only inspected (no rule reads paths of it).
 	Indexed int
+	// Targets is the number of its objects in its set of targets (see
+	// WatchTargets); 0 for an indexed source, or while targets are not
+	// watched.
+	Targets int
 	// Currency is the currency (see Index.Currency) of its least current
 	// shard, zero if that of some shard is not known; CurrencyShards is the
 	// number of shards it was taken over: none for a source that is only
@@ -391,7 +426,11 @@ func (ix *Index) Sources() []SourceStatus {
 	out := make([]SourceStatus, 0, len(watches))
 	for src, w := range watches {
 		currency, shards := leastCurrency(w)
-		out = append(out, SourceStatus{Source: src, State: w.State(), Indexed: w.Store().Len(), Currency: currency, CurrencyShards: shards})
+		targets := 0
+		if set, _ := w.Targets(); set != nil {
+			targets = set.Len()
+		}
+		out = append(out, SourceStatus{Source: src, State: w.State(), Indexed: w.Store().Len(), Targets: targets, Currency: currency, CurrencyShards: shards})
 	}
 	return out
 }

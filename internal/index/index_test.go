@@ -15,6 +15,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath/fieldpathtest"
 	"github.com/opendefensecloud/dependency-controller/internal/index/store"
+	"github.com/opendefensecloud/dependency-controller/internal/index/targets"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 )
 
@@ -47,6 +48,11 @@ type fakeWatch struct {
 	onShards func()
 	// broken are the shards whose watch is broken.
 	broken map[string]bool
+	// targets is the set of targets of a source without paths, synced
+	// once targetsSynced is set and while watchTargets is.
+	targets       *targets.Set
+	targetsSynced bool
+	watchTargets  bool
 }
 
 func newFakeWatch(state State, paths ...fieldpath.Reference) *fakeWatch {
@@ -112,6 +118,18 @@ func (w *fakeWatch) ShardSynced(url string) bool {
 	w.lock.Unlock()
 	_, _, listed := w.store.Progress(url)
 	return listed && !broken
+}
+
+func (w *fakeWatch) SetWatchTargets(on bool) {
+	w.lock.Lock()
+	defer w.lock.Unlock()
+	w.watchTargets = on
+}
+
+func (w *fakeWatch) Targets() (*targets.Set, bool) {
+	w.lock.Lock()
+	defer w.lock.Unlock()
+	return w.targets, w.targets != nil && w.watchTargets && w.targetsSynced
 }
 
 func (w *fakeWatch) setBroken(url string, broken bool) {

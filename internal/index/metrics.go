@@ -103,8 +103,9 @@ func sourceLabels(src Source) (export, resource, version string) {
 }
 
 // sourceCollector reports, at every scrape, the phase of every source of the
-// index (a state set: one series per phase, 1 for the current one) and the
-// number of its indexed dependents and, for an indexed source read on some
+// index (a state set: one series per phase, 1 for the current one), the
+// number of its indexed dependents and of its watched targets and, for an
+// indexed source read on some
 // shard, the age of its currency. A source the index no longer watches is
 // no longer reported.
 type sourceCollector struct {
@@ -112,6 +113,7 @@ type sourceCollector struct {
 	now        func() time.Time
 	phase      *prometheus.Desc
 	dependents *prometheus.Desc
+	targets    *prometheus.Desc
 	currency   *prometheus.Desc
 }
 
@@ -125,6 +127,9 @@ func newSourceCollector(sources func() []SourceStatus) sourceCollector {
 		dependents: prometheus.NewDesc("dependency_webhook_source_indexed_dependents",
 			"Number of dependent objects of each source in the webhook's index; 0 for a type that is only protected.",
 			[]string{"export", "resource", "version"}, nil),
+		targets: prometheus.NewDesc("dependency_webhook_source_watched_targets",
+			"Number of objects of each protected type that the webhook watches for the audit of dangling references (their cluster, namespace and name only); 0 for a type that is a dependent type (its index serves the audit) and on replicas that do not run the audit.",
+			[]string{"export", "resource", "version"}, nil),
 		currency: prometheus.NewDesc("dependency_webhook_index_currency_age_seconds",
 			"Age of the currency of each indexed source on its least current shard: how long ago the latest moment was before which everything kcp stored of the source is in the webhook's index (a few seconds when all is well; +Inf while it is not known: not synced, a broken watch, no sample yet).",
 			[]string{"export", "resource", "version"}, nil),
@@ -135,6 +140,7 @@ func newSourceCollector(sources func() []SourceStatus) sourceCollector {
 func (c sourceCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.phase
 	ch <- c.dependents
+	ch <- c.targets
 	ch <- c.currency
 }
 
@@ -154,6 +160,7 @@ func (c sourceCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.phase, prometheus.GaugeValue, v, export, resource, version, string(p))
 		}
 		ch <- prometheus.MustNewConstMetric(c.dependents, prometheus.GaugeValue, float64(s.Indexed), export, resource, version)
+		ch <- prometheus.MustNewConstMetric(c.targets, prometheus.GaugeValue, float64(s.Targets), export, resource, version)
 		if s.CurrencyShards > 0 {
 			age := math.Inf(1)
 			if !s.Currency.IsZero() {

@@ -84,7 +84,8 @@ func TestMetricsCollector(t *testing.T) {
 }
 
 // The state of every source of the index is reported at each scrape: its
-// phase as a state set, and the number of its indexed dependents; a source
+// phase as a state set, the number of its indexed dependents and of its
+// watched targets; a source
 // the index drops is no longer reported.
 func TestSourceMetrics(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -95,8 +96,9 @@ func TestSourceMetrics(t *testing.T) {
 		Currency: now.Add(-3500 * time.Millisecond), CurrencyShards: 2,
 	}
 	vpcs := SourceStatus{
-		Source: Source{Export: kcp.ObjectKey{Cluster: "9q1z", Name: "network.io"}, Resource: schema.GroupVersionResource{Group: "network.io", Version: "v1", Resource: "vpcs"}},
-		State:  State{Phase: PhaseAccessDenied},
+		Source:  Source{Export: kcp.ObjectKey{Cluster: "9q1z", Name: "network.io"}, Resource: schema.GroupVersionResource{Group: "network.io", Version: "v1", Resource: "vpcs"}},
+		State:   State{Phase: PhaseAccessDenied},
+		Targets: 310,
 	}
 	disks := SourceStatus{
 		Source:         Source{Export: kcp.ObjectKey{Cluster: "2x7c", Name: "compute.io"}, Resource: schema.GroupVersionResource{Group: "compute.io", Version: "v1", Resource: "disks"}},
@@ -118,6 +120,17 @@ dependency_webhook_source_indexed_dependents{export="2x7c/compute.io",resource="
 dependency_webhook_source_indexed_dependents{export="9q1z/network.io",resource="vpcs.network.io",version="v1"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "dependency_webhook_source_indexed_dependents"); err != nil {
+		t.Error(err)
+	}
+	// The objects of protected types watched for the audit.
+	const wantTargets = `
+# HELP dependency_webhook_source_watched_targets Number of objects of each protected type that the webhook watches for the audit of dangling references (their cluster, namespace and name only); 0 for a type that is a dependent type (its index serves the audit) and on replicas that do not run the audit.
+# TYPE dependency_webhook_source_watched_targets gauge
+dependency_webhook_source_watched_targets{export="2x7c/compute.io",resource="disks.compute.io",version="v1"} 0
+dependency_webhook_source_watched_targets{export="2x7c/compute.io",resource="virtualmachines.compute.io",version="v1"} 0
+dependency_webhook_source_watched_targets{export="9q1z/network.io",resource="vpcs.network.io",version="v1"} 310
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(wantTargets), "dependency_webhook_source_watched_targets"); err != nil {
 		t.Error(err)
 	}
 	// The age of the currency of the indexed sources: +Inf where it is not

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -286,6 +287,58 @@ func (ix *Index) Lookup(ctx context.Context, src Source, cluster logicalcluster.
 		})
 	})
 	return found, err
+}
+
+// listPage bounds the objects of one page of ListTargets.
+const listPage = 500
+
+// ListTargets reads the objects of src in namespace of cluster (the
+// cluster's objects of a cluster-scoped resource if namespace is empty)
+// live, through the virtual workspace of the shard that serves the
+// cluster, and calls visit with each one's raw JSON (valid during the call
+// only): a consistent LIST, in pages of at most listPage objects that all
+// read the state of the first. It is the read of many objects of one
+// namespace at once, as Lookup reads one; so that a caller after a few
+// objects of a large namespace reads little more than them, it stops once
+// it has read more than most objects, and then returns false (true if it
+// read them all). Pages that fail for a reason that clears by itself are
+// retried within the deadline of ctx (visit may then see an object twice).
+// Nothing is read in a cluster that does not bind the export. It returns an
+// error wrapping ErrVersionNotServed if the export does not serve the
+// version the rules name.
+func (ix *Index) ListTargets(ctx context.Context, src Source, cluster logicalcluster.Name, namespace string, most int, visit func(raw []byte) error) (bool, error) {
+	params := url.Values{"limit": {strconv.Itoa(min(listPage, most+1))}}
+	read := 0
+	for {
+		var (
+			meta metav1.ListMeta
+			page int
+		)
+		err := ix.Retry(ctx, func() error {
+			return ix.OnShardOf(src, cluster, func(c *vw.Client, state State) error {
+				if state.Phase == PhaseVersionNotServed {
+					return fmt.Errorf("%w: %s", ErrVersionNotServed, state.Message)
+				}
+				var err error
+				page = 0
+				meta, err = c.ListPage(ctx, vw.ResourcePath(cluster.Path(), src.Resource, namespace), params, func(raw []byte) error {
+					page++
+					return visit(raw)
+				})
+				return err
+			})
+		})
+		read += page
+		switch {
+		case err != nil:
+			return false, err
+		case meta.Continue == "":
+			return true, nil
+		case read > most:
+			return false, nil
+		}
+		params.Set("continue", meta.Continue)
+	}
 }
 
 // ErrNotServed is returned (wrapped) by Serves for a workspace that the

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -30,6 +31,9 @@ import (
 type fakeShard struct {
 	clusters map[string]string // cluster -> list body
 	objects  map[string]string // cluster/namespace/name -> object body
+	// paged are the items of a cluster's lists served in pages, as limit
+	// and continue (an offset here) ask, instead of its list body.
+	paged    map[string][]string
 	lock     sync.Mutex
 	requests []string
 	// failures answer the next requests, one each.
@@ -69,6 +73,19 @@ func (s *fakeShard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		status(http.StatusNotFound, "NotFound", "", "")(w)
+		return
+	}
+	if items, ok := s.paged[parts[0]]; ok {
+		from, _ := strconv.Atoi(r.URL.Query().Get("continue"))
+		to := len(items)
+		if limit, err := strconv.Atoi(r.URL.Query().Get("limit")); err == nil && from+limit < to {
+			to = from + limit
+		}
+		next := ""
+		if to < len(items) {
+			next = strconv.Itoa(to)
+		}
+		fmt.Fprintf(w, `{"metadata":{"resourceVersion":"9","continue":%q},"items":[%s]}`, next, strings.Join(items[from:to], ","))
 		return
 	}
 	fmt.Fprint(w, list)
@@ -543,4 +560,74 @@ func TestConfirmAnswersFromAnIndexThatCaughtUp(t *testing.T) {
 // is listed.
 func confirm(ctx context.Context, ix *Index, src Source, paths []fieldpath.Reference, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, int, error) {
 	return ix.Confirm(ctx, Query{Source: src, Paths: paths, Cluster: cluster, Namespace: namespace, Name: name})
+}
+
+// ListTargets reads a namespace in pages of at most listPage objects, and
+// stops after most; a page that fails for a reason that clears by itself
+// is retried.
+func TestListTargets(t *testing.T) {
+	items := func(n int) []string {
+		out := make([]string, 0, n)
+		for i := range n {
+			out = append(out, fmt.Sprintf(`{"metadata":{"name":"vpc-%d","namespace":"default"}}`, i))
+		}
+		return out
+	}
+	tests := []struct {
+		name         string
+		objects      int
+		most         int
+		fail         bool
+		notServed    bool
+		wantComplete bool
+		wantVisited  int
+		wantPages    int
+		wantErr      error
+	}{
+		{name: "a namespace of one page", objects: 10, most: 100, wantComplete: true, wantVisited: 10, wantPages: 1},
+		{name: "a namespace of several pages, all read", objects: 1200, most: 10000, wantComplete: true, wantVisited: 1200, wantPages: 3},
+		{name: "an empty namespace", objects: 0, most: 100, wantComplete: true, wantPages: 1},
+		{name: "a namespace larger than most: read up to most, not all", objects: 5000, most: 600, wantVisited: 1000, wantPages: 2},
+		{name: "a small most asks for a small page", objects: 5000, most: 20, wantVisited: 21, wantPages: 1},
+		{name: "a page that fails for a reason that clears is retried", objects: 700, most: 10000, fail: true, wantComplete: true, wantVisited: 700, wantPages: 2},
+		{name: "a version not served is not read", objects: 10, most: 100, notServed: true, wantErr: ErrVersionNotServed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			shard := &fakeShard{clusters: map[string]string{"c1": ""}, paged: map[string][]string{"c1": items(tt.objects)}}
+			ix, w := routedIndex(t, true, Options{}, shard)
+			if tt.notServed {
+				w.setState(State{Phase: PhaseVersionNotServed, Namespaced: true, Message: "the APIExport serves v2"})
+			}
+			if tt.fail {
+				shard.failNext(status(http.StatusServiceUnavailable, "ServiceUnavailable", "busy", ""))
+			}
+			visited := 0
+			complete, err := ix.ListTargets(context.Background(), testSource, "c1", "default", tt.most, func(raw []byte) error {
+				visited++
+				return nil
+			})
+			if !errors.Is(err, tt.wantErr) || tt.wantErr == nil && err != nil {
+				t.Fatalf("ListTargets() = %v, want %v", err, tt.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if complete != tt.wantComplete || visited != tt.wantVisited {
+				t.Errorf("ListTargets() = %v after %d objects, want %v after %d", complete, visited, tt.wantComplete, tt.wantVisited)
+			}
+			pages := 0
+			for _, r := range shard.requested() {
+				if strings.Contains(r, "/namespaces/default/virtualmachines?") && strings.Contains(r, "limit=") {
+					pages++
+				}
+			}
+			if tt.fail {
+				pages-- // the failed one
+			}
+			if pages != tt.wantPages {
+				t.Errorf("%d pages read, want %d: %v", pages, tt.wantPages, shard.requested())
+			}
+		})
+	}
 }

@@ -3,6 +3,7 @@ package inflight
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -147,6 +148,32 @@ func (w *Writer) Record(ctx context.Context, t Target, id string, landed Landed)
 	}
 }
 
+// Prime tells the writer the state of the target as a caller has just read
+// it (raw, its JSON), so that the next write of its ledger starts from it
+// instead of reading the target first: references to many objects of one
+// namespace then cost one LIST and a write each, not a read and a write
+// each. A state that is stale by then costs a conflict and a read, never a
+// mark: each write has the resourceVersion it starts from as a
+// precondition. It is ignored while the writer knows the target from a
+// write of its own, or writes it.
+func (w *Writer) Prime(t Target, raw []byte) {
+	st, err := stateOf(raw, w.now())
+	if err != nil {
+		return
+	}
+	w.lock.Lock()
+	defer w.lock.Unlock()
+	w.pruneLocked()
+	q, ok := w.queues[t]
+	if !ok {
+		q = &queue{idle: w.now()}
+		w.queues[t] = q
+	}
+	if q.known == nil && !q.writing {
+		q.known = st
+	}
+}
+
 // idleTTL is how long the queue of an idle target (and what it knows of
 // the target) is kept.
 const idleTTL = 10 * time.Second
@@ -265,7 +292,7 @@ func stateOf(raw []byte, now time.Time) (*state, error) {
 		return nil, fmt.Errorf("failed to read the object: %w", err)
 	}
 	value, err := jsonparser.GetString(raw, "metadata", "annotations", depv1alpha1.AnnotationAdmittedReferences)
-	if err != nil && err != jsonparser.KeyPathNotFoundError {
+	if err != nil && !errors.Is(err, jsonparser.KeyPathNotFoundError) {
 		value = "malformed"
 	}
 	ledger, err := Parse(value)
@@ -291,11 +318,11 @@ func patchBody(resourceVersion string, ledger Ledger) ([]byte, error) {
 // one has the empty ledger.
 func LedgerOf(raw []byte) (Ledger, error) {
 	value, err := jsonparser.GetString(raw, "metadata", "annotations", depv1alpha1.AnnotationAdmittedReferences)
-	if err == jsonparser.KeyPathNotFoundError {
+	if errors.Is(err, jsonparser.KeyPathNotFoundError) {
 		return Ledger{}, nil
 	}
 	if err != nil {
-		return Ledger{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+		return Ledger{}, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	return Parse(value)
 }

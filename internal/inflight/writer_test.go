@@ -218,3 +218,62 @@ func TestWriterGivesUpWithTheCaller(t *testing.T) {
 		t.Fatal("Record returned no error after its context ended")
 	}
 }
+
+// A target primed with a listed state is written without a read first; a
+// state that is stale by then costs a conflict and a read, never a mark;
+// the writer's own knowledge of a target wins over a listed state.
+func TestWriterPrime(t *testing.T) {
+	other := NewIDs(nil).New("other", time.Now())
+	tests := []struct {
+		name string
+		// listed is the state primed, the object as a LIST returned it (nil:
+		// not primed).
+		listed   []byte
+		obj      *fakeObject
+		wantGets int
+		// wantOther: a mark another writer stored is kept.
+		wantOther bool
+	}{
+		{name: "not primed: read, then written", obj: &fakeObject{exists: true, rv: 7}, wantGets: 1},
+		{name: "primed with the current state: written without a read",
+			listed: (&fakeObject{exists: true, rv: 7}).json(), obj: &fakeObject{exists: true, rv: 7}, wantGets: 0},
+		{name: "primed with a stale state: a conflict, a read, and the other writer's mark is kept",
+			listed: (&fakeObject{exists: true, rv: 5}).json(), obj: &fakeObject{exists: true, rv: 7, ledger: Ledger{}.With(Mark{ID: other, At: time.Now()}).String()},
+			wantGets: 1, wantOther: true},
+		{name: "primed with a malformed object: ignored, read", listed: []byte(`{"metadata":`), obj: &fakeObject{exists: true, rv: 7}, wantGets: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := NewWriter(tt.obj, Options{})
+			if tt.listed != nil {
+				w.Prime(target, tt.listed)
+			}
+			mine := NewIDs(nil).New("vm", time.Now())
+			res, err := w.Record(context.Background(), target, mine, none)
+			if err != nil || res.Missing {
+				t.Fatalf("Record = %+v, %v", res, err)
+			}
+			if tt.obj.gets != tt.wantGets {
+				t.Errorf("read the object %d times, want %d", tt.obj.gets, tt.wantGets)
+			}
+			l := tt.obj.stored(t)
+			if !containsMark(l, mine) || tt.wantOther && !containsMark(l, other) {
+				t.Errorf("stored %s; want my mark (and the other's: %v)", l, tt.wantOther)
+			}
+		})
+	}
+
+	// What the writer learned from its own write wins over a listed state.
+	obj := &fakeObject{exists: true, rv: 7}
+	w := NewWriter(obj, Options{})
+	if _, err := w.Record(context.Background(), target, NewIDs(nil).New("vm", time.Now()), none); err != nil {
+		t.Fatal(err)
+	}
+	w.Prime(target, (&fakeObject{exists: true, rv: 7}).json()) // older than the write's
+	if _, err := w.Record(context.Background(), target, NewIDs(nil).New("vm", time.Now()), none); err != nil {
+		t.Fatal(err)
+	}
+	if obj.gets != 1 || obj.patches != 2 {
+		t.Errorf("%d reads and %d writes; want the second write to start from the first's outcome, without a conflict", obj.gets, obj.patches)
+	}
+}

@@ -35,6 +35,10 @@ type Meta struct {
 	// SkipProtection is set when the object carries the skip-protection
 	// annotation with the value "true".
 	SkipProtection bool
+	// SkipProtectionSetBy is the value of the annotation that records who
+	// set skip-protection, if that user may delete the object (see
+	// depv1alpha1.SkipProtectionSetting).
+	SkipProtectionSetBy string
 	// DeletionRequested is set when the object carries the
 	// deletion-requested label (any value): its deletion may be deferred
 	// until nothing references it, if DeletionRecord verifies (see package
@@ -63,6 +67,7 @@ var metaFields = []struct {
 	{[]string{"metadata", "deletionTimestamp"}, func(m *Meta, _ string) { m.Terminating = true }},
 	{[]string{"metadata", "annotations", logicalcluster.AnnotationKey}, func(m *Meta, v string) { m.Cluster = logicalcluster.Name(v) }},
 	{[]string{"metadata", "annotations", depv1alpha1.AnnotationSkipProtection}, func(m *Meta, v string) { m.SkipProtection = v == "true" }},
+	{[]string{"metadata", "annotations", depv1alpha1.AnnotationSkipProtectionSetBy}, func(m *Meta, v string) { m.SkipProtectionSetBy = v }},
 	{[]string{"metadata", "labels", depv1alpha1.LabelDeletionRequested}, func(m *Meta, _ string) { m.DeletionRequested = true }},
 	{[]string{"metadata", "annotations", depv1alpha1.AnnotationDeletionRequest}, func(m *Meta, v string) { m.DeletionRecord = v }},
 	{[]string{"metadata", "labels", depv1alpha1.LabelAdmission}, func(m *Meta, v string) { m.Admission = v }},

@@ -63,6 +63,17 @@ func TestReadMeta(t *testing.T) {
 			want: Meta{Name: "vm-1"},
 		},
 		{
+			name: "skip-protection and the record of who set it",
+			raw: `{"metadata":{"name":"vm-1","annotations":{"dependencies.opendefense.cloud/skip-protection":"true",
+				"dependencies.opendefense.cloud/skip-protection-set-by":"{\"user\":\"admin\"}"}}}`,
+			want: Meta{Name: "vm-1", SkipProtection: true, SkipProtectionSetBy: `{"user":"admin"}`},
+		},
+		{
+			name: "null labels",
+			raw:  `{"metadata":{"name":"vm-1","labels":null,"annotations":{"dependencies.opendefense.cloud/skip-protection-set-by":null}}}`,
+			want: Meta{Name: "vm-1"},
+		},
+		{
 			name: "escaped strings are decoded",
 			raw:  `{"metadata":{"name":"vm-\u00e9\n","namespace":"a\/b"}}`,
 			want: Meta{Name: "vm-é\n", Namespace: "a/b"},

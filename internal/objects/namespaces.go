@@ -3,6 +3,7 @@ package objects
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"time"
@@ -19,10 +20,12 @@ import (
 )
 
 // How long what NamespaceTerminating learned is kept: a namespace that is
-// being deleted stays so, one that is not may start any time.
+// being deleted stays so, one that is not may start any time; that a
+// namespace existed is remembered for a day.
 const (
 	terminatingTTL    = 10 * time.Minute
 	notTerminatingTTL = 2 * time.Second
+	existedTTL        = 24 * time.Hour
 )
 
 // namespaceKey is a namespace of a logical cluster.
@@ -47,8 +50,12 @@ type namespaceState struct {
 // namespace lifecycle admission refuses it with the cause
 // NamespaceTerminating in a namespace being deleted. It returns false, with
 // the error, when it cannot tell (no claim, no grant): the caller then reads
-// live. A namespace found terminating is remembered for terminatingTTL, one
-// found active for notTerminatingTTL.
+// live. A namespace that it found active before and that is gone now was
+// deleted since: it reports it as being deleted (kcp deletes a workspace's
+// namespace default only with the workspace; a teardown that comes late can
+// find it gone already). A namespace found terminating is remembered for
+// terminatingTTL, one found active for notTerminatingTTL, and that it was
+// found active for existedTTL.
 func (c *Client) NamespaceTerminating(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace string) (bool, error) {
 	key := namespaceKey{cluster, namespace}
 	now := c.now()
@@ -69,6 +76,9 @@ func (c *Client) NamespaceTerminating(ctx context.Context, src index.Source, clu
 		case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
 			terminating, answered = true, true
 			return nil
+		case namespaceGone(err, namespace) && c.existed(key, now):
+			terminating, answered = true, true
+			return nil
 		}
 		return err
 	})
@@ -80,6 +90,9 @@ func (c *Client) NamespaceTerminating(ctx context.Context, src index.Source, clu
 	}
 	c.lock.Lock()
 	c.namespaces[key] = namespaceState{terminating: terminating, at: now}
+	if !terminating {
+		c.active[key] = now
+	}
 	c.lock.Unlock()
 	log.FromContext(ctx).V(1).Info("Asked kcp whether a namespace is being deleted", "cluster", cluster, "namespace", namespace, "terminating", terminating)
 	return terminating, nil
@@ -97,6 +110,30 @@ func (c *Client) remembered(key namespaceKey, now time.Time) (namespaceState, bo
 		}
 	}
 	return s, ok && (s.terminating || now.Sub(s.at) < notTerminatingTTL)
+}
+
+// existed reports whether NamespaceTerminating found namespace key active
+// within existedTTL before now, and forgets what has expired.
+func (c *Client) existed(key namespaceKey, now time.Time) bool {
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	for k, at := range c.active {
+		if now.Sub(at) >= existedTTL {
+			delete(c.active, k)
+		}
+	}
+	_, ok := c.active[key]
+	return ok
+}
+
+// namespaceGone reports whether err says that namespace does not exist.
+func namespaceGone(err error, namespace string) bool {
+	var status apierrors.APIStatus
+	if !apierrors.IsNotFound(err) || !errors.As(err, &status) {
+		return false
+	}
+	details := status.Status().Details
+	return details != nil && details.Kind == "namespaces" && details.Name == namespace
 }
 
 // probeEvent is the Event that NamespaceTerminating creates, as a dry run,

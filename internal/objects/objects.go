@@ -10,7 +10,10 @@
 //     deferred deletion; relabelling a dependent);
 //   - CreateEvent: a core Event on an object whose record was removed;
 //   - NamespaceTerminating: a dry-run Event create that asks kcp whether a
-//     namespace is being deleted, for the decisions on kcp's teardown.
+//     namespace is being deleted, for the decisions on kcp's teardown;
+//   - ReviewAccess: a SubjectAccessReview in a consumer workspace, which
+//     asks kcp whether the user who sets skip-protection may delete the
+//     object.
 //
 // The index knows which shards serve a source and on which shard a
 // workspace lives (see index.Index.OnShardOf); it routes the requests, and
@@ -56,13 +59,15 @@ type Client struct {
 	now    func() time.Time
 
 	lock sync.Mutex
-	// namespaces is what NamespaceTerminating learned.
+	// namespaces is what NamespaceTerminating learned, active when it
+	// found each namespace active last.
 	namespaces map[namespaceKey]namespaceState
+	active     map[namespaceKey]time.Time
 }
 
 // New returns a Client that routes its requests with router.
 func New(router Router) *Client {
-	return &Client{router: router, now: time.Now, namespaces: map[namespaceKey]namespaceState{}}
+	return &Client{router: router, now: time.Now, namespaces: map[namespaceKey]namespaceState{}, active: map[namespaceKey]time.Time{}}
 }
 
 var _ Router = (*index.Index)(nil)

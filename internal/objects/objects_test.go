@@ -10,7 +10,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
@@ -231,5 +233,91 @@ func TestNamespaceTerminating(t *testing.T) {
 	// A workspace no shard serves cannot tell.
 	if got, err := c.NamespaceTerminating(context.Background(), testSource, "c2", "default"); err == nil || got {
 		t.Errorf("NamespaceTerminating() of a workspace no shard serves = %v, %v", got, err)
+	}
+}
+
+// A namespace found active before and gone now was deleted since: kcp
+// deletes a workspace's namespace default only with the workspace. One
+// never found active, or a 404 about something else, tells nothing.
+func TestNamespaceGoneAfterItWasSeen(t *testing.T) {
+	notFound := func(kind, name string) func(w http.ResponseWriter) {
+		return func(w http.ResponseWriter) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404,"details":{"name":%q,"kind":%q}}`, name, kind)
+		}
+	}
+	tests := []struct {
+		name            string
+		seen            bool
+		gone            func(w http.ResponseWriter)
+		wantTerminating bool
+	}{
+		{name: "seen, then gone", seen: true, gone: notFound("namespaces", "default"), wantTerminating: true},
+		{name: "never seen, gone", gone: notFound("namespaces", "default")},
+		{name: "seen, then another namespace's 404", seen: true, gone: notFound("namespaces", "other")},
+		{name: "seen, then a 404 about events", seen: true, gone: notFound("events", "")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			shard := &fakeShard{clusters: map[string]string{"c1": `{"items":[]}`}}
+			c := New(newFakeRouter(t, -1, shard))
+			now := time.Unix(1000, 0)
+			c.now = func() time.Time { return now }
+			ctx := context.Background()
+			if tt.seen {
+				if got, err := c.NamespaceTerminating(ctx, testSource, "c1", "default"); err != nil || got {
+					t.Fatalf("NamespaceTerminating() of an active namespace = %v, %v", got, err)
+				}
+			}
+			now = now.Add(time.Hour)
+			shard.created = tt.gone
+			got, err := c.NamespaceTerminating(ctx, testSource, "c1", "default")
+			if got != tt.wantTerminating || (err == nil) != tt.wantTerminating {
+				t.Errorf("NamespaceTerminating() = %v, %v; want %v and an error unless it is", got, err, tt.wantTerminating)
+			}
+		})
+	}
+}
+
+// A SubjectAccessReview is asked on the shard that serves the workspace;
+// when every shard refuses it (no claim, no grant), ReviewAccess says so.
+func TestReviewAccess(t *testing.T) {
+	answer := func(allowed bool) func(w http.ResponseWriter) {
+		return func(w http.ResponseWriter) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, `{"kind":"SubjectAccessReview","apiVersion":"authorization.k8s.io/v1","status":{"allowed":%v,"reason":"RBAC"}}`, allowed)
+		}
+	}
+	shard1 := &fakeShard{}
+	shard2 := &fakeShard{clusters: map[string]string{"c1": `{"items":[]}`}, created: answer(true)}
+	c := New(newFakeRouter(t, -1, shard1, shard2))
+	spec := authorizationv1.SubjectAccessReviewSpec{User: "alice", ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "delete", Group: "compute.io", Resource: "virtualmachines", Name: "vm-1", Namespace: "default"}}
+	got, err := c.ReviewAccess(context.Background(), testSource, "c1", spec)
+	if err != nil || !got.Allowed || got.Reason != "RBAC" {
+		t.Errorf("ReviewAccess() = %+v, %v; want allowed", got, err)
+	}
+	if req := shard2.requested(); len(req) != 1 || req[0] != "/clusters/c1/apis/authorization.k8s.io/v1/subjectaccessreviews?" {
+		t.Errorf("requests = %q, want one SubjectAccessReview", req)
+	}
+	shard2.created = answer(false)
+	if got, err := c.ReviewAccess(context.Background(), testSource, "c1", spec); err != nil || got.Allowed {
+		t.Errorf("ReviewAccess() = %+v, %v; want denied", got, err)
+	}
+	// A workspace every shard refuses: the claim is missing.
+	if _, err := c.ReviewAccess(context.Background(), testSource, "c2", spec); !errors.Is(err, ErrNoAccessReview) || !strings.Contains(err.Error(), "claim subjectaccessreviews") {
+		t.Errorf("ReviewAccess() of a workspace every shard refuses: %v", err)
+	}
+}
+
+// A review of a source whose APIExport the webhook cannot read is one kcp
+// will not answer.
+func TestReviewAccessWithoutTheExport(t *testing.T) {
+	r := newFakeRouter(t, -1, &fakeShard{})
+	r.inspected = false
+	spec := authorizationv1.SubjectAccessReviewSpec{User: "alice", ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "delete"}}
+	if _, err := New(r).ReviewAccess(context.Background(), testSource, "c1", spec); !errors.Is(err, ErrNoAccessReview) || !strings.Contains(err.Error(), "apiexportendpointslices") {
+		t.Errorf("ReviewAccess() = %v", err)
 	}
 }

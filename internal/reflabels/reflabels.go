@@ -30,10 +30,23 @@ import (
 )
 
 // MaxReferences bounds the reference labels of one object. An object that
-// references more distinct objects gets no labels at all: it is not
-// labelled under any scheme, so every confirming read of its type lists it
-// (see StaleSelector), and it costs what it cost before labels existed.
+// references more distinct objects gets none, and the scheme label
+// TooMany of its scheme instead of the scheme's fingerprint: every
+// confirming read of its type lists it (see StaleSelector), as it did
+// before labels existed, but it is labelled as its scheme says and is not
+// relabelled (see UnlabelledSelector). It is also the webhook's default
+// limit of the references of one object, so that only objects from before
+// the limit, or under a larger one, have none.
 const MaxReferences = 256
+
+// NearLimit reports whether an object that references n objects is close
+// to limit, the most one object may reference (the webhook's
+// --max-references-per-object): at four fifths of it or more. A write that
+// adds references and leaves a dependent there gets a warning, and the rules
+// of its type say so.
+func NearLimit(n, limit int) bool {
+	return limit > 0 && n*5 >= limit*4
+}
 
 // keyHexDigits is how many hex digits of a SHA-256 name a referenced
 // object in its label key. A collision only makes a read list more
@@ -172,18 +185,40 @@ func Managed(key string) bool {
 	return key == depv1alpha1.LabelReferencesScheme || key == depv1alpha1.LabelAdmission || strings.HasPrefix(key, depv1alpha1.LabelReferencePrefix)
 }
 
-// StaleSelector returns the label selector of the dependents that are not
-// labelled under the scheme with fingerprint fp: those without the scheme
-// label, or with another value.
+// StaleSelector returns the label selector of the dependents that a
+// confirming read lists in full under the scheme with fingerprint fp: those
+// without the scheme label, or with another value (TooMany(fp) included).
 func StaleSelector(fp string) string {
 	return depv1alpha1.LabelReferencesScheme + "!=" + fp
 }
 
+// TooMany returns the value of the scheme label of a dependent that
+// references more than MaxReferences objects under the scheme with
+// fingerprint fp, and carries no reference labels. It is not fp, so
+// confirming reads list such a dependent with the stale ones.
+func TooMany(fp string) string {
+	return fp + "-many"
+}
+
+// UnlabelledSelector returns the label selector of the dependents that are
+// not labelled under the scheme with fingerprint fp yet, and must be
+// relabelled: those whose scheme label is neither fp nor TooMany(fp).
+func UnlabelledSelector(fp string) string {
+	return depv1alpha1.LabelReferencesScheme + " notin (" + fp + "," + TooMany(fp) + ")"
+}
+
+// LabelledUnder reports whether a dependent whose scheme label is value is
+// labelled under the scheme with fingerprint fp: with its reference labels,
+// or with none as it references too many objects.
+func LabelledUnder(value, fp string) bool {
+	return value != "" && (value == fp || value == TooMany(fp))
+}
+
 // Labels returns the managed labels that the scheme gives the object raw
 // (its JSON): one key per object it references, and the scheme label. An
-// object with more than MaxReferences distinct references gets none. It
-// fails if a path cannot be read (raw is not a JSON object, or is malformed
-// where a path leads).
+// object with more than MaxReferences distinct references gets only the
+// scheme label, with the value TooMany. It fails if a path cannot be read
+// (raw is not a JSON object, or is malformed where a path leads).
 func (s Scheme) Labels(raw []byte) (map[string]string, error) {
 	labels := map[string]string{}
 	for _, r := range s.References {
@@ -197,7 +232,7 @@ func (s Scheme) Labels(raw []byte) (map[string]string, error) {
 			return nil, fmt.Errorf("failed to read %s: %w", r.Path, err)
 		}
 		if len(labels) > MaxReferences {
-			return map[string]string{}, nil
+			return map[string]string{depv1alpha1.LabelReferencesScheme: TooMany(s.Fingerprint)}, nil
 		}
 	}
 	labels[depv1alpha1.LabelReferencesScheme] = s.Fingerprint

@@ -437,7 +437,7 @@ func TestLabelsMaxReferences(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		obj     []byte
-		wantAll bool // else none
+		wantAll bool // else only the scheme label, TooMany
 		want    map[schema.GroupResource][]string
 	}{
 		{"exactly MaxReferences", nics(t, "", many[:MaxReferences]), true, map[schema.GroupResource][]string{subnets: many[:MaxReferences]}},
@@ -454,8 +454,8 @@ func TestLabelsMaxReferences(t *testing.T) {
 				t.Fatalf("Labels: %v", err)
 			}
 			if !tc.wantAll {
-				if got == nil || len(got) != 0 {
-					t.Fatalf("Labels = %d labels (nil: %v), want an empty map", len(got), got == nil)
+				if w := map[string]string{depv1alpha1.LabelReferencesScheme: TooMany(s.Fingerprint)}; !maps.Equal(got, w) {
+					t.Fatalf("Labels = %v, want %v", got, w)
 				}
 				return
 			}
@@ -685,4 +685,64 @@ func TestPatch(t *testing.T) {
 		}
 		t.Fatalf("a second Patch still has operations: labels %v", current)
 	})
+}
+
+// A dependent with too many references for labels is labelled under its
+// scheme, and not relabelled; confirming reads still list it in full.
+func TestTooMany(t *testing.T) {
+	const fp = "0123456789abcdef"
+	tests := []struct {
+		value                string
+		wantLabelled         bool
+		wantStale, wantRelab bool
+	}{
+		{value: fp, wantLabelled: true},
+		{value: TooMany(fp), wantLabelled: true, wantStale: true},
+		{value: "", wantStale: true, wantRelab: true},
+		{value: "fedcba9876543210", wantStale: true, wantRelab: true},
+		{value: TooMany("fedcba9876543210"), wantStale: true, wantRelab: true},
+		{value: "relabel-abc", wantStale: true, wantRelab: true},
+	}
+	stale, err := labels.Parse(StaleSelector(fp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlabelled, err := labels.Parse(UnlabelledSelector(fp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range tests {
+		t.Run(tt.value, func(t *testing.T) {
+			if errs := validation.IsValidLabelValue(tt.value); len(errs) > 0 {
+				t.Fatalf("not a label value: %v", errs)
+			}
+			set := labels.Set{}
+			if tt.value != "" {
+				set[depv1alpha1.LabelReferencesScheme] = tt.value
+			}
+			if got := LabelledUnder(tt.value, fp); got != tt.wantLabelled {
+				t.Errorf("LabelledUnder = %v, want %v", got, tt.wantLabelled)
+			}
+			if got := stale.Matches(set); got != tt.wantStale {
+				t.Errorf("listed by confirming reads: %v, want %v", got, tt.wantStale)
+			}
+			if got := unlabelled.Matches(set); got != tt.wantRelab {
+				t.Errorf("relabelled: %v, want %v", got, tt.wantRelab)
+			}
+		})
+	}
+}
+
+func TestNearLimit(t *testing.T) {
+	for _, tt := range []struct {
+		n, limit int
+		want     bool
+	}{
+		{0, 256, false}, {204, 256, false}, {205, 256, true}, {256, 256, true}, {3000, 256, true},
+		{799, 1000, false}, {800, 1000, true}, {5, 0, false},
+	} {
+		if got := NearLimit(tt.n, tt.limit); got != tt.want {
+			t.Errorf("NearLimit(%d, %d) = %v, want %v", tt.n, tt.limit, got, tt.want)
+		}
+	}
 }

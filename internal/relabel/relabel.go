@@ -166,7 +166,7 @@ func (r *Relabeller) relabel(ctx context.Context, t registry.Target, l registry.
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	defer cancel()
 	var stale []kcp.Meta
-	if err := r.objects.List(ctx, l.Dependent, reflabels.StaleSelector(l.Scheme.Fingerprint), func(m kcp.Meta) error {
+	if err := r.objects.List(ctx, l.Dependent, reflabels.UnlabelledSelector(l.Scheme.Fingerprint), func(m kcp.Meta) error {
 		if !m.Terminating {
 			stale = append(stale, m)
 		}
@@ -229,7 +229,7 @@ func (r *Relabeller) trigger(ctx context.Context, l registry.Labelling, stale []
 		switch {
 		case err == nil:
 			scheme, _ := jsonparser.GetString(patched, "metadata", "labels", depv1alpha1.LabelReferencesScheme)
-			if scheme == l.Scheme.Fingerprint {
+			if reflabels.LabelledUnder(scheme, l.Scheme.Fingerprint) {
 				labelled++
 			}
 			if scheme != "" && !strings.HasPrefix(scheme, relabelPrefix) {

@@ -123,6 +123,17 @@ func TestPass(t *testing.T) {
 		index:      &fakeObjects{},
 		wantStatus: metav1.ConditionTrue, wantReason: depv1alpha1.ReasonLabelled,
 	}, {
+		name:       "a dependent with too many references for labels, first in the list, counts as labelled: labelling goes on",
+		labellable: true,
+		index: &fakeObjects{stale: metas("vm-big", "vm-2"), after: func(name string) (string, error) {
+			if name == "vm-big" {
+				return reflabels.TooMany(fingerprint), nil
+			}
+			return fingerprint, nil
+		}},
+		wantStatus: metav1.ConditionTrue, wantReason: depv1alpha1.ReasonLabelled,
+		wantPatched: 2,
+	}, {
 		name:       "every stale dependent relabelled by the labelling webhook",
 		labellable: true,
 		index:      &fakeObjects{stale: metas("vm-1", "vm-2", "vm-3"), after: labelledTo(fingerprint)},
@@ -213,8 +224,8 @@ func TestPass(t *testing.T) {
 			if left != tt.wantLeft {
 				t.Errorf("OnUnlabelled reported %d left, want %d", left, tt.wantLeft)
 			}
-			if tt.labellable && tt.index.selector != reflabels.StaleSelector(fingerprint) {
-				t.Errorf("listed with selector %q, want %q", tt.index.selector, reflabels.StaleSelector(fingerprint))
+			if tt.labellable && tt.index.selector != reflabels.UnlabelledSelector(fingerprint) {
+				t.Errorf("listed with selector %q, want %q", tt.index.selector, reflabels.UnlabelledSelector(fingerprint))
 			}
 		})
 	}

@@ -2,7 +2,6 @@ package replay
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -40,9 +39,9 @@ type Objects interface {
 	List(ctx context.Context, src index.Source, selector string, visit func(kcp.Meta) error) error
 	// Delete deletes an object through kcp's admission.
 	Delete(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, opts metav1.DeleteOptions) error
-	// CreateEvent creates a core Event in a workspace through the virtual
-	// workspace of src.
-	CreateEvent(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace string, body []byte) error
+	// Event records a core Event about an object in its workspace through
+	// the virtual workspace of its provider (see objects.Client.Event).
+	Event(ctx context.Context, src index.Source, kind string, obj kcp.Meta, eventType, reason, msg string) error
 }
 
 // Targets lists the protected resources; *registry.Registry implements it.
@@ -299,27 +298,7 @@ func (r *Replayer) remove(ctx context.Context, src index.Source, obj kcp.Meta, r
 // event records a Warning Event with msg on obj, an object of src, in its
 // workspace.
 func (r *Replayer) event(ctx context.Context, src index.Source, obj kcp.Meta, msg string) error {
-	now := metav1.NewTime(time.Now())
-	namespace := obj.Namespace
-	if namespace == "" {
-		namespace = metav1.NamespaceDefault
-	}
-	ev := corev1.Event{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Event"},
-		ObjectMeta: metav1.ObjectMeta{GenerateName: obj.Name + ".", Namespace: namespace},
-		InvolvedObject: corev1.ObjectReference{
-			APIVersion: src.Resource.GroupVersion().String(), Kind: r.index.State(src).Kind,
-			Namespace: obj.Namespace, Name: obj.Name, UID: obj.UID,
-		},
-		Reason: EventReasonDropped, Message: msg, Type: corev1.EventTypeWarning,
-		Source:         corev1.EventSource{Component: "dependency-webhook"},
-		FirstTimestamp: now, LastTimestamp: now, Count: 1,
-	}
-	body, err := json.Marshal(ev)
-	if err != nil {
-		return err
-	}
-	return r.objects.CreateEvent(ctx, src, obj.Cluster, namespace, body)
+	return r.objects.Event(ctx, src, r.index.State(src).Kind, obj, corev1.EventTypeWarning, EventReasonDropped, msg)
 }
 
 // enqueue queues every recorded deletion that the index holds no

@@ -185,17 +185,13 @@ func (f *fakeIndex) State(index.Source) index.State {
 	return index.State{Phase: index.PhaseSynced, Kind: "VPC"}
 }
 
-func (f *fakeIndex) CreateEvent(_ context.Context, src index.Source, cluster logicalcluster.Name, namespace string, body []byte) error {
+func (f *fakeIndex) Event(_ context.Context, src index.Source, kind string, obj kcp.Meta, eventType, reason, msg string) error {
 	f.lock.Lock()
 	defer f.lock.Unlock()
-	var ev corev1.Event
-	if err := json.Unmarshal(body, &ev); err != nil {
-		return err
+	if src != vpcs || obj.Cluster != "consumer" || obj.Namespace != "default" || kind != "VPC" || eventType != corev1.EventTypeWarning || reason != EventReasonDropped {
+		return fmt.Errorf("unexpected event %s about %+v: %s %s %s %s", src, obj, kind, eventType, reason, msg)
 	}
-	if src != vpcs || cluster != "consumer" || namespace != "default" || ev.InvolvedObject.Kind != "VPC" || ev.Type != corev1.EventTypeWarning {
-		return fmt.Errorf("unexpected event %s in %s/%s: %s", src, cluster, namespace, body)
-	}
-	f.events[ev.InvolvedObject.Name] = ev.Message
+	f.events[obj.Name] = msg
 	return nil
 }
 

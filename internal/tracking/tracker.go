@@ -3,6 +3,7 @@ package tracking
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -16,16 +17,17 @@ import (
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 )
 
 // Kind is what a probe looks for.
 type Kind string
 
 const (
-	// KindLabelling: the labelling webhook of a dependent type, with the
+	// KindLabelling is the labelling webhook of a dependent type, with the
 	// scheme of its current rules.
 	KindLabelling Kind = "labelling"
-	// KindGuard: the guard of the ledger of admitted references on a
+	// KindGuard is the guard of the ledger of admitted references on a
 	// protected type.
 	KindGuard Kind = "guard"
 )
@@ -173,13 +175,14 @@ func (t *Tracker) check(ctx context.Context, key Key, obj Object) (bool, error) 
 		return false, err
 	}
 	got, err := jsonparser.GetString(raw, "metadata", field, name)
-	if err != nil && err != jsonparser.KeyPathNotFoundError {
+	if err != nil && !errors.Is(err, jsonparser.KeyPathNotFoundError) {
 		return false, fmt.Errorf("failed to read the probed object: %w", err)
 	}
 	if key.Kind == KindLabelling {
 		// The labelling webhook sets the scheme label only when the scheme
-		// it was configured for is the scheme of its own rules.
-		return got == key.Scheme, nil
+		// it was configured for is the scheme of its own rules (to TooMany
+		// of it on a dependent with too many references for labels).
+		return reflabels.LabelledUnder(got, key.Scheme), nil
 	}
 	// The guard keeps the stored ledger, whatever the write says.
 	return got != value, nil

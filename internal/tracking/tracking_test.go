@@ -125,6 +125,8 @@ func TestTrackerProbes(t *testing.T) {
 		want   bool
 	}{
 		{"the labelling webhook of the scheme ran", labelling, "s1", false, true},
+		{"the labelling webhook of the scheme ran on a dependent with too many references for labels", labelling, reflabels.TooMany("s1"), false, true},
+		{"a labelling webhook of another scheme ran on a dependent with too many references", labelling, reflabels.TooMany("s0"), false, false},
 		{"a labelling webhook of another scheme ran", labelling, "s0", false, false},
 		{"no labelling webhook ran", labelling, "", false, false},
 		{"the guard ran", guard, "", true, true},

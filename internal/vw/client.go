@@ -116,6 +116,19 @@ func (c *Client) List(ctx context.Context, path []string, params url.Values, vis
 	return StreamList(body, visit)
 }
 
+// ListPage lists one page of the objects at path, as params say (limit,
+// continue), and calls visit with each item's raw JSON, as List does. It
+// returns the list's metadata: its resourceVersion, and the continue token
+// of the next page (empty after the last).
+func (c *Client) ListPage(ctx context.Context, path []string, params url.Values, visit func(item []byte) error) (metav1.ListMeta, error) {
+	body, err := c.Get(ctx, path, params)
+	if err != nil {
+		return metav1.ListMeta{}, err
+	}
+	defer Drain(body)
+	return streamListMeta(body, visit)
+}
+
 // Patch sends a PATCH of type pt with body to the path, with params, and
 // returns the object it answers with (the patched object).
 func (c *Client) Patch(ctx context.Context, path []string, pt types.PatchType, body []byte, params ...url.Values) ([]byte, error) {
@@ -142,6 +155,13 @@ func (c *Client) Create(ctx context.Context, path []string, params url.Values, b
 	return req.Do(ctx).Error()
 }
 
+// Post sends a POST of the JSON object body to the path and returns what
+// it answers: for a review (a SubjectAccessReview), the review with its
+// status.
+func (c *Client) Post(ctx context.Context, path []string, body []byte) ([]byte, error) {
+	return c.client.Post().AbsPath(path...).SetHeader("Content-Type", "application/json").Body(body).MaxRetries(0).Do(ctx).Raw()
+}
+
 // Delete sends a DELETE with opts to the path. Only the outcome is
 // returned.
 func (c *Client) Delete(ctx context.Context, path []string, opts metav1.DeleteOptions) error {
@@ -165,68 +185,72 @@ func Drain(body io.ReadCloser) {
 // buffer passed to visit is reused for the next item. It returns the
 // resourceVersion of the list.
 func StreamList(r io.Reader, visit func(item []byte) error) (string, error) {
-	rv, err := streamList(r, visit)
+	meta, err := streamListMeta(r, visit)
+	return meta.ResourceVersion, err
+}
+
+// streamListMeta is StreamList, returning the list's metadata.
+func streamListMeta(r io.Reader, visit func(item []byte) error) (metav1.ListMeta, error) {
+	meta, err := streamList(r, visit)
 	if errors.Is(err, io.EOF) {
 		// The body ended before the list did: a connection cut off
 		// mid-stream, which is worth a retry (see RetryCause).
-		return "", fmt.Errorf("%w: %w", io.ErrUnexpectedEOF, err)
+		return metav1.ListMeta{}, fmt.Errorf("%w: %w", io.ErrUnexpectedEOF, err)
 	}
-	return rv, err
+	return meta, err
 }
 
-func streamList(r io.Reader, visit func(item []byte) error) (string, error) {
-	dec := json.NewDecoder(r)
-	if err := expectDelim(dec, '{'); err != nil {
-		return "", err
-	}
+func streamList(r io.Reader, visit func(item []byte) error) (metav1.ListMeta, error) {
 	var (
-		rv   string
+		list metav1.ListMeta
 		item json.RawMessage
 	)
+	dec := json.NewDecoder(r)
+	if err := expectDelim(dec, '{'); err != nil {
+		return list, err
+	}
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return "", fmt.Errorf("failed to decode list: %w", err)
+			return metav1.ListMeta{}, fmt.Errorf("failed to decode list: %w", err)
 		}
 		switch key, _ := tok.(string); key {
 		case "metadata":
-			var meta metav1.ListMeta
-			if err := dec.Decode(&meta); err != nil {
-				return "", fmt.Errorf("failed to decode list metadata: %w", err)
+			if err := dec.Decode(&list); err != nil {
+				return metav1.ListMeta{}, fmt.Errorf("failed to decode list metadata: %w", err)
 			}
-			rv = meta.ResourceVersion
 			continue
 		case "items":
 		default:
 			if err := dec.Decode(&item); err != nil { // skip apiVersion, kind
-				return "", fmt.Errorf("failed to decode list: %w", err)
+				return metav1.ListMeta{}, fmt.Errorf("failed to decode list: %w", err)
 			}
 			continue
 		}
 		tok, err = dec.Token()
 		if err != nil {
-			return "", fmt.Errorf("failed to decode list: %w", err)
+			return metav1.ListMeta{}, fmt.Errorf("failed to decode list: %w", err)
 		}
 		if tok == nil { // "items": null
 			continue
 		}
 		if d, ok := tok.(json.Delim); !ok || d != '[' {
-			return "", fmt.Errorf("failed to decode list: expected items to be a list, got %v", tok)
+			return metav1.ListMeta{}, fmt.Errorf("failed to decode list: expected items to be a list, got %v", tok)
 		}
 		for dec.More() {
 			// RawMessage.UnmarshalJSON reuses the slice, so items share one buffer.
 			if err := dec.Decode(&item); err != nil {
-				return "", fmt.Errorf("failed to decode list item: %w", err)
+				return metav1.ListMeta{}, fmt.Errorf("failed to decode list item: %w", err)
 			}
 			if err := visit(item); err != nil {
-				return "", err
+				return metav1.ListMeta{}, err
 			}
 		}
 		if err := expectDelim(dec, ']'); err != nil {
-			return "", err
+			return metav1.ListMeta{}, err
 		}
 	}
-	return rv, expectDelim(dec, '}')
+	return list, expectDelim(dec, '}')
 }
 
 func expectDelim(dec *json.Decoder, want json.Delim) error {

@@ -4,7 +4,8 @@
 // labelling scheme and kcp's timeout taken from the request URL, and the
 // budget of a decision), the Handler that routes kcp's requests by endpoint
 // and operation, the decoding of the object a request is about
-// (ReadSubject), the answers every handler may give (NotLoaded,
+// (ReadSubject, and ReadWriteSubject for a CREATE or UPDATE, whose
+// workspace is the old object's on an UPDATE), the answers every handler may give (NotLoaded,
 // Unavailable, Misdirected), the decisions and their audit annotation, the
 // Metrics of every handler, and the client authentication of the HTTPS
 // server (ClientAuth).
@@ -20,7 +21,9 @@
 //     and UPDATE requests on dependents, and the LabelMutator that sets
 //     their reference labels;
 //   - package guard: the RecordGuard of the webhook's records on protected
-//     objects, and the webhook's own identity that may write them.
+//     objects, the LedgerGuard of their ledgers of admitted references, the
+//     SkipGuard of skip-protection on them, and the webhook's own identity
+//     that may write records and ledgers.
 //
 // Until the rule registry is loaded, every handler that needs the rules
 // denies with a message to retry (NotLoaded).

@@ -11,10 +11,11 @@ import (
 
 // Handler routes the admission requests of kcp by endpoint (see
 // EndpointFrom) and operation: the labels endpoint to the LabelMutator
-// (package references), the records endpoint to the RecordGuard and the
-// admitted endpoint to the LedgerGuard (package guard), and otherwise DELETE to the deletion Validator (package
-// deletion), CREATE and UPDATE to the ReferenceValidator (package
-// references); anything else is allowed.
+// (package references), the records endpoint to the RecordGuard, the
+// admitted endpoint to the LedgerGuard and the skip-protection endpoint to
+// the SkipGuard (package guard), and otherwise DELETE to the deletion
+// Validator (package deletion), CREATE and UPDATE to the
+// ReferenceValidator (package references); anything else is allowed.
 type Handler struct {
 	// Deletion judges DELETE requests.
 	Deletion admission.Handler
@@ -27,6 +28,9 @@ type Handler struct {
 	// Admitted keeps the ledgers of admitted references on protected
 	// objects as the webhook wrote them.
 	Admitted admission.Handler
+	// SkipProtection records who set skip-protection on protected
+	// objects, if that user may delete them, and keeps the record.
+	SkipProtection admission.Handler
 }
 
 // Handle implements admission.Handler.
@@ -38,6 +42,8 @@ func (h Handler) Handle(ctx context.Context, req admission.Request) admission.Re
 		return h.Records.Handle(ctx, req)
 	case EndpointAdmitted:
 		return h.Admitted.Handle(ctx, req)
+	case EndpointSkipProtection:
+		return h.SkipProtection.Handle(ctx, req)
 	}
 	switch req.Operation {
 	case admissionv1.Delete:

@@ -39,12 +39,14 @@ type fromURL struct {
 // (see webhookconfig.EndpointURL): none for the DELETE webhook and the check
 // of new references (by operation), EndpointRecords for the guard of the
 // webhook's records on protected objects, EndpointAdmitted for the guard of
-// the ledgers of admitted references on them, EndpointLabels for the mutating
+// the ledgers of admitted references on them, EndpointSkipProtection for
+// the guard of skip-protection on them, EndpointLabels for the mutating
 // webhook that labels dependents.
 const (
-	EndpointRecords  = webhookconfig.EndpointRecords
-	EndpointAdmitted = webhookconfig.EndpointAdmitted
-	EndpointLabels   = webhookconfig.EndpointLabels
+	EndpointRecords        = webhookconfig.EndpointRecords
+	EndpointAdmitted       = webhookconfig.EndpointAdmitted
+	EndpointSkipProtection = webhookconfig.EndpointSkipProtection
+	EndpointLabels         = webhookconfig.EndpointLabels
 )
 
 // EndpointFrom returns the endpoint of the provider workspace that kcp
@@ -116,7 +118,8 @@ func WithBudget(ctx context.Context, limit time.Duration) (context.Context, cont
 // <path>/<logical cluster>[/<endpoint>], where the logical cluster is the
 // provider workspace whose webhook configuration kcp called (the controller
 // installs every configuration with the URL of its workspace) and the
-// endpoint one of EndpointRecords, EndpointAdmitted and EndpointLabels. The handler finds
+// endpoint one of EndpointRecords, EndpointAdmitted, EndpointSkipProtection
+// and EndpointLabels. The handler finds
 // them with ProviderFrom and EndpointFrom, and the time kcp waits for the
 // answer bounds the decision (see WithBudget).
 //
@@ -133,7 +136,7 @@ func NewAdmissionHandler(path string, handler admission.Handler) http.Handler {
 		c, rest, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, prefix), "/")
 		endpoint, scheme, _ = strings.Cut(rest, "/")
 		ok = logicalcluster.Name(c).IsValid() && !strings.Contains(scheme, "/") &&
-			(endpoint == "" && scheme == "" || (endpoint == EndpointRecords || endpoint == EndpointAdmitted) && scheme == "" || endpoint == EndpointLabels)
+			(endpoint == "" && scheme == "" || (endpoint == EndpointRecords || endpoint == EndpointAdmitted || endpoint == EndpointSkipProtection) && scheme == "" || endpoint == EndpointLabels)
 		return logicalcluster.Name(c), endpoint, scheme, ok
 	}
 	wh := &admission.Webhook{
@@ -150,7 +153,7 @@ func NewAdmissionHandler(path string, handler admission.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, _, _, ok := parse(r); !strings.HasPrefix(r.URL.Path, prefix) || !ok {
-			http.Error(w, fmt.Sprintf("no webhook at %s: the path must be %s<logical cluster of the provider workspace>[/%s|/%s|/%s/<scheme>]", r.URL.Path, prefix, EndpointRecords, EndpointAdmitted, EndpointLabels), http.StatusNotFound)
+			http.Error(w, fmt.Sprintf("no webhook at %s: the path must be %s<logical cluster of the provider workspace>[/%s|/%s|/%s|/%s/<scheme>]", r.URL.Path, prefix, EndpointRecords, EndpointAdmitted, EndpointSkipProtection, EndpointLabels), http.StatusNotFound)
 			return
 		}
 		if r.Method != http.MethodPost {

@@ -191,3 +191,29 @@ func TestAdmissionHandlerRecoversPanics(t *testing.T) {
 		t.Errorf("unexpected response %+v", review.Response)
 	}
 }
+
+// Each endpoint of a provider workspace reaches the handler, which learns
+// it (and a labelling webhook's scheme) from the URL.
+func TestAdmissionHandlerEndpoints(t *testing.T) {
+	var endpoint, scheme string
+	h := NewAdmissionHandler("/validate", handlerFunc(func(ctx context.Context, _ admission.Request) admission.Response {
+		endpoint, scheme = EndpointFrom(ctx), SchemeFrom(ctx)
+		return admission.Allowed("")
+	}))
+	tests := []struct{ path, endpoint, scheme string }{
+		{"/validate/provider", "", ""},
+		{"/validate/provider/records", EndpointRecords, ""},
+		{"/validate/provider/admitted", EndpointAdmitted, ""},
+		{"/validate/provider/skip-protection", EndpointSkipProtection, ""},
+		{"/validate/provider/labels/00aa", EndpointLabels, "00aa"},
+	}
+	for _, tt := range tests {
+		endpoint, scheme = "-", "-"
+		if rec := postTo(h, tt.path, "application/json", validReview); rec.Code != http.StatusOK || endpoint != tt.endpoint || scheme != tt.scheme {
+			t.Errorf("%s: status %d, endpoint %q, scheme %q; want 200, %q, %q", tt.path, rec.Code, endpoint, scheme, tt.endpoint, tt.scheme)
+		}
+	}
+	if rec := postTo(h, "/validate/provider/skip-protection/x", "application/json", validReview); rec.Code != http.StatusNotFound {
+		t.Errorf("a scheme after the skip-protection endpoint: status %d, want 404", rec.Code)
+	}
+}

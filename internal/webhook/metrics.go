@@ -46,7 +46,7 @@ func NewMetrics() *Metrics {
 		}),
 		refChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dependency_webhook_reference_checks_total",
-			Help: "Admission decisions on CREATE and UPDATE requests of dependents, by outcome: allowed, denied (a new reference to an object that is being deleted) or error (request malformed, rules not loaded, or the referenced object could not be read).",
+			Help: "Admission decisions on CREATE and UPDATE requests of dependents, by outcome: allowed, denied (a new reference to an object that is being deleted, or a write past the limit of references per object) or error (request malformed, rules not loaded, or the referenced object could not be read).",
 		}, []string{"outcome"}),
 		deferrals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dependency_webhook_deletions_deferred_total",
@@ -54,7 +54,7 @@ func NewMetrics() *Metrics {
 		}, []string{"result"}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dependency_webhook_record_writes_total",
-			Help: "CREATEs and UPDATEs of protected objects that set or changed the deletion-requested label or the deletion-request annotation, by outcome: allowed (the webhook's own) or denied (anyone else).",
+			Help: "CREATEs and UPDATEs of protected objects that the guards of what the webhook writes on them judged, by outcome: allowed (the webhook's own record of a deferred deletion) or denied (anyone else's); ledger-kept (anyone else set, changed or removed the ledger of admitted references; the stored one was kept) or ledger-written (the webhook's own); skip-protection-effective (skip-protection set by a user who may delete the object, recorded), skip-protection-no-effect (set by anyone else, or kcp could not be asked) or skip-protection-record-kept (the record of who set it was set, changed or removed; the stored one was kept).",
 		}, []string{"outcome"}),
 		labels: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dependency_webhook_labels_total",
@@ -62,7 +62,7 @@ func NewMetrics() *Metrics {
 		}, []string{"result"}),
 		cycles: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dependency_webhook_teardown_cycles_broken_total",
-			Help: "Items of kcp's teardown allowed although dependents referenced them, because the object and its dependents referenced each other in a cycle within the teardown (broken at the object that sorts first).",
+			Help: "Cycles of references that kcp's teardown deletes whole, although their objects reference each other, because teardowns under way delete every object that references one of them (counted once per cycle proved).",
 		}),
 		recorded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dependency_webhook_references_recorded_total",

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -43,6 +44,7 @@ import (
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/command"
 	"github.com/opendefensecloud/dependency-controller/internal/controllerserver"
+	"github.com/opendefensecloud/dependency-controller/internal/inflight"
 	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
@@ -58,7 +60,10 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		networkCluster                      logicalcluster.Name
 		wh                                  *kcpenv.Webhook
 		tenant                              client.Client
-		stopController                      func() error
+		// tenantCfg and adminCfg reach the consumer workspace as the
+		// tenant and as kcp's administrator.
+		tenantCfg, adminCfg *rest.Config
+		stopController      func() error
 		// caFile holds the webhook's CA bundle for the controller, for as
 		// long as the container runs.
 		caFile string
@@ -173,7 +178,8 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		bindExports(ctx, consumer, export{network, "network.test.io"}, export{compute, "compute.test.io"})
 
 		By("a tenant who may read, create, update and patch VPCs and VMs, but not delete them")
-		tenantCfg, err := kcpEnv.AddUser("tenant")
+		var err error
+		tenantCfg, err = kcpEnv.AddUser("tenant")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(kcpenv.Apply(ctx, cli.Cluster(consumer), toUnstructured(&rbacv1.ClusterRole{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
@@ -191,6 +197,8 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		tenantCfg.Host += consumer.RequestPath()
 		tenant, err = client.New(tenantCfg, client.Options{Scheme: kcpenv.NewScheme()})
 		Expect(err).NotTo(HaveOccurred())
+		adminCfg = rest.CopyConfig(kcpConfig)
+		adminCfg.Host += consumer.RequestPath()
 
 		By("rules: VMs reference VPCs (Replay), VPCs their gateway VM (a cycle), appliances reference VPCs in their status")
 		Expect(cli.Cluster(compute).Create(ctx, &depv1alpha1.DependencyRule{
@@ -659,7 +667,7 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
 	})
 
-	It("breaks a cycle of references in a namespace's teardown at the object that sorts first, instead of stalling", func(ctx context.Context) {
+	It("breaks a cycle of references in a namespace's teardown instead of stalling", func(ctx context.Context) {
 		c := cli.Cluster(consumer)
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "cycle"}}
 		Expect(c.Create(ctx, ns)).To(Succeed())
@@ -705,6 +713,293 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		Eventually(func() bool {
 			return apierrors.IsNotFound(cli.Cluster(ws).Get(ctx, client.ObjectKeyFromObject(binding), binding))
 		}).WithTimeout(2*timeout).WithPolling(interval).Should(BeTrue(), "the APIBinding was not deleted")
+	})
+
+	// ledgerOf returns the ledger of admitted references of a VPC.
+	ledgerOf := func(ctx context.Context, name string) string {
+		GinkgoHelper()
+		return get(ctx, vpcGVR, name).GetAnnotations()[depv1alpha1.AnnotationAdmittedReferences]
+	}
+
+	It("records a VM's reference on the VPC before the VM is stored, and nobody but the webhook can remove or back-date the record; re-applied exported YAML keeps working", func(ctx context.Context) {
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-ledger", nil))
+		exported := get(ctx, vpcGVR, "vpc-ledger")
+		Expect(tenant.Create(ctx, newObject(vmGVR, "default", "vm-ledger", vmRef("vpc-ledger")))).To(Succeed())
+		id := get(ctx, vmGVR, "vm-ledger").GetLabels()[depv1alpha1.LabelAdmission]
+		Expect(id).To(MatchRegexp("^[0-9a-f]{16}$"))
+		stored := ledgerOf(ctx, "vpc-ledger")
+		Expect(stored).To(HavePrefix("v1 "))
+		Expect(stored).To(ContainSubstring(id+"@"), "the VPC's ledger names the VM's admission")
+
+		By("a tenant removing the ledger: the stored one is kept")
+		Expect(patch(ctx, tenant, vpcGVR, "vpc-ledger", fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, depv1alpha1.AnnotationAdmittedReferences))).To(Succeed())
+		Expect(ledgerOf(ctx, "vpc-ledger")).To(Equal(stored))
+
+		By("a tenant back-dating it: the stored one is kept")
+		Expect(patch(ctx, tenant, vpcGVR, "vpc-ledger", fmt.Sprintf(`{"metadata":{"annotations":{%q:"v1 f=0 l=0"}}}`, depv1alpha1.AnnotationAdmittedReferences))).To(Succeed())
+		Expect(ledgerOf(ctx, "vpc-ledger")).To(Equal(stored))
+
+		By("re-applying the VPC as exported before the VM (kubectl replace): accepted, the ledger kept")
+		// kcp refuses an update of a custom resource without a
+		// resourceVersion: the replace names the current one.
+		exported.SetResourceVersion(get(ctx, vpcGVR, "vpc-ledger").GetResourceVersion())
+		Expect(unstructured.SetNestedField(exported.Object, "replaced", "spec", "note")).To(Succeed())
+		Expect(cli.Cluster(consumer).Update(ctx, exported)).To(Succeed())
+		Expect(ledgerOf(ctx, "vpc-ledger")).To(Equal(stored))
+		Expect(get(ctx, vpcGVR, "vpc-ledger").Object).To(HaveKeyWithValue("spec", HaveKeyWithValue("note", "replaced")))
+
+		By("creating a VPC from YAML that carries a ledger: it is not stored")
+		copied := newObject(vpcGVR, "default", "vpc-ledger-copy", nil)
+		copied.SetAnnotations(map[string]string{depv1alpha1.AnnotationAdmittedReferences: "v1 f=99999999999999 l=0"})
+		Expect(tenant.Create(ctx, copied)).To(Succeed())
+		Expect(get(ctx, vpcGVR, "vpc-ledger-copy").GetAnnotations()).NotTo(HaveKey(depv1alpha1.AnnotationAdmittedReferences))
+	})
+
+	It("records references from 500 VMs of one VPC created 16 at a time, without a conflict reaching any client", func(ctx context.Context) {
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-hot", nil))
+		const n, workers = 500, 16
+		var (
+			lock sync.Mutex
+			errs []error
+		)
+		work := make(chan int)
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(func() {
+				for i := range work {
+					if err := tenant.Create(ctx, newObject(vmGVR, "default", fmt.Sprintf("vm-hot-%03d", i), vmRef("vpc-hot"))); err != nil {
+						lock.Lock()
+						errs = append(errs, err)
+						lock.Unlock()
+					}
+				}
+			})
+		}
+		for i := range n {
+			work <- i
+		}
+		close(work)
+		wg.Wait()
+		Expect(errs).To(BeEmpty())
+		ledger, err := inflight.Parse(ledgerOf(ctx, "vpc-hot"))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(len(ledger.Marks)).To(BeNumerically("<=", inflight.DefaultMaxMarks), "the ledger stays bounded")
+		expectDenied(ctx, consumer, vpcGVR, "default", "vpc-hot", "VirtualMachine/default/vm-hot-000", "and 490 more")
+	})
+
+	// applied server-side applies the object of gvr named name in the
+	// namespace default, with the metadata meta (name and namespace added)
+	// and spec, as c with the field manager.
+	applied := func(ctx context.Context, c client.Client, manager string, gvr schema.GroupVersionResource, name string, meta, spec map[string]any) error {
+		meta["name"], meta["namespace"] = name, "default"
+		body, err := json.Marshal(map[string]any{"apiVersion": gvr.GroupVersion().String(), "kind": kindOf(gvr), "metadata": meta, "spec": spec})
+		Expect(err).NotTo(HaveOccurred())
+		return c.Patch(ctx, newObject(gvr, "default", name, nil), client.RawPatch(types.ApplyPatchType, body), client.FieldOwner(manager), client.ForceOwnership)
+	}
+	// warned returns a client of cfg that collects the warnings kcp
+	// answers.
+	warned := func(cfg *rest.Config) (client.Client, *kcpenv.WarningCollector) {
+		GinkgoHelper()
+		collected := &kcpenv.WarningCollector{}
+		cfg = rest.CopyConfig(cfg)
+		cfg.WarningHandlerWithContext = collected
+		c, err := client.New(cfg, client.Options{Scheme: kcpenv.NewScheme()})
+		Expect(err).NotTo(HaveOccurred())
+		return c, collected
+	}
+	skipAnnotation := func(value any) string {
+		raw, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{depv1alpha1.AnnotationSkipProtection: value}}})
+		return string(raw)
+	}
+	// setBy returns who the VPC's record of the skip-protection setting
+	// names, "" if it has none.
+	setBy := func(ctx context.Context, name string) string {
+		GinkgoHelper()
+		record, ok := get(ctx, vpcGVR, name).GetAnnotations()[depv1alpha1.AnnotationSkipProtectionSetBy]
+		if !ok {
+			return ""
+		}
+		var s depv1alpha1.SkipProtectionSetting
+		Expect(json.Unmarshal([]byte(record), &s)).To(Succeed())
+		return s.User
+	}
+	// missingOwner is an owner reference to an object that does not
+	// exist: kcp's garbage collector deletes what carries it.
+	missingOwner := func() string {
+		return `{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"gone","uid":"6b2f4c1e-0000-4000-8000-000000000001"}]}}`
+	}
+
+	It("admits server-side applies that leave the labels and annotations of dependents and protected objects absent, empty or null, and still labels the dependents and guards what only the webhook writes", func(ctx context.Context) {
+		const manager, forger = "gitops", "forger"
+		team := func() map[string]any {
+			return map[string]any{"labels": map[string]any{"team": "blue"}, "annotations": map[string]any{"note": "x"}}
+		}
+		Eventually(func() error {
+			return applied(ctx, tenant, manager, vpcGVR, "vpc-ssa", team(), map[string]any{"cidr": "10.0.0.0/16"})
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		Expect(applied(ctx, tenant, manager, vmGVR, "vm-ssa", team(), vmRef("vpc-ssa"))).To(Succeed())
+		ledger := ledgerOf(ctx, "vpc-ssa")
+		Expect(ledger).To(HavePrefix("v1 "), "the VM's reference was recorded on the VPC")
+		for _, shape := range []struct {
+			what string
+			// meta is the metadata applied, or patch a merge patch.
+			meta  map[string]any
+			patch string
+		}{
+			{what: "applying neither labels nor annotations: the manager drops its only ones", meta: map[string]any{}},
+			{what: "applying null labels and annotations", meta: map[string]any{"labels": nil, "annotations": nil}},
+			{what: "applying empty labels and annotations", meta: map[string]any{"labels": map[string]any{}, "annotations": map[string]any{}}},
+			{what: "a merge patch of null labels and annotations", patch: `{"metadata":{"labels":null,"annotations":null}}`},
+		} {
+			By(shape.what)
+			for _, o := range []struct {
+				gvr  schema.GroupVersionResource
+				name string
+				spec map[string]any
+			}{{vmGVR, "vm-ssa", vmRef("vpc-ssa")}, {vpcGVR, "vpc-ssa", map[string]any{"cidr": "10.0.0.0/16"}}} {
+				if shape.patch != "" {
+					Expect(patch(ctx, tenant, o.gvr, o.name, shape.patch)).To(Succeed(), "%s of %s", shape.what, o.name)
+				} else {
+					Expect(applied(ctx, tenant, manager, o.gvr, o.name, maps.Clone(shape.meta), o.spec)).To(Succeed(), "%s of %s", shape.what, o.name)
+				}
+			}
+			Expect(managedLabels(get(ctx, vmGVR, "vm-ssa"))).To(Equal(labelledFor(ctx, "vpc-ssa")), "the VM's labels after %s", shape.what)
+			Expect(get(ctx, vpcGVR, "vpc-ssa").GetLabels()).To(HaveKey(depv1alpha1.LabelReferencesScheme), "the VPC, a dependent of vpc-gateways, is labelled")
+			Expect(ledgerOf(ctx, "vpc-ssa")).To(Equal(ledger), "the ledger after %s", shape.what)
+
+			By(shape.what + ", then forging a record: refused")
+			err := applied(ctx, tenant, forger, vpcGVR, "vpc-ssa", map[string]any{"labels": map[string]any{depv1alpha1.LabelDeletionRequested: "true"}}, nil)
+			Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a tenant's record: %v", err)
+			Expect(err.Error()).To(ContainSubstring("managed by the dependency webhook"))
+
+			By(shape.what + ", then applying them again")
+			Expect(applied(ctx, tenant, manager, vmGVR, "vm-ssa", team(), vmRef("vpc-ssa"))).To(Succeed())
+			Expect(applied(ctx, tenant, manager, vpcGVR, "vpc-ssa", team(), map[string]any{"cidr": "10.0.0.0/16"})).To(Succeed())
+			Expect(managedLabels(get(ctx, vmGVR, "vm-ssa"))).To(Equal(labelledFor(ctx, "vpc-ssa")))
+		}
+		By("skip-protection applied by the tenant, who may not delete, with a forged record of who set it: no effect")
+		Expect(applied(ctx, tenant, forger, vpcGVR, "vpc-ssa", map[string]any{"annotations": map[string]any{
+			depv1alpha1.AnnotationSkipProtection: "true", depv1alpha1.AnnotationSkipProtectionSetBy: `{"user":"admin","setAt":"2026-01-01T00:00:00Z"}`,
+		}}, nil)).To(Succeed())
+		Expect(setBy(ctx, "vpc-ssa")).To(BeEmpty())
+		expectDenied(ctx, consumer, vpcGVR, "default", "vpc-ssa", "VirtualMachine/default/vm-ssa")
+	})
+
+	It("gives skip-protection set by a tenant who may update but not delete no effect, with a warning: neither an administrator's DELETE nor kcp's garbage collector deletes the referenced VPC", func(ctx context.Context) {
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-skip-t", nil))
+		create(ctx, consumer, newObject(vmGVR, "default", "vm-skip-t", vmRef("vpc-skip-t")))
+		expectDenied(ctx, consumer, vpcGVR, "default", "vpc-skip-t", "VirtualMachine/default/vm-skip-t")
+		// An unreferenced VPC with the same owner reference shows that the
+		// garbage collector deletes such objects.
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-orphan", nil))
+
+		By("the tenant setting skip-protection, and an owner reference to an object that does not exist")
+		c, warnings := warned(tenantCfg)
+		Expect(patch(ctx, c, vpcGVR, "vpc-skip-t", skipAnnotation("true"))).To(Succeed())
+		Expect(warnings.Warnings()).To(ContainElement(And(ContainSubstring(depv1alpha1.AnnotationSkipProtection+"=true"), ContainSubstring("has no effect: tenant may not delete it"))))
+		Expect(setBy(ctx, "vpc-skip-t")).To(BeEmpty())
+		for _, name := range []string{"vpc-skip-t", "vpc-orphan"} {
+			Expect(patch(ctx, tenant, vpcGVR, name, missingOwner())).To(Succeed())
+		}
+		Eventually(func() bool {
+			return apierrors.IsNotFound(cli.Cluster(consumer).Get(ctx, client.ObjectKey{Namespace: "default", Name: "vpc-orphan"}, newObject(vpcGVR, "default", "vpc-orphan", nil)))
+		}).WithTimeout(timeout).WithPolling(interval).Should(BeTrue(), "kcp's garbage collector did not delete the unreferenced VPC")
+		Consistently(func() error {
+			return cli.Cluster(consumer).Get(ctx, client.ObjectKey{Namespace: "default", Name: "vpc-skip-t"}, newObject(vpcGVR, "default", "vpc-skip-t", nil))
+		}).WithTimeout(10*time.Second).WithPolling(time.Second).Should(Succeed(), "kcp's garbage collector deleted the referenced VPC")
+
+		By("an administrator's DELETE: denied, saying the annotation has no effect")
+		admin, adminWarnings := warned(adminCfg)
+		err := deleteObject(ctx, admin, vpcGVR, "default", "vpc-skip-t")
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "the administrator deleted: %v", err)
+		Expect(err.Error()).To(ContainSubstring("VirtualMachine/default/vm-skip-t"))
+		Expect(adminWarnings.Warnings()).To(ContainElement(ContainSubstring("has no effect: it was not set by a user who may delete the object")))
+	})
+
+	It("lets skip-protection set by an administrator bypass protection, naming the administrator in the warnings; a re-apply that keeps it is no new setting, and a tenant who sets it anew takes the effect away", func(ctx context.Context) {
+		for _, name := range []string{"vpc-skip-a", "vpc-skip-gc"} {
+			create(ctx, consumer, newObject(vpcGVR, "default", name, nil))
+			create(ctx, consumer, newObject(vmGVR, "default", "vm-"+strings.TrimPrefix(name, "vpc-"), vmRef(name)))
+			expectDenied(ctx, consumer, vpcGVR, "default", name, "VirtualMachine/default/vm-"+strings.TrimPrefix(name, "vpc-"))
+		}
+		admin, adminWarnings := warned(adminCfg)
+
+		By("the administrator setting it: it takes effect, recorded as theirs")
+		Expect(patch(ctx, admin, vpcGVR, "vpc-skip-a", skipAnnotation("true"))).To(Succeed())
+		Expect(adminWarnings.Warnings()).To(ContainElement(ContainSubstring("takes effect: it was set by admin, who may delete it")))
+		Expect(setBy(ctx, "vpc-skip-a")).To(Equal("admin"))
+
+		By("the tenant re-applying the object with the annotation unchanged (kubectl replace), without the record: kept")
+		exported := get(ctx, vpcGVR, "vpc-skip-a")
+		annotations := exported.GetAnnotations()
+		delete(annotations, depv1alpha1.AnnotationSkipProtectionSetBy)
+		exported.SetAnnotations(annotations)
+		Expect(unstructured.SetNestedField(exported.Object, "replaced", "spec", "note")).To(Succeed())
+		Expect(tenant.Update(ctx, exported)).To(Succeed())
+		Expect(setBy(ctx, "vpc-skip-a")).To(Equal("admin"))
+
+		By("the tenant forging the record: the stored one is kept")
+		Expect(patch(ctx, tenant, vpcGVR, "vpc-skip-a", fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`,
+			depv1alpha1.AnnotationSkipProtectionSetBy, `{"user":"tenant","setAt":"2026-01-01T00:00:00Z"}`))).To(Succeed())
+		Expect(setBy(ctx, "vpc-skip-a")).To(Equal("admin"))
+
+		By("the tenant removing it and setting it anew: no effect any more")
+		Expect(patch(ctx, tenant, vpcGVR, "vpc-skip-a", skipAnnotation(nil))).To(Succeed())
+		Expect(patch(ctx, tenant, vpcGVR, "vpc-skip-a", skipAnnotation("true"))).To(Succeed())
+		Expect(setBy(ctx, "vpc-skip-a")).To(BeEmpty())
+		err := deleteObject(ctx, admin, vpcGVR, "default", "vpc-skip-a")
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "deleted while a tenant's setting was in place: %v", err)
+
+		By("the administrator setting it anew: the DELETE bypasses protection, naming both")
+		Expect(patch(ctx, admin, vpcGVR, "vpc-skip-a", skipAnnotation(nil))).To(Succeed())
+		Expect(patch(ctx, admin, vpcGVR, "vpc-skip-a", skipAnnotation("true"))).To(Succeed())
+		Expect(setBy(ctx, "vpc-skip-a")).To(Equal("admin"))
+		Expect(deleteObject(ctx, admin, vpcGVR, "default", "vpc-skip-a")).To(Succeed())
+		Expect(adminWarnings.Warnings()).To(ContainElement(And(ContainSubstring("bypassed by admin"), ContainSubstring("set by admin at"))))
+
+		By("kcp's garbage collector deleting a referenced VPC on which the administrator set it")
+		bypassed, err := wh.Decisions("bypassed", "")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(patch(ctx, admin, vpcGVR, "vpc-skip-gc", skipAnnotation("true"))).To(Succeed())
+		Expect(patch(ctx, tenant, vpcGVR, "vpc-skip-gc", missingOwner())).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(cli.Cluster(consumer).Get(ctx, client.ObjectKey{Namespace: "default", Name: "vpc-skip-gc"}, newObject(vpcGVR, "default", "vpc-skip-gc", nil)))
+		}).WithTimeout(timeout).WithPolling(interval).Should(BeTrue(), "kcp's garbage collector did not delete the VPC")
+		Expect(wh.Decisions("bypassed", "")).To(BeNumerically(">", bypassed))
+	})
+
+	// VPCs are protected by appliance-vpcs too, whose references in the
+	// status cannot be labelled, so an allowed DELETE of a VPC always reads
+	// the Appliances; VMs are protected by vpc-gateways alone, whose
+	// dependents (VPCs) are labelled and their references tracked.
+	It("decides an allowed DELETE of a VM created and last referenced long before without reading any dependent", func(ctx context.Context) {
+		// VMs are protected by vpc-gateways alone, whose dependents (VPCs)
+		// are labelled: their references are tracked. (VPCs are also
+		// protected by appliance-vpcs, whose references lie in the status,
+		// which cannot be tracked: deletes of VPCs always confirm with a
+		// read.)
+		create(ctx, consumer, newObject(vmGVR, "default", "vm-settled", nil))
+		Expect(tenant.Create(ctx, newObject(vpcGVR, "default", "vpc-gw-settled", map[string]any{"gatewayVM": "vm-settled"}))).To(Succeed())
+		Expect(get(ctx, vmGVR, "vm-settled").GetAnnotations()).To(HaveKey(depv1alpha1.AnnotationAdmittedReferences))
+		expectDenied(ctx, consumer, vmGVR, "default", "vm-settled", "VPC/default/vpc-gw-settled")
+		Expect(deleteObject(ctx, cli.Cluster(consumer), vpcGVR, "default", "vpc-gw-settled")).To(Succeed())
+		expectCondition(ctx, network, "vpc-gateways", depv1alpha1.ConditionReferencesTracked, metav1.ConditionTrue, depv1alpha1.ReasonTracked)
+
+		By("waiting until the index is current past the VM's horizon: nothing can be in flight any more")
+		Eventually(func(g Gomega) {
+			horizon, err := wh.Decisions("allowed", "horizon")
+			g.Expect(err).NotTo(HaveOccurred())
+			reads := liveReads()
+			g.Expect(deleteObject(ctx, cli.Cluster(consumer), vmGVR, "default", "vm-settled", client.DryRunAll)).To(Succeed())
+			after, err := wh.Decisions("allowed", "horizon")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(after).To(Equal(horizon+1), "not decided from the horizon yet")
+			g.Expect(liveReads()).To(Equal(reads), "a decision from the horizon read dependents")
+		}).WithTimeout(inflight.MaxInFlight + 2*time.Minute).WithPolling(5 * time.Second).Should(Succeed())
+
+		By("a VPC naming it as its gateway is stored again: denied, from the index")
+		Expect(tenant.Create(ctx, newObject(vpcGVR, "default", "vpc-gw-settled-2", map[string]any{"gatewayVM": "vm-settled"}))).To(Succeed())
+		expectDenied(ctx, consumer, vmGVR, "default", "vm-settled", "VPC/default/vpc-gw-settled-2")
 	})
 })
 

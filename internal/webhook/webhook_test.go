@@ -84,7 +84,7 @@ var (
 
 func kindOf(gvr schema.GroupVersionResource) string {
 	return map[string]string{"vpcs": "VPC", "routers": "Router", "subnets": "Subnet", "virtualmachines": "VirtualMachine", "gateways": "Gateway", "volumes": "Volume", "backups": "Backup",
-		"httproutes": "HTTPRoute", "clusterroutes": "ClusterRoute", "appliances": "Appliance"}[gvr.Resource]
+		"httproutes": "HTTPRoute", "clusterroutes": "ClusterRoute", "appliances": "Appliance", "links": "Link", "loadbalancers": "LoadBalancer"}[gvr.Resource]
 }
 
 func newObject(gvr schema.GroupVersionResource, namespace, name string, spec map[string]any) *unstructured.Unstructured {
@@ -383,13 +383,12 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 		Expect(cli.Cluster(consumer).Update(ctx, got)).To(Succeed())
 	})
 
-	It("allows the delete with skip-protection, with a warning naming the user", func(ctx context.Context) {
+	// The Trust boundary suite has the provider's grant: there
+	// skip-protection set by an administrator takes effect.
+	It("gives skip-protection no effect while the protected provider has not let the webhook ask kcp who may delete, and says what is missing", func(ctx context.Context) {
 		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-skip", nil))
 		create(ctx, consumer, newObject(vmGVR, "default", "vm-skip", map[string]any{"vpcRef": map[string]any{"name": "vpc-skip"}}))
 		expectDenied(ctx, consumer, vpcGVR, "default", "vpc-skip", "VirtualMachine/default/vm-skip")
-
-		Expect(cli.Cluster(consumer).Patch(ctx, newObject(vpcGVR, "default", "vpc-skip", nil), client.RawPatch(types.MergePatchType,
-			fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"true"}}}`, depv1alpha1.AnnotationSkipProtection)))).To(Succeed())
 
 		collected := &kcpenv.WarningCollector{}
 		cfg := rest.CopyConfig(kcpConfig)
@@ -397,8 +396,15 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 		cfg.WarningHandlerWithContext = collected
 		c, err := client.New(cfg, client.Options{})
 		Expect(err).NotTo(HaveOccurred())
-		Expect(deleteObject(ctx, c, vpcGVR, "default", "vpc-skip")).To(Succeed())
-		Expect(collected.Warnings()).To(ContainElement(And(ContainSubstring("bypassed by admin"), ContainSubstring(depv1alpha1.AnnotationSkipProtection))))
+		Expect(c.Patch(ctx, newObject(vpcGVR, "default", "vpc-skip", nil), client.RawPatch(types.MergePatchType,
+			fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"true"}}}`, depv1alpha1.AnnotationSkipProtection)))).To(Succeed())
+		Expect(collected.Warnings()).To(ContainElement(And(ContainSubstring("has no effect"), ContainSubstring("cannot ask kcp whether admin may delete it"),
+			ContainSubstring("network.test.io"))))
+
+		err = deleteObject(ctx, c, vpcGVR, "default", "vpc-skip")
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "deleted: %v", err)
+		Expect(err.Error()).To(ContainSubstring("VirtualMachine/default/vm-skip"))
+		Expect(collected.Warnings()).To(ContainElement(ContainSubstring("has no effect: it was not set by a user who may delete the object")))
 	})
 
 	It("refuses a forged review whose cluster name would make a read of something else, before anything is read", func(ctx context.Context) {

@@ -56,6 +56,11 @@ const (
 	// the ledger of admitted references on protected objects (see package
 	// inflight) as the dependency webhook wrote it.
 	AdmittedWebhookName = "admitted-references.dependencies.opendefense.cloud"
+	// SkipProtectionWebhookName is the name of the mutating webhook that
+	// records who set the skip-protection annotation on a protected object,
+	// if that user may delete the object, and keeps that record as it
+	// wrote it.
+	SkipProtectionWebhookName = "skip-protection.dependencies.opendefense.cloud"
 
 	// ReferencesConditionName is the name of the match condition of the
 	// check of new references (see ReferencesCondition).
@@ -73,6 +78,9 @@ const (
 	// AdmittedConditionName is the name of the match condition of the guard
 	// of the ledger of admitted references (see AdmittedCondition).
 	AdmittedConditionName = "admitted-references-set-or-changed"
+	// SkipProtectionConditionName is the name of the match condition of
+	// the guard of skip-protection (see SkipProtectionCondition).
+	SkipProtectionConditionName = "skip-protection-set"
 
 	// EndpointRecords follows the logical cluster in the URL of the guard
 	// of records (see EndpointURL).
@@ -84,6 +92,9 @@ const (
 	// EndpointAdmitted follows the logical cluster in the URL of the guard
 	// of the ledger of admitted references on protected objects.
 	EndpointAdmitted = "admitted"
+	// EndpointSkipProtection follows the logical cluster in the URL of the
+	// guard of skip-protection on protected objects.
+	EndpointSkipProtection = "skip-protection"
 
 	// ManagedByLabel and ManagedByValue mark the configurations this
 	// controller owns; only those are updated or pruned.
@@ -329,12 +340,14 @@ func ReferencesCondition(fields []string) string {
 // one of fields (the top-level fields in which the type's references lie).
 // Any other UPDATE, such as one of other labels (a deferred deletion's
 // record among them), keeps both the references and the managed labels.
+// It evaluates without error whether the labels of either object are
+// absent, {} or null (see metadataMapOf).
 func LabelsCondition(fields []string) string {
 	// changedIn: a managed label of a is not in b with the same value.
 	changedIn := func(a, b string) string {
-		return "has(" + a + ".metadata.labels) && " + a + ".metadata.labels.exists(k, (k.startsWith(" + strconv.Quote(depv1alpha1.LabelReferencePrefix) +
-			") || k == " + strconv.Quote(depv1alpha1.LabelReferencesScheme) + " || k == " + strconv.Quote(depv1alpha1.LabelAdmission) + ") && !(has(" + b + ".metadata.labels) && k in " + b + ".metadata.labels && " +
-			b + ".metadata.labels[k] == " + a + ".metadata.labels[k]))"
+		return metadataMapOf(a, "labels") + ".exists(k, (k.startsWith(" + strconv.Quote(depv1alpha1.LabelReferencePrefix) +
+			") || k == " + strconv.Quote(depv1alpha1.LabelReferencesScheme) + " || k == " + strconv.Quote(depv1alpha1.LabelAdmission) + ") && " +
+			a + ".?metadata.?labels[?k] != " + b + ".?metadata.?labels[?k])"
 	}
 	return "request.operation != 'UPDATE' || " + changedIn("object", "oldObject") + " || " + changedIn("oldObject", "object") + " || " + fieldsChanged(fields)
 }
@@ -344,24 +357,57 @@ func LabelsCondition(fields []string) string {
 // annotation is set by a CREATE, or set to a new value by an UPDATE.
 // Removing them (cancelling a deferred deletion), and an UPDATE that keeps
 // their values (re-applying an exported object), do not call the webhook.
+// It evaluates without error on every shape of labels and annotations (see
+// metadataKeyOf).
 func RecordsCondition() string {
 	set := func(field, key string) string {
-		in := func(o string) string {
-			return "has(" + o + ".metadata." + field + ") && " + strconv.Quote(key) + " in " + o + ".metadata." + field
-		}
-		value := func(o string) string { return o + ".metadata." + field + "[" + strconv.Quote(key) + "]" }
-		return "(" + in("object") + " && (request.operation != 'UPDATE' || !(" + in("oldObject") + ") || " + value("oldObject") + " != " + value("object") + "))"
+		return "(" + metadataKeyOf("object", field, key) + ".hasValue() && (request.operation != 'UPDATE' || " +
+			metadataKeyOf("object", field, key) + " != " + metadataKeyOf("oldObject", field, key) + "))"
 	}
 	return set("labels", depv1alpha1.LabelDeletionRequested) + " || " + set("annotations", depv1alpha1.AnnotationDeletionRequest)
 }
 
-// annotationOf returns the CEL expression of the annotation key of obj
-// (object or oldObject) as an optional value: none where the object, its
-// annotations (absent or null) or that annotation are missing. Optional
-// field selection evaluates without error on every shape kcp admits (see
-// the kcp contract suite).
+// SkipProtectionCondition returns the CEL expression of the match
+// condition of the guard of skip-protection: a write that sets the
+// skip-protection annotation to "true" (a CREATE with it, or an UPDATE
+// from any other value or none), or that carries a record of who set it
+// that differs from the stored one (a CREATE with any). An UPDATE that
+// keeps the annotation "true" (a GitOps tool re-applying its manifest) is
+// no new setting, and removing it only takes an effect away: neither calls
+// the guard.
+func SkipProtectionCondition() string {
+	skip := func(obj string) string {
+		return annotationOf(obj, depv1alpha1.AnnotationSkipProtection) + ".orValue('') == 'true'"
+	}
+	record := func(obj string) string { return annotationOf(obj, depv1alpha1.AnnotationSkipProtectionSetBy) }
+	return "request.operation == 'CREATE' ? " + skip("object") + " || " + record("object") + ".hasValue() : " +
+		skip("object") + " && !(" + skip("oldObject") + ") || " + record("object") + " != " + record("oldObject")
+}
+
+// metadataKeyOf returns the CEL expression of the key of the metadata
+// field (labels or annotations) of obj (object or oldObject) as an optional
+// value: none where the object, the field (absent or null) or the key are
+// missing. Optional field selection evaluates without error on every shape
+// kcp admits (see the kcp contract suite).
+func metadataKeyOf(obj, field, key string) string {
+	return obj + ".?metadata.?" + field + "[?" + strconv.Quote(key) + "]"
+}
+
+// annotationOf returns the CEL expression of the annotation key of obj as
+// an optional value (see metadataKeyOf).
 func annotationOf(obj, key string) string {
-	return obj + ".?metadata.?annotations[?" + strconv.Quote(key) + "]"
+	return metadataKeyOf(obj, "annotations", key)
+}
+
+// metadataMapOf returns the CEL expression of the metadata field (labels
+// or annotations) of obj as a map to iterate over: {} where the object is
+// missing or the field is absent, null or empty. Optional field selection
+// alone is not enough: it yields a null field as optional.of(null), which
+// orValue({}) returns as null, and iterating over null is an error; a
+// null or empty map is a zero value, which optional.ofNonZeroValue turns
+// into none (see the kcp contract suite).
+func metadataMapOf(obj, field string) string {
+	return obj + ".?metadata.?" + field + ".optFlatMap(m, optional.ofNonZeroValue(m)).orValue({})"
 }
 
 // AdmittedCondition returns the CEL expression of the match condition of
@@ -482,8 +528,10 @@ func Validating(ws *Workspace, cluster logicalcluster.Name, opts Options) *admis
 // per labelled dependent type, which kcp calls again if a later mutating
 // webhook changes the object, and for the protected resources the guard of
 // the ledger of admitted references, which keeps the ledger as the
-// dependency webhook wrote it whoever else writes the object. All fail
-// closed: the decisions rest on labels and ledgers that only the webhook
+// dependency webhook wrote it whoever else writes the object, and the
+// guard of skip-protection, which records who set the skip-protection
+// annotation if that user may delete the object. All fail closed: the
+// decisions rest on labels, ledgers and records that only the webhook
 // writes.
 func Mutating(ws *Workspace, cluster logicalcluster.Name, opts Options) *admissionregistrationv1.MutatingWebhookConfiguration {
 	if len(ws.Labelled) == 0 && len(ws.Protected) == 0 {
@@ -524,6 +572,10 @@ func Mutating(ws *Workspace, cluster logicalcluster.Name, opts Options) *admissi
 		}
 		cfg.Webhooks = append(cfg.Webhooks, webhook(AdmittedWebhookName, EndpointURL(opts.URL, cluster, EndpointAdmitted), ws.Protected,
 			admissionregistrationv1.SideEffectClassNone, conditions...))
+		// It asks kcp with a SubjectAccessReview, which stores nothing.
+		cfg.Webhooks = append(cfg.Webhooks, webhook(SkipProtectionWebhookName, EndpointURL(opts.URL, cluster, EndpointSkipProtection), ws.Protected,
+			admissionregistrationv1.SideEffectClassNone,
+			admissionregistrationv1.MatchCondition{Name: SkipProtectionConditionName, Expression: SkipProtectionCondition()}))
 	}
 	return cfg
 }
@@ -619,11 +671,14 @@ func calls(add func(guarded), name string, rules []admissionregistrationv1.RuleW
 // a webhook from being called for an operation on a resource version that
 // it is called for now: whether the change takes protection away, which
 // for a labelling webhook means that writes could change references without
-// relabelling. A changed match condition of the check of new references or
-// of a labelling webhook counts unless the new configuration has none. A
-// changed scheme of a labelling webhook does not count: the webhook stops
-// vouching for labels of the old scheme. Changes of the client settings
-// (URL, CA bundle, timeout, failure policy) do not count.
+// relabelling. A changed (first) match condition of any webhook counts
+// unless the new configuration has none: the text cannot tell a condition
+// that holds for fewer requests from one that holds for the same requests
+// on more object shapes (as after an upgrade), so either needs the proof
+// of a complete listing before it is written. A changed scheme of a
+// labelling webhook does not count: the webhook stops vouching for labels
+// of the old scheme. Changes of the client settings (URL, CA bundle,
+// timeout, failure policy) do not count.
 func Reduces(validating *admissionregistrationv1.ValidatingWebhookConfiguration, mutating *admissionregistrationv1.MutatingWebhookConfiguration, ws *Workspace) bool {
 	keep := map[guarded]bool{}
 	conditions := map[string]string{}

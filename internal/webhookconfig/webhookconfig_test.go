@@ -766,8 +766,8 @@ func TestClientConfigCopiesCABundle(t *testing.T) {
 	for _, wh := range mutating.Webhooks {
 		bundles = append(bundles, wh.ClientConfig.CABundle)
 	}
-	if len(bundles) != 5 {
-		t.Fatalf("want 5 webhooks, got %d", len(bundles))
+	if len(bundles) != 6 {
+		t.Fatalf("want 6 webhooks, got %d", len(bundles))
 	}
 	for i, b := range bundles {
 		if string(b) != "PEM" {
@@ -826,6 +826,12 @@ func TestMutating(t *testing.T) {
 			MatchConditions:         conditions,
 		}
 	}
+	skipGuard := func(url string, timeout int32, resources ...schema.GroupVersionResource) admissionregistrationv1.MutatingWebhook {
+		wh := guard(url, timeout, "", resources...)
+		wh.Name = SkipProtectionWebhookName
+		wh.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: SkipProtectionConditionName, Expression: SkipProtectionCondition()}}
+		return wh
+	}
 	labelled := []Labelled{
 		{Resource: gr("compute.io", "disks"), Versions: []string{"v1", "v2"}, Scheme: "00aa", Fields: []string{"network", "spec"}},
 		{Resource: vms.GroupResource(), Versions: []string{"v1"}, Scheme: "11bb", Fields: []string{"spec"}},
@@ -848,11 +854,14 @@ func TestMutating(t *testing.T) {
 			opts: Options{URL: base, TimeoutSeconds: 5, FailurePolicy: admissionregistrationv1.Fail},
 		},
 		{
-			name: "protected resources: the guard of the ledger, failing closed, sparing the webhook's own writes",
+			name: "protected resources: the guards of the ledger, sparing the webhook's own writes, and of skip-protection, failing closed",
 			ws: &Workspace{Path: logicalcluster.NewPath("root:c1"), Protected: []schema.GroupVersionResource{gvr("net.io", "v1", "subnets"), gvr("net.io", "v1", "vpcs")},
 				Dependents: []schema.GroupVersionResource{vms}, ReferenceFields: []string{"spec"}},
-			opts:            Options{URL: base, TimeoutSeconds: 5, FailurePolicy: admissionregistrationv1.Ignore, WebhookUser: "dependency-webhook"},
-			want:            []admissionregistrationv1.MutatingWebhook{guard(base+"/c1/admitted", 5, "dependency-webhook", gvr("net.io", "v1", "subnets"), gvr("net.io", "v1", "vpcs"))},
+			opts: Options{URL: base, TimeoutSeconds: 5, FailurePolicy: admissionregistrationv1.Ignore, WebhookUser: "dependency-webhook"},
+			want: []admissionregistrationv1.MutatingWebhook{
+				guard(base+"/c1/admitted", 5, "dependency-webhook", gvr("net.io", "v1", "subnets"), gvr("net.io", "v1", "vpcs")),
+				skipGuard(base+"/c1/skip-protection", 5, gvr("net.io", "v1", "subnets"), gvr("net.io", "v1", "vpcs")),
+			},
 			wantAnnotations: map[string]string{WorkspacePathAnnotation: "root:c1"},
 		},
 		{name: "an empty workspace: none", ws: &Workspace{}, opts: Options{URL: base}},
@@ -914,14 +923,16 @@ func admitted(obj string) string {
 }
 
 // The match conditions are compared as text, so that any change of them is
-// deliberate. (k8s.io/apiserver, which could evaluate them, is no
-// dependency of the module.)
+// deliberate; TestConditionsOnEveryShape evaluates them.
 func TestConditionText(t *testing.T) {
 	const changed = `.exists(f, (f in object) != (f in oldObject) || f in object && object[f] != oldObject[f])`
-	const labels = `has(object.metadata.labels) && object.metadata.labels.exists(k, (k.startsWith("ref.dependencies.opendefense.cloud/") || k == "dependencies.opendefense.cloud/references" || k == "dependencies.opendefense.cloud/admission") && ` +
-		`!(has(oldObject.metadata.labels) && k in oldObject.metadata.labels && oldObject.metadata.labels[k] == object.metadata.labels[k])) || ` +
-		`has(oldObject.metadata.labels) && oldObject.metadata.labels.exists(k, (k.startsWith("ref.dependencies.opendefense.cloud/") || k == "dependencies.opendefense.cloud/references" || k == "dependencies.opendefense.cloud/admission") && ` +
-		`!(has(object.metadata.labels) && k in object.metadata.labels && object.metadata.labels[k] == oldObject.metadata.labels[k]))`
+	const managed = `(k.startsWith("ref.dependencies.opendefense.cloud/") || k == "dependencies.opendefense.cloud/references" || k == "dependencies.opendefense.cloud/admission")`
+	const labels = `object.?metadata.?labels.optFlatMap(m, optional.ofNonZeroValue(m)).orValue({}).exists(k, ` + managed + ` && ` +
+		`object.?metadata.?labels[?k] != oldObject.?metadata.?labels[?k]) || ` +
+		`oldObject.?metadata.?labels.optFlatMap(m, optional.ofNonZeroValue(m)).orValue({}).exists(k, ` + managed + ` && ` +
+		`oldObject.?metadata.?labels[?k] != object.?metadata.?labels[?k])`
+	const requested, request = `[?"deletion.dependencies.opendefense.cloud/requested"]`, `[?"deletion.dependencies.opendefense.cloud/request"]`
+	const skip, setBy = `[?"dependencies.opendefense.cloud/skip-protection"]`, `[?"dependencies.opendefense.cloud/skip-protection-set-by"]`
 	tests := []struct {
 		name string
 		got  string
@@ -975,12 +986,18 @@ func TestConditionText(t *testing.T) {
 		{
 			name: "records",
 			got:  RecordsCondition(),
-			want: `(has(object.metadata.labels) && "deletion.dependencies.opendefense.cloud/requested" in object.metadata.labels && ` +
-				`(request.operation != 'UPDATE' || !(has(oldObject.metadata.labels) && "deletion.dependencies.opendefense.cloud/requested" in oldObject.metadata.labels) || ` +
-				`oldObject.metadata.labels["deletion.dependencies.opendefense.cloud/requested"] != object.metadata.labels["deletion.dependencies.opendefense.cloud/requested"])) || ` +
-				`(has(object.metadata.annotations) && "deletion.dependencies.opendefense.cloud/request" in object.metadata.annotations && ` +
-				`(request.operation != 'UPDATE' || !(has(oldObject.metadata.annotations) && "deletion.dependencies.opendefense.cloud/request" in oldObject.metadata.annotations) || ` +
-				`oldObject.metadata.annotations["deletion.dependencies.opendefense.cloud/request"] != object.metadata.annotations["deletion.dependencies.opendefense.cloud/request"]))`,
+			want: `(object.?metadata.?labels` + requested + `.hasValue() && ` +
+				`(request.operation != 'UPDATE' || object.?metadata.?labels` + requested + ` != oldObject.?metadata.?labels` + requested + `)) || ` +
+				`(object.?metadata.?annotations` + request + `.hasValue() && ` +
+				`(request.operation != 'UPDATE' || object.?metadata.?annotations` + request + ` != oldObject.?metadata.?annotations` + request + `))`,
+		},
+		{
+			name: "skip-protection",
+			got:  SkipProtectionCondition(),
+			want: `request.operation == 'CREATE' ? ` +
+				`object.?metadata.?annotations` + skip + `.orValue('') == 'true' || object.?metadata.?annotations` + setBy + `.hasValue() : ` +
+				`object.?metadata.?annotations` + skip + `.orValue('') == 'true' && !(oldObject.?metadata.?annotations` + skip + `.orValue('') == 'true') || ` +
+				`object.?metadata.?annotations` + setBy + ` != oldObject.?metadata.?annotations` + setBy,
 		},
 	}
 	for _, tt := range tests {
@@ -990,10 +1007,16 @@ func TestConditionText(t *testing.T) {
 			}
 		})
 	}
-	// The records condition names the label and annotation of the API.
+	// The records condition names the label and annotation of the API,
+	// the skip-protection condition its annotations.
 	for _, key := range []string{depv1alpha1.LabelDeletionRequested, depv1alpha1.AnnotationDeletionRequest} {
 		if !strings.Contains(RecordsCondition(), `"`+key+`"`) {
 			t.Errorf("RecordsCondition() does not name %s", key)
+		}
+	}
+	for _, key := range []string{depv1alpha1.AnnotationSkipProtection, depv1alpha1.AnnotationSkipProtectionSetBy} {
+		if !strings.Contains(SkipProtectionCondition(), `"`+key+`"`) {
+			t.Errorf("SkipProtectionCondition() does not name %s", key)
 		}
 	}
 }
@@ -1136,6 +1159,11 @@ func TestReduces(t *testing.T) {
 	if len(recordsOnly.Webhooks) != 1 {
 		t.Fatalf("test setup: %d records webhooks", len(recordsOnly.Webhooks))
 	}
+	recordsOnlyWith := func(expression string) *admissionregistrationv1.ValidatingWebhookConfiguration {
+		cfg := recordsOnly.DeepCopy()
+		cfg.Webhooks[0].MatchConditions[0].Expression = expression
+		return cfg
+	}
 	otherOpts := func(change func(*Options)) *admissionregistrationv1.ValidatingWebhookConfiguration {
 		o := opts
 		change(&o)
@@ -1193,6 +1221,14 @@ func TestReduces(t *testing.T) {
 		{name: "the guard of records removed", validating: recordsOnly, ws: with(func(w *Workspace) { w.Protected = nil }), want: true},
 		{name: "the guard of the ledger removed", mutating: existingM, ws: with(func(w *Workspace) { w.Protected = nil }), want: true},
 		{name: "the guard of the ledger kept, sparing the webhook's own writes", mutating: otherOptsM(func(o *Options) { o.WebhookUser = "dependency-webhook" }), ws: base(), want: false},
+		{name: "the guard of skip-protection added (an earlier release had none)", mutating: withoutWebhook(existingM, SkipProtectionWebhookName), ws: base(), want: false},
+		{name: "the guard of skip-protection removed with the protected resources", mutating: existingM, ws: with(func(w *Workspace) { w.Protected = nil }), want: true},
+		{name: "the guard of skip-protection's match condition changed", mutating: withCondition(existingM, SkipProtectionWebhookName, "true"), ws: base(), want: true},
+		// An upgrade from a release whose conditions errored on null
+		// labels: the text changed, so the controller proves the change
+		// with a complete listing before it writes it.
+		{name: "the labels' match condition of an earlier release replaced", mutating: withCondition(existingM, labelledVMs.WebhookName(), earlierLabelsCondition), ws: base(), want: true},
+		{name: "the records' match condition of an earlier release replaced", validating: recordsOnlyWith(earlierRecordsCondition), ws: base(), want: true},
 		{name: "a foreign webhook in the managed configuration", validating: func() *admissionregistrationv1.ValidatingWebhookConfiguration {
 			cfg := Validating(base(), "c1", opts)
 			extra := cfg.Webhooks[0].DeepCopy()
@@ -1271,4 +1307,23 @@ func TestDescribe(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withoutWebhook returns a copy of cfg without the webhook named name.
+func withoutWebhook(cfg *admissionregistrationv1.MutatingWebhookConfiguration, name string) *admissionregistrationv1.MutatingWebhookConfiguration {
+	out := cfg.DeepCopy()
+	out.Webhooks = slices.DeleteFunc(out.Webhooks, func(wh admissionregistrationv1.MutatingWebhook) bool { return wh.Name == name })
+	return out
+}
+
+// withCondition returns a copy of cfg whose webhook named name has the
+// first match condition expression.
+func withCondition(cfg *admissionregistrationv1.MutatingWebhookConfiguration, name, expression string) *admissionregistrationv1.MutatingWebhookConfiguration {
+	out := cfg.DeepCopy()
+	for i := range out.Webhooks {
+		if out.Webhooks[i].Name == name {
+			out.Webhooks[i].MatchConditions[0].Expression = expression
+		}
+	}
+	return out
 }

@@ -10,14 +10,21 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/opendefensecloud/dependency-controller/internal/audit"
 	"github.com/opendefensecloud/dependency-controller/internal/command"
 	"github.com/opendefensecloud/dependency-controller/internal/replay"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook/deletion"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook/references"
 )
 
 // validName is what a shard name may be: a DNS label, as it becomes part
 // of the name of the webhook's lease.
 var validName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+
+// maxReferencesPerObject bounds --max-references-per-object: past it, even
+// kcp's longest webhook timeout (30 s) does not cover the checks of a
+// write's new references.
+const maxReferencesPerObject = 10000
 
 // Options are the settings of the webhook, each bound to a command line flag
 // of cmd/webhook by AddFlags.
@@ -56,6 +63,11 @@ type Options struct {
 	RequestTimeout time.Duration
 	// MaxBlockers is how many blockers a denial names.
 	MaxBlockers int
+	// MaxReferencesPerObject is how many objects one dependent may
+	// reference under the rules of its type: a write that adds references
+	// and leaves it with more is refused (see
+	// references.DefaultMaxReferences).
+	MaxReferencesPerObject int
 	// IndexPollInterval is how often the APIExports of the dependents are
 	// read again (shards, grants).
 	IndexPollInterval time.Duration
@@ -73,6 +85,10 @@ type Options struct {
 	// under the current rules are looked for without a change of the
 	// rules.
 	RelabelInterval time.Duration
+	// DanglingGracePeriod is how long a reference may name an object that
+	// does not exist before the audit reports it (see package audit); 0
+	// means audit.DefaultGracePeriod.
+	DanglingGracePeriod time.Duration
 	// ShardName and ShardURLs, if set, make the webhook shard-affine: it
 	// reads only the virtual workspaces of the shards whose base URLs are
 	// ShardURLs, answers only for workspaces on them, and elects its
@@ -84,19 +100,21 @@ type Options struct {
 // NewOptions returns the defaults of the webhook's settings.
 func NewOptions() *Options {
 	return &Options{
-		CommonOptions:         command.NewCommonOptions(5 * time.Minute),
-		Port:                  9443,
-		CertDir:               "/tmp/k8s-webhook-server/serving-certs",
-		CertName:              "tls.crt",
-		KeyName:               "tls.key",
-		Path:                  "/validate",
-		RequestTimeout:        4 * time.Second,
-		MaxBlockers:           deletion.DefaultMaxBlockers,
-		IndexPollInterval:     10 * time.Second,
-		ReplayInterval:        30 * time.Second,
-		ClientCACheckInterval: 10 * time.Second,
-		DeferredDeletionTTL:   replay.DefaultTTL,
-		RelabelInterval:       30 * time.Second,
+		CommonOptions:          command.NewCommonOptions(5 * time.Minute),
+		Port:                   9443,
+		CertDir:                "/tmp/k8s-webhook-server/serving-certs",
+		CertName:               "tls.crt",
+		KeyName:                "tls.key",
+		Path:                   "/validate",
+		RequestTimeout:         4 * time.Second,
+		MaxBlockers:            deletion.DefaultMaxBlockers,
+		MaxReferencesPerObject: references.DefaultMaxReferences,
+		IndexPollInterval:      10 * time.Second,
+		ReplayInterval:         30 * time.Second,
+		ClientCACheckInterval:  10 * time.Second,
+		DeferredDeletionTTL:    replay.DefaultTTL,
+		RelabelInterval:        30 * time.Second,
+		DanglingGracePeriod:    audit.DefaultGracePeriod,
 	}
 }
 
@@ -116,11 +134,13 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Path, "path", o.Path, "HTTP path of the validating endpoint; kcp calls <path>/<logical cluster of the provider workspace>, as the controller configures it.")
 	fs.DurationVar(&o.RequestTimeout, "request-timeout", o.RequestTimeout, "Upper bound of the time for reading per admission request; the webhook also answers within four fifths of the timeout kcp sends with each request (--webhook-timeout-seconds of the controller).")
 	fs.IntVar(&o.MaxBlockers, "max-blockers", o.MaxBlockers, "Number of blocking objects a denial names; the rest are counted.")
+	fs.IntVar(&o.MaxReferencesPerObject, "max-references-per-object", o.MaxReferencesPerObject, "Most objects one dependent may reference under the rules of its type: a write that adds references and leaves it with more is refused (403), since every new reference is checked and recorded within the webhook's timeout. Raise it only with --request-timeout and the controller's --webhook-timeout-seconds, see docs/operations.md.")
 	fs.DurationVar(&o.ReplayInterval, "replay-interval", o.ReplayInterval, "How often the elected replica lists deferred deletions again when nothing changed in the index; a change of the index lists them at once (at most every 2s).")
 	fs.DurationVar(&o.IndexPollInterval, "index-poll-interval", o.IndexPollInterval, "How often the APIExports of dependent types are read again: shards added or removed, access granted or revoked.")
 	fs.StringVar(&o.RecordKeysDir, "record-keys-dir", o.RecordKeysDir, "Directory of the keys that sign and verify the records of deferred deletions: each file is a key (at least 32 bytes), named by its file name; the greatest name signs, every key verifies; re-read every 10s (a mounted Secret). Empty: deferred deletion is off and rules with deletionPolicy Replay deny like Deny. See docs/operations.md, \"Trust boundary\".")
 	fs.DurationVar(&o.DeferredDeletionTTL, "deferred-deletion-ttl", o.DeferredDeletionTTL, "How long a deferred deletion is replayed; an older record is removed, with an Event on the object, without deleting it.")
 	fs.DurationVar(&o.RelabelInterval, "relabel-interval", o.RelabelInterval, "How often the elected replica looks for dependents that are not labelled under the current rules (a change of the rules looks at once).")
+	fs.DurationVar(&o.DanglingGracePeriod, "dangling-grace-period", o.DanglingGracePeriod, "How long a reference may name an object that does not exist (creation order is free) before the elected replica reports it as dangling: on the rule (ReferencesResolved=False), in dependency_webhook_dangling_references and with a Warning Event DanglingReference on the dependent. See docs/operations.md, \"Dangling references\".")
 	fs.StringVar(&o.ShardName, "shard-name", o.ShardName, "Name of the kcp shard this webhook serves, with --shard-url: it names the webhook's lease (one replica of each shard's webhook replays and marks) and its messages.")
 	fs.StringSliceVar(&o.ShardURLs, "shard-url", o.ShardURLs, "Base URL of a kcp shard (as its virtual workspace URLs in APIExportEndpointSlices start, e.g. https://shard-1.kcp.example:6443); the webhook then indexes only the dependents on these shards and refuses, with 421, requests for workspaces on other shards, which must be routed to the webhook of their shard. Empty: every shard.")
 }
@@ -154,6 +174,9 @@ func (o *Options) Validate() error {
 	if o.MaxBlockers < 1 {
 		errs = append(errs, fmt.Errorf("--max-blockers must be at least 1, got %d", o.MaxBlockers))
 	}
+	if o.MaxReferencesPerObject < 1 || o.MaxReferencesPerObject > maxReferencesPerObject {
+		errs = append(errs, fmt.Errorf("--max-references-per-object must be between 1 and %d, got %d", maxReferencesPerObject, o.MaxReferencesPerObject))
+	}
 	if o.ReplayInterval < time.Second {
 		errs = append(errs, fmt.Errorf("--replay-interval must be at least 1s, got %s", o.ReplayInterval))
 	}
@@ -162,6 +185,9 @@ func (o *Options) Validate() error {
 	}
 	if o.RelabelInterval < time.Second {
 		errs = append(errs, fmt.Errorf("--relabel-interval must be at least 1s, got %s", o.RelabelInterval))
+	}
+	if o.DanglingGracePeriod < time.Second {
+		errs = append(errs, fmt.Errorf("--dangling-grace-period must be at least 1s, got %s", o.DanglingGracePeriod))
 	}
 	if (o.ShardName == "") != (len(o.ShardURLs) == 0) {
 		errs = append(errs, errors.New("--shard-name and --shard-url go together"))

@@ -46,6 +46,8 @@ func (a *assembly) recording(recs *replay.Records, verifier references.Verifier)
 		Landed:  a.landed,
 		Records: verifier,
 		Timeout: a.opts.RequestTimeout,
+
+		MaxReferences: a.opts.MaxReferencesPerObject,
 	}
 }
 

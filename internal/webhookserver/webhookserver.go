@@ -24,6 +24,7 @@ import (
 
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
+	"github.com/opendefensecloud/dependency-controller/internal/audit"
 	"github.com/opendefensecloud/dependency-controller/internal/conditions"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
@@ -90,7 +91,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 	kcpVersion := kcpversion.Check(ctx, cfg)
 
 	a := &assembly{opts: opts, reg: registry.New(), readiness: rulesync.NewReadiness(), self: guard.NewSelfReview(cfg),
-		metrics: webhook.NewMetrics(), replayMetrics: replay.NewMetrics(), cfg: cfg, frontProxy: frontProxy}
+		metrics: webhook.NewMetrics(), replayMetrics: replay.NewMetrics(), auditMetrics: audit.NewMetrics(), cfg: cfg, frontProxy: frontProxy}
 	if err := a.newManager(ctx, cfg, mgrOpts); err != nil {
 		return nil, err
 	}
@@ -117,7 +118,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 		return nil, err
 	}
 	log.FromContext(ctx).Info("Webhook assembled", "path", opts.Path, "frontProxy", frontProxy, "shard", opts.ShardName, "shardURLs", opts.ShardURLs)
-	metrics := collectors{a.metrics, a.ix.Metrics(), a.reg.Metrics(), a.replayMetrics}
+	metrics := collectors{a.metrics, a.ix.Metrics(), a.reg.Metrics(), a.replayMetrics, a.auditMetrics}
 	return &Webhook{Manager: a.mgr, Ready: a.ready, Metrics: metrics, KCP: kcpVersion}, nil
 }
 
@@ -130,9 +131,11 @@ type assembly struct {
 	// self learns the webhook's own user name.
 	self *guard.SelfReview
 	// metrics are those of the admission handlers, replayMetrics those of
-	// the replay of deferred deletions.
+	// the replay of deferred deletions, auditMetrics those of the audit of
+	// dangling references.
 	metrics       *webhook.Metrics
 	replayMetrics *replay.Metrics
+	auditMetrics  *audit.Metrics
 	// mgr, ix, objects and ready are set by the steps of New.
 	mgr     *vw.Manager
 	ix      *index.Index
@@ -189,7 +192,7 @@ func (a *assembly) addRules() error {
 	if err := rulesync.SetupWithManager(a.mgr, a.mgr.Export, a.reg, a.readiness, a.opts.ResyncPeriod); err != nil {
 		return err
 	}
-	if err := a.mgr.GetLocalManager().Add(conditions.NewReporter(a.mgr, a.reg, a.ix, time.Minute)); err != nil {
+	if err := a.mgr.GetLocalManager().Add(conditions.NewReporter(a.mgr, a.reg, a.ix, time.Minute, a.opts.MaxReferencesPerObject)); err != nil {
 		return err
 	}
 	a.ready = func(req *http.Request) error {
@@ -206,8 +209,8 @@ func (a *assembly) addRules() error {
 
 // serve serves the admission handlers at opts.Path and returns what must
 // run on one replica only: the relabelling of dependents, the report of
-// whether references are tracked and, with record keys, the replay of
-// deferred deletions.
+// whether references are tracked, the audit of dangling references and,
+// with record keys, the replay of deferred deletions.
 func (a *assembly) serve(ctx context.Context) ([]manager.Runnable, error) {
 	recs, err := a.records(ctx)
 	if err != nil {
@@ -215,19 +218,23 @@ func (a *assembly) serve(ctx context.Context) ([]manager.Runnable, error) {
 	}
 	a.tracker = tracking.New(a.objects, tracking.Options{})
 	deletionOpts := []deletion.Option{deletion.WithTimeout(a.opts.RequestTimeout), deletion.WithMaxBlockers(a.opts.MaxBlockers),
-		deletion.WithNamespaces(a.objects), deletion.WithMetrics(a.metrics), deletion.WithHorizon(a.ix, a.tracker)}
+		deletion.WithNamespaces(a.objects), deletion.WithEvents(a.objects), deletion.WithMetrics(a.metrics), deletion.WithHorizon(a.ix, a.tracker)}
 	var verifier references.Verifier
 	if recs != nil {
 		verifier = recs
 		deletionOpts = append(deletionOpts, deletion.WithRecorder(recs))
 	}
 	deletions := deletion.NewValidator(a.reg, a.readiness, a.ix, deletionOpts...)
+	validator := references.NewReferenceValidator(a.reg, a.readiness, a.ix, verifier, a.opts.RequestTimeout, a.metrics, references.WithGracePeriod(a.gracePeriod()), references.WithMaxReferences(a.opts.MaxReferencesPerObject))
 	handler := webhook.Handler{
 		Deletion:   deletions,
-		References: references.NewReferenceValidator(a.reg, a.readiness, a.ix, verifier, a.opts.RequestTimeout, a.metrics),
+		References: validator,
 		Records:    guard.NewRecordGuard(a.self, a.metrics),
 		Labels:     references.NewLabelMutator(a.reg, a.readiness, a.metrics, references.WithRecording(a.recording(recs, verifier))),
 		Admitted:   guard.NewLedgerGuard(a.self, a.metrics),
+		// kcp answers whether the user who sets skip-protection may delete
+		// the object through the protected provider's virtual workspace.
+		SkipProtection: guard.NewSkipGuard(a.reg, a.readiness, a.objects, a.metrics),
 	}
 	if err := webhook.Serve(a.mgr, a.opts.Path, handler); err != nil {
 		return nil, err
@@ -237,10 +244,26 @@ func (a *assembly) serve(ctx context.Context) ([]manager.Runnable, error) {
 		tracking.NewReporter(a.reg, tracking.NewSSARGrants(a.cfg, a.frontProxy, trackingInterval), a.ix, a.tracker,
 			conditions.NewWriter(a.mgr, tracking.FieldOwner), trackingInterval, identity(ctx, a.self)),
 	}
+	// A shard-affine webhook sees the references of its shards only:
+	// several would contradict each other on the rules.
+	var resolved audit.ConditionWriter
+	if a.opts.ShardName == "" {
+		resolved = conditions.NewWriter(a.mgr, audit.FieldOwner)
+	}
+	writers = append(writers, audit.New(a.reg, a.ix, a.objects, resolved, audit.Options{GracePeriod: a.gracePeriod(), Metrics: a.auditMetrics}))
 	if recs != nil {
 		writers = append(writers, replay.New(a.reg, a.ix, a.objects, recs, deletions, replay.Options{Interval: a.opts.ReplayInterval, Metrics: a.replayMetrics}))
 	}
 	return writers, nil
+}
+
+// gracePeriod is how long a reference may name a missing object before
+// the audit reports it.
+func (a *assembly) gracePeriod() time.Duration {
+	if a.opts.DanglingGracePeriod <= 0 {
+		return audit.DefaultGracePeriod
+	}
+	return a.opts.DanglingGracePeriod
 }
 
 // records returns the records of deferred deletions, signed and verified

@@ -32,7 +32,7 @@ const (
 // allAlerts are the alerts of the PrometheusRule, in order.
 var allAlerts = []string{
 	"DependencyWebhookDown", "DependencyControllerDown", "DependencyRuleNotReady", "DependencySourceNotSynced",
-	"DependencyWebhookDecisionErrors", "DependencyWebhookDecisionLatencyHigh",
+	"DependencyDanglingReferences", "DependencyWebhookDecisionErrors", "DependencyWebhookDecisionLatencyHigh",
 }
 
 // controllerAlerts are the alerts on the controller's series; the others
@@ -113,6 +113,7 @@ func TestMonitoring(t *testing.T) {
 					"DependencyControllerDown":             {"10m", "warning", ""},
 					"DependencyRuleNotReady":               {"15m", "warning", ""},
 					"DependencySourceNotSynced":            {"15m", "warning", ""},
+					"DependencyDanglingReferences":         {"30m", "warning", "> 0"},
 					"DependencyWebhookDecisionErrors":      {"10m", "warning", "> 0.05"},
 					"DependencyWebhookDecisionLatencyHigh": {"10m", "warning", "> 2"},
 				} {
@@ -584,6 +585,7 @@ func TestDashboards(t *testing.T) {
 			"dependency_webhook_deletions_deferred_total", "dependency_webhook_deletions_replayed_total",
 			"dependency_webhook_records_removed_total", "dependency_webhook_record_writes_total",
 			"dependency_webhook_labels_total", "dependency_webhook_teardown_cycles_broken_total",
+			"dependency_webhook_dangling_references", "dependency_webhook_source_watched_targets",
 		} {
 			if !slices.Contains(queried, m) {
 				t.Errorf("%s: no panel shows %s", name, m)

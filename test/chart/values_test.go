@@ -115,6 +115,7 @@ func TestBadValuesAreRejected(t *testing.T) {
 				"webhookDown": map[string]any{"enabled": false}, "controllerDown": map[string]any{"enabled": false},
 				"ruleNotReady": map[string]any{"enabled": false}, "sourceNotSynced": map[string]any{"enabled": false},
 				"decisionErrors": map[string]any{"enabled": false}, "decisionLatency": map[string]any{"enabled": false},
+				"danglingReferences": map[string]any{"enabled": false},
 			}}}},
 			"needs at least one alert", true,
 		},

@@ -661,6 +661,8 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 		expectDenied(ctx, consumerA, vpcs, "vpc-nic", "VirtualMachine/default/vm-nics")
 	})
 
+	pluginScenarios()
+
 	trustScenarios()
 
 	upgradeScenarios()

@@ -5,8 +5,10 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +38,7 @@ import (
 	"github.com/kcp-dev/logicalcluster/v3"
 	"github.com/kcp-dev/multicluster-provider/envtest"
 	apisv1alpha1 "github.com/kcp-dev/sdk/apis/apis/v1alpha1"
+	apisv1alpha2 "github.com/kcp-dev/sdk/apis/apis/v1alpha2"
 	"github.com/kcp-dev/sdk/apis/core"
 
 	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
@@ -109,6 +112,16 @@ type hook struct {
 	resources   []string
 	conditions  []admissionregistrationv1.MatchCondition
 	sideEffects admissionregistrationv1.SideEffectClass
+	// ignore fails open: kcp skips the webhook when it cannot be called,
+	// or when a match condition errors.
+	ignore bool
+}
+
+func (h hook) failurePolicy() *admissionregistrationv1.FailurePolicyType {
+	if h.ignore {
+		return ptr.To(admissionregistrationv1.Ignore)
+	}
+	return ptr.To(admissionregistrationv1.Fail)
 }
 
 func (h hook) rules() []admissionregistrationv1.RuleWithOperations {
@@ -219,7 +232,7 @@ var _ = Describe("kcp", Ordered, ContinueOnFailure, func() {
 			MatchConditions:         h.conditions,
 			SideEffects:             h.sideEffectClass(),
 			AdmissionReviewVersions: []string{"v1"},
-			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			FailurePolicy:           h.failurePolicy(),
 			MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
 			TimeoutSeconds:          ptr.To(int32(10)),
 		}
@@ -254,7 +267,7 @@ var _ = Describe("kcp", Ordered, ContinueOnFailure, func() {
 				MatchConditions:         h.conditions,
 				SideEffects:             h.sideEffectClass(),
 				AdmissionReviewVersions: []string{"v1"},
-				FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+				FailurePolicy:           h.failurePolicy(),
 				MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
 				TimeoutSeconds:          ptr.To(int32(10)),
 				ReinvocationPolicy:      ptr.To(admissionregistrationv1.NeverReinvocationPolicy),
@@ -374,6 +387,34 @@ var _ = Describe("kcp", Ordered, ContinueOnFailure, func() {
 			Expect(err.Error()).To(ContainSubstring("contract: refused by the recorder"))
 			Expect(get(ctx, ws, denied).GetDeletionTimestamp()).To(BeNil())
 		}
+	})
+
+	// docs/operations.md#debugging-a-delete-that-is-blocked (the blockers in
+	// the details of a denial, for tools).
+	It("passes the status details of a webhook's denial of a DELETE, with their causes, to the client unchanged", func(ctx SpecContext) {
+		const ep = "denial-details"
+		details := &metav1.StatusDetails{Name: "details-0", Group: "contract.test.io", Kind: "widgets", Causes: []metav1.StatusCause{
+			{Type: "dependencies.opendefense.cloud/blocker", Message: `{"kind":"Gadget","namespace":"default","name":"g-1","rule":"p/r","path":".spec.widget"}`, Field: ".spec.widget"},
+			{Type: "dependencies.opendefense.cloud/blockers", Message: "1"},
+		}}
+		installValidating(ctx, ep, hook{operations: []admissionregistrationv1.OperationType{del}, resources: []string{"widgets"}},
+			func(_ context.Context, c call) verdict {
+				if c.objectName() == "details-0" {
+					v := deny("contract: refused with details")
+					v.Details = details
+					return v
+				}
+				return allow
+			})
+		ws := consumers[0]
+		awaitCalled(ctx, ep, 0, probeDelete)
+		Expect(cli.Cluster(ws).Create(ctx, widget("default", "details-0", nil))).To(Succeed())
+		err := cli.Cluster(ws).Delete(ctx, widget("default", "details-0", nil))
+		var status apierrors.APIStatus
+		Expect(errors.As(err, &status)).To(BeTrue(), "deleting: %v", err)
+		Expect(status.Status().Details).NotTo(BeNil())
+		Expect(status.Status().Details.Causes).To(Equal(details.Causes))
+		Expect(status.Status().Details.Name).To(Equal(details.Name))
 	})
 
 	// docs/architecture.md#new-references-to-objects-being-deleted (step 2:
@@ -555,6 +596,53 @@ var _ = Describe("kcp", Ordered, ContinueOnFailure, func() {
 		namespace := &corev1.Namespace{}
 		Expect(cli.Cluster(ws).Get(ctx, client.ObjectKey{Name: ns}, namespace)).To(Succeed())
 		Expect(namespace.Status.Phase).To(Equal(corev1.NamespaceTerminating), "the held Widget keeps the namespace terminating")
+	})
+
+	// docs/architecture.md#teardown ("Cycles": a workspace's deletion is
+	// told by its namespace default being deleted).
+	It("refuses to delete a workspace's namespace default while the workspace stays, and deletes it, with the workspace's bound objects, once the workspace is being deleted: a dry-run Event there is then refused with the cause NamespaceTerminating", func(ctx SpecContext) {
+		wsObj, ws := envtest.NewWorkspaceFixture(GinkgoT(), cli, core.RootCluster.Path(), envtest.WithNamePrefix("doomed"))
+		cluster := logicalcluster.Name(wsObj.Spec.Cluster)
+		_, err := kcpenv.BindAPIExport(ctx, cli.Cluster(ws), cli.Cluster(provider), provider, group)
+		Expect(err).NotTo(HaveOccurred())
+		held := widget("default", "held", nil)
+		held.SetFinalizers([]string{holdFinalizer})
+		Eventually(func() error { return cli.Cluster(ws).Create(ctx, held) }).WithContext(ctx).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+		Expect(cli.Cluster(ws).Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "other"}})).To(Succeed())
+		Expect(cli.Cluster(ws).Create(ctx, widget("other", "plain", nil))).To(Succeed())
+		byCluster := cli.Cluster(cluster.Path())
+		DeferCleanup(func(ctx context.Context) {
+			_, err := patch(ctx, cluster.Path(), "default", "held", map[string]any{"metadata": map[string]any{"finalizers": nil}})
+			Expect(client.IgnoreNotFound(err)).To(Succeed())
+		})
+		probeDefault := func() error {
+			ev, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&corev1.Event{
+				TypeMeta:       metav1.TypeMeta{APIVersion: "v1", Kind: "Event"},
+				ObjectMeta:     metav1.ObjectMeta{GenerateName: "contract-probe.", Namespace: "default"},
+				InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "Namespace", Name: "default", Namespace: "default"},
+				Reason:         "Probe", Message: "a dry run", Type: corev1.EventTypeNormal,
+				Source: corev1.EventSource{Component: "kcp-contract"},
+			})
+			Expect(err).NotTo(HaveOccurred())
+			_, err = resourceIn(vwConfig(vwURL, vwUser, cluster), eventGVR, "default").Create(ctx, &unstructured.Unstructured{Object: ev}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		}
+		Eventually(probeDefault).WithContext(ctx).WithTimeout(timeout).WithPolling(poll).Should(Succeed(), "a dry-run Event in default of a live workspace")
+
+		By("refusing to delete default while the workspace stays")
+		err = cli.Cluster(ws).Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "default"}})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "deleting the namespace default: %v", err)
+
+		By("deleting the workspace: default is being deleted, and the Widget of the other namespace goes")
+		Expect(cli.Cluster(core.RootCluster.Path()).Delete(ctx, wsObj)).To(Succeed())
+		terminating := func(err error) bool { return apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) }
+		Eventually(probeDefault).WithContext(ctx).WithTimeout(timeout).WithPolling(poll).Should(Satisfy(terminating), "a dry-run Event in default of a workspace being deleted")
+		Eventually(func() bool {
+			return apierrors.IsNotFound(byCluster.Get(ctx, client.ObjectKeyFromObject(widget("other", "plain", nil)), widget("other", "plain", nil)))
+		}).WithContext(ctx).WithTimeout(timeout).WithPolling(poll).Should(BeTrue(), "the Widget of the namespace other stayed")
+		namespace := &corev1.Namespace{}
+		Expect(byCluster.Get(ctx, client.ObjectKey{Name: "default"}, namespace)).To(Succeed())
+		Expect(namespace.Status.Phase).To(Equal(corev1.NamespaceTerminating), "the held Widget keeps default terminating")
 	})
 
 	// docs/architecture.md#deferred-deletion-replay ("kcp ... admits the
@@ -1211,10 +1299,15 @@ var _ = Describe("kcp", Ordered, ContinueOnFailure, func() {
 		Expect(apierrors.IsForbidden(a.patchErr)).To(BeTrue(), "the merge patch: %v", a.patchErr)
 
 		By("allowed with patch")
-		role := &rbacv1.ClusterRole{}
-		Expect(cli.Cluster(provider).Get(ctx, client.ObjectKey{Name: user + "-" + group}, role)).To(Succeed())
-		role.Rules[1].Verbs = append(role.Rules[1].Verbs, "patch")
-		Expect(cli.Cluster(provider).Update(ctx, role)).To(Succeed())
+		// kcp may write the role meanwhile (a conflict): read it again.
+		Eventually(func() error {
+			role := &rbacv1.ClusterRole{}
+			if err := cli.Cluster(provider).Get(ctx, client.ObjectKey{Name: user + "-" + group}, role); err != nil {
+				return err
+			}
+			role.Rules[1].Verbs = append(role.Rules[1].Verbs, "patch")
+			return cli.Cluster(provider).Update(ctx, role)
+		}).WithContext(ctx).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
 		Eventually(func(g Gomega) {
 			a := review("patch", group)
 			g.Expect(a.reviewErr).NotTo(HaveOccurred())
@@ -1467,5 +1560,213 @@ var _ = Describe("kcp", Ordered, ContinueOnFailure, func() {
 		GinkgoWriter.Printf("a DELETE: %v\n", err)
 		Expect(get(ctx, ws, naive).GetDeletionTimestamp()).To(BeNil())
 		Expect(rec.callsTo(naive, notDry(naive))).To(BeEmpty())
+	})
+
+	// docs/architecture.md#reference-labels and #records: what a
+	// server-side apply leaves of labels and annotations reaches the
+	// mutating webhooks (the labelling webhook, the guards of the ledger
+	// and of skip-protection) as it is, null included; a match condition
+	// that iterates over them must hold on null.
+	It("passes null labels to the mutating webhooks when a server-side apply applies labels null or {}, where orValue({}) is null and iterating over it errors, while optFlatMap(m, optional.ofNonZeroValue(m)).orValue({}) holds; an UPDATE's object carries the kcp.io/cluster of the request, none or another, its old object the workspace's", func(ctx SpecContext) {
+		const (
+			seen, orValue, flatMap = "ssa-seen", "ssa-orvalue", "ssa-flatmap"
+			name                   = "ssa"
+			manager, other         = "contract-gitops", "contract-other"
+		)
+		ws := consumers[0]
+		all := func(expr string) string {
+			return fmt.Sprintf(`(%[1]s).all(k, true) && (%[2]s).all(k, true)`, fmt.Sprintf(expr, "labels"), fmt.Sprintf(expr, "annotations"))
+		}
+		onWidgets := func(condition string) hook {
+			h := hook{operations: []admissionregistrationv1.OperationType{create, update}, resources: []string{"widgets"}, ignore: true}
+			if condition != "" {
+				h.conditions = []admissionregistrationv1.MatchCondition{
+					{Name: "this-spec", Expression: `object.metadata.name in ["probe-create", "ssa"]`},
+					{Name: "iterates", Expression: condition},
+				}
+			}
+			return h
+		}
+		// Failing open, kcp calls a webhook whose condition errors not at
+		// all: whether it was called tells whether the condition held.
+		installMutating(ctx, orValue, onWidgets(all(`object.?metadata.?%s.orValue({})`)), func(context.Context, call) verdict { return allow })
+		installMutating(ctx, flatMap, onWidgets(all(`object.?metadata.?%s.optFlatMap(m, optional.ofNonZeroValue(m)).orValue({})`)), func(context.Context, call) verdict { return allow })
+		installMutating(ctx, seen, onWidgets(""), func(context.Context, call) verdict { return allow })
+		for _, ep := range []string{orValue, flatMap, seen} {
+			awaitCalled(ctx, ep, 0, probeCreate)
+		}
+		shapeOf := func(o *unstructured.Unstructured, field string) string {
+			v, ok := o.Object["metadata"].(map[string]any)[field]
+			switch m, isMap := v.(map[string]any); {
+			case !ok:
+				return "absent"
+			case v == nil:
+				return "null"
+			case isMap && len(m) == 0:
+				return "{}"
+			default:
+				keys := make([]string, 0, len(m))
+				for k := range m {
+					keys = append(keys, k)
+				}
+				slices.Sort(keys)
+				return strings.Join(keys, ",")
+			}
+		}
+		// apply server-side applies the Widget with metadata meta as
+		// fieldManager.
+		apply := func(fieldManager string, meta map[string]any) func() error {
+			return func() error {
+				meta["name"], meta["namespace"] = name, "default"
+				body := mergePatch(map[string]any{"apiVersion": widgetGVR.GroupVersion().String(), "kind": "Widget", "metadata": meta, "spec": map[string]any{"size": 1}})
+				return cli.Cluster(ws).Patch(ctx, widget("default", name, nil), client.RawPatch(types.ApplyPatchType, body), client.FieldOwner(fieldManager), client.ForceOwnership)
+			}
+		}
+		// step makes write and checks what the mutating webhooks saw on
+		// the stored state: the shapes of labels and annotations (unless
+		// ""), and that the orValue condition errored exactly on null.
+		step := func(what, labels, annotations string, write func() error) {
+			GinkgoHelper()
+			prior := widget("default", name, nil)
+			if err := cli.Cluster(ws).Get(ctx, client.ObjectKeyFromObject(prior), prior); err != nil {
+				Expect(apierrors.IsNotFound(err)).To(BeTrue(), "reading %s: %v", name, err)
+			}
+			before := len(rec.all())
+			Expect(write()).To(Succeed(), "%s was refused", what)
+			called := map[string]bool{}
+			var saw *call
+			for _, c := range rec.all()[before:] {
+				if c.DryRun || c.objectName() != name || c.OldObject != nil && c.OldObject.GetResourceVersion() != prior.GetResourceVersion() {
+					continue
+				}
+				called[c.Endpoint] = true
+				if c.Endpoint == seen {
+					saw = &c
+				}
+			}
+			Expect(saw).NotTo(BeNil(), "%s: kcp called no mutating webhook on the stored state", what)
+			gotLabels, gotAnnotations := shapeOf(saw.Object, "labels"), shapeOf(saw.Object, "annotations")
+			GinkgoWriter.Printf("%s: %s; labels %s, annotations %s; orValue held: %v, optFlatMap held: %v\n", what, saw.Operation, gotLabels, gotAnnotations, called[orValue], called[flatMap])
+			if labels != "" {
+				Expect(gotLabels).To(Equal(labels), "%s: the labels the mutating webhooks saw", what)
+			}
+			if annotations != "" {
+				Expect(gotAnnotations).To(Equal(annotations), "%s: the annotations the mutating webhooks saw", what)
+			}
+			if saw.OldObject != nil {
+				Expect(saw.OldObject.GetAnnotations()).To(HaveKeyWithValue(logicalcluster.AnnotationKey, consumerClusters[0].String()), "%s: the old object's workspace", what)
+			}
+			Expect(called[flatMap]).To(BeTrue(), "%s: optFlatMap(m, optional.ofNonZeroValue(m)).orValue({}) errored", what)
+			Expect(called[orValue]).To(Equal(gotLabels != "null" && gotAnnotations != "null"), "%s: orValue({}) errors exactly on null", what)
+		}
+		DeferCleanup(func(ctx context.Context) {
+			Expect(client.IgnoreNotFound(cli.Cluster(ws).Delete(ctx, widget("default", name, nil)))).To(Succeed())
+		})
+		team := func() map[string]any {
+			return map[string]any{"labels": map[string]any{"team": "blue"}, "annotations": map[string]any{"note": "x"}}
+		}
+		// Annotations applied null or {} reach them holding only
+		// kcp.io/cluster; dropped, absent.
+		const cluster = logicalcluster.AnnotationKey
+		const noted = cluster + ",note"
+		step("applying labels and annotations", "team", noted, apply(manager, team()))
+		step("applying without them: the manager drops its only ones", "absent", "absent", apply(manager, map[string]any{}))
+		step("applying them again", "team", noted, apply(manager, team()))
+		step("applying them as null", "null", cluster, apply(manager, map[string]any{"labels": nil, "annotations": nil}))
+		step("applying them again", "team", noted, apply(manager, team()))
+		step("applying them as {}", "null", cluster, apply(manager, map[string]any{"labels": map[string]any{}, "annotations": map[string]any{}}))
+		step("applying them again", "team", noted, apply(manager, team()))
+		step("another manager applying the same keys", "team", noted, apply(other, team()))
+		step("the first manager dropping them, the other still owning them", "team", noted, apply(manager, map[string]any{}))
+		step("the other manager dropping them too", "absent", "absent", apply(other, map[string]any{}))
+		step("applying them again", "team", noted, apply(manager, team()))
+		step("a merge patch of null labels and annotations", "absent", "absent", func() error {
+			_, err := patch(ctx, ws, "default", name, map[string]any{"metadata": map[string]any{"labels": nil, "annotations": nil}})
+			return err
+		})
+
+		By("a merge patch that changes kcp.io/cluster: the webhooks see the request's value, the old object the workspace's, which stays")
+		before := len(rec.all())
+		_, err := patch(ctx, ws, "default", name, map[string]any{"metadata": map[string]any{"annotations": map[string]any{cluster: "forged"}}})
+		Expect(err).NotTo(HaveOccurred())
+		var forged []call
+		for _, c := range rec.all()[before:] {
+			if c.Endpoint == seen && !c.DryRun && c.objectName() == name {
+				forged = append(forged, c)
+			}
+		}
+		Expect(forged).NotTo(BeEmpty())
+		for _, c := range forged {
+			Expect(c.Object.GetAnnotations()).To(HaveKeyWithValue(cluster, "forged"))
+			Expect(c.OldObject.GetAnnotations()).To(HaveKeyWithValue(cluster, consumerClusters[0].String()))
+		}
+		Expect(get(ctx, ws, name).GetAnnotations()).To(HaveKeyWithValue(cluster, consumerClusters[0].String()))
+	})
+
+	// docs/operations.md#skip-protection-and-the-audit-trail: the webhook
+	// asks kcp, through the protected provider's APIExport virtual
+	// workspace, whether the user who sets skip-protection may delete the
+	// object.
+	It("answers a SubjectAccessReview in a consumer workspace through the APIExport virtual workspace of an export whose claim on subjectaccessreviews the workspace accepted, as the workspace authorizes the user it names; without the accepted claim it refuses", func(ctx SpecContext) {
+		const deleter, updater = "contract-sar-deleter", "contract-sar-updater"
+		ws, cluster := consumers[0], consumerClusters[0]
+		for user, verbs := range map[string][]string{deleter: {"get", "update", "delete"}, updater: {"get", "update", "patch"}} {
+			Expect(cli.Cluster(ws).Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user}, Rules: []rbacv1.PolicyRule{
+				{NonResourceURLs: []string{"/"}, Verbs: []string{"access"}},
+				{APIGroups: []string{group}, Resources: []string{"widgets"}, Verbs: verbs},
+			}})).To(Succeed())
+			Expect(cli.Cluster(ws).Create(ctx, &rbacv1.ClusterRoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Name: user},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
+				Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+			})).To(Succeed())
+		}
+		// review asks, as the user that may create through the virtual
+		// workspace, whether user may delete the Widget probe in cluster.
+		review := func(cluster logicalcluster.Name, user string, groups ...string) (*authorizationv1.SubjectAccessReview, error) {
+			kube, err := kubernetes.NewForConfig(vwConfig(vwURL, vwUser, cluster))
+			Expect(err).NotTo(HaveOccurred())
+			return kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: user, Groups: groups,
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: "default", Verb: "delete", Group: group, Version: "v1", Resource: "widgets", Name: "probe"},
+			}}, metav1.CreateOptions{})
+		}
+		By("a user who may delete Widgets, and one who may only update them")
+		Eventually(func(g Gomega) {
+			r, err := review(cluster, deleter, "system:authenticated")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(r.Status.Allowed).To(BeTrue(), "%+v", r.Status)
+		}).WithContext(ctx).WithTimeout(timeout).WithPolling(poll).Should(Succeed(), "the deleter's grant never took effect")
+		r, err := review(cluster, updater, "system:authenticated")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(r.Status.Allowed).To(BeFalse(), "%+v", r.Status)
+		GinkgoWriter.Printf("the updater: %+v\n", r.Status)
+		r, err = review(cluster, "contract-sar-stranger", "system:authenticated")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(r.Status.Allowed).To(BeFalse(), "a user without the workspace's access verb: %+v", r.Status)
+
+		By("a workspace that bound the export without accepting the claim")
+		fixture, other := envtest.NewWorkspaceFixture(GinkgoT(), cli, core.RootCluster.Path(), envtest.WithNamePrefix("consumer"))
+		binding, err := kcpenv.BindAPIExport(ctx, cli.Cluster(other), cli.Cluster(provider), provider, group)
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func() error {
+			if err := cli.Cluster(other).Get(ctx, client.ObjectKeyFromObject(binding), binding); err != nil {
+				return err
+			}
+			var kept []apisv1alpha2.AcceptablePermissionClaim
+			for _, c := range binding.Spec.PermissionClaims {
+				if c.Resource != "subjectaccessreviews" {
+					kept = append(kept, c)
+				}
+			}
+			binding.Spec.PermissionClaims = kept
+			return cli.Cluster(other).Update(ctx, binding)
+		}).WithContext(ctx).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
+		Eventually(func(g Gomega) {
+			_, err := review(logicalcluster.Name(fixture.Spec.Cluster), deleter, "system:authenticated")
+			g.Expect(err).To(HaveOccurred())
+			GinkgoWriter.Printf("without the accepted claim: %v\n", err)
+			g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
+		}).WithContext(ctx).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
 	})
 })

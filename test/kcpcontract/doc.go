@@ -78,6 +78,30 @@
 //     or null, and on a CREATE (no oldObject) or DELETE (no object); a plain
 //     `in` on null annotations, or has() on a DELETE's object, errors, which
 //     refuses the write when the webhook fails closed.
+//  19. A workspace's namespace default cannot be deleted while the
+//     workspace stays; once the workspace is being deleted, kcp deletes its
+//     namespaces, default included (a dry-run Event there through the
+//     provider's virtual workspace is then refused with the cause
+//     NamespaceTerminating), and the bound objects in them.
+//  20. The status details of a webhook's denial of a DELETE (name, group,
+//     kind and causes) reach the client unchanged.
+//  21. A server-side apply of labels null or {} passes labels null to the
+//     mutating webhooks (annotations applied so reach them holding only
+//     kcp.io/cluster; a manager dropping its last label and annotation, or
+//     a merge patch of null, leaves both absent); on null labels object.?metadata.?labels.orValue({}) is null
+//     and iterating over it errors, while
+//     object.?metadata.?labels.optFlatMap(m, optional.ofNonZeroValue(m)).orValue({})
+//     is {} on every shape. kcp sets the object's kcp.io/cluster only on a
+//     CREATE: an UPDATE's object carries what the request made of it (none
+//     after such a drop, or another workspace's name, which is admitted),
+//     while its oldObject carries the workspace's, which stays stored.
+//  22. The APIExport virtual workspace serves a SubjectAccessReview in a
+//     consumer workspace that accepted the export's claim on
+//     subjectaccessreviews, to a user with create on apiexports/content of
+//     the export, and the workspace answers it as it authorizes the user the
+//     review names (allowed for one who may delete, not for one who may
+//     only update, nor for one without the workspace's access verb); in a
+//     workspace that did not accept the claim it is refused with 403.
 //
 // kcp may admit one UPDATE or DELETE more than once: it starts from the
 // object in its watch cache and, when that was stale, admits again on the

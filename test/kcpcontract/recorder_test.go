@@ -104,6 +104,8 @@ type verdict struct {
 	Message string
 	// Patch is applied to the object (mutating configurations only).
 	Patch []jsonPatchOp
+	// Details go with a denial.
+	Details *metav1.StatusDetails
 }
 
 // allow is the verdict of a responder that lets everything pass.
@@ -269,7 +271,7 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	out := &admissionv1.AdmissionResponse{UID: in.UID, Allowed: v.Allowed}
 	if !v.Allowed {
-		out.Result = &metav1.Status{Status: metav1.StatusFailure, Code: v.Code, Message: v.Message, Reason: metav1.StatusReasonForbidden}
+		out.Result = &metav1.Status{Status: metav1.StatusFailure, Code: v.Code, Message: v.Message, Reason: metav1.StatusReasonForbidden, Details: v.Details}
 	}
 	if len(v.Patch) > 0 {
 		patch, err := json.Marshal(v.Patch)

@@ -28,12 +28,17 @@ type Resource struct {
 
 // InstallProviderAPI creates an APIResourceSchema per resource (version v1)
 // and an APIExport named like the group in the workspace of c, and waits
-// until the export is ready to be bound. The export claims core events, as
-// the samples' do, so that the webhook can record Events on its objects in
-// the workspaces that bind it (BindAPIExport accepts the claim).
+// until the export is ready to be bound. The export claims core events and
+// subjectaccessreviews, as the samples' do, so that the webhook can record
+// Events on its objects in the workspaces that bind it, and ask whether
+// the user who sets skip-protection may delete the object (BindAPIExport
+// accepts the claims).
 func InstallProviderAPI(ctx context.Context, c client.Client, group string, resources ...Resource) error {
 	export := &apisv1alpha2.APIExport{ObjectMeta: metav1.ObjectMeta{Name: group}, Spec: apisv1alpha2.APIExportSpec{
-		PermissionClaims: []apisv1alpha2.PermissionClaim{{GroupResource: apisv1alpha2.GroupResource{Resource: "events"}, Verbs: []string{"create", "patch"}}},
+		PermissionClaims: []apisv1alpha2.PermissionClaim{
+			{GroupResource: apisv1alpha2.GroupResource{Resource: "events"}, Verbs: []string{"create", "patch"}},
+			{GroupResource: apisv1alpha2.GroupResource{Group: "authorization.k8s.io", Resource: "subjectaccessreviews"}, Verbs: []string{"create"}},
+		},
 	}}
 	for _, r := range resources {
 		scope := apiextensionsv1.NamespaceScoped

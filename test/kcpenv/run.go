@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
@@ -17,6 +18,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/opendefensecloud/dependency-controller/internal/command"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook/references"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookserver"
 )
 
@@ -84,19 +86,20 @@ func StartWebhookWith(ctx context.Context, depCtrl *rest.Config, certDir string,
 	}
 	metrics := prometheus.NewRegistry()
 	whOpts := webhookserver.Options{
-		CommonOptions:     command.CommonOptions{APIExportName: DepCtrlExportName, ResyncPeriod: time.Minute},
-		BindAddress:       "127.0.0.1",
-		Port:              port,
-		CertDir:           certDir,
-		CertName:          "tls.crt",
-		KeyName:           "tls.key",
-		Path:              "/validate",
-		RequestTimeout:    8 * time.Second,
-		MaxBlockers:       10,
-		IndexPollInterval: time.Second,
-		ReplayInterval:    5 * time.Second,
-		RecordKeysDir:     keys,
-		RelabelInterval:   2 * time.Second,
+		CommonOptions:          command.CommonOptions{APIExportName: DepCtrlExportName, ResyncPeriod: time.Minute},
+		BindAddress:            "127.0.0.1",
+		Port:                   port,
+		CertDir:                certDir,
+		CertName:               "tls.crt",
+		KeyName:                "tls.key",
+		Path:                   "/validate",
+		RequestTimeout:         8 * time.Second,
+		MaxBlockers:            10,
+		MaxReferencesPerObject: references.DefaultMaxReferences,
+		IndexPollInterval:      time.Second,
+		ReplayInterval:         5 * time.Second,
+		RecordKeysDir:          keys,
+		RelabelInterval:        2 * time.Second,
 	}
 	if configure != nil {
 		configure(&whOpts)
@@ -184,6 +187,18 @@ func (w *Webhook) LiveReads(how string) (float64, error) {
 // Counter returns the value of the series of counter name whose labels
 // include labels (0 if there is none yet).
 func (w *Webhook) Counter(name string, labels map[string]string) (float64, error) {
+	return w.value(name, labels, func(m *dto.Metric) float64 { return m.GetCounter().GetValue() })
+}
+
+// Gauge returns the value of the series of gauge name whose labels include
+// labels (0 if there is none yet).
+func (w *Webhook) Gauge(name string, labels map[string]string) (float64, error) {
+	return w.value(name, labels, func(m *dto.Metric) float64 { return m.GetGauge().GetValue() })
+}
+
+// value returns what value reads of the first series of name whose labels
+// include labels (0 if there is none yet).
+func (w *Webhook) value(name string, labels map[string]string, value func(*dto.Metric) float64) (float64, error) {
 	families, err := w.Metrics.Gather()
 	if err != nil {
 		return 0, err
@@ -202,7 +217,7 @@ func (w *Webhook) Counter(name string, labels map[string]string) (float64, error
 				matches = matches && has[k] == v
 			}
 			if matches {
-				return m.GetCounter().GetValue(), nil
+				return value(m), nil
 			}
 		}
 	}

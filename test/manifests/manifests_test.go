@@ -246,3 +246,43 @@ func TestEveryKustomizationBuilds(t *testing.T) {
 		})
 	}
 }
+
+// The samples' protected providers claim subjectaccessreviews, and their
+// consumers accept the claim: the webhook asks kcp, through the claim,
+// whether the user who sets skip-protection may delete the object, and
+// without it skip-protection has no effect.
+func TestSamplesClaimAccessReviews(t *testing.T) {
+	const group, resource = "authorization.k8s.io", "subjectaccessreviews"
+	for _, f := range []string{"network-provider/apiexport.yaml", "gateway-provider/apiexport.yaml"} {
+		objs, err := kcpenv.ReadYAMLFile(filepath.Join(configDir, "samples", f))
+		if err != nil || len(objs) != 1 {
+			t.Fatalf("%s: %d objects, %v", f, len(objs), err)
+		}
+		claimed := false
+		for _, c := range convert[apisv1alpha2.APIExport](t, objs[0]).Spec.PermissionClaims {
+			claimed = claimed || c.Group == group && c.Resource == resource && slices.Equal(c.Verbs, []string{"create"})
+		}
+		if !claimed {
+			t.Errorf("%s does not claim create on %s", f, resource)
+		}
+	}
+	for _, f := range []string{"consumer/apibindings.yaml", "gateway-consumer/apibindings.yaml"} {
+		objs, err := kcpenv.ReadYAMLFile(filepath.Join(configDir, "samples", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range objs {
+			binding := convert[apisv1alpha2.APIBinding](t, o)
+			if binding.Spec.Reference.Export == nil || binding.Spec.Reference.Export.Name == "compute.test.io" {
+				continue
+			}
+			accepted := false
+			for _, c := range binding.Spec.PermissionClaims {
+				accepted = accepted || c.Group == group && c.Resource == resource && c.State == apisv1alpha2.ClaimAccepted && c.Selector.MatchAll
+			}
+			if !accepted {
+				t.Errorf("%s: the binding %s does not accept the claim on %s", f, binding.Name, resource)
+			}
+		}
+	}
+}

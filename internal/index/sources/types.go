@@ -4,7 +4,10 @@
 // and whether the webhook may read it, checks the rules' field paths against
 // the type's schema, and runs one reflector per shard that lists and watches
 // the dependents through that shard's virtual workspace, decoding of each
-// only its metadata and the strings at the paths.
+// only its metadata and the strings at the paths. A protected type that is
+// no dependent type is only inspected, and, for the audit of dangling
+// references, its objects are watched the same way into a set of targets
+// (Watch.SetWatchTargets).
 //
 // A state that would take protection away (access revoked, export or
 // resource gone, a shard dropped) applies only once several inspections in

@@ -17,6 +17,7 @@ import (
 
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/index/store"
+	"github.com/opendefensecloud/dependency-controller/internal/index/targets"
 	"github.com/opendefensecloud/dependency-controller/internal/vw"
 )
 
@@ -62,6 +63,9 @@ type Config struct {
 	// SampleFailed, if set, is called after a sample of a shard's
 	// resourceVersion failed.
 	SampleFailed func(Source)
+	// TargetsChanged, if set, is called after the objects in a watch's
+	// set of targets changed (see Watch.SetWatchTargets).
+	TargetsChanged func()
 }
 
 // onShards keeps the endpoint URLs that are on one of shards (all if there
@@ -88,16 +92,24 @@ const shrinkConfirmations = 3
 // APIExportEndpointSlice of the export (shards added and removed), checks
 // what the export serves, and runs a reflector per shard. A Watch without
 // paths only inspects the export: its objects are read one by one, not
-// indexed.
+// indexed; with SetWatchTargets, it also keeps the set of its objects that
+// exist (their cluster, namespace and name only), for the audit of
+// dangling references.
 type Watch struct {
-	src   Source
-	paths []fieldpath.Reference
-	cfg   Config
-	store *store.Store
-	done  chan struct{}
+	src     Source
+	paths   []fieldpath.Reference
+	cfg     Config
+	store   *store.Store
+	targets *targets.Set
+	done    chan struct{}
+	// poke makes Run refresh at once.
+	poke chan struct{}
 
 	lock  sync.Mutex
 	state State
+	// watchTargets is set while the objects of a source without paths
+	// are watched into targets.
+	watchTargets bool
 	// urls are the virtual workspace URLs of the export, one per shard,
 	// valid once inspected is set: before the export has been read, no URL
 	// does not mean that no shard serves it.
@@ -127,7 +139,7 @@ func NewWatch(src Source, paths []fieldpath.Reference, cfg Config) *Watch {
 	st := store.New(cfg.Changed)
 	st.SetAdmissionMemory(cfg.AdmissionMemory)
 	return &Watch{
-		src: src, paths: paths, cfg: cfg, store: st, done: make(chan struct{}),
+		src: src, paths: paths, cfg: cfg, store: st, targets: targets.New(cfg.TargetsChanged), done: make(chan struct{}), poke: make(chan struct{}, 1),
 		state:  State{Phase: PhaseSyncing, Message: fmt.Sprintf("Reading the APIExport %q", src.Export.Name)},
 		shards: map[string]*shardWatch{}, readThrough: map[logicalcluster.Name]string{},
 	}
@@ -142,6 +154,45 @@ func (w *Watch) Paths() []fieldpath.Reference {
 // Store returns the store the watch keeps current.
 func (w *Watch) Store() *store.Store {
 	return w.store
+}
+
+// SetWatchTargets turns the watch of the source's objects into its set of
+// targets on or off; it takes effect at once if Run runs. It changes
+// nothing for a source with paths, whose store holds every object.
+func (w *Watch) SetWatchTargets(on bool) {
+	w.lock.Lock()
+	changed := w.watchTargets != on
+	w.watchTargets = on
+	w.lock.Unlock()
+	if changed {
+		select {
+		case w.poke <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Targets returns the set of the objects of a source without paths, and
+// whether it holds every object of the source as far as the reflectors
+// have read: the watch of targets is on, the export was inspected and
+// serves the resource, and the reflector of every shard has listed and its
+// watch is not broken since.
+func (w *Watch) Targets() (*targets.Set, bool) {
+	w.lock.Lock()
+	defer w.lock.Unlock()
+	if w.indexed() || !w.watchTargets || !w.inspected || w.state.Phase != PhaseSynced || len(w.shards) != len(w.urls) {
+		return w.targets, false
+	}
+	for _, u := range w.urls {
+		s := w.shards[u]
+		if s == nil {
+			return w.targets, false
+		}
+		if synced, _, _ := s.status(); !synced {
+			return w.targets, false
+		}
+	}
+	return w.targets, true
 }
 
 // Done is closed when Run has returned.
@@ -204,6 +255,11 @@ func (w *Watch) Run(ctx context.Context) {
 	logger := log.FromContext(ctx).WithValues("source", w.src.String())
 	ticker := time.NewTicker(w.cfg.PollInterval)
 	defer ticker.Stop()
+	// The first refresh comes at once: a change before it needs none.
+	select {
+	case <-w.poke:
+	default:
+	}
 	for {
 		w.refresh(ctx, logger.V(1))
 		select {
@@ -215,6 +271,7 @@ func (w *Watch) Run(ctx context.Context) {
 			w.lock.Unlock()
 			return
 		case <-ticker.C:
+		case <-w.poke:
 		}
 	}
 }
@@ -267,7 +324,7 @@ func (w *Watch) refresh(ctx context.Context, logger interface{ Info(string, ...a
 	}
 	w.lock.Lock()
 	if state.Phase == PhaseSyncing || state.Phase == PhaseVersionNotServed {
-		w.ensureShards(ctx, urls, state.Phase == PhaseSyncing && w.indexed())
+		w.ensureShards(ctx, urls, state.Phase == PhaseSyncing && (w.indexed() || w.watchTargets))
 		if state.Phase == PhaseSyncing {
 			state = w.shardState(state)
 		}
@@ -361,7 +418,8 @@ func (w *Watch) checkSchema(ctx context.Context, logger interface{ Info(string, 
 }
 
 // indexed reports whether the dependents of the source are indexed: a
-// source without paths is only inspected.
+// source without paths is only inspected (and its objects, with
+// SetWatchTargets, kept in its set of targets).
 func (w *Watch) indexed() bool {
 	return len(w.paths) > 0
 }
@@ -411,13 +469,16 @@ func (s *shardWatch) status() (synced, listed bool, err error) {
 }
 
 // ensureShards runs a reflector for each URL (if run is set) and stops
-// those of other shards. Callers hold the lock.
+// those of other shards. The reflectors of an indexed source feed its
+// store; those of a source without paths its set of targets, with only
+// the objects' metadata. Callers hold the lock.
 func (w *Watch) ensureShards(ctx context.Context, urls []string, run bool) {
 	for u, s := range w.shards {
 		if !run || !slices.Contains(urls, u) {
 			s.cancel()
 			delete(w.shards, u)
 			w.store.DropShard(u)
+			w.targets.DropShard(u)
 		}
 	}
 	if !run {
@@ -444,18 +505,23 @@ func (w *Watch) ensureShards(ctx context.Context, urls []string, run bool) {
 			s.setWatching()
 			w.refreshState()
 		}}
-		reflector := cache.NewReflectorWithOptions(lw, &store.Object{}, w.store.ForShard(u, func() {
+		listed := func() {
 			s.setListed()
 			w.refreshState()
-		}), cache.ReflectorOptions{
-			Name:            "dependents " + w.src.String() + " on " + u,
+		}
+		rs, what := w.store.ForShard(u, listed), "dependents "
+		if !w.indexed() {
+			rs, what = w.targets.ForShard(u, listed), "targets "
+		}
+		reflector := cache.NewReflectorWithOptions(lw, &store.Object{}, rs, cache.ReflectorOptions{
+			Name:            what + w.src.String() + " on " + u,
 			TypeDescription: w.src.Resource.String(),
 			// MinWatchTimeout is not set: client-go honours no value
 			// below 5 minutes; listWatch asks for Config.WatchTimeout
 			// itself.
 		})
 		go reflector.RunWithContext(sctx)
-		if w.cfg.SampleInterval > 0 {
+		if w.cfg.SampleInterval > 0 && w.indexed() {
 			go w.sample(sctx, r, u)
 		}
 	}

@@ -286,3 +286,99 @@ func TestOnShards(t *testing.T) {
 		}
 	}
 }
+
+func vpcItem(cluster, namespace, name string) string {
+	return fmt.Sprintf(`{"metadata":{"name":%q,"namespace":%q,"resourceVersion":"9","uid":"u-%s","labels":{"a":"b"},"annotations":{"kcp.io/cluster":%q}},"spec":{"cidr":"10.0.0.0/8"}}`, name, namespace, name, cluster)
+}
+
+// A source without paths keeps no store; with SetWatchTargets it watches
+// its objects on every shard into its set of targets, which knows every
+// object once each shard has listed, and forgets a shard that is dropped.
+// Turned off, its reflectors stop and the set is emptied. Its state does
+// not depend on the targets' reflectors.
+func TestTargetsOfEveryShard(t *testing.T) {
+	shard1 := &fakeVW{items: vpcItem("c1", "default", "vpc-a")}
+	shard2 := &fakeVW{items: vpcItem("c2", "default", "vpc-b") + "," + vpcItem("c2", "team", "vpc-c")}
+	srv1, srv2 := httptest.NewServer(shard1), httptest.NewServer(shard2)
+	defer srv1.Close()
+	defer srv2.Close()
+	var changed atomic.Int32
+	w := NewWatch(testSource, nil, Config{Clients: vw.NewClients(&rest.Config{}), PollInterval: time.Second, TargetsChanged: func() { changed.Add(1) }})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	urls := []string{srv1.URL, srv2.URL}
+	apply := func(run bool) {
+		w.lock.Lock()
+		w.ensureShards(ctx, urls, run)
+		w.urls, w.inspected = urls, true
+		w.state = w.shardState(State{Phase: PhaseSyncing, Shards: 2})
+		w.lock.Unlock()
+	}
+	apply(false)
+	if set, ok := w.Targets(); ok || set.Len() != 0 {
+		t.Errorf("without SetWatchTargets: Targets() = %d objects, %v", set.Len(), ok)
+	}
+	w.SetWatchTargets(true)
+	apply(true)
+	waitFor(t, func() bool { _, ok := w.Targets(); return ok })
+	set, _ := w.Targets()
+	if set.Len() != 3 || !set.Has("c2", "team", "vpc-c") || set.Has("c1", "team", "vpc-c") || !set.Named("c1", "vpc-a") {
+		t.Errorf("the set of targets: %d objects", set.Len())
+	}
+	if w.Store().Len() != 0 || changed.Load() == 0 {
+		t.Errorf("the store holds %d objects, %d changes notified", w.Store().Len(), changed.Load())
+	}
+	if state := w.State(); state.Phase != PhaseSynced || state.Listed {
+		t.Errorf("state = %+v; the state of a source without paths does not follow its targets", state)
+	}
+	waitFor(t, func() bool { return shard1.watches.Load() > 0 && shard2.watches.Load() > 0 })
+
+	// Shard 2 dropped out of the endpoint slice.
+	w.lock.Lock()
+	w.ensureShards(ctx, urls[:1], true)
+	w.urls = urls[:1]
+	w.lock.Unlock()
+	if set.Has("c2", "default", "vpc-b") || set.Len() != 1 {
+		t.Errorf("after dropping shard 2: %d objects", set.Len())
+	}
+	if _, ok := w.Targets(); !ok {
+		t.Error("the remaining shard is listed: the set is complete")
+	}
+
+	// A new shard: not complete until it has listed.
+	slow := make(chan struct{})
+	srv3 := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		<-slow
+		(&fakeVW{}).ServeHTTP(rw, r)
+	}))
+	defer srv3.Close()
+	defer close(slow)
+	w.lock.Lock()
+	w.urls = []string{srv1.URL, srv3.URL}
+	w.ensureShards(ctx, w.urls, true)
+	w.lock.Unlock()
+	if _, ok := w.Targets(); ok {
+		t.Error("a shard that has not listed yet: the set claims to be complete")
+	}
+
+	w.SetWatchTargets(false)
+	w.lock.Lock()
+	w.ensureShards(ctx, nil, false)
+	w.lock.Unlock()
+	if set, ok := w.Targets(); ok || set.Len() != 0 {
+		t.Errorf("turned off: Targets() = %d objects, %v", set.Len(), ok)
+	}
+}
+
+// A source with paths watches its objects into its store, never into a set
+// of targets: the store tells whether they exist.
+func TestIndexedSourceHasNoTargets(t *testing.T) {
+	w := NewWatch(testSource, []fieldpath.Reference{fieldpathtest.MustParse(".spec.vpc")}, Config{PollInterval: time.Second})
+	w.SetWatchTargets(true)
+	w.lock.Lock()
+	w.inspected, w.state = true, State{Phase: PhaseSynced}
+	w.lock.Unlock()
+	if _, ok := w.Targets(); ok {
+		t.Error("an indexed source claims a complete set of targets")
+	}
+}

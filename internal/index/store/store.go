@@ -371,6 +371,71 @@ func (s *Store) Any(shard string) (kcp.Meta, bool) {
 	return kcp.Meta{}, false
 }
 
+// Largest returns the dependent that holds the most references, and how
+// many: distinct names (with the namespace a reference names, if it names
+// one) at each of the source's paths, which is how many objects it
+// references unless two paths name the same object. Of dependents that hold
+// as many, it returns the first by cluster, namespace and name, so that
+// replicas agree; none (0) if no dependent holds a reference. It reads every
+// dependent, so callers ask now and then, not per request.
+func (s *Store) Largest() (kcp.Meta, int) {
+	s.lock.RLock()
+	defer s.lock.RUnlock()
+	var (
+		largest *entry
+		most    int
+	)
+	for _, objs := range s.objects {
+		for _, e := range objs {
+			if len(e.refs) < most {
+				continue // fewer, however many of them repeat
+			}
+			n := e.distinctRefs()
+			if n > most || n == most && n > 0 && e.before(largest) {
+				largest, most = e, n
+			}
+		}
+	}
+	if largest == nil {
+		return kcp.Meta{}, 0
+	}
+	return largest.dependent(), most
+}
+
+// distinctRefs returns how many of e's references differ.
+func (e *entry) distinctRefs() int {
+	if len(e.refs) <= 16 {
+		n := 0
+		for i, r := range e.refs {
+			if !slices.Contains(e.refs[:i], r) {
+				n++
+			}
+		}
+		return n
+	}
+	seen := make(map[ref]struct{}, len(e.refs))
+	for _, r := range e.refs {
+		seen[r] = struct{}{}
+	}
+	return len(seen)
+}
+
+// before reports whether e sorts before other (nil sorts last) by
+// cluster, namespace and name.
+func (e *entry) before(other *entry) bool {
+	if other == nil {
+		return true
+	}
+	a, b := e.scope.Value(), other.scope.Value()
+	if a.cluster != b.cluster {
+		return a.cluster < b.cluster
+	}
+	if a.namespace != b.namespace {
+		return a.namespace < b.namespace
+	}
+	return e.name < other.name
+}
+
 // Len returns the number of dependents on all shards.
 func (s *Store) Len() int {
 	s.lock.RLock()

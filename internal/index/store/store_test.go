@@ -430,3 +430,57 @@ func TestAny(t *testing.T) {
 		t.Error("another shard has one")
 	}
 }
+
+func TestLargest(t *testing.T) {
+	paths := []fieldpath.Reference{vpcRef, nics}
+	manyNICs := func(n int) string {
+		var b strings.Builder
+		b.WriteString(`{"nics":[`)
+		for i := range n {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			fmt.Fprintf(&b, `{"vpc":"vpc-%d"}`, i)
+		}
+		b.WriteString("]}")
+		return b.String()
+	}
+	type dep struct{ shard, cluster, nsName, spec string }
+	tests := []struct {
+		name      string
+		deps      []dep
+		wantWho   string
+		wantCount int
+	}{
+		{name: "an empty store has none"},
+		{name: "dependents without references are none", deps: []dep{{"s1", "c1", "default/vm-1", `{}`}}},
+		{name: "the dependent with the most references, on any shard", deps: []dep{
+			{"s1", "c1", "default/vm-1", manyNICs(3)}, {"s2", "c2", "default/vm-2", manyNICs(40)}, {"s1", "c1", "other/vm-3", `{"vpcRef":{"name":"a"}}`}},
+			wantWho: "c2/default/vm-2", wantCount: 40},
+		{name: "a name repeated at one path counts once, at two paths twice", deps: []dep{
+			{"s1", "c1", "default/vm-1", `{"vpcRef":{"name":"a"},"nics":[{"vpc":"a"},{"vpc":"a"},{"vpc":"b"}]}`}},
+			wantWho: "c1/default/vm-1", wantCount: 3},
+		{name: "many repeats count once", deps: []dep{
+			{"s1", "c1", "default/vm-1", `{"nics":[` + strings.Repeat(`{"vpc":"a"},`, 40) + `{"vpc":"b"}]}`}, {"s1", "c1", "default/vm-2", manyNICs(3)}},
+			wantWho: "c1/default/vm-2", wantCount: 3},
+		{name: "of dependents with as many, the first by cluster, namespace and name", deps: []dep{
+			{"s1", "c2", "a/vm-1", manyNICs(5)}, {"s1", "c1", "b/vm-2", manyNICs(5)}, {"s2", "c1", "b/vm-1", manyNICs(5)}, {"s1", "c1", "c/vm-0", manyNICs(5)}},
+			wantWho: "c1/b/vm-1", wantCount: 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := New(nil)
+			for _, d := range tt.deps {
+				add(t, s.ForShard(d.shard, func() {}), dependent(t, paths, d.cluster, d.nsName, d.spec, false))
+			}
+			got, n := s.Largest()
+			who := ""
+			if n > 0 {
+				who = names([]kcp.Meta{got})[0]
+			}
+			if who != tt.wantWho || n != tt.wantCount {
+				t.Errorf("Largest() = %s with %d, want %s with %d", who, n, tt.wantWho, tt.wantCount)
+			}
+		})
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/records"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook/deletion/message"
 )
 
 // Records verifies and writes the records of deferred deletions on
@@ -100,3 +101,14 @@ func (v *Validator) Referenced(target index.Source, obj kcp.Meta) bool {
 	}
 	return false
 }
+
+// The causes of a denial's status details (see package message), for
+// tools that read denials.
+const (
+	CauseBlocker  = message.CauseBlocker
+	CauseBlockers = message.CauseBlockers
+)
+
+// Blocker is a dependent that still references the object being deleted
+// (see package message).
+type Blocker = message.Blocker

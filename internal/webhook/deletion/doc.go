@@ -14,4 +14,10 @@
 // under a Replay rule it records the denied delete on the object (see
 // WithRecorder). Until the registry is loaded, it denies with a message to
 // retry.
+//
+// kcp's teardowns of namespaces and workspaces may delete objects that
+// reference each other in a cycle, where every object that references one
+// of them goes with the teardown too (see decideTeardown and package
+// teardown); where a teardown waits for an object outside it, the denial
+// and an Event say which (see WithEvents).
 package deletion

@@ -36,6 +36,7 @@ func post(h http.Handler, contentType, body string) *httptest.ResponseRecorder {
 func FuzzAdmissionHandler(f *testing.F) {
 	f.Add([]byte(validReview))
 	f.Add([]byte(strings.Replace(validReview, `"kcp.io/cluster":"c1"`, `"dependencies.opendefense.cloud/skip-protection":"true"`, 1)))
+	f.Add([]byte(strings.Replace(validReview, `"kcp.io/cluster":"c1"`, `"kcp.io/cluster":"c1","dependencies.opendefense.cloud/skip-protection":"true","dependencies.opendefense.cloud/skip-protection-set-by":"{\"user\":\"a\"}"`, 1)))
 	f.Add([]byte(strings.Replace(validReview, `"oldObject":{`, `"oldObject":[{`, 1)))
 	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","operation":"DELETE","resource":{},"oldObject":null}}`))
 	f.Add([]byte(`{}`))

@@ -6,49 +6,16 @@ import (
 	"math"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/buger/jsonparser"
-
-	"github.com/kcp-dev/logicalcluster/v3"
-
-	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/inflight"
-	"github.com/opendefensecloud/dependency-controller/internal/kcp"
-	"github.com/opendefensecloud/dependency-controller/internal/tracking"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook/deletion/horizon"
 )
-
-// Currency tells how current the index is and which admissions it has
-// seen; *index.Index implements it.
-type Currency interface {
-	// Currency returns a time before which every dependent of src in
-	// cluster that kcp stored is in the index (see index.Index.Currency).
-	Currency(src index.Source, cluster logicalcluster.Name) (time.Time, bool)
-	// Admitted tells when the index first saw a dependent of src carrying
-	// the admission id.
-	Admitted(src index.Source, id string) (time.Time, bool)
-	// WaitAdmitted waits until the index has seen the admission id on a
-	// dependent of src, or ctx ends.
-	WaitAdmitted(ctx context.Context, src index.Source, id string) (time.Time, bool)
-	// Dependent returns the virtual workspace URL of src on the shard of
-	// cluster, and a dependent the index holds there.
-	Dependent(src index.Source, cluster logicalcluster.Name) (string, kcp.Meta, bool)
-	// ServingURL returns the URL of the virtual workspace of src on the
-	// shard known to serve cluster.
-	ServingURL(src index.Source, cluster logicalcluster.Name) (string, bool)
-}
-
-// Activation tells since when an admission webhook is in effect on a
-// shard; *tracking.Tracker implements it.
-type Activation interface {
-	Since(ctx context.Context, key tracking.Key, obj tracking.Object) (time.Time, bool)
-}
 
 // WithHorizon decides the allowed DELETEs of objects whose references are
 // tracked (see package inflight and docs/architecture.md, "The fast paths,
@@ -56,57 +23,21 @@ type Activation interface {
 // current past the object's horizon, and refuses a DELETE while a
 // reference to the object is in flight. Without it, every allowed DELETE is
 // confirmed with a live read, and references in flight are not looked at.
-func WithHorizon(c Currency, a Activation) Option {
-	return func(v *Validator) { v.currency, v.activation = c, a }
+func WithHorizon(c horizon.Currency, a horizon.Activation) Option {
+	return func(v *Validator) { v.horizon = &horizon.Judge{Currency: c, Activation: a} }
 }
-
-// inFlightWait bounds how long a DELETE waits for references in flight to
-// land before it refuses: a dependent whose admission recorded its
-// reference is stored moments later, unless another webhook holds it up.
-const inFlightWait = 2 * time.Second
 
 // viaHorizon: a DELETE allowed without a read, the index being current past
 // the object's horizon.
 const viaHorizon = "horizon"
 
-// horizon is what the object's own state says about its references: its
-// ledger, as the DELETE's admission sees it (the state the DELETE commits
-// against), and when it was created.
-type horizon struct {
-	ledger  inflight.Ledger
-	created time.Time
-	// malformed is set when the ledger did not parse: nothing is decided
-	// from it.
-	malformed bool
-}
-
-// readHorizon reads the ledger and the creation time of the object being
-// deleted from its JSON.
-func readHorizon(raw []byte) horizon {
-	var h horizon
-	var err error
-	if h.ledger, err = inflight.LedgerOf(raw); err != nil {
-		h.malformed = true
+// groups returns the dependent groups of d as the horizon judges them.
+func (d *deletion) horizonGroups() []horizon.Group {
+	out := make([]horizon.Group, len(d.groups))
+	for i, g := range d.groups {
+		out[i] = horizon.Group{Source: g.src, Synced: g.synced, Scheme: g.scheme, Tracked: g.tracked, TrackedSince: g.trackedSince}
 	}
-	if ts, err := jsonparser.GetString(raw, "metadata", "creationTimestamp"); err == nil {
-		if t, err := time.Parse(time.RFC3339, ts); err == nil {
-			h.created = t
-		}
-	}
-	return h
-}
-
-// landed tells whether the index has seen an admission id on a dependent of
-// any of the groups.
-func (v *Validator) landed(groups []*dependentGroup) inflight.Landed {
-	return func(id string) (time.Time, bool) {
-		for _, g := range groups {
-			if t, ok := v.currency.Admitted(g.src, id); ok {
-				return t, true
-			}
-		}
-		return time.Time{}, false
-	}
+	return out
 }
 
 // settle looks at the references the object's ledger records. While one may
@@ -117,47 +48,23 @@ func (v *Validator) landed(groups []*dependentGroup) inflight.Landed {
 // DELETE is confirmed with a live read (which finds the dependent if it
 // was stored, and the index only lagged behind), and refused rather than
 // allowed if the read finds no blocker.
-func (v *Validator) settle(ctx context.Context, d *deletion, h horizon) (admission.Response, decision, inflight.Assessment, bool, bool) {
-	landed := v.landed(d.groups)
-	a := h.ledger.Assess(v.now(), h.created, landed)
+func (v *Validator) settle(ctx context.Context, d *deletion, h horizon.Object) (admission.Response, decision, inflight.Assessment, bool, bool) {
+	groups := d.horizonGroups()
+	landed := v.horizon.Landed(groups)
+	a := h.Ledger.Assess(v.now(), h.Created, landed)
 	if len(a.InFlight) == 0 && !a.FloorInFlight {
 		return admission.Response{}, decision{}, a, false, false
 	}
 	if len(a.InFlight) > 0 {
-		v.waitLanded(ctx, d.groups, a.InFlight)
-		a = h.ledger.Assess(v.now(), h.created, landed)
+		wctx, cancel := webhook.WithBudget(ctx, v.timeout)
+		v.horizon.WaitLanded(wctx, groups, a.InFlight)
+		cancel()
+		a = h.Ledger.Assess(v.now(), h.Created, landed)
 		if resp, dec, decided := v.fromIndex(ctx, d); decided {
 			return resp, dec, a, true, false
 		}
 	}
 	return admission.Response{}, decision{}, a, false, len(a.InFlight) > 0 || a.FloorInFlight
-}
-
-// waitLanded waits, at most inFlightWait and within the decision's budget,
-// until the index has seen every mark on a dependent of one of the groups.
-func (v *Validator) waitLanded(ctx context.Context, groups []*dependentGroup, marks []inflight.Mark) {
-	ctx, cancel := webhook.WithBudget(ctx, v.timeout)
-	defer cancel()
-	ctx, stop := context.WithTimeout(ctx, inFlightWait)
-	defer stop()
-	var wg sync.WaitGroup
-	for _, m := range marks {
-		wg.Go(func() {
-			mctx, done := context.WithCancel(ctx)
-			defer done()
-			var once sync.Once
-			var inner sync.WaitGroup
-			for _, g := range groups {
-				inner.Go(func() {
-					if _, ok := v.currency.WaitAdmitted(mctx, g.src, m.ID); ok {
-						once.Do(done)
-					}
-				})
-			}
-			inner.Wait()
-		})
-	}
-	wg.Wait()
 }
 
 // refuseInFlight answers a DELETE while a reference to the object may be in
@@ -215,59 +122,4 @@ func inNamespace(namespace string) string {
 		return ""
 	}
 	return fmt.Sprintf(" in namespace %q", namespace)
-}
-
-// current reports whether the index holds every dependent that can
-// reference the object, so that the DELETE needs no read: for every group,
-// the rules track its references (ReferencesTracked, since some time), the
-// labelling webhook of the dependents with their current scheme and the
-// guard of the object's ledger are in effect on the shard (see package
-// tracking), and the index is current past the latest of the ledger's
-// horizon and MaxInFlight after each of those began. References recorded
-// before any of them may have landed up to MaxInFlight later; the index
-// holds them once it is current past that.
-func (v *Validator) current(ctx context.Context, d *deletion, a inflight.Assessment) bool {
-	if v.currency == nil || v.activation == nil || a.Horizon.IsZero() || len(d.groups) == 0 {
-		return false
-	}
-	horizon := a.Horizon
-	later := func(t time.Time) {
-		if t = t.Add(inflight.MaxInFlight); t.After(horizon) {
-			horizon = t
-		}
-	}
-	target := d.denial.source
-	shard, known := v.currency.ServingURL(target, d.obj.Cluster)
-	if !known {
-		return false
-	}
-	guard, ok := v.activation.Since(ctx, tracking.Key{Kind: tracking.KindGuard, Source: target, Shard: shard},
-		tracking.Object{Cluster: d.obj.Cluster, Namespace: d.obj.Namespace, Name: d.obj.Name})
-	if !ok {
-		return false
-	}
-	later(guard)
-	for _, g := range d.groups {
-		if !g.synced || g.scheme == "" || !g.tracked {
-			return false
-		}
-		later(g.trackedSince)
-		url, probe, ok := v.currency.Dependent(g.src, d.obj.Cluster)
-		if !ok {
-			return false
-		}
-		labelling, ok := v.activation.Since(ctx, tracking.Key{Kind: tracking.KindLabelling, Source: g.src, Shard: url, Scheme: g.scheme},
-			tracking.Object{Cluster: probe.Cluster, Namespace: probe.Namespace, Name: probe.Name})
-		if !ok {
-			return false
-		}
-		later(labelling)
-	}
-	for _, g := range d.groups {
-		c, ok := v.currency.Currency(g.src, d.obj.Cluster)
-		if !ok || c.Before(horizon) {
-			return false
-		}
-	}
-	return true
 }

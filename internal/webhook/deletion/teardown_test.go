@@ -2,21 +2,28 @@ package deletion
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/kcp-dev/logicalcluster/v3"
 
+	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath/fieldpathtest"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/inflight"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
@@ -395,11 +402,14 @@ func TestConfirmReceivesTheLabellingScheme(t *testing.T) {
 	}
 }
 
-// cycleRules: VirtualMachines reference VPCs at .spec.vpcRef.name, VPCs
-// reference their gateway VirtualMachine at .spec.gatewayVM, Routers,
+// cycleRules: VirtualMachines reference VPCs at .spec.vpcRef.name (a rule
+// of the compute provider), VPCs reference their gateway VirtualMachine at
+// .spec.gatewayVM (a rule of the network provider), Routers,
 // cluster-scoped, reference VirtualMachines at .spec.vm and VPCs at
-// .spec.vpc, and VirtualMachines and Databases reference each other at
-// .spec.db and .spec.vm.
+// .spec.vpc, VirtualMachines and Databases reference each other at .spec.db
+// and .spec.vm, VirtualMachines reference peer VirtualMachines in any
+// namespace at .spec.peer.name (namespace at .spec.peer.namespace), and
+// Routers at .spec.router.
 var cycleRules = staticRules{
 	vpcs.GroupResource(): {
 		entry("provider/vm", vms, "VirtualMachine", ".spec.vpcRef.name"),
@@ -409,148 +419,239 @@ var cycleRules = staticRules{
 		entry("provider/vpc-gateway", vpcs, "VPC", ".spec.gatewayVM"),
 		entry("provider/router", routers, "Router", ".spec.vm"),
 		entry("provider/db-vm", dbs, "Database", ".spec.vm"),
+		func() registry.Entry {
+			e := entry("provider/vm-peer", vms, "VirtualMachine")
+			e.Paths = []fieldpath.Reference{fieldpathtest.MustParseReference(fieldpath.ReferenceSpec{Path: ".spec.peer.name", NamespacePath: "namespace"})}
+			return e
+		}(),
 	},
-	dbs.GroupResource(): {entry("provider/vm-db", vms, "VirtualMachine", ".spec.db")},
+	dbs.GroupResource():     {entry("provider/vm-db", vms, "VirtualMachine", ".spec.db")},
+	routers.GroupResource(): {entry("provider/vm-router", vms, "VirtualMachine", ".spec.router")},
 }
 
-// A cycle of references within kcp's teardown is broken at the object that
-// sorts first (by namespace, group, resource and name); every other object
-// waits for its dependents as before.
+// being marks namespaces as being deleted.
+func being(namespaces ...string) func(*fakeDependents) {
+	return func(f *fakeDependents) {
+		if f.terminatingNamespaces == nil {
+			f.terminatingNamespaces = map[string]bool{}
+		}
+		for _, ns := range namespaces {
+			f.terminatingNamespaces[ns] = true
+		}
+	}
+}
+
+// and combines setups.
+func and(setups ...func(*fakeDependents)) func(*fakeDependents) {
+	return func(f *fakeDependents) {
+		for _, s := range setups {
+			s(f)
+		}
+	}
+}
+
+func peer(namespace, name string) map[string]any {
+	return map[string]any{"peer": map[string]any{"namespace": namespace, "name": name}}
+}
+
+// recordedEvents records the Events a validator creates.
+type recordedEvents struct {
+	events     []corev1.Event
+	namespaces []string
+}
+
+func (r *recordedEvents) CreateEvent(_ context.Context, _ index.Source, _ logicalcluster.Name, namespace string, body []byte) error {
+	var e corev1.Event
+	if err := json.Unmarshal(body, &e); err != nil {
+		return err
+	}
+	r.events = append(r.events, e)
+	r.namespaces = append(r.namespaces, namespace)
+	return nil
+}
+
+// Event is for the DeletionBlocked Events of refused DELETEs, which the
+// teardown items these tests send never record.
+func (r *recordedEvents) Event(context.Context, index.Source, string, kcp.Meta, string, string, string) error {
+	return errors.New("not an item of a teardown")
+}
+
+// A cycle of references is broken in kcp's teardown only where a teardown
+// under way deletes every object that references an object of it; then
+// each of its objects goes. Elsewhere every object waits for its
+// dependents, and what it waits for outside the teardown is named.
 func TestTeardownBreaksCycles(t *testing.T) {
 	gateway := func(vm string) map[string]any { return map[string]any{"gatewayVM": vm} }
 	cycle := func(f *fakeDependents) {
-		f.add(consumer, vms, object("default", "vm-1", vmRefs("vpc-a")))
-		f.add(consumer, vpcs, object("default", "vpc-a", gateway("vm-1")))
+		f.add(consumer, vms, object("ns", "vm-1", vmRefs("vpc-a")))
+		f.add(consumer, vpcs, object("ns", "vpc-a", gateway("vm-1")))
 	}
-	vmItem := teardownItem(deleteRequest(vms, consumer, "default", "vm-1", nil))
-	vpcItem := teardownItem(deleteRequest(vpcs, consumer, "default", "vpc-a", nil))
+	longCycle := func(f *fakeDependents) {
+		// vpc-a ← vm-b ← vpc-b ← vm-a ← vpc-a.
+		f.add(consumer, vms, object("ns", "vm-a", vmRefs("vpc-a")), object("ns", "vm-b", vmRefs("vpc-b")))
+		f.add(consumer, vpcs, object("ns", "vpc-a", gateway("vm-b")), object("ns", "vpc-b", gateway("vm-a")))
+	}
+	edgeRouter := func(spec map[string]any) func(*fakeDependents) {
+		return func(f *fakeDependents) {
+			f.states = map[schema.GroupVersionResource]index.State{routers: {Phase: index.PhaseSynced, Namespaced: false}}
+			f.add(consumer, routers, object("", "edge", spec))
+		}
+	}
+	peers := func(f *fakeDependents) {
+		f.add(consumer, vms, object("ns", "vm-a", peer("other", "vm-b")), object("other", "vm-b", peer("ns", "vm-a")))
+	}
+	vmItem := teardownItem(deleteRequest(vms, consumer, "ns", "vm-1", nil))
+	vpcItem := teardownItem(deleteRequest(vpcs, consumer, "ns", "vpc-a", nil))
 	tests := []struct {
 		name        string
 		req         admission.Request
 		setup       func(*fakeDependents)
 		wantAllowed bool
+		// wantMessage are parts of the denial, wantNot what it must not say.
 		wantMessage []string
-		wantCycle   string
+		wantNot     []string
+		// wantCycle is the audit annotation of an allowed item.
+		wantCycle string
+		// wantEvent is set when the denial records that the teardown waits
+		// for something outside it.
+		wantEvent bool
 	}{
 		{
-			name:        "the object of a two-object cycle that sorts first (compute.io before network.io) is allowed",
+			name:        "in a namespace being deleted, an object of a two-object cycle goes",
 			req:         vmItem,
-			setup:       cycle,
-			wantAllowed: true,
-			wantCycle:   "virtualmachines.compute.io/default/vm-1,VPC/default/vpc-a",
+			setup:       and(cycle, being("ns")),
+			wantAllowed: true, wantCycle: "VirtualMachine/ns/vm-1, VPC/ns/vpc-a",
 		},
 		{
-			name:        "the other object of the cycle waits for it",
+			name:        "in a namespace being deleted, the other object of the cycle goes too",
 			req:         vpcItem,
-			setup:       cycle,
-			wantMessage: []string{"still referenced by VirtualMachine/default/vm-1"},
+			setup:       and(cycle, being("ns")),
+			wantAllowed: true, wantCycle: "VirtualMachine/ns/vm-1, VPC/ns/vpc-a",
 		},
 		{
-			name: "the group sorts before the resource: compute.io/virtualmachines before data.io/databases",
+			name:  "an APIBinding's teardown (the namespace is not being deleted) never breaks a cycle through another binding's type",
+			req:   vmItem,
+			setup: cycle,
+			wantMessage: []string{"still referenced by VPC/ns/vpc-a", "which only the deletion of the namespaces or the workspace of its objects breaks",
+				`VPC/ns/vpc-a (namespace "ns" is not being deleted)`},
+			wantEvent: true,
+		},
+		{
+			name: "an APIBinding's teardown never breaks a cycle through its own types either: it cannot be told apart",
+			req:  teardownItem(deleteRequest(dbs, consumer, "ns", "db-1", nil)),
+			setup: func(f *fakeDependents) {
+				f.add(consumer, vms, object("ns", "vm-1", map[string]any{"db": "db-1"}))
+				f.add(consumer, dbs, object("ns", "db-1", map[string]any{"vm": "vm-1"}))
+			},
+			wantMessage: []string{"still referenced by VirtualMachine/ns/vm-1", "only the deletion of the namespaces or the workspace"},
+			wantEvent:   true,
+		},
+		{
+			name:        "every object of a longer cycle goes, not only the first",
+			req:         teardownItem(deleteRequest(vpcs, consumer, "ns", "vpc-b", nil)),
+			setup:       and(longCycle, being("ns")),
+			wantAllowed: true, wantCycle: "VirtualMachine/ns/vm-a, VirtualMachine/ns/vm-b, VPC/ns/vpc-a, VPC/ns/vpc-b",
+		},
+		{
+			name: "an object of a cycle that an object off the cycle references waits for it (dependency order), which the teardown deletes",
 			req:  vmItem,
-			setup: func(f *fakeDependents) {
-				f.add(consumer, vms, object("default", "vm-1", map[string]any{"db": "db-1"}))
-				f.add(consumer, dbs, object("default", "db-1", map[string]any{"vm": "vm-1"}))
-			},
-			wantAllowed: true,
-			wantCycle:   "virtualmachines.compute.io/default/vm-1,Database/default/db-1",
-		},
-		{
-			name: "the group sorts before the resource: the database waits",
-			req:  teardownItem(deleteRequest(dbs, consumer, "default", "db-1", nil)),
-			setup: func(f *fakeDependents) {
-				f.add(consumer, vms, object("default", "vm-1", map[string]any{"db": "db-1"}))
-				f.add(consumer, dbs, object("default", "db-1", map[string]any{"vm": "vm-1"}))
-			},
-			wantMessage: []string{"still referenced by VirtualMachine/default/vm-1"},
-		},
-		{
-			name: "in a longer cycle, an object of the resource that sorts first whose name sorts later waits",
-			req:  teardownItem(deleteRequest(vms, consumer, "default", "vm-b", nil)),
-			setup: func(f *fakeDependents) {
-				// vpc-a and vpc-b are each other's peers; a VPC's peer
-				// is read through a VirtualMachine: vpc-a ← vm-b ← vpc-b
-				// ← vm-a ← vpc-a.
-				f.add(consumer, vms, object("default", "vm-a", vmRefs("vpc-a")), object("default", "vm-b", vmRefs("vpc-b")))
-				f.add(consumer, vpcs, object("default", "vpc-a", gateway("vm-b")), object("default", "vpc-b", gateway("vm-a")))
-			},
-			wantMessage: []string{"still referenced by VPC/default/vpc-a"},
-		},
-		{
-			name: "in a longer cycle, the other resource waits",
-			req:  teardownItem(deleteRequest(vpcs, consumer, "default", "vpc-a", nil)),
-			setup: func(f *fakeDependents) {
-				f.add(consumer, vms, object("default", "vm-a", vmRefs("vpc-a")), object("default", "vm-b", vmRefs("vpc-b")))
-				f.add(consumer, vpcs, object("default", "vpc-a", gateway("vm-b")), object("default", "vpc-b", gateway("vm-a")))
-			},
-			wantMessage: []string{"still referenced by VirtualMachine/default/vm-a"},
-		},
-		{
-			name: "the first of a longer cycle is allowed, naming every object on it",
-			req:  teardownItem(deleteRequest(vms, consumer, "default", "vm-a", nil)),
-			setup: func(f *fakeDependents) {
-				f.add(consumer, vms, object("default", "vm-a", vmRefs("vpc-a")), object("default", "vm-b", vmRefs("vpc-b")))
-				f.add(consumer, vpcs, object("default", "vpc-a", gateway("vm-b")), object("default", "vpc-b", gateway("vm-a")))
-			},
-			wantAllowed: true,
-			wantCycle:   "virtualmachines.compute.io/default/vm-a,VirtualMachine/default/vm-b,VPC/default/vpc-a,VPC/default/vpc-b",
-		},
-		{
-			name: "a cycle whose first object has a blocker outside it is not broken",
-			req:  vmItem,
-			setup: func(f *fakeDependents) {
-				cycle(f)
+			setup: and(cycle, being("ns"), func(f *fakeDependents) {
 				// vpc-b's gateway is vm-1, but vm-1 does not reference
-				// vpc-b: it only waits for vm-1.
-				f.add(consumer, vpcs, object("default", "vpc-b", gateway("vm-1")))
-			},
-			wantMessage: []string{"still referenced by VPC/default/vpc-a, VPC/default/vpc-b"},
+				// vpc-b: vpc-b goes first.
+				f.add(consumer, vpcs, object("ns", "vpc-b", gateway("vm-1")))
+			}),
+			wantMessage: []string{"still referenced by VPC/ns/vpc-a, VPC/ns/vpc-b"},
+			wantNot:     []string{"outside", "cycle"},
 		},
 		{
-			name: "a cycle referenced from outside the namespace torn down is not broken",
-			req:  vmItem,
-			setup: func(f *fakeDependents) {
-				cycle(f)
-				f.states = map[schema.GroupVersionResource]index.State{routers: {Phase: index.PhaseSynced, Namespaced: false}}
-				f.add(consumer, routers, object("", "edge", map[string]any{"vm": "vm-1"}))
-			},
-			wantMessage: []string{"Router/edge", "VPC/default/vpc-a"},
+			name:        "the other object of that cycle goes: all that references it goes with the namespace",
+			req:         vpcItem,
+			setup:       and(cycle, being("ns"), func(f *fakeDependents) { f.add(consumer, vpcs, object("ns", "vpc-b", gateway("vm-1"))) }),
+			wantAllowed: true, wantCycle: "VirtualMachine/ns/vm-1, VPC/ns/vpc-a",
 		},
 		{
-			name: "a blocker of another object of the cycle outside the namespace prevents breaking too",
-			req:  vmItem,
-			setup: func(f *fakeDependents) {
-				cycle(f)
-				f.states = map[schema.GroupVersionResource]index.State{routers: {Phase: index.PhaseSynced, Namespaced: false}}
-				f.add(consumer, routers, object("", "edge", map[string]any{"vpc": "vpc-a"}))
-			},
-			wantMessage: []string{"still referenced by VPC/default/vpc-a"},
+			name:  "an object of a cycle that a cluster-scoped object references waits for it while the workspace stays, naming it",
+			req:   vmItem,
+			setup: and(cycle, being("ns"), edgeRouter(map[string]any{"vm": "vm-1"})),
+			wantMessage: []string{"still referenced by Router/edge, VPC/ns/vpc-a;",
+				`the deletion of namespace "ns" waits for Router/edge (a cluster-scoped object is deleted with its workspace, which is not being deleted), outside it`},
+			wantEvent: true,
 		},
 		{
-			name: "a dependent of the same name in another namespace is no blocker",
+			name:  "the other object of that cycle waits, naming the object outside",
+			req:   vpcItem,
+			setup: and(cycle, being("ns"), edgeRouter(map[string]any{"vm": "vm-1"})),
+			wantMessage: []string{"still referenced by VirtualMachine/ns/vm-1;", `which the deletion of namespace "ns" can break only if it deletes every object`,
+				"outside it: Router/edge, which references VirtualMachine/ns/vm-1 (a cluster-scoped object is deleted with its workspace"},
+			wantEvent: true,
+		},
+		{
+			name:        "a referrer of another object of the cycle outside the teardown holds the cycle too",
+			req:         vmItem,
+			setup:       and(cycle, being("ns"), edgeRouter(map[string]any{"vpc": "vpc-a"})),
+			wantMessage: []string{"still referenced by VPC/ns/vpc-a;", "outside it: Router/edge, which references VPC/ns/vpc-a (a cluster-scoped"},
+			wantEvent:   true,
+		},
+		{
+			name:        "in the workspace's deletion (its namespace default is being deleted) the same cycle goes, the cluster-scoped object going too",
+			req:         vmItem,
+			setup:       and(cycle, being("ns", "default"), edgeRouter(map[string]any{"vpc": "vpc-a"})),
+			wantAllowed: true, wantCycle: "VirtualMachine/ns/vm-1, VPC/ns/vpc-a",
+		},
+		{
+			name: "in the workspace's deletion a cycle through a cluster-scoped object goes",
+			req:  teardownItem(deleteRequest(routers, consumer, "", "edge", nil)),
+			setup: and(being("default"), edgeRouter(map[string]any{"vm": "vm-1"}), func(f *fakeDependents) {
+				f.add(consumer, vms, object("ns", "vm-1", map[string]any{"router": "edge"}))
+			}),
+			wantAllowed: true, wantCycle: "Router/edge, VirtualMachine/ns/vm-1",
+		},
+		{
+			name:  "a cycle across two namespaces waits while one of them stays, naming the object there",
+			req:   teardownItem(deleteRequest(vms, consumer, "ns", "vm-a", nil)),
+			setup: and(peers, being("ns")),
+			wantMessage: []string{"still referenced by VirtualMachine/other/vm-b",
+				`outside it: VirtualMachine/other/vm-b (namespace "other" is not being deleted)`},
+			wantEvent: true,
+		},
+		{
+			name:        "a cycle across two namespaces deleted together goes",
+			req:         teardownItem(deleteRequest(vms, consumer, "ns", "vm-a", nil)),
+			setup:       and(peers, being("ns", "other")),
+			wantAllowed: true, wantCycle: "VirtualMachine/ns/vm-a, VirtualMachine/other/vm-b",
+		},
+		{
+			name: "a cycle across two namespaces deleted together waits until the index has caught up with the teardown for a type that references across namespaces",
+			req:  teardownItem(deleteRequest(vms, consumer, "ns", "vm-a", nil)),
+			setup: and(peers, being("ns", "other"), func(f *fakeDependents) {
+				f.unfenced = map[schema.GroupVersionResource]bool{vms: true}
+			}),
+			wantMessage: []string{"deletes once the index has caught up with the teardown for every VirtualMachine that may reference"},
+			wantNot:     []string{"outside"},
+		},
+		{
+			name: "a cycle waits while the index of a type that may reference it is not synced",
 			req:  vmItem,
-			setup: func(f *fakeDependents) {
-				cycle(f)
-				// vm-2 references a vpc-a of its own namespace.
-				f.add(consumer, vms, object("other", "vm-2", vmRefs("vpc-a")))
-			},
-			wantAllowed: true,
-			wantCycle:   "virtualmachines.compute.io/default/vm-1,VPC/default/vpc-a",
+			setup: and(cycle, being("ns"), func(f *fakeDependents) {
+				f.states = map[schema.GroupVersionResource]index.State{dbs: {Phase: index.PhaseSyncing, Namespaced: true, Listed: true}}
+			}),
+			wantMessage: []string{"deletes once the index of Database is not synced"},
 		},
 		{
 			name: "a cycle of objects being deleted is no cycle",
 			req:  vpcItem,
-			setup: func(f *fakeDependents) {
-				f.add(consumer, vms, terminating(object("default", "vm-1", vmRefs("vpc-a"))))
-				f.add(consumer, vpcs, object("default", "vpc-a", gateway("vm-1")))
-			},
+			setup: and(being("ns"), func(f *fakeDependents) {
+				f.add(consumer, vms, terminating(object("ns", "vm-1", vmRefs("vpc-a"))))
+				f.add(consumer, vpcs, object("ns", "vpc-a", gateway("vm-1")))
+			}),
 			wantAllowed: true,
 		},
 		{
 			name:        "a DELETE that is not kcp's teardown never breaks a cycle",
-			req:         deleteRequest(vms, consumer, "default", "vm-1", nil),
-			setup:       cycle,
-			wantMessage: []string{"still referenced by VPC/default/vpc-a"},
+			req:         deleteRequest(vms, consumer, "ns", "vm-1", nil),
+			setup:       and(cycle, being("ns")),
+			wantMessage: []string{"still referenced by VPC/ns/vpc-a"},
+			wantNot:     []string{"cycle"},
 		},
 		{
 			name: "a user's DeleteCollection item never breaks a cycle",
@@ -559,16 +660,22 @@ func TestTeardownBreaksCycles(t *testing.T) {
 				r.UserInfo = authenticationv1.UserInfo{Username: "alice"}
 				return r
 			}(),
-			setup:       cycle,
-			wantMessage: []string{"still referenced by VPC/default/vpc-a"},
+			setup:       and(cycle, being("ns")),
+			wantMessage: []string{"still referenced by VPC/ns/vpc-a"},
 		},
 		{
-			name: "a chain that is no cycle is not broken",
-			req:  vmItem,
-			setup: func(f *fakeDependents) {
-				f.add(consumer, vpcs, object("default", "vpc-a", gateway("vm-1")))
-			},
-			wantMessage: []string{"still referenced by VPC/default/vpc-a"},
+			name:        "a chain that is no cycle is not broken, and waits for what the teardown deletes without saying more",
+			req:         vmItem,
+			setup:       and(being("ns"), func(f *fakeDependents) { f.add(consumer, vpcs, object("ns", "vpc-a", gateway("vm-1"))) }),
+			wantMessage: []string{"still referenced by VPC/ns/vpc-a; delete these or remove their references first"},
+			wantNot:     []string{"outside", "cycle"},
+		},
+		{
+			name:        "a chain whose dependent is outside the teardown names it",
+			req:         vpcItem,
+			setup:       and(being("ns"), edgeRouter(map[string]any{"vpc": "vpc-a"})),
+			wantMessage: []string{"still referenced by Router/edge", `the deletion of namespace "ns" waits for Router/edge (a cluster-scoped object is deleted with its workspace, which is not being deleted), outside it`},
+			wantEvent:   true,
 		},
 	}
 	for _, tt := range tests {
@@ -576,7 +683,8 @@ func TestTeardownBreaksCycles(t *testing.T) {
 			deps := &fakeDependents{}
 			tt.setup(deps)
 			m := newMetrics()
-			v := NewValidator(cycleRules, loaded(true), deps, WithNamespaces(deps), WithMetrics(m))
+			events := &recordedEvents{}
+			v := NewValidator(cycleRules, loaded(true), deps, WithNamespaces(deps), WithMetrics(m), WithEvents(events))
 			resp, d := v.handle(webhook.WithProvider(context.Background(), provider), tt.req)
 			if resp.Allowed != tt.wantAllowed {
 				t.Fatalf("allowed = %v, want %v (result %+v, audit %v)", resp.Allowed, tt.wantAllowed, resp.Result, resp.AuditAnnotations)
@@ -590,6 +698,11 @@ func TestTeardownBreaksCycles(t *testing.T) {
 						t.Errorf("message %q does not contain %q", resp.Result.Message, want)
 					}
 				}
+				for _, not := range tt.wantNot {
+					if strings.Contains(resp.Result.Message, not) {
+						t.Errorf("message %q contains %q", resp.Result.Message, not)
+					}
+				}
 			}
 			if got := resp.AuditAnnotations[AuditCycle]; got != tt.wantCycle {
 				t.Errorf("audit %s = %q, want %q", AuditCycle, got, tt.wantCycle)
@@ -600,16 +713,8 @@ func TestTeardownBreaksCycles(t *testing.T) {
 				if d.outcome != webhook.DecisionAllowed || d.via != viaTeardown {
 					t.Errorf("decision %+v, want allowed via teardown", d)
 				}
-				if got := resp.AuditAnnotations[webhook.AuditDecision]; got != webhook.DecisionAllowed {
-					t.Errorf("audit %s = %q, want allowed", webhook.AuditDecision, got)
-				}
-				if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "cycle") || !strings.Contains(resp.Warnings[0], "still reference it") {
-					t.Errorf("warnings %v, want one about the cycle", resp.Warnings)
-				}
-				for _, member := range strings.Split(tt.wantCycle, ",")[1:] {
-					if !strings.Contains(resp.Warnings[0], member) {
-						t.Errorf("warning %q does not name %s", resp.Warnings[0], member)
-					}
+				if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "cycle ("+tt.wantCycle+")") || !strings.Contains(resp.Warnings[0], "still reference it") {
+					t.Errorf("warnings %v, want one naming the cycle", resp.Warnings)
 				}
 			} else if len(resp.Warnings) != 0 {
 				t.Errorf("warnings %v, want none", resp.Warnings)
@@ -620,56 +725,279 @@ func TestTeardownBreaksCycles(t *testing.T) {
 			if len(deps.calls) != 0 && tt.wantCycle != "" {
 				t.Errorf("breaking a cycle read live: %v", deps.calls)
 			}
+			if got := len(events.events) > 0; got != tt.wantEvent {
+				t.Errorf("recorded Events %+v, want some: %v", events.events, tt.wantEvent)
+			}
+			for _, e := range events.events {
+				if e.Message != resp.Result.Message || e.Reason != EventReasonTeardownWaits || e.Type != corev1.EventTypeWarning {
+					t.Errorf("Event %s %s %q, want a Warning %s with the denial", e.Type, e.Reason, e.Message, EventReasonTeardownWaits)
+				}
+			}
 		})
 	}
 }
 
-// Both items of a cycle, as kcp's teardown sends them again and again:
-// exactly one of them is allowed, and once it is gone the other is.
-func TestTeardownOfACycleEnds(t *testing.T) {
-	deps := &fakeDependents{}
-	deps.add(consumer, vms, object("default", "vm-1", vmRefs("vpc-a")))
-	deps.add(consumer, vpcs, object("default", "vpc-a", map[string]any{"gatewayVM": "vm-1"}))
-	v := NewValidator(cycleRules, loaded(true), deps, WithNamespaces(deps))
-	ctx := webhook.WithProvider(context.Background(), provider)
-	vmItem := teardownItem(deleteRequest(vms, consumer, "default", "vm-1", nil))
-	vpcItem := teardownItem(deleteRequest(vpcs, consumer, "default", "vpc-a", nil))
-	for range 2 {
-		if resp := v.Handle(ctx, vpcItem); resp.Allowed {
-			t.Fatal("vpc-a was allowed while vm-1 exists")
-		}
-		if resp := v.Handle(ctx, vmItem); !resp.Allowed {
-			t.Fatalf("vm-1, where the cycle breaks, was denied: %+v", resp.Result)
-		}
+// Where kcp's teardown waits for something outside it, an Event says so
+// once, not at every retry: on the namespace being deleted, in default
+// (kcp creates nothing in a namespace being deleted), or on the object.
+func TestTeardownWaitsAreRecordedOnce(t *testing.T) {
+	tests := []struct {
+		name          string
+		terminating   []string
+		wantNamespace string
+		wantInvolved  corev1.ObjectReference
+	}{
+		{
+			name: "a namespace's teardown: on the namespace", terminating: []string{"ns"},
+			wantNamespace: "default", wantInvolved: corev1.ObjectReference{APIVersion: "v1", Kind: "Namespace", Name: "ns"},
+		},
+		{
+			name:          "an APIBinding's teardown: on the object",
+			wantNamespace: "ns", wantInvolved: corev1.ObjectReference{APIVersion: "network.io/v1", Kind: "VPC", Namespace: "ns", Name: "vpc-a", UID: "uid-ns-vpc-a"},
+		},
 	}
-	// vm-1 is gone.
-	deps.indexed[consumer.String()+"|"+vms.String()] = nil
-	if resp := v.Handle(ctx, vpcItem); !resp.Allowed {
-		t.Errorf("vpc-a was denied after vm-1 went: %+v", resp.Result)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			deps := &fakeDependents{states: map[schema.GroupVersionResource]index.State{routers: {Phase: index.PhaseSynced, Namespaced: false}}}
+			being(tt.terminating...)(deps)
+			deps.add(consumer, routers, object("", "edge", map[string]any{"vpc": "vpc-a"}))
+			events := &recordedEvents{}
+			v := NewValidator(cycleRules, loaded(true), deps, WithNamespaces(deps), WithEvents(events))
+			ctx := webhook.WithProvider(context.Background(), provider)
+			for range 3 {
+				if resp := v.Handle(ctx, teardownItem(deleteRequest(vpcs, consumer, "ns", "vpc-a", nil))); resp.Allowed {
+					t.Fatal("vpc-a, which Router/edge references, was allowed")
+				}
+			}
+			if len(events.events) != 1 {
+				t.Fatalf("%d Events, want 1", len(events.events))
+			}
+			if events.namespaces[0] != tt.wantNamespace || events.events[0].InvolvedObject != tt.wantInvolved {
+				t.Errorf("Event in %q about %+v, want in %q about %+v", events.namespaces[0], events.events[0].InvolvedObject, tt.wantNamespace, tt.wantInvolved)
+			}
+		})
 	}
 }
 
-// In a workspace's teardown, every object goes: a cycle between a
-// cluster-scoped object and a namespaced one must be broken at one of
-// them too, or neither item is ever allowed and the teardown never ends.
-func TestTeardownBreaksACycleAcrossScopes(t *testing.T) {
-	rules := staticRules{
-		// Routers (cluster-scoped) reference VirtualMachines at .spec.vm,
-		// VirtualMachines reference Routers at .spec.router.
-		vms.GroupResource():     {entry("provider/router", routers, "Router", ".spec.vm")},
-		routers.GroupResource(): {entry("provider/vm", vms, "VirtualMachine", ".spec.router")},
+// ringRules: VirtualMachines reference Databases at .spec.db and
+// Databases VirtualMachines at .spec.vm, within their namespace; with
+// cross, VirtualMachines also reference peers in any namespace.
+func ringRules(cross bool) staticRules {
+	r := staticRules{
+		vms.GroupResource(): {entry("provider/db-vm", dbs, "Database", ".spec.vm")},
+		dbs.GroupResource(): {entry("provider/vm-db", vms, "VirtualMachine", ".spec.db")},
 	}
+	if cross {
+		r[vms.GroupResource()] = append(r[vms.GroupResource()], cycleRules[vms.GroupResource()][3])
+	}
+	return r
+}
+
+// ring adds to f a ring of n VirtualMachines and n Databases in namespace
+// ns: vm-i references db-vm-j, which references vm-j, where j is i+1 if
+// forward and i-1 otherwise. It returns the names of the VirtualMachines.
+func ring(f *fakeDependents, ns string, n int, forward bool) []string {
+	names := make([]string, n)
+	for i := range n {
+		names[i] = fmt.Sprintf("vm-%04d", i)
+	}
+	for i := range n {
+		next := (i + 1) % n
+		if !forward {
+			next = (i + n - 1) % n
+		}
+		f.add(consumer, vms, object(ns, names[i], map[string]any{"db": "db-" + names[next]}))
+		f.add(consumer, dbs, object(ns, "db-"+names[next], map[string]any{"vm": names[next]}))
+	}
+	return names
+}
+
+// kcp's teardown sends the items of a namespace type by type, in name
+// order, and stops a pass at the first denial; a ring must go in one pass
+// whichever way its references run, whether the index has seen the
+// deletions of the pass or not, and whether its types may be referenced
+// from other namespaces or not, and be proved once.
+func TestTeardownDeletesARingInOnePass(t *testing.T) {
+	tests := []struct {
+		name    string
+		n       int
+		forward bool
+		// lagging: the index sees no deletion during the pass.
+		lagging bool
+		// cross: VirtualMachines may be referenced from other namespaces.
+		cross bool
+	}{
+		{name: "66 referencing the next, the index current", n: 66, forward: true},
+		{name: "66 referencing the previous, the index current", n: 66},
+		{name: "66 referencing the previous, the index lagging", n: 66, lagging: true},
+		{name: "66 that may be referenced from other namespaces, the index current", n: 66, cross: true},
+		{name: "66 that may be referenced from other namespaces, the index lagging", n: 66, cross: true, lagging: true},
+		{name: "200 referencing the previous, the index current", n: 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			deps := &fakeDependents{}
+			being("ns")(deps)
+			names := ring(deps, "ns", tt.n, tt.forward)
+			m := newMetrics()
+			v := NewValidator(ringRules(tt.cross), loaded(true), deps, WithNamespaces(deps), WithMetrics(m))
+			ctx := webhook.WithProvider(context.Background(), provider)
+			gone := func(gvr schema.GroupVersionResource, name string) {
+				if tt.lagging {
+					return
+				}
+				key := consumer.String() + "|" + gvr.String()
+				deps.indexed[key] = slices.DeleteFunc(deps.indexed[key], func(o map[string]any) bool { return o["metadata"].(map[string]any)["name"] == name })
+			}
+			// Databases first, then VirtualMachines, each in name order.
+			dbNames := make([]string, len(names))
+			for i, n := range names {
+				dbNames[i] = "db-" + n
+			}
+			slices.Sort(dbNames)
+			for _, pass := range []struct {
+				gvr   schema.GroupVersionResource
+				names []string
+			}{{dbs, dbNames}, {vms, names}} {
+				for _, name := range pass.names {
+					resp := v.Handle(ctx, teardownItem(deleteRequest(pass.gvr, consumer, "ns", name, nil)))
+					if !resp.Allowed {
+						t.Fatalf("%s %s was denied: %s", pass.gvr.Resource, name, resp.Result.Message)
+					}
+					gone(pass.gvr, name)
+				}
+			}
+			if got, _ := webhooktest.MetricValue(t, m, "dependency_webhook_teardown_cycles_broken_total"); got != 1 {
+				t.Errorf("dependency_webhook_teardown_cycles_broken_total = %v, want 1: the ring is proved once", got)
+			}
+		})
+	}
+}
+
+// A cycle remembered as broken lets an object go only while nothing but
+// its objects references it, nothing outside the teardown references an
+// object of it, and the rules are the same.
+func TestTeardownRemembersABrokenCycleWhileItHolds(t *testing.T) {
+	tests := []struct {
+		name string
+		// cross: VirtualMachines may be referenced from other namespaces.
+		cross bool
+		// change changes what holds after vm-0000 went.
+		change      func(*fakeDependents, *staticRules)
+		wantAllowed bool
+		wantMessage string
+	}{
+		{name: "nothing changed", wantAllowed: true},
+		{
+			name:  "an object outside the namespace's teardown comes to reference the item",
+			cross: true,
+			change: func(f *fakeDependents, _ *staticRules) {
+				f.add(consumer, vms, object("other", "vm-x", peer("ns", "vm-0001")))
+			},
+			wantMessage: `VirtualMachine/other/vm-x (namespace "other" is not being deleted)`,
+		},
+		{
+			name:  "an object outside the namespace's teardown comes to reference another object of the cycle",
+			cross: true,
+			change: func(f *fakeDependents, _ *staticRules) {
+				f.add(consumer, vms, object("other", "vm-x", peer("ns", "vm-0003")))
+			},
+			wantMessage: `VirtualMachine/other/vm-x, which references VirtualMachine/ns/vm-0003 (namespace "other" is not being deleted)`,
+		},
+		{
+			name: "a new rule makes Routers, which are cluster-scoped, reference VirtualMachines, and one references an object of the cycle",
+			change: func(f *fakeDependents, r *staticRules) {
+				(*r)[vms.GroupResource()] = append((*r)[vms.GroupResource()], entry("provider/router", routers, "Router", ".spec.vm"))
+				f.states = map[schema.GroupVersionResource]index.State{routers: {Phase: index.PhaseSynced, Namespaced: false}}
+				f.add(consumer, routers, object("", "edge", map[string]any{"vm": "vm-0003"}))
+			},
+			wantMessage: "outside it: Router/edge, which references VirtualMachine/ns/vm-0003",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			deps := &fakeDependents{}
+			being("ns")(deps)
+			ring(deps, "ns", 4, false)
+			rules := ringRules(tt.cross)
+			m := newMetrics()
+			v := NewValidator(rules, loaded(true), deps, WithNamespaces(deps), WithMetrics(m))
+			ctx := webhook.WithProvider(context.Background(), provider)
+			if resp := v.Handle(ctx, teardownItem(deleteRequest(vms, consumer, "ns", "vm-0000", nil))); !resp.Allowed {
+				t.Fatalf("vm-0000 was denied: %s", resp.Result.Message)
+			}
+			if tt.change != nil {
+				tt.change(deps, &rules)
+			}
+			resp := v.Handle(ctx, teardownItem(deleteRequest(vms, consumer, "ns", "vm-0001", nil)))
+			if resp.Allowed != tt.wantAllowed || !tt.wantAllowed && !strings.Contains(resp.Result.Message, tt.wantMessage) {
+				t.Errorf("allowed = %v, want %v; message %q, want it to contain %q", resp.Allowed, tt.wantAllowed, resp.Result.Message, tt.wantMessage)
+			}
+			if got, _ := webhooktest.MetricValue(t, m, "dependency_webhook_teardown_cycles_broken_total"); got != 1 {
+				t.Errorf("dependency_webhook_teardown_cycles_broken_total = %v, want 1", got)
+			}
+		})
+	}
+}
+
+// A reference to the item in flight holds a cycle: it may come from
+// outside the teardown.
+func TestTeardownCycleWaitsForAReferenceInFlight(t *testing.T) {
+	now := time.Now()
+	id := inflight.NewIDs(nil).New("router", now)
+	for _, tt := range []struct {
+		name        string
+		landed      bool
+		wantAllowed bool
+	}{
+		{name: "in flight: denied", wantAllowed: false},
+		{name: "landed: allowed", landed: true, wantAllowed: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			deps := &fakeDependents{}
+			and(being("ns"), func(f *fakeDependents) {
+				f.add(consumer, vms, object("ns", "vm-1", vmRefs("vpc-a")))
+				f.add(consumer, vpcs, object("ns", "vpc-a", map[string]any{"gatewayVM": "vm-1"}))
+			})(deps)
+			currency := &fakeCurrency{admitted: map[string]time.Time{}}
+			if tt.landed {
+				currency.admitted[id] = now
+			}
+			v := NewValidator(cycleRules, loaded(true), deps, WithNamespaces(deps), WithHorizon(currency, &fakeActivation{}))
+			req := teardownItem(deleteRequest(vms, consumer, "ns", "vm-1", map[string]string{
+				depv1alpha1.AnnotationAdmittedReferences: inflight.Ledger{Marks: []inflight.Mark{{ID: id, At: now}}}.String(),
+			}))
+			resp := v.Handle(webhook.WithProvider(context.Background(), provider), req)
+			if resp.Allowed != tt.wantAllowed {
+				t.Errorf("allowed = %v, want %v: %+v", resp.Allowed, tt.wantAllowed, resp.Result)
+			}
+			if !tt.wantAllowed && !strings.Contains(resp.Result.Message, "a reference to it is in flight") {
+				t.Errorf("message %q does not say a reference is in flight", resp.Result.Message)
+			}
+		})
+	}
+}
+
+// Where kcp cannot be asked whether namespaces are being deleted, a
+// teardown's denial claims nothing about what is outside it, records no
+// Event, and breaks no cycle.
+func TestTeardownWithoutTheNamespaceProbe(t *testing.T) {
 	deps := &fakeDependents{states: map[schema.GroupVersionResource]index.State{routers: {Phase: index.PhaseSynced, Namespaced: false}}}
-	deps.add(consumer, vms, object("default", "vm-1", map[string]any{"router": "edge"}))
-	deps.add(consumer, routers, object("", "edge", map[string]any{"vm": "vm-1"}))
-	v := NewValidator(rules, loaded(true), deps, WithNamespaces(deps))
+	deps.add(consumer, routers, object("", "edge", map[string]any{"vpc": "vpc-a"}))
+	deps.add(consumer, vms, object("ns", "vm-1", vmRefs("vpc-b")))
+	deps.add(consumer, vpcs, object("ns", "vpc-b", map[string]any{"gatewayVM": "vm-1"}))
+	events := &recordedEvents{}
+	v := NewValidator(cycleRules, loaded(true), deps, WithEvents(events))
 	ctx := webhook.WithProvider(context.Background(), provider)
-	vmResp := v.Handle(ctx, teardownItem(deleteRequest(vms, consumer, "default", "vm-1", nil)))
-	routerResp := v.Handle(ctx, teardownItem(deleteRequest(routers, consumer, "", "edge", nil)))
-	if !vmResp.Allowed && !routerResp.Allowed {
-		t.Errorf("neither item of the cycle vm-1 ↔ edge is allowed: vm-1: %s; edge: %s", vmResp.Result.Message, routerResp.Result.Message)
+	resp := v.Handle(ctx, teardownItem(deleteRequest(vpcs, consumer, "ns", "vpc-a", nil)))
+	if resp.Allowed || !strings.HasSuffix(resp.Result.Message, "still referenced by Router/edge; delete these or remove their references first") {
+		t.Errorf("allowed = %v, message %q: want a plain denial", resp.Allowed, resp.Result.Message)
 	}
-	if vmResp.Allowed && routerResp.Allowed {
-		t.Error("both items of the cycle are allowed")
+	resp = v.Handle(ctx, teardownItem(deleteRequest(vms, consumer, "ns", "vm-1", nil)))
+	if resp.Allowed || !strings.Contains(resp.Result.Message, "the webhook does not ask whether namespaces are being deleted") {
+		t.Errorf("allowed = %v, message %q: want the cycle kept, saying why", resp.Allowed, resp.Result.Message)
+	}
+	if len(events.events) != 0 {
+		t.Errorf("%d Events, want none", len(events.events))
 	}
 }

@@ -2,10 +2,12 @@ package deletion
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -25,6 +27,9 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook/deletion/horizon"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook/deletion/message"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook/deletion/teardown"
 )
 
 // Audit annotation keys of a decision on a DELETE, besides
@@ -32,8 +37,14 @@ import (
 const (
 	AuditBlockers         = "blockers"
 	AuditSkipProtectionBy = "skip-protection-user"
-	AuditFailedRule       = "failed-rule"
-	AuditDeferred         = "deferred"
+	// AuditSkipProtectionSetBy names the user who set skip-protection on
+	// a bypassed object, whom kcp allowed to delete it.
+	AuditSkipProtectionSetBy = "skip-protection-set-by"
+	// AuditSkipProtection is "no-effect" when the object carries
+	// skip-protection that was not set by a user who may delete it.
+	AuditSkipProtection = "skip-protection"
+	AuditFailedRule     = "failed-rule"
+	AuditDeferred       = "deferred"
 )
 
 // DefaultMaxBlockers is how many blockers a denial names unless
@@ -97,9 +108,16 @@ type Validator struct {
 	timeout     time.Duration
 	metrics     *webhook.Metrics
 	recorder    Records
-	currency    Currency
-	activation  Activation
-	now         func() time.Time
+	horizon     *horizon.Judge
+	events      Events
+	// blocked records, deduplicated, the Events of refused DELETEs.
+	blocked *blockedEvents
+	// broken remembers the cycles of references that kcp's teardowns
+	// broke; waits records the Events about teardowns that wait for
+	// objects outside them.
+	broken *teardown.Broken[nodeKey, *brokenCycle]
+	waits  *teardown.Waits
+	now    func() time.Time
 }
 
 // Option configures a Validator.
@@ -134,7 +152,8 @@ func WithNamespaces(n Namespaces) Option {
 // NewValidator returns a validator that finds rules in rules, waits until
 // readiness reports them loaded, and finds dependents in dependents.
 func NewValidator(rules RuleFinder, readiness webhook.Readiness, dependents Dependents, opts ...Option) *Validator {
-	v := &Validator{rules: rules, readiness: readiness, dependents: dependents, maxBlockers: DefaultMaxBlockers, now: time.Now}
+	v := &Validator{rules: rules, readiness: readiness, dependents: dependents, maxBlockers: DefaultMaxBlockers, now: time.Now,
+		broken: teardown.NewBroken[nodeKey, *brokenCycle](brokenTTL), waits: teardown.NewWaits()}
 	for _, o := range opts {
 		o(v)
 	}
@@ -159,11 +178,11 @@ const (
 	kcpGroup = "system:masters"
 )
 
-// teardown reports whether a DELETE is an item of a DeleteCollection that
+// kcpTeardown reports whether a DELETE is an item of a DeleteCollection that
 // kcp itself sends to tear down a namespace, a workspace or an APIBinding's
 // objects. Such items are decided from the index alone: see
 // docs/architecture.md, "Teardown".
-func teardown(req admission.Request) bool {
+func kcpTeardown(req admission.Request) bool {
 	return req.Name == "" && req.UserInfo.Username == kcpUser && slices.Contains(req.UserInfo.Groups, kcpGroup)
 }
 
@@ -217,10 +236,22 @@ func (v *Validator) handle(ctx context.Context, req admission.Request) (admissio
 		obj.Name = req.Name
 	}
 
-	// 4. Explicit bypass, audited and warned about.
+	// 4. Explicit bypass, by a user who may delete the object (see
+	// guard.SkipGuard), audited and warned about. Set by anyone else, the
+	// annotation has no effect, and a refusal says so.
 	if obj.SkipProtection {
-		return v.bypass(logger, req, obj), decision{outcome: webhook.DecisionBypassed}
+		if setting, ok := skipSetting(obj.SkipProtectionSetBy); ok {
+			return v.bypass(logger, req, obj, setting), decision{outcome: webhook.DecisionBypassed}
+		}
+		resp, d := v.protect(ctx, logger, req, obj)
+		return skipIgnored(resp, req, obj), d
 	}
+	return v.protect(ctx, logger, req, obj)
+}
+
+// protect decides the DELETE of obj from the rules that protect it.
+func (v *Validator) protect(ctx context.Context, logger logr.Logger, req admission.Request, obj *webhook.Subject) (admission.Response, decision) {
+	failed := decision{outcome: webhook.DecisionError}
 	logger = logger.WithValues("cluster", obj.Cluster, "provider", obj.Provider)
 	if req.Name == "" {
 		// An item of a DELETECOLLECTION (a namespace's teardown): the
@@ -234,7 +265,7 @@ func (v *Validator) handle(ctx context.Context, req admission.Request) (admissio
 	if len(entries) == 0 {
 		return admission.Allowed(""), decision{outcome: webhook.DecisionAllowed, via: viaIndex}
 	}
-	d := &deletion{logger: logger, req: req, target: target, obj: obj, teardown: teardown(req),
+	d := &deletion{logger: logger, req: req, target: target, obj: obj, teardown: kcpTeardown(req),
 		self:   selfRef{target: target, namespace: obj.Namespace, name: obj.Name, uid: obj.UID},
 		groups: v.groupByDependent(entries, obj.Namespace)}
 	d.denial = denial{logger: logger, req: req, target: target, obj: obj, source: entries[0].Target, deferrable: v.recorder != nil && !d.teardown}
@@ -254,17 +285,19 @@ func (v *Validator) handle(ctx context.Context, req admission.Request) (admissio
 	// 8. The object's own state: while a reference to it is in flight the
 	// DELETE is refused; once the index is current past its horizon, it is
 	// allowed without a read.
-	if v.currency != nil {
-		if h := readHorizon(req.OldObject.Raw); !h.malformed {
+	if v.horizon != nil {
+		if h := horizon.Read(req.OldObject.Raw); !h.Malformed {
 			resp, dec, a, decided, inFlight := v.settle(ctx, d, h)
 			if decided {
 				return resp, dec
 			}
 			if inFlight {
-				d.inFlight, d.assessment, d.floor = true, a, h.ledger.Floor
-			} else if v.current(ctx, d, a) {
+				d.inFlight, d.assessment, d.floor = true, a, h.Ledger.Floor
+			} else if ok, why := v.horizon.Current(ctx, d.denial.source, d.obj.Meta, d.horizonGroups(), a); ok {
 				logger.V(1).Info("Allowed deletion", "via", viaHorizon)
 				return admission.Allowed(""), decision{outcome: webhook.DecisionAllowed, via: viaHorizon}
+			} else {
+				logger.V(2).Info("Not deciding from the horizon", "why", why)
 			}
 		}
 	}
@@ -298,20 +331,50 @@ func (d *deletion) query(g *dependentGroup) index.Query {
 }
 
 // bypass allows the deletion of an object with the skip-protection
-// annotation, warning and auditing who did it.
-func (v *Validator) bypass(logger logr.Logger, req admission.Request, obj *webhook.Subject) admission.Response {
+// annotation, set by a user who may delete it (setting), warning and
+// auditing who deleted it and who set the annotation.
+func (v *Validator) bypass(logger logr.Logger, req admission.Request, obj *webhook.Subject, setting depv1alpha1.SkipProtectionSetting) admission.Response {
 	user := req.UserInfo.Username
-	logger.Info("Deletion protection bypassed", "user", user)
+	logger.Info("Deletion protection bypassed", "user", user, "setBy", setting.User, "setAt", setting.SetAt.UTC().Format(time.RFC3339))
 	resp := admission.Allowed("").WithWarnings(fmt.Sprintf(
-		"deletion protection of %s %q was bypassed by %s with the %s annotation; objects that still reference it may break",
-		req.Resource.Resource, obj.Name, user, depv1alpha1.AnnotationSkipProtection))
-	resp.AuditAnnotations = map[string]string{webhook.AuditDecision: webhook.DecisionBypassed, AuditSkipProtectionBy: user}
+		"deletion protection of %s %q was bypassed by %s with the %s annotation, set by %s at %s; objects that still reference it may break",
+		req.Resource.Resource, obj.Name, user, depv1alpha1.AnnotationSkipProtection, setting.User, setting.SetAt.UTC().Format(time.RFC3339)))
+	resp.AuditAnnotations = map[string]string{webhook.AuditDecision: webhook.DecisionBypassed, AuditSkipProtectionBy: user, AuditSkipProtectionSetBy: setting.User}
+	return resp
+}
+
+// skipSetting decodes the record of who set skip-protection (the value of
+// the annotation depv1alpha1.AnnotationSkipProtectionSetBy), and reports
+// whether it names a user. Only the webhook writes it, for a user whom kcp
+// allows to delete the object (see guard.SkipGuard).
+func skipSetting(record string) (depv1alpha1.SkipProtectionSetting, bool) {
+	var s depv1alpha1.SkipProtectionSetting
+	if record == "" || json.Unmarshal([]byte(record), &s) != nil {
+		return s, false
+	}
+	return s, s.User != ""
+}
+
+// skipIgnored adds to a refusal of the DELETE of obj, which carries
+// skip-protection without a record of a user who may delete it, a warning
+// and an audit annotation that the annotation has no effect.
+func skipIgnored(resp admission.Response, req admission.Request, obj *webhook.Subject) admission.Response {
+	if resp.Allowed {
+		return resp
+	}
+	resp.Warnings = append(resp.Warnings, fmt.Sprintf(
+		"the annotation %s=true on %s %q has no effect: it was not set by a user who may delete the object (such a user removes it and sets it again)",
+		depv1alpha1.AnnotationSkipProtection, req.Resource.Resource, obj.Name))
+	if resp.AuditAnnotations == nil {
+		resp.AuditAnnotations = map[string]string{}
+	}
+	resp.AuditAnnotations[AuditSkipProtection] = "no-effect"
 	return resp
 }
 
 // fromIndex denies the deletion if the index holds a dependent that
-// references the object, except where an item of kcp's teardown is where a
-// cycle of references within the teardown is broken (see breakCycle); it
+// references the object, except for an item of kcp's teardown on a cycle
+// of references that the teardown deletes whole (see decideTeardown); it
 // reports whether it decided.
 func (v *Validator) fromIndex(ctx context.Context, d *deletion) (admission.Response, decision, bool) {
 	var blockers []node
@@ -326,10 +389,8 @@ func (v *Validator) fromIndex(ctx context.Context, d *deletion) (admission.Respo
 		return admission.Response{}, decision{}, false
 	}
 	if d.teardown {
-		self := node{provider: d.obj.Provider, resource: d.target, meta: d.obj.Meta}
-		if cycle, ok := v.breakCycle(self, blockers, d.req.Namespace); ok {
-			return v.allowOnCycle(d, cycle), decision{outcome: webhook.DecisionAllowed, via: viaTeardown}, true
-		}
+		resp, dec := v.decideTeardown(ctx, d, blockers)
+		return resp, dec, true
 	}
 	return v.deny(ctx, d.denial), decision{outcome: webhook.DecisionDenied, via: viaIndex}, true
 }
@@ -431,7 +492,7 @@ type denial struct {
 	req      admission.Request
 	target   schema.GroupResource
 	obj      *webhook.Subject
-	blockers []Blocker
+	blockers []message.Blocker
 	// source is the protected resource as its provider serves it.
 	source index.Source
 	// deferrable is set while every dependent type that blocks is one
@@ -441,10 +502,12 @@ type denial struct {
 	// inFlight is set when what holds the deletion up is a reference in
 	// flight, not a blocker.
 	inFlight bool
+	// note is appended to the message: why kcp's teardown waits.
+	note string
 }
 
 // add adds blockers found among the dependents of g.
-func (d *denial) add(g *dependentGroup, blockers []Blocker) {
+func (d *denial) add(g *dependentGroup, blockers []message.Blocker) {
 	if g == nil {
 		return
 	}
@@ -461,9 +524,9 @@ func (v *Validator) deny(ctx context.Context, d denial) admission.Response {
 	if name == "" {
 		name = d.req.Name
 	}
-	slices.SortFunc(d.blockers, compareBlockers)
-	d.blockers = slices.Compact(d.blockers)
-	msg := deniedMessage(d.target, d.obj.Namespace, name, d.blockers, v.maxBlockers)
+	slices.SortFunc(d.blockers, message.CompareBlockers)
+	d.blockers = slices.CompactFunc(d.blockers, message.SameDependent)
+	msg := message.Denied(d.target, d.obj.Namespace, name, d.blockers, v.maxBlockers) + d.note
 	audit := map[string]string{webhook.AuditDecision: webhook.DecisionDenied, AuditBlockers: strconv.Itoa(len(d.blockers))}
 	if d.deferrable {
 		var deferred bool
@@ -473,7 +536,11 @@ func (v *Validator) deny(ctx context.Context, d denial) admission.Response {
 		}
 	}
 	d.logger.V(1).Info("Denied deletion", "blockers", len(d.blockers), "deferred", audit[AuditDeferred] != "")
+	if v.blocked != nil && !kcpTeardown(d.req) && (d.req.DryRun == nil || !*d.req.DryRun) {
+		v.blocked.blocked(ctx, d, v.dependents.State(d.source).Kind, msg, v.now())
+	}
 	resp := admission.Denied(msg)
+	resp.Result.Details = message.Details(d.target, name, d.blockers, message.DefaultMaxCauses)
 	resp.AuditAnnotations = audit
 	return resp
 }
@@ -557,6 +624,15 @@ func (v *Validator) groupByDependent(entries []registry.Entry, namespace string)
 	return groups
 }
 
+// pathsText names the paths of g, joined with " or ".
+func (g *dependentGroup) pathsText() string {
+	texts := make([]string, len(g.paths))
+	for i, p := range g.paths {
+		texts[i] = p.String()
+	}
+	return strings.Join(texts, " or ")
+}
+
 // compactPaths drops duplicate paths, keeping the first of each.
 func compactPaths(paths []fieldpath.Reference) []fieldpath.Reference {
 	out := paths[:0]
@@ -584,10 +660,10 @@ func (v *Validator) blocking(g *dependentGroup, self selfRef, deps []kcp.Meta) [
 }
 
 // toBlockers names the dependents of g.
-func toBlockers(g *dependentGroup, deps []kcp.Meta) []Blocker {
-	out := make([]Blocker, 0, len(deps))
+func toBlockers(g *dependentGroup, deps []kcp.Meta) []message.Blocker {
+	out := make([]message.Blocker, 0, len(deps))
 	for _, d := range deps {
-		out = append(out, Blocker{Kind: g.kind, Namespace: d.Namespace, Name: d.Name})
+		out = append(out, message.Blocker{Kind: g.kind, Namespace: d.Namespace, Name: d.Name, Rule: g.rules[0].String(), Path: g.pathsText()})
 	}
 	return out
 }

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -59,6 +61,26 @@ type fakeDependents struct {
 	queries  []index.Query
 	// terminatingNamespaces are the namespaces being deleted.
 	terminatingNamespaces map[string]bool
+	// encoded caches the JSON of each object (they do not change once
+	// added).
+	encoded map[unsafe.Pointer][]byte
+}
+
+// encode returns the JSON of o.
+func (f *fakeDependents) encode(o map[string]any) []byte {
+	p := reflect.ValueOf(o).UnsafePointer()
+	if raw, ok := f.encoded[p]; ok {
+		return raw
+	}
+	raw, err := json.Marshal(o)
+	if err != nil {
+		panic(err)
+	}
+	if f.encoded == nil {
+		f.encoded = map[unsafe.Pointer][]byte{}
+	}
+	f.encoded[p] = raw
+	return raw
 }
 
 // Fenced reports the index caught up unless the resource is unfenced.
@@ -113,20 +135,25 @@ func (f *fakeDependents) Hits(src index.Source, paths []fieldpath.Reference, clu
 
 // matching returns the objects in namespace (or, if it is empty, anywhere)
 // that hold name at one of paths; cluster-scoped objects match any
-// namespace unless exact.
+// namespace unless exact. A path that reads the namespace next to the name
+// matches where the reference names namespace (see fieldpath.RefersTo).
 func (f *fakeDependents) matching(objs []map[string]any, paths []fieldpath.Reference, cluster logicalcluster.Name, namespace, name string, exact bool) []kcp.Meta {
 	var out []kcp.Meta
 	for _, o := range objs {
 		ns := namespaceOf(o)
-		if namespace != "" && ns != namespace && (exact || ns != "") {
-			continue
-		}
-		raw, err := json.Marshal(o)
-		if err != nil {
-			panic(err)
-		}
+		inScope := namespace == "" || ns == namespace || !exact && ns == ""
+		raw := f.encode(o)
 		for _, p := range paths {
-			if values, err := p.ResolveJSON(raw); err == nil && slices.Contains(values, fieldpath.Value{Name: name}) {
+			values, err := p.ResolveJSON(raw)
+			if err != nil {
+				continue
+			}
+			if slices.ContainsFunc(values, func(v fieldpath.Value) bool {
+				if p.CrossesNamespaces() {
+					return v.Name == name && fieldpath.RefersTo(v.Namespace, ns, namespace)
+				}
+				return inScope && v == fieldpath.Value{Name: name}
+			}) {
 				meta := o["metadata"].(map[string]any)
 				_, terminating := meta["deletionTimestamp"]
 				out = append(out, kcp.Meta{Cluster: cluster, Namespace: ns, Name: meta["name"].(string), UID: types.UID(meta["uid"].(string)), Terminating: terminating})
@@ -180,6 +207,9 @@ func terminating(o map[string]any) map[string]any {
 	return o
 }
 
+// kinds are the kinds of the tests' resources.
+var kinds = map[string]string{"vpcs": "VPC", "virtualmachines": "VirtualMachine", "routers": "Router", "databases": "Database"}
+
 func deleteRequest(gvr schema.GroupVersionResource, cluster logicalcluster.Name, namespace, name string, annotations map[string]string) admission.Request {
 	meta := map[string]any{"name": name, "uid": "uid-" + namespace + "-" + name, "resourceVersion": "7", "annotations": map[string]any{}}
 	if namespace != "" {
@@ -196,6 +226,7 @@ func deleteRequest(gvr schema.GroupVersionResource, cluster logicalcluster.Name,
 		UID:       "req-1",
 		Operation: admissionv1.Delete,
 		Resource:  metav1.GroupVersionResource{Group: gvr.Group, Version: gvr.Version, Resource: gvr.Resource},
+		Kind:      metav1.GroupVersionKind{Group: gvr.Group, Version: gvr.Version, Kind: kinds[gvr.Resource]},
 		Name:      name, Namespace: namespace,
 		UserInfo:  authenticationv1.UserInfo{Username: "alice"},
 		OldObject: runtime.RawExtension{Raw: raw},
@@ -381,14 +412,42 @@ func TestDeletionValidator(t *testing.T) {
 			wantAllowed: true,
 		},
 		{
-			name: "skip-protection allows with a warning and an audit annotation", rules: vmRule, loaded: true,
+			name: "skip-protection set by a user who may delete allows, with a warning and audit annotations naming who deleted and who set it", rules: vmRule, loaded: true,
+			setup: func(f *fakeDependents) {
+				f.add(consumer, vms, object("default", "vm-1", map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}}))
+			},
+			req: deleteRequest(vpcs, consumer, "default", "vpc-a", map[string]string{depv1alpha1.AnnotationSkipProtection: "true",
+				depv1alpha1.AnnotationSkipProtectionSetBy: `{"user":"admin","setAt":"2026-11-26T10:00:00Z"}`}),
+			wantAllowed: true,
+			wantWarning: "bypassed by alice with the dependencies.opendefense.cloud/skip-protection annotation, set by admin at 2026-11-26T10:00:00Z",
+			wantAudit:   map[string]string{webhook.AuditDecision: "bypassed", AuditSkipProtectionBy: "alice", AuditSkipProtectionSetBy: "admin"},
+		},
+		{
+			name: "skip-protection without a record of who set it has no effect, and the denial says so", rules: vmRule, loaded: true,
 			setup: func(f *fakeDependents) {
 				f.add(consumer, vms, object("default", "vm-1", map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}}))
 			},
 			req:         deleteRequest(vpcs, consumer, "default", "vpc-a", map[string]string{depv1alpha1.AnnotationSkipProtection: "true"}),
+			wantCode:    http.StatusForbidden,
+			wantMessage: []string{"is still referenced by VirtualMachine/default/vm-1"},
+			wantWarning: "skip-protection=true on vpcs \"vpc-a\" has no effect: it was not set by a user who may delete the object",
+			wantAudit:   map[string]string{webhook.AuditDecision: "denied", AuditSkipProtection: "no-effect"},
+		},
+		{
+			name: "skip-protection with a record that names nobody has no effect", rules: vmRule, loaded: true,
+			setup: func(f *fakeDependents) {
+				f.add(consumer, vms, object("default", "vm-1", map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}}))
+			},
+			req: deleteRequest(vpcs, consumer, "default", "vpc-a", map[string]string{depv1alpha1.AnnotationSkipProtection: "true",
+				depv1alpha1.AnnotationSkipProtectionSetBy: `not a record`}),
+			wantCode:    http.StatusForbidden,
+			wantWarning: "has no effect",
+			wantAudit:   map[string]string{AuditSkipProtection: "no-effect"},
+		},
+		{
+			name: "skip-protection without a record on an object nothing references: allowed, no warning", rules: vmRule, loaded: true,
+			req:         deleteRequest(vpcs, consumer, "default", "vpc-a", map[string]string{depv1alpha1.AnnotationSkipProtection: "true"}),
 			wantAllowed: true,
-			wantWarning: "bypassed by alice",
-			wantAudit:   map[string]string{webhook.AuditDecision: "bypassed", AuditSkipProtectionBy: "alice"},
 		},
 		{
 			name: "skip-protection with another value does not bypass", rules: vmRule, loaded: true,
@@ -566,6 +625,13 @@ func TestDeletionValidator(t *testing.T) {
 					t.Errorf("message %q does not contain %q", msg, want)
 				}
 			}
+			if strings.Contains(msg, "is still referenced by") {
+				// Every denial lists its blockers for tools, with their number.
+				causes := resp.Result.Details.Causes
+				if len(causes) == 0 || causes[len(causes)-1].Type != CauseBlockers || causes[0].Type != CauseBlocker {
+					t.Errorf("details %+v of a denial do not list the blockers", resp.Result.Details)
+				}
+			}
 			for _, not := range tt.wantNot {
 				if strings.Contains(msg, not) {
 					t.Errorf("message %q contains %q", msg, not)
@@ -573,6 +639,9 @@ func TestDeletionValidator(t *testing.T) {
 			}
 			if tt.wantWarning != "" && (len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], tt.wantWarning)) {
 				t.Errorf("warnings = %v, want one containing %q", resp.Warnings, tt.wantWarning)
+			}
+			if tt.wantWarning == "" && len(resp.Warnings) > 0 {
+				t.Errorf("warnings = %v, want none", resp.Warnings)
 			}
 			for k, want := range tt.wantAudit {
 				if got := resp.AuditAnnotations[k]; got != want {
@@ -604,15 +673,6 @@ func TestScopeIsThatOfTheDependentsExport(t *testing.T) {
 	want := []string{"consumer routers ns=", "consumer routers ns=default"}
 	if strings.Join(deps.calls, "; ") != strings.Join(want, "; ") {
 		t.Errorf("live reads = %v, want %v", deps.calls, want)
-	}
-}
-
-func TestDeniedMessage(t *testing.T) {
-	blockers := []Blocker{{"VM", "b", "x"}, {"DB", "", "z"}, {"VM", "a", "y"}, {"VM", "a", "y"}}
-	got := deniedMessage(vpcs.GroupResource(), "", "v", blockers, 2)
-	want := `vpcs.network.io "v" is still referenced by DB/z, VM/a/y and 1 more; delete these or remove their references first`
-	if got != want {
-		t.Errorf("deniedMessage() =\n  %s\nwant\n  %s", got, want)
 	}
 }
 

@@ -387,6 +387,58 @@ func TestRecordGuardRefusesMalformedObjects(t *testing.T) {
 	}
 }
 
+// Null, absent and empty labels and annotations (a server-side apply can
+// leave them null) are objects without records: the guard decides on them
+// without error.
+func TestRecordGuardOnEveryMetadataShape(t *testing.T) {
+	alice := authenticationv1.UserInfo{Username: "alice"}
+	const label = depv1alpha1.LabelDeletionRequested
+	// vpc is the JSON of vpc-a with the given raw labels and annotations
+	// (absent if "").
+	vpc := func(labels, annotations string) []byte {
+		meta := `"name":"vpc-a","namespace":"default"`
+		if labels != "" {
+			meta += `,"labels":` + labels
+		}
+		if annotations != "" {
+			meta += `,"annotations":` + annotations
+		}
+		return []byte(`{"apiVersion":"network.io/v1","kind":"VPC","metadata":{` + meta + `}}`)
+	}
+	withRecord := `{"` + label + `":"true"}`
+	tests := []struct {
+		name        string
+		obj, old    []byte
+		wantAllowed bool
+	}{
+		{name: "a CREATE with null labels and annotations", obj: vpc("null", "null"), wantAllowed: true},
+		{name: "a CREATE with empty labels and annotations", obj: vpc("{}", "{}"), wantAllowed: true},
+		{name: "an UPDATE to null labels from a record removes it", obj: vpc("null", "null"), old: vpc(withRecord, ""), wantAllowed: true},
+		{name: "an UPDATE from null labels to none", obj: vpc("", ""), old: vpc("null", "null"), wantAllowed: true},
+		{name: "an UPDATE from null labels that sets a record is refused", obj: vpc(withRecord, "null"), old: vpc("null", "null")},
+		{name: "an UPDATE from absent labels that sets a record is refused", obj: vpc(withRecord, "{}"), old: vpc("", "")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+				UID: "req-1", Operation: admissionv1.Create, UserInfo: alice,
+				Resource: metav1.GroupVersionResource{Group: vpcs.Group, Version: vpcs.Version, Resource: vpcs.Resource},
+				Object:   runtime.RawExtension{Raw: tt.obj},
+			}}
+			if tt.old != nil {
+				req.Operation, req.OldObject = admissionv1.Update, runtime.RawExtension{Raw: tt.old}
+			}
+			resp := NewRecordGuard(StaticSelf(authenticationv1.UserInfo{Username: webhookUser}), nil).Handle(context.Background(), req)
+			if resp.Allowed != tt.wantAllowed {
+				t.Errorf("allowed = %v, want %v (%+v)", resp.Allowed, tt.wantAllowed, resp.Result)
+			}
+			if !tt.wantAllowed && resp.Result.Code != http.StatusForbidden {
+				t.Errorf("code = %d, want 403 (%s)", resp.Result.Code, resp.Result.Message)
+			}
+		})
+	}
+}
+
 // When the webhook's identity cannot be learned, a write of a record is
 // refused with 503 and a retry, and the identity is asked for again next
 // time; a write without records does not need it.

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -91,19 +92,7 @@ func (g *LedgerGuard) handle(ctx context.Context, req admission.Request) (admiss
 			}
 		}
 	}
-	path := "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(key, "~", "~0"), "/", "~1")
-	var op jsonpatch.JsonPatchOperation
-	switch {
-	case !was:
-		op = jsonpatch.NewOperation("remove", path, nil)
-	case set:
-		op = jsonpatch.NewOperation("replace", path, stored)
-	case hasAnnotations(req.Object.Raw):
-		op = jsonpatch.NewOperation("add", path, stored)
-	default:
-		op = jsonpatch.NewOperation("add", "/metadata/annotations", map[string]string{key: stored})
-	}
-	resp := admission.Patched("", op)
+	resp := admission.Patched("", annotationPatch(req.Object.Raw, key, stored, was, set))
 	resp.Warnings = []string{fmt.Sprintf("the annotation %s is managed by the dependency webhook, which records there the references to this object it admitted; the stored value was kept (drop it from the manifest)", key)}
 	return resp, LedgerKept
 }
@@ -113,7 +102,7 @@ func (g *LedgerGuard) handle(ctx context.Context, req admission.Request) (admiss
 func annotation(raw []byte, key string) (string, bool, error) {
 	v, err := jsonparser.GetString(raw, "metadata", "annotations", key)
 	switch {
-	case err == jsonparser.KeyPathNotFoundError:
+	case errors.Is(err, jsonparser.KeyPathNotFoundError):
 		return "", false, nil
 	case err != nil:
 		// A null value, or annotations that are not an object.
@@ -123,6 +112,23 @@ func annotation(raw []byte, key string) (string, bool, error) {
 		return "", false, err
 	}
 	return v, true, nil
+}
+
+// annotationPatch returns the JSON patch operation that gives the object
+// raw, which has (set) or lacks the annotation key, the annotation key with
+// value if want, or none.
+func annotationPatch(raw []byte, key, value string, want, set bool) jsonpatch.JsonPatchOperation {
+	path := "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(key, "~", "~0"), "/", "~1")
+	switch {
+	case !want:
+		return jsonpatch.NewOperation("remove", path, nil)
+	case set:
+		return jsonpatch.NewOperation("replace", path, value)
+	case hasAnnotations(raw):
+		return jsonpatch.NewOperation("add", path, value)
+	default:
+		return jsonpatch.NewOperation("add", "/metadata/annotations", map[string]string{key: value})
+	}
 }
 
 // hasAnnotations reports whether the object raw has an annotations object

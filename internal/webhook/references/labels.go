@@ -55,11 +55,12 @@ const (
 // write adds on the object it names before it answers, and sets the
 // dependent's admission id (see package inflight).
 type LabelMutator struct {
-	rules     LabellingFinder
-	readiness webhook.Readiness
-	metrics   *webhook.Metrics
-	recording *Recording
-	now       func() time.Time
+	rules       LabellingFinder
+	readiness   webhook.Readiness
+	metrics     *webhook.Metrics
+	recording   *Recording
+	concurrency int
+	now         func() time.Time
 }
 
 // LabelOption configures a LabelMutator.
@@ -68,7 +69,7 @@ type LabelOption func(*LabelMutator)
 // NewLabelMutator returns a mutator that finds the schemes of dependent
 // types in rules, and waits until readiness reports them loaded.
 func NewLabelMutator(rules LabellingFinder, readiness webhook.Readiness, metrics *webhook.Metrics, opts ...LabelOption) *LabelMutator {
-	m := &LabelMutator{rules: rules, readiness: readiness, metrics: metrics, now: time.Now}
+	m := &LabelMutator{rules: rules, readiness: readiness, metrics: metrics, concurrency: DefaultConcurrency, now: time.Now}
 	for _, o := range opts {
 		o(m)
 	}
@@ -90,7 +91,7 @@ func (m *LabelMutator) handle(ctx context.Context, req admission.Request) (admis
 	if !m.readiness.Loaded() {
 		return webhook.NotLoaded(), webhook.DecisionError
 	}
-	obj, errResp := webhook.ReadSubject(ctx, req.Object.Raw, "object")
+	obj, errResp := webhook.ReadWriteSubject(ctx, req)
 	if errResp != nil {
 		return *errResp, webhook.DecisionError
 	}
@@ -103,6 +104,7 @@ func (m *LabelMutator) handle(ctx context.Context, req admission.Request) (admis
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("failed to decode the object's labels: %w", err)), webhook.DecisionError
 	}
 	want := map[string]string{}
+	var warnings []string
 	result := LabelsChanged
 	gr := schema.GroupResource{Group: req.Resource.Group, Resource: req.Resource.Resource}
 	if l, ok := m.rules.Labelling(registry.Target{Cluster: obj.Provider, Resource: gr}); ok && l.Labellable {
@@ -115,10 +117,11 @@ func (m *LabelMutator) handle(ctx context.Context, req admission.Request) (admis
 			result = LabelsUnvouched
 		}
 		if m.recording != nil && !obj.Terminating {
-			id, resp := m.record(ctx, req, obj, m.recording.Guards.FindGuards(registry.Target{Cluster: obj.Provider, Resource: gr}))
+			id, warned, resp := m.record(ctx, req, obj, m.recording.Guards.FindGuards(registry.Target{Cluster: obj.Provider, Resource: gr}))
 			if resp != nil {
 				return *resp, webhook.DecisionError
 			}
+			warnings = warned
 			if id != "" {
 				want[depv1alpha1.LabelAdmission] = id
 			}
@@ -129,7 +132,7 @@ func (m *LabelMutator) handle(ctx context.Context, req admission.Request) (admis
 		if result == LabelsChanged {
 			result = LabelsUnchanged
 		}
-		return admission.Allowed(""), result
+		return withWarnings(admission.Allowed(""), warnings), result
 	}
-	return admission.Patched("", ops...), result
+	return withWarnings(admission.Patched("", ops...), warnings), result
 }

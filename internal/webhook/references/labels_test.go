@@ -97,6 +97,39 @@ func labelRequest(t *testing.T, op admissionv1.Operation, labels, oldLabels map[
 	return req
 }
 
+// withLabelsJSON returns req with the labels of its object replaced by the
+// JSON labels (null, {}).
+func withLabelsJSON(t *testing.T, req admission.Request, labels string) admission.Request {
+	t.Helper()
+	return withMetadataJSON(t, req, "labels", labels)
+}
+
+// withMetadataJSON returns req with the metadata field of its object
+// replaced by the JSON value, or removed if value is "".
+func withMetadataJSON(t *testing.T, req admission.Request, field, value string) admission.Request {
+	t.Helper()
+	var obj map[string]any
+	if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
+		t.Fatal(err)
+	}
+	meta := obj["metadata"].(map[string]any)
+	if value == "" {
+		delete(meta, field)
+	} else {
+		var v any
+		if err := json.Unmarshal([]byte(value), &v); err != nil {
+			t.Fatal(err)
+		}
+		meta[field] = v
+	}
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Object.Raw = raw
+	return req
+}
+
 // applyPatches applies the patches of resp to raw with
 // github.com/evanphx/json-patch/v5, checks that nothing but the labels
 // changed, and returns the labels after.
@@ -315,7 +348,46 @@ func TestLabelMutator(t *testing.T) {
 			wantResult:  LabelsUnchanged,
 		},
 		{
-			name: "an object with more references than MaxReferences gets no labels, not even the scheme's",
+			name:        "a CREATE with null labels (as a server-side apply leaves them) is labelled",
+			req:         withLabelsJSON(t, labelRequest(t, admissionv1.Create, nil, nil, refsA), "null"),
+			labellings:  labellable,
+			wantAllowed: true,
+			wantLabels:  map[string]string{keyA: "", depv1alpha1.LabelReferencesScheme: fp},
+			wantResult:  LabelsChanged,
+		},
+		{
+			name:        "an UPDATE to null labels gets the managed ones back",
+			req:         withLabelsJSON(t, labelRequest(t, admissionv1.Update, nil, correct, refsA), "null"),
+			labellings:  labellable,
+			wantAllowed: true,
+			wantLabels:  map[string]string{keyA: "", depv1alpha1.LabelReferencesScheme: fp},
+			wantResult:  LabelsChanged,
+		},
+		{
+			name:        "an UPDATE to empty labels gets the managed ones back",
+			req:         withLabelsJSON(t, labelRequest(t, admissionv1.Update, nil, correct, refsA), "{}"),
+			labellings:  labellable,
+			wantAllowed: true,
+			wantLabels:  map[string]string{keyA: "", depv1alpha1.LabelReferencesScheme: fp},
+			wantResult:  LabelsChanged,
+		},
+		{
+			name:        "an UPDATE whose server-side apply dropped every annotation, kcp.io/cluster included, is labelled in the old object's workspace",
+			req:         withMetadataJSON(t, withLabelsJSON(t, labelRequest(t, admissionv1.Update, nil, correct, refsA), "null"), "annotations", ""),
+			labellings:  labellable,
+			wantAllowed: true,
+			wantLabels:  map[string]string{keyA: "", depv1alpha1.LabelReferencesScheme: fp},
+			wantResult:  LabelsChanged,
+		},
+		{
+			name:        "a type no rule names, null labels: no patch",
+			req:         withLabelsJSON(t, labelRequest(t, admissionv1.Update, nil, correct, refsA), "null"),
+			labellings:  map[registry.Target]registry.Labelling{},
+			wantAllowed: true,
+			wantResult:  LabelsUnchanged,
+		},
+		{
+			name: "an object with more references than MaxReferences gets no reference labels, and the scheme label that says so",
 			req: func() admission.Request {
 				var nics []any
 				for i := range reflabels.MaxReferences + 1 {
@@ -325,7 +397,7 @@ func TestLabelMutator(t *testing.T) {
 			}(),
 			labellings:  labellable,
 			wantAllowed: true,
-			wantLabels:  map[string]string{"app": "web"},
+			wantLabels:  map[string]string{"app": "web", depv1alpha1.LabelReferencesScheme: reflabels.TooMany(vmLabelScheme(t).Fingerprint)},
 			wantResult:  LabelsChanged,
 		},
 		{

@@ -3,6 +3,7 @@ package references
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/inflight"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 )
@@ -24,6 +26,9 @@ import (
 // *inflight.Writer implements it.
 type Ledgers interface {
 	Record(ctx context.Context, t inflight.Target, id string, landed inflight.Landed) (inflight.Result, error)
+	// Prime tells the state of a target as just read (its JSON), which the
+	// next write of its ledger may start from.
+	Prime(t inflight.Target, raw []byte)
 }
 
 // Recording is what the labelling webhook needs to record the references a
@@ -42,14 +47,23 @@ type Recording struct {
 	// Timeout bounds the writes of one request (the time kcp waits bounds
 	// it too).
 	Timeout time.Duration
+	// MaxReferences is how many objects one dependent may reference
+	// (DefaultMaxReferences if 0 or less), as the ReferenceValidator checks
+	// it: a write past it is refused before anything is recorded.
+	MaxReferences int
 }
 
 // WithRecording has the LabelMutator record, before it answers, every
-// reference a write adds on the object it names, and set the dependent's
-// admission id (api/v1alpha1.LabelAdmission); it refuses a new reference to
-// an object that is being deleted or whose deletion is deferred, as the
-// ReferenceValidator does. Without it, no reference is recorded.
+// reference a write adds on the object it names (DefaultConcurrency
+// objects at a time), and set the dependent's admission id
+// (api/v1alpha1.LabelAdmission); it refuses a new reference to an object
+// that is being deleted or whose deletion is deferred, and a write past the
+// limit of references, as the ReferenceValidator does. Without it, no
+// reference is recorded.
 func WithRecording(r Recording) LabelOption {
+	if r.MaxReferences <= 0 {
+		r.MaxReferences = DefaultMaxReferences
+	}
 	return func(m *LabelMutator) { m.recording = &r }
 }
 
@@ -85,24 +99,26 @@ const (
 )
 
 // record records the references the request adds, if any, and returns the
-// value of the admission label the object is to carry (empty: none), or
-// the response that refuses the request.
-func (m *LabelMutator) record(ctx context.Context, req admission.Request, obj *webhook.Subject, guards []registry.Guard) (string, *admission.Response) {
+// value of the admission label the object is to carry (empty: none) and
+// the warnings of the write, or the response that refuses the request.
+func (m *LabelMutator) record(ctx context.Context, req admission.Request, obj *webhook.Subject, guards []registry.Guard) (string, []string, *admission.Response) {
 	r := m.recording
 	previous := ""
 	if req.Operation == admissionv1.Update {
 		previous, _ = jsonparser.GetString(req.OldObject.Raw, "metadata", "labels", depv1alpha1.LabelAdmission)
 	}
-	if req.DryRun != nil && *req.DryRun {
-		return previous, nil // no side effects in a dry run
-	}
-	added, err := addedReferences(r.Targets, req, obj, guards)
+	refs, err := referencesIn(r.Targets, req, obj, guards)
 	if err != nil {
-		resp := admission.Errored(400, err)
-		return "", &resp
+		resp := admission.Errored(http.StatusBadRequest, err)
+		return "", nil, &resp
 	}
-	if len(added) == 0 {
-		return previous, nil
+	name := obj.DisplayName()
+	refused, warnings := limit{max: r.MaxReferences}.check(req.Kind.Kind, name, refs)
+	if refused != nil {
+		return "", nil, refused
+	}
+	if req.DryRun != nil && *req.DryRun || len(refs.added) == 0 {
+		return previous, warnings, nil // no side effects in a dry run
 	}
 	identity := strings.Join([]string{obj.Cluster.String(), req.Resource.Group, req.Resource.Resource, obj.Namespace, obj.Name, obj.GenerateName}, "/")
 	now := m.now()
@@ -112,57 +128,97 @@ func (m *LabelMutator) record(ctx context.Context, req admission.Request, obj *w
 	}
 	ctx, cancel := webhook.WithBudget(ctx, r.Timeout)
 	defer cancel()
-	name := obj.Name
-	if name == "" {
-		name = obj.GenerateName + "<generated>"
+	// The targets of many references to one namespace are read with one
+	// LIST, so that their writes need not read them first; one that does
+	// not exist has nothing to record.
+	found := make([]bool, len(refs.added))
+	listed, err := listTargets(ctx, r.Targets, obj.Cluster, refs.added, m.concurrency, func(i int, raw []byte, o kcp.Meta) {
+		found[i] = true
+		r.Ledgers.Prime(inflight.Target{Source: refs.added[i].target, Cluster: obj.Cluster, Namespace: o.Namespace, Name: o.Name}, raw)
+	})
+	if err != nil {
+		m.metrics.ReferenceRecorded(RecordFailed)
+		log.FromContext(ctx).Error(err, "Failed to read the objects a write adds references to", "cluster", obj.Cluster, "references", len(refs.added))
+		resp := webhook.Unavailable(fmt.Sprintf("could not record that %s %q references the %d objects it adds references to (reading them failed: %v); retry", req.Kind.Kind, name, len(refs.added), err))
+		return "", nil, &resp
 	}
-	recorded := false
+	outcomes := make([]recorded, len(refs.added))
+	if i, err := each(ctx, len(refs.added), m.concurrency, func(ctx context.Context, i int) error {
+		if listed[i] && !found[i] {
+			m.metrics.ReferenceRecorded(RecordMissing)
+			return nil
+		}
+		var err error
+		outcomes[i], err = m.recordOne(ctx, req.Kind.Kind, name, obj, refs.added[i], id, guards, now)
+		return err
+	}); err != nil {
+		return "", nil, m.recordFailed(ctx, req.Kind.Kind, name, obj, refs.added[i], err)
+	}
+	anyRecorded := false
 	var problems []string
-	for _, ref := range added {
-		targets := []inflight.Target{{Source: ref.target, Cluster: obj.Cluster, Namespace: ref.namespace, Name: ref.name}}
-		if ref.namespace == "" && r.Targets.State(ref.target).Namespaced {
-			// A cluster-scoped dependent's reference that names no
-			// namespace names the objects of that name in every namespace.
-			found, err := r.Targets.Lookup(ctx, ref.target, obj.Cluster, "", ref.name)
-			if err != nil {
-				return "", m.recordFailed(ctx, req.Kind.Kind, name, obj, ref, err)
-			}
-			targets = targets[:0]
-			for _, o := range found {
-				targets = append(targets, inflight.Target{Source: ref.target, Cluster: obj.Cluster, Namespace: o.Namespace, Name: o.Name})
-			}
-		}
-		for _, t := range targets {
-			res, err := r.Ledgers.Record(ctx, t, id, r.Landed(t.Source))
-			switch {
-			case err != nil && apierrors.IsForbidden(err) && untracked(guards, ref.target, now):
-				m.metrics.ReferenceRecorded(RecordUntracked)
-			case err != nil:
-				return "", m.recordFailed(ctx, req.Kind.Kind, name, obj, ref, err)
-			case res.Missing:
-				m.metrics.ReferenceRecorded(RecordMissing)
-			case res.Object.Terminating:
-				m.metrics.ReferenceRecorded(RecordRefused)
-				problems = append(problems, fmt.Sprintf("%s %q cannot reference %s %s: it is being deleted", req.Kind.Kind, name, ref.target.Resource.Resource, ref.describe(obj.Namespace)))
-			case res.Object.DeletionRequested && r.Records != nil && r.Records.Verify(ref.target.Resource.GroupResource(), res.Object) == nil:
-				m.metrics.ReferenceRecorded(RecordRefused)
-				problems = append(problems, fmt.Sprintf("%s %q cannot reference %s %s: its deletion is deferred until nothing references it (remove its label %s to cancel)",
-					req.Kind.Kind, name, ref.target.Resource.Resource, ref.describe(obj.Namespace), depv1alpha1.LabelDeletionRequested))
-			default:
-				m.metrics.ReferenceRecorded(RecordRecorded)
-				recorded = true
-			}
-		}
+	for _, o := range outcomes {
+		anyRecorded = anyRecorded || o.any
+		problems = append(problems, o.problems...)
 	}
 	if len(problems) > 0 {
-		resp := admission.Denied(strings.Join(problems, "; "))
-		resp.AuditAnnotations = map[string]string{webhook.AuditDecision: webhook.DecisionDenied}
-		return "", &resp
+		resp := denied(problems)
+		return "", nil, &resp
 	}
-	if !recorded {
-		return previous, nil
+	if !anyRecorded {
+		return previous, warnings, nil
 	}
-	return id, nil
+	return id, warnings, nil
+}
+
+// recorded is what recording one reference came to.
+type recorded struct {
+	// any is set if it was recorded on an object.
+	any bool
+	// problems are the sentences that refuse it: an object it names is
+	// being deleted, or its deletion is deferred.
+	problems []string
+}
+
+// recordOne records the reference ref under the admission id on the
+// objects it names (for a cluster-scoped dependent's reference that names
+// no namespace, the objects of that name in every namespace), counting the
+// result of each in the metrics. It fails if the reference could not be
+// recorded; the write must then be refused, to be retried.
+func (m *LabelMutator) recordOne(ctx context.Context, kind, name string, obj *webhook.Subject, ref reference, id string, guards []registry.Guard, now time.Time) (recorded, error) {
+	r := m.recording
+	targets := []inflight.Target{{Source: ref.target, Cluster: obj.Cluster, Namespace: ref.namespace, Name: ref.name}}
+	if ref.namespace == "" && r.Targets.State(ref.target).Namespaced {
+		objs, err := r.Targets.Lookup(ctx, ref.target, obj.Cluster, "", ref.name)
+		if err != nil {
+			return recorded{}, err
+		}
+		targets = targets[:0]
+		for _, o := range objs {
+			targets = append(targets, inflight.Target{Source: ref.target, Cluster: obj.Cluster, Namespace: o.Namespace, Name: o.Name})
+		}
+	}
+	var out recorded
+	for _, t := range targets {
+		res, err := r.Ledgers.Record(ctx, t, id, r.Landed(t.Source))
+		switch {
+		case err != nil && apierrors.IsForbidden(err) && untracked(guards, ref.target, now):
+			m.metrics.ReferenceRecorded(RecordUntracked)
+		case err != nil:
+			return recorded{}, err
+		case res.Missing:
+			m.metrics.ReferenceRecorded(RecordMissing)
+		case res.Object.Terminating:
+			m.metrics.ReferenceRecorded(RecordRefused)
+			out.problems = append(out.problems, fmt.Sprintf("%s %q cannot reference %s %s: it is being deleted", kind, name, ref.target.Resource.Resource, ref.describe(obj.Namespace)))
+		case res.Object.DeletionRequested && r.Records != nil && r.Records.Verify(ref.target.Resource.GroupResource(), res.Object) == nil:
+			m.metrics.ReferenceRecorded(RecordRefused)
+			out.problems = append(out.problems, deferredProblem(kind, name, ref, obj.Namespace))
+		default:
+			m.metrics.ReferenceRecorded(RecordRecorded)
+			out.any = true
+		}
+	}
+	return out, nil
 }
 
 // recordFailed is the answer when a reference could not be recorded.

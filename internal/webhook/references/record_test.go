@@ -34,14 +34,37 @@ type fakeLedgers struct {
 	terminating map[string]bool
 	deferred    map[string]bool
 	err         error
+	// failing fails the writes of these names with err; all fail if nil.
+	failing map[string]bool
+	// delay is how long each write takes (or until its context ends).
+	delay time.Duration
+	// primed are the targets primed, by "namespace/name".
+	primed map[string]bool
 }
 
-func (f *fakeLedgers) Record(_ context.Context, t inflight.Target, id string, _ inflight.Landed) (inflight.Result, error) {
+// Prime records the targets primed, by "namespace/name".
+func (f *fakeLedgers) Prime(t inflight.Target, _ []byte) {
+	f.lock.Lock()
+	defer f.lock.Unlock()
+	if f.primed == nil {
+		f.primed = map[string]bool{}
+	}
+	f.primed[t.Namespace+"/"+t.Name] = true
+}
+
+func (f *fakeLedgers) Record(ctx context.Context, t inflight.Target, id string, _ inflight.Landed) (inflight.Result, error) {
+	if f.delay > 0 {
+		select {
+		case <-ctx.Done():
+			return inflight.Result{}, ctx.Err()
+		case <-time.After(f.delay):
+		}
+	}
 	f.lock.Lock()
 	defer f.lock.Unlock()
 	key := t.Namespace + "/" + t.Name
 	switch {
-	case f.err != nil:
+	case f.err != nil && (f.failing == nil || f.failing[t.Name]):
 		return inflight.Result{}, f.err
 	case f.missing[key]:
 		return inflight.Result{Missing: true}, nil

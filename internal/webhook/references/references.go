@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -40,6 +39,10 @@ type Targets interface {
 	// Reads that fail for a reason that clears by itself are retried within
 	// the deadline of ctx.
 	Lookup(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, error)
+	// ListTargets reads the objects of src in namespace of cluster (of a
+	// cluster-scoped resource if it is empty) and calls visit with each; it
+	// stops once it has read more than most, and then returns false.
+	ListTargets(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace string, most int, visit func(raw []byte) error) (bool, error)
 	// Serves returns an error wrapping index.ErrNotServed if the webhook
 	// reads only some shards and the workspace cluster, which binds the
 	// export of src, is on none of them.
@@ -68,23 +71,55 @@ type Verifier interface {
 // that verifies, see package records) is refused too: otherwise a stack
 // whose deletion is deferred could gain dependents forever. A record that
 // does not verify refuses nothing.
+//
+// A write that adds references to a dependent and leaves it referencing
+// more objects than the limit (WithMaxReferences) is refused at once; one
+// that leaves it close to the limit gets a warning.
 type ReferenceValidator struct {
-	rules     GuardFinder
-	readiness webhook.Readiness
-	targets   Targets
-	records   Verifier
-	timeout   time.Duration
-	metrics   *webhook.Metrics
+	rules       GuardFinder
+	readiness   webhook.Readiness
+	targets     Targets
+	records     Verifier
+	timeout     time.Duration
+	metrics     *webhook.Metrics
+	limit       limit
+	concurrency int
+	// grace is the audit's grace period, for the warnings; 0 if unknown.
+	grace time.Duration
+}
+
+// ValidatorOption configures a ReferenceValidator.
+type ValidatorOption func(*ReferenceValidator)
+
+// WithGracePeriod has the warning about a reference to an object that does
+// not exist say after how long the audit reports it.
+func WithGracePeriod(d time.Duration) ValidatorOption {
+	return func(v *ReferenceValidator) { v.grace = d }
+}
+
+// WithMaxReferences sets how many objects one dependent may reference
+// (DefaultMaxReferences if n is 0 or less).
+func WithMaxReferences(n int) ValidatorOption {
+	return func(v *ReferenceValidator) {
+		if n > 0 {
+			v.limit.max = n
+		}
+	}
 }
 
 // NewReferenceValidator returns a validator that finds rules in rules,
 // waits until readiness reports them loaded, reads targets through
-// targets, within timeout per request (none if 0; the time kcp waits for
-// the answer bounds it too, see webhook.WithBudget), verifies records of
-// deferred deletions with records (none are honoured if nil), and records
-// checks in metrics (if not nil).
-func NewReferenceValidator(rules GuardFinder, readiness webhook.Readiness, targets Targets, records Verifier, timeout time.Duration, metrics *webhook.Metrics) *ReferenceValidator {
-	return &ReferenceValidator{rules: rules, readiness: readiness, targets: targets, records: records, timeout: timeout, metrics: metrics}
+// targets (DefaultConcurrency at a time), within timeout per request (none
+// if 0; the time kcp waits for the answer bounds it too, see
+// webhook.WithBudget), verifies records of deferred deletions with records
+// (none are honoured if nil), and records checks in metrics (if not nil).
+func NewReferenceValidator(rules GuardFinder, readiness webhook.Readiness, targets Targets, records Verifier, timeout time.Duration, metrics *webhook.Metrics, opts ...ValidatorOption) *ReferenceValidator {
+	v := &ReferenceValidator{rules: rules, readiness: readiness, targets: targets, records: records, timeout: timeout, metrics: metrics,
+		limit: limit{max: DefaultMaxReferences}, concurrency: DefaultConcurrency}
+	for _, o := range opts {
+		o(v)
+	}
+	return v
 }
 
 // Handle implements admission.Handler.
@@ -117,7 +152,7 @@ func (v *ReferenceValidator) handle(ctx context.Context, req admission.Request) 
 	if !v.readiness.Loaded() {
 		return webhook.NotLoaded(), webhook.DecisionError
 	}
-	obj, errResp := webhook.ReadSubject(ctx, req.Object.Raw, "object")
+	obj, errResp := webhook.ReadWriteSubject(ctx, req)
 	if errResp != nil {
 		return *errResp, webhook.DecisionError
 	}
@@ -132,53 +167,98 @@ func (v *ReferenceValidator) handle(ctx context.Context, req admission.Request) 
 	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) == 0 {
 		return admission.Errored(http.StatusBadRequest, errors.New("the UPDATE request has no oldObject")), webhook.DecisionError
 	}
-	added, err := addedReferences(v.targets, req, obj, guards)
+	refs, err := referencesIn(v.targets, req, obj, guards)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err), webhook.DecisionError
 	}
-	if len(added) == 0 {
-		return admission.Allowed(""), webhook.DecisionAllowed
+	refused, warnings := v.limit.check(req.Kind.Kind, obj.DisplayName(), refs)
+	if refused != nil {
+		return *refused, webhook.DecisionDenied
+	}
+	if len(refs.added) == 0 {
+		return withWarnings(admission.Allowed(""), warnings), webhook.DecisionAllowed
 	}
 	// A webhook that reads only some shards checks nothing for a workspace
 	// on another shard (its reads there would find nothing).
 	if resp, ok := webhook.Misdirected(ctx, log.FromContext(ctx), v.targets.Serves, guards[0].Dependent, obj.Cluster, v.timeout); !ok {
 		return resp, webhook.DecisionError
 	}
-	return v.checkTargets(ctx, req.Kind.Kind, obj, added)
+	resp, outcome := v.checkTargets(ctx, req.Kind.Kind, obj, refs.added)
+	if resp.Allowed {
+		resp = withWarnings(resp, warnings)
+	}
+	return resp, outcome
 }
 
-// addedReferences returns the references that the request's object has
-// and its old object (of an UPDATE) had not, each target once, under the
-// rules of guards whose targets can be read (as targets knows them).
-func addedReferences(targets Targets, req admission.Request, obj *webhook.Subject, guards []registry.Guard) ([]reference, error) {
-	var added []reference
-	for _, g := range guards {
-		for _, ref := range g.References {
-			if ref.Target.Export.Name == "" {
-				continue // the protected workspace does not bind the dependencies APIExport
-			}
-			state := targets.State(ref.Target)
-			if state.Phase != index.PhaseSyncing && state.Phase != index.PhaseSynced {
-				continue // the rule reports why its targets cannot be read
-			}
-			refs, err := referencesOf(ref, state.Namespaced, obj.Namespace, req.Object.Raw, "object")
-			if err != nil {
-				return nil, err
-			}
-			var before []reference
-			if req.Operation == admissionv1.Update {
-				if before, err = referencesOf(ref, state.Namespaced, obj.Namespace, req.OldObject.Raw, "old object"); err != nil {
-					return nil, err
+// withWarnings returns resp with warnings added.
+func withWarnings(resp admission.Response, warnings []string) admission.Response {
+	resp.Warnings = append(resp.Warnings, warnings...)
+	return resp
+}
+
+// findings is what the rules of a dependent's type find in a write of it.
+type findings struct {
+	// total is how many objects the written object references, each once,
+	// at the paths of every rule (whether or not its targets can be read).
+	total int
+	// adds is set if it references one its old object (of an UPDATE) did
+	// not.
+	adds bool
+	// added are those new references whose targets can be read (as
+	// targets knows them), each once, in the order of the rules' paths and
+	// of the object.
+	added []reference
+}
+
+// referencesIn returns what the rules of guards find in the request's
+// object and, for an UPDATE, its old object: a reference is new if the old
+// object did not reference the same object at any of the paths.
+func referencesIn(targets Targets, req admission.Request, obj *webhook.Subject, guards []registry.Guard) (findings, error) {
+	var before map[reference]bool
+	if req.Operation == admissionv1.Update {
+		before = map[reference]bool{}
+		for _, g := range guards {
+			for _, ref := range g.References {
+				refs, err := referencesOf(ref, targets.State(ref.Target).Namespaced, obj.Namespace, req.OldObject.Raw, "old object")
+				if err != nil {
+					return findings{}, err
 				}
-			}
-			for _, r := range refs {
-				if r.name != "" && !slices.Contains(before, r) && !slices.Contains(added, r) {
-					added = append(added, r)
+				for _, r := range refs {
+					before[r] = true
 				}
 			}
 		}
 	}
-	return added, nil
+	var f findings
+	seen := map[reference]bool{}
+	for _, g := range guards {
+		for _, ref := range g.References {
+			state := targets.State(ref.Target)
+			refs, err := referencesOf(ref, state.Namespaced, obj.Namespace, req.Object.Raw, "object")
+			if err != nil {
+				return findings{}, err
+			}
+			// Targets that cannot be read are not checked: the protected
+			// workspace does not bind the dependencies APIExport, or the
+			// rule reports why they cannot be read.
+			readable := ref.Target.Export.Name != "" && (state.Phase == index.PhaseSyncing || state.Phase == index.PhaseSynced)
+			for _, r := range refs {
+				if r.name == "" || seen[r] {
+					continue
+				}
+				seen[r] = true
+				if before[r] {
+					continue
+				}
+				f.adds = true
+				if readable {
+					f.added = append(f.added, r)
+				}
+			}
+		}
+	}
+	f.total = len(seen)
+	return f, nil
 }
 
 // referencesOf returns what ref's path names in the object raw. Each
@@ -201,24 +281,51 @@ func referencesOf(ref registry.GuardReference, namespaced bool, namespace string
 	return out, nil
 }
 
-// checkTargets reads each added reference's target and denies if one is
-// being deleted, or its deletion is deferred (a record that verifies).
+// checkTargets reads each added reference's target (those of many in one
+// namespace with one LIST, see listTargets; the others one by one,
+// concurrency at a time), and denies if one is being deleted, or its
+// deletion is deferred (a record that verifies); it allows a reference to
+// an object that does not exist with a warning (at most maxWarnings, and
+// how many more).
 func (v *ReferenceValidator) checkTargets(ctx context.Context, kind string, obj *webhook.Subject, added []reference) (admission.Response, string) {
-	name := obj.Name
-	if name == "" {
-		name = obj.GenerateName + "<generated>"
-	}
+	name := obj.DisplayName()
 	ctx, cancel := webhook.WithBudget(ctx, v.timeout)
 	defer cancel()
-	var problems []string
-	for _, r := range added {
-		found, err := v.targets.Lookup(ctx, r.target, obj.Cluster, r.namespace, r.name)
-		if err != nil {
-			log.FromContext(ctx).Error(err, "Failed to read a referenced object", "cluster", obj.Cluster, "target", r.target, "name", r.name)
-			return webhook.Unavailable(fmt.Sprintf("could not check whether %s %q may reference %s %s (reading it failed: %v); retry",
-				kind, name, r.target.Resource.Resource, r.describe(obj.Namespace), err)), webhook.DecisionError
+	read := make([][]kcp.Meta, len(added))
+	listed, err := listTargets(ctx, v.targets, obj.Cluster, added, v.concurrency, func(i int, _ []byte, m kcp.Meta) {
+		read[i] = []kcp.Meta{m}
+	})
+	if err != nil {
+		log.FromContext(ctx).Error(err, "Failed to read referenced objects", "cluster", obj.Cluster, "references", len(added))
+		return webhook.Unavailable(fmt.Sprintf("could not check whether %s %q may reference the %d objects it adds references to (reading them failed: %v); retry",
+			kind, name, len(added), err)), webhook.DecisionError
+	}
+	var rest []int
+	for i := range added {
+		if !listed[i] {
+			rest = append(rest, i)
 		}
-		for _, o := range found {
+	}
+	if j, err := each(ctx, len(rest), v.concurrency, func(ctx context.Context, j int) error {
+		r := added[rest[j]]
+		var err error
+		read[rest[j]], err = v.targets.Lookup(ctx, r.target, obj.Cluster, r.namespace, r.name)
+		return err
+	}); err != nil {
+		r := added[rest[j]]
+		log.FromContext(ctx).Error(err, "Failed to read a referenced object", "cluster", obj.Cluster, "target", r.target, "name", r.name, "references", len(added))
+		return webhook.Unavailable(fmt.Sprintf("could not check whether %s %q may reference %s %s (reading it failed: %v); retry",
+			kind, name, r.target.Resource.Resource, r.describe(obj.Namespace), err)), webhook.DecisionError
+	}
+	var problems, warnings []string
+	missing := 0
+	for i, r := range added {
+		if len(read[i]) == 0 {
+			if missing++; missing <= maxWarnings {
+				warnings = append(warnings, v.missing(kind, name, obj.Namespace, r))
+			}
+		}
+		for _, o := range read[i] {
 			if o.Terminating {
 				problems = append(problems, fmt.Sprintf("%s %q cannot reference %s %s: it is being deleted", kind, name, r.target.Resource.Resource, r.describe(obj.Namespace)))
 				break
@@ -226,16 +333,54 @@ func (v *ReferenceValidator) checkTargets(ctx context.Context, kind string, obj 
 			if o.DeletionRequested && v.records != nil && v.records.Verify(r.target.Resource.GroupResource(), o) == nil {
 				// Otherwise a stack whose deletion is deferred could gain
 				// new dependents forever.
-				problems = append(problems, fmt.Sprintf("%s %q cannot reference %s %s: its deletion is deferred until nothing references it (remove its label %s to cancel)",
-					kind, name, r.target.Resource.Resource, r.describe(obj.Namespace), depv1alpha1.LabelDeletionRequested))
+				problems = append(problems, deferredProblem(kind, name, r, obj.Namespace))
 				break
 			}
 		}
 	}
 	if len(problems) > 0 {
-		resp := admission.Denied(strings.Join(problems, "; "))
-		resp.AuditAnnotations = map[string]string{webhook.AuditDecision: webhook.DecisionDenied}
-		return resp, webhook.DecisionDenied
+		return denied(problems), webhook.DecisionDenied
 	}
-	return admission.Allowed(""), webhook.DecisionAllowed
+	if missing > maxWarnings {
+		warnings = append(warnings, fmt.Sprintf("%s %q references %d more objects that do not exist", kind, name, missing-maxWarnings))
+	}
+	return admission.Allowed("").WithWarnings(warnings...), webhook.DecisionAllowed
+}
+
+// maxWarnings is how many references to objects that do not exist a write
+// is warned about by name.
+const maxWarnings = 10
+
+// missing is the warning about a reference r of the dependent to an object
+// that does not exist.
+func (v *ReferenceValidator) missing(kind, name, namespace string, r reference) string {
+	msg := fmt.Sprintf("%s %q references %s %s, which does not exist; the reference is allowed", kind, name, r.target.Resource.Resource, r.describe(namespace))
+	if v.grace > 0 {
+		msg += fmt.Sprintf(", and reported as dangling if it does not exist within %s", v.grace)
+	}
+	return msg
+}
+
+// maxProblems is how many refused references a denial names; the rest are
+// counted.
+const maxProblems = 10
+
+// denied is the denial of a write that adds the references of problems
+// (one sentence each).
+func denied(problems []string) admission.Response {
+	msg := strings.Join(problems[:min(len(problems), maxProblems)], "; ")
+	if n := len(problems) - maxProblems; n > 0 {
+		msg += fmt.Sprintf("; and %d more", n)
+	}
+	resp := admission.Denied(msg)
+	resp.AuditAnnotations = map[string]string{webhook.AuditDecision: webhook.DecisionDenied}
+	return resp
+}
+
+// deferredProblem is the sentence that refuses the reference r of the
+// dependent kind named name in namespace to an object whose deletion is
+// deferred.
+func deferredProblem(kind, name string, r reference, namespace string) string {
+	return fmt.Sprintf("%s %q cannot reference %s %s: its deletion is deferred until nothing references it (remove its label %s to cancel)",
+		kind, name, r.target.Resource.Resource, r.describe(namespace), depv1alpha1.LabelDeletionRequested)
 }

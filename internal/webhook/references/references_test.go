@@ -1,13 +1,17 @@
 package references
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -78,11 +82,17 @@ func parentsGuard(target index.Source) registry.Guard {
 
 // fakeTargets holds the objects the guard can read, by
 // "cluster|namespace/name"; a namespace of "*" lists across namespaces.
+// Lookups may come concurrently; calls records them, sorted (see Calls).
 type fakeTargets struct {
+	lock    sync.Mutex
 	objects map[string]kcp.Meta
 	states  map[index.Source]index.State
 	err     error
-	calls   []string
+	// failing fails the lookups of these names with err; all fail if nil.
+	failing map[string]bool
+	// delay is how long each lookup takes (or until its context ends).
+	delay time.Duration
+	calls []string
 	// elsewhere are the workspaces on shards the webhook does not read.
 	elsewhere map[logicalcluster.Name]bool
 }
@@ -101,9 +111,73 @@ func (f *fakeTargets) State(src index.Source) index.State {
 	return index.State{Phase: index.PhaseSynced, Namespaced: true}
 }
 
-func (f *fakeTargets) Lookup(_ context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, error) {
+// Calls returns the lookups made, sorted.
+func (f *fakeTargets) Calls() []string {
+	f.lock.Lock()
+	defer f.lock.Unlock()
+	return slices.Sorted(slices.Values(f.calls))
+}
+
+// ListTargets lists the objects of namespace (every namespace of the
+// cluster's if "*"), recording the call as "<cluster> <resource> list
+// <namespace>"; it fails as Lookup does for every name in failing (or at
+// all, without failing), and takes delay.
+func (f *fakeTargets) ListTargets(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace string, most int, visit func(raw []byte) error) (bool, error) {
+	if f.delay > 0 {
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(f.delay):
+		}
+	}
+	f.lock.Lock()
+	f.calls = append(f.calls, fmt.Sprintf("%s %s list %s", cluster, src.Resource.Resource, namespace))
+	var items [][]byte
+	for key, o := range f.objects {
+		c, nsName, _ := strings.Cut(key, "|")
+		ns, _, _ := strings.Cut(nsName, "/")
+		if c != cluster.String() || ns != namespace {
+			continue
+		}
+		if f.err != nil && (f.failing == nil || f.failing[o.Name]) {
+			f.lock.Unlock()
+			return false, f.err
+		}
+		raw, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"name": o.Name, "namespace": o.Namespace, "resourceVersion": "1", "annotations": map[string]any{logicalcluster.AnnotationKey: cluster.String()},
+			"deletionTimestamp": map[bool]any{true: "2026-01-01T00:00:00Z", false: nil}[o.Terminating],
+		}})
+		if err != nil {
+			f.lock.Unlock()
+			return false, err
+		}
+		items = append(items, raw)
+	}
+	f.lock.Unlock()
+	slices.SortFunc(items, bytes.Compare)
+	for i, raw := range items {
+		if i > most {
+			return false, nil
+		}
+		if err := visit(raw); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+func (f *fakeTargets) Lookup(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, error) {
+	if f.delay > 0 {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(f.delay):
+		}
+	}
+	f.lock.Lock()
+	defer f.lock.Unlock()
 	f.calls = append(f.calls, fmt.Sprintf("%s %s %s/%s", cluster, src.Resource.Resource, namespace, name))
-	if f.err != nil {
+	if f.err != nil && (f.failing == nil || f.failing[name]) {
 		return nil, f.err
 	}
 	var out []kcp.Meta
@@ -164,6 +238,8 @@ func TestReferenceValidator(t *testing.T) {
 		wantMessage string
 		// wantCalls are the lookups made; nil means none.
 		wantCalls []string
+		// wantWarnings are the admission warnings of an allowed request.
+		wantWarnings []string
 	}{
 		{
 			name:        "a new reference to an object that is being deleted is refused, naming it",
@@ -189,11 +265,20 @@ func TestReferenceValidator(t *testing.T) {
 			wantCalls:   []string{"consumer vpcs default/vpc-a"},
 		},
 		{
-			name:        "a reference to an object that does not exist (yet) is allowed",
-			req:         writeRequest("default", "vm-1", vpcRef("vpc-later"), nil, false),
-			targets:     &fakeTargets{objects: deletingVPC},
-			wantAllowed: true,
-			wantCalls:   []string{"consumer vpcs default/vpc-later"},
+			name:         "a reference to an object that does not exist (yet) is allowed, with a warning naming it",
+			req:          writeRequest("default", "vm-1", vpcRef("vpc-later"), nil, false),
+			targets:      &fakeTargets{objects: deletingVPC},
+			wantAllowed:  true,
+			wantCalls:    []string{"consumer vpcs default/vpc-later"},
+			wantWarnings: []string{`VirtualMachine "vm-1" references vpcs "vpc-later", which does not exist; the reference is allowed, and reported as dangling if it does not exist within 5m0s`},
+		},
+		{
+			name:         "an update that adds a reference to a missing object is warned about that one only",
+			req:          writeRequest("default", "vm-1", map[string]any{"nics": []any{map[string]any{"vpc": "vpc-gone"}, map[string]any{"vpc": "vpc-new"}}}, map[string]any{"nics": []any{map[string]any{"vpc": "vpc-gone"}}}, false),
+			targets:      &fakeTargets{objects: deletingVPC},
+			wantAllowed:  true,
+			wantCalls:    []string{"consumer vpcs default/vpc-new"},
+			wantWarnings: []string{`VirtualMachine "vm-1" references vpcs "vpc-new", which does not exist; the reference is allowed, and reported as dangling if it does not exist within 5m0s`},
 		},
 		{
 			name:        "an update that keeps the reference is allowed without reading",
@@ -214,6 +299,17 @@ func TestReferenceValidator(t *testing.T) {
 			targets:     &fakeTargets{objects: deletingVPC},
 			wantAllowed: true,
 			wantCalls:   []string{"consumer vpcs default/vpc-a"},
+		},
+		{
+			name: "an UPDATE whose object names another workspace reads the targets in the old object's",
+			req: func() admission.Request {
+				r := writeRequest("default", "vm-1", vpcRef("vpc-old"), vpcRef("vpc-a"), false)
+				r.Object.Raw = []byte(strings.Replace(string(r.Object.Raw), `"kcp.io/cluster":"consumer"`, `"kcp.io/cluster":"victim"`, 1))
+				return r
+			}(),
+			targets:     &fakeTargets{objects: deletingVPC},
+			wantMessage: `VirtualMachine "vm-1" cannot reference vpcs "vpc-old": it is being deleted`,
+			wantCalls:   []string{"consumer vpcs default/vpc-old"},
 		},
 		{
 			name:        "a dependent that is being deleted is never refused",
@@ -256,10 +352,11 @@ func TestReferenceValidator(t *testing.T) {
 			name: "a reference that moves to another namespace is a new one; naming the own namespace is none",
 			req: writeRequest("default", "vm-1", map[string]any{"parents": []any{map[string]any{"name": "vpc-a", "namespace": "default"}, map[string]any{"name": "vpc-old", "namespace": "other"}}},
 				map[string]any{"parents": []any{map[string]any{"name": "vpc-a"}, map[string]any{"name": "vpc-old"}}}, false),
-			guards:      staticGuards{vms.GroupResource(): {parentsGuard(targetSource)}},
-			targets:     &fakeTargets{objects: deletingVPC},
-			wantAllowed: true,
-			wantCalls:   []string{"consumer vpcs other/vpc-old"},
+			guards:       staticGuards{vms.GroupResource(): {parentsGuard(targetSource)}},
+			targets:      &fakeTargets{objects: deletingVPC},
+			wantAllowed:  true,
+			wantCalls:    []string{"consumer vpcs other/vpc-old"},
+			wantWarnings: []string{`VirtualMachine "vm-1" references vpcs "vpc-old" in namespace "other", which does not exist; the reference is allowed, and reported as dangling if it does not exist within 5m0s`},
 		},
 		{
 			name:        "a webhook that reads only some shards refuses a new reference in a workspace on another one",
@@ -332,7 +429,7 @@ func TestReferenceValidator(t *testing.T) {
 			if g == nil {
 				g = guards
 			}
-			v := NewReferenceValidator(g, loaded(!tt.notLoaded), tt.targets, recordsVerifier{}, 0, nil)
+			v := NewReferenceValidator(g, loaded(!tt.notLoaded), tt.targets, recordsVerifier{}, 0, nil, WithGracePeriod(5*time.Minute))
 			resp := v.Handle(webhook.WithProvider(context.Background(), provider), tt.req)
 			if resp.Allowed != tt.wantAllowed {
 				t.Fatalf("Allowed = %v, want %v (%+v)", resp.Allowed, tt.wantAllowed, resp.Result)
@@ -345,8 +442,11 @@ func TestReferenceValidator(t *testing.T) {
 					t.Errorf("message = %q, want it to contain %q", resp.Result.Message, tt.wantMessage)
 				}
 			}
-			if fmt.Sprint(tt.targets.calls) != fmt.Sprint(tt.wantCalls) {
-				t.Errorf("lookups = %q, want %q", tt.targets.calls, tt.wantCalls)
+			if fmt.Sprint(resp.Warnings) != fmt.Sprint(tt.wantWarnings) {
+				t.Errorf("warnings = %q, want %q", resp.Warnings, tt.wantWarnings)
+			}
+			if got, want := tt.targets.Calls(), slices.Sorted(slices.Values(tt.wantCalls)); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("lookups = %q, want %q", got, want)
 			}
 		})
 	}

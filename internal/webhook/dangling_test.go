@@ -1,0 +1,204 @@
+package webhook_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+	"github.com/kcp-dev/multicluster-provider/envtest"
+	"github.com/kcp-dev/sdk/apis/core"
+
+	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/command"
+	"github.com/opendefensecloud/dependency-controller/internal/controllerserver"
+	"github.com/opendefensecloud/dependency-controller/internal/webhookserver"
+	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
+)
+
+// The audit of dangling references, as deployed: the webhook (with a short
+// grace period) and the controller, a network provider whose VPCs are
+// protected, a compute provider whose VMs reference them and whose
+// APIExport claims events, and a consumer.
+var _ = Describe("Dangling references", Ordered, func() {
+	const grace = 15 * time.Second
+	var (
+		depCtrl, network, compute, consumer logicalcluster.Path
+		wh                                  *kcpenv.Webhook
+	)
+	vmRef := func(vpc string) map[string]any { return map[string]any{"vpcRef": map[string]any{"name": vpc}} }
+	// danglingEvents returns the DanglingReference Events on the VM name.
+	danglingEvents := func(ctx context.Context, g Gomega, name string) []corev1.Event {
+		events := &corev1.EventList{}
+		g.Expect(cli.Cluster(consumer).List(ctx, events, client.InNamespace("default"))).To(Succeed())
+		var out []corev1.Event
+		for _, e := range events.Items {
+			if e.InvolvedObject.Name == name && e.InvolvedObject.Kind == "VirtualMachine" && e.Reason == depv1alpha1.EventReasonDanglingReference {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	// resolved returns the rule's ReferencesResolved condition.
+	resolved := func(ctx context.Context, g Gomega) *metav1.Condition {
+		r := &depv1alpha1.DependencyRule{}
+		g.Expect(cli.Cluster(compute).Get(ctx, client.ObjectKey{Name: "vm-vpcs"}, r)).To(Succeed())
+		c := meta.FindStatusCondition(r.Status.Conditions, depv1alpha1.ConditionReferencesResolved)
+		g.Expect(c).NotTo(BeNil(), "no ReferencesResolved condition")
+		return c
+	}
+	dangling := func() float64 {
+		GinkgoHelper()
+		n, err := wh.Gauge("dependency_webhook_dangling_references", map[string]string{"resource": "virtualmachines.compute.test.io"})
+		Expect(err).NotTo(HaveOccurred())
+		return n
+	}
+
+	BeforeAll(func(ctx context.Context) {
+		root := core.RootCluster.Path()
+		_, depCtrl = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("dep-ctrl"))
+		Expect(kcpenv.InstallDependencyAPI(ctx, cli.Cluster(depCtrl))).To(Succeed())
+		for _, dir := range []string{"config/rbac/webhook", "config/rbac/controller"} {
+			rbac, err := kcpenv.LoadManifests(dir)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(kcpenv.Apply(ctx, cli.Cluster(depCtrl), rbac...)).To(Succeed())
+		}
+		_, network = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("network"))
+		Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(network), "network.test.io", kcpenv.Resource{Kind: "VPC", Plural: "vpcs"})).To(Succeed())
+		_, compute = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("compute"))
+		Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(compute), "compute.test.io", kcpenv.Resource{Kind: "VirtualMachine", Plural: "virtualmachines"})).To(Succeed())
+		for _, p := range []struct {
+			ws       logicalcluster.Path
+			provider string
+		}{{network, "network-provider"}, {compute, "compute-provider"}} {
+			_, err := kcpenv.BindAPIExport(ctx, cli.Cluster(p.ws), cli.Cluster(depCtrl), depCtrl, kcpenv.DepCtrlExportName)
+			Expect(err).NotTo(HaveOccurred())
+			grant, err := kcpenv.ReadYAMLFile(filepath.Join(kcpenv.RepoRoot(), "config/samples", p.provider, "webhook-access.yaml"))
+			Expect(err).NotTo(HaveOccurred())
+			if p.ws == compute {
+				// The compute provider lets the webhook record Events on
+				// its VMs: its export claims events, and it grants create.
+				grantCreate(grant)
+			}
+			Expect(kcpenv.Apply(ctx, cli.Cluster(p.ws), grant...)).To(Succeed())
+		}
+		_, consumer = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("consumer"))
+		bindExports(ctx, consumer, export{network, "network.test.io"}, export{compute, "compute.test.io"})
+		Expect(cli.Cluster(compute).Create(ctx, &depv1alpha1.DependencyRule{
+			ObjectMeta: metav1.ObjectMeta{Name: "vm-vpcs"},
+			Spec: depv1alpha1.DependencyRuleSpec{
+				Dependent:    depv1alpha1.DependentResource{APIExportName: "compute.test.io", Group: "compute.test.io", Version: "v1", Kind: "VirtualMachine", Resource: "virtualmachines"},
+				Dependencies: []depv1alpha1.Dependency{{APIExportRef: depv1alpha1.APIExportReference{Path: network.String(), Name: "network.test.io"}, Group: "network.test.io", Version: "v1", Resource: "vpcs", FieldRef: depv1alpha1.FieldReference{Path: ".spec.vpcRef.name"}}},
+			},
+		})).To(Succeed())
+
+		By("starting the webhook, with a grace period of " + grace.String() + ", and the controller")
+		user, err := kcpEnv.AddUser("dependency-webhook")
+		Expect(err).NotTo(HaveOccurred())
+		user.Host += depCtrl.RequestPath()
+		wh, err = kcpenv.StartWebhookWith(ctx, user, GinkgoT().TempDir(), func(o *webhookserver.Options) { o.DanglingGracePeriod = grace })
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(wh.Stop)
+		caFile := filepath.Join(GinkgoT().TempDir(), "ca.crt")
+		Expect(os.WriteFile(caFile, wh.CABundle, 0o600)).To(Succeed())
+		controllerCfg := rest.CopyConfig(kcpConfig)
+		controllerCfg.Host += depCtrl.RequestPath()
+		c, err := controllerserver.New(ctx, controllerCfg, controllerserver.Options{
+			CommonOptions:         command.CommonOptions{APIExportName: kcpenv.DepCtrlExportName, ResyncPeriod: time.Hour},
+			WebhookURL:            wh.URL,
+			WebhookCABundleFile:   caFile,
+			CABundleCheckInterval: time.Second,
+			WebhookTimeoutSeconds: 10,
+			FailurePolicy:         admissionregistrationv1.Fail,
+			WebhookUser:           controllerserver.DefaultWebhookUser,
+		}, kcpenv.TestManagerOptions())
+		Expect(err).NotTo(HaveOccurred())
+		stop := kcpenv.RunInBackground(c.Manager.Start)
+		DeferCleanup(func() { Expect(stop()).To(Succeed()) })
+		expectCondition(ctx, compute, "vm-vpcs", depv1alpha1.ConditionReady, metav1.ConditionTrue, "Protecting")
+		expectCondition(ctx, compute, "vm-vpcs", depv1alpha1.ConditionReferencesResolved, metav1.ConditionTrue, depv1alpha1.ReasonAllResolved)
+	})
+
+	It("reports a VM referencing a missing VPC with a Warning Event and on its rule within the grace period plus 30 s, and clears it within 30 s of the VPC's creation", func(ctx context.Context) {
+		created := time.Now()
+		create(ctx, consumer, newObject(vmGVR, "default", "vm-dangling", vmRef("vpc-missing")))
+
+		By("the Event on the VM and the condition on the rule, not before the grace period, within it plus 30 s")
+		const want = `VirtualMachine/default/vm-dangling references vpcs.network.test.io "vpc-missing" in namespace "default", which does not exist`
+		var evented, conditioned time.Duration
+		Eventually(func(g Gomega) {
+			if evented == 0 {
+				events := danglingEvents(ctx, g, "vm-dangling")
+				g.Expect(events).NotTo(BeEmpty(), "no DanglingReference Event yet")
+				evented = time.Since(created)
+				g.Expect(events[0].Type).To(Equal(corev1.EventTypeWarning))
+				g.Expect(events[0].Message).To(Equal(want))
+			}
+			if conditioned == 0 {
+				c := resolved(ctx, g)
+				g.Expect(c.Status).To(Equal(metav1.ConditionFalse), c.Message)
+				conditioned = time.Since(created)
+				g.Expect(c.Reason).To(Equal(depv1alpha1.ReasonDangling))
+				g.Expect(c.Message).To(ContainSubstring("1 reference names an object that does not exist"))
+				g.Expect(c.Message).To(ContainSubstring("VirtualMachine/default/vm-dangling -> vpcs default/vpc-missing"))
+			}
+		}).WithTimeout(grace + 30*time.Second).WithPolling(interval).Should(Succeed())
+		GinkgoWriter.Printf("grace period %s: Event after %s, ReferencesResolved=False after %s\n", grace, evented.Round(100*time.Millisecond), conditioned.Round(100*time.Millisecond))
+		Expect(evented).To(BeNumerically(">=", grace), "reported before the grace period")
+		Expect(conditioned).To(BeNumerically(">=", grace), "reported before the grace period")
+		Expect(dangling()).To(Equal(1.0))
+
+		By("creating the VPC: the rule says AllResolved within 30 s")
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-missing", nil))
+		appeared := time.Now()
+		Eventually(func(g Gomega) {
+			c := resolved(ctx, g)
+			g.Expect(c.Status).To(Equal(metav1.ConditionTrue), c.Message)
+			g.Expect(c.Reason).To(Equal(depv1alpha1.ReasonAllResolved))
+		}).WithTimeout(30 * time.Second).WithPolling(interval).Should(Succeed())
+		GinkgoWriter.Printf("cleared %s after the VPC was created\n", time.Since(appeared).Round(100*time.Millisecond))
+		Expect(dangling()).To(Equal(0.0))
+
+		By("one Event for the reference, not one per pass")
+		Consistently(func(g Gomega) {
+			g.Expect(danglingEvents(ctx, g, "vm-dangling")).To(HaveLen(1))
+		}).WithTimeout(3 * time.Second).WithPolling(time.Second).Should(Succeed())
+	})
+
+	It("warns on a CREATE of a VM that names a missing VPC, and admits it", func(ctx context.Context) {
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-here", nil))
+		collected := &kcpenv.WarningCollector{}
+		cfg := rest.CopyConfig(kcpConfig)
+		cfg.Host += consumer.RequestPath()
+		cfg.WarningHandlerWithContext = collected
+		c, err := client.New(cfg, client.Options{})
+		Expect(err).NotTo(HaveOccurred())
+		missingWarning := func(name, vpc string) string {
+			return `VirtualMachine "` + name + `" references vpcs "` + vpc + `", which does not exist; the reference is allowed, and reported as dangling if it does not exist within 15s`
+		}
+		// The controller installs the check of new references with the
+		// rule; until kcp calls it, a create gets no warning.
+		Eventually(func(g Gomega) {
+			name := "vm-warned-" + time.Now().Format("150405.000")
+			name = strings.ReplaceAll(name, ".", "-")
+			g.Expect(c.Create(ctx, newObject(vmGVR, "default", name, vmRef("vpc-nowhere")))).To(Succeed())
+			g.Expect(collected.Warnings()).To(ContainElement(missingWarning(name, "vpc-nowhere")))
+		}).WithTimeout(timeout).WithPolling(time.Second).Should(Succeed())
+
+		before := len(collected.Warnings())
+		Expect(c.Create(ctx, newObject(vmGVR, "default", "vm-fine", vmRef("vpc-here")))).To(Succeed())
+		Expect(collected.Warnings()[before:]).To(BeEmpty(), "a reference to a VPC that exists")
+	})
+})

@@ -1,0 +1,207 @@
+// Package horizon decides, for a DELETE of a protected object, what the
+// object's own state and an index that knows how current it is say about
+// the dependents that may reference it (see package inflight and
+// docs/architecture.md, "Admitted references"): which references recorded
+// on the object may still be in flight, waiting a moment for them to land,
+// and whether the index holds every dependent that can reference the
+// object, so that the DELETE needs no read.
+package horizon
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/buger/jsonparser"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+
+	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/inflight"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/tracking"
+)
+
+// Currency tells how current the index is and which admissions it has
+// seen; *index.Index implements it.
+type Currency interface {
+	// Currency returns a time before which every dependent of src in
+	// cluster that kcp stored is in the index (see index.Index.Currency).
+	Currency(src index.Source, cluster logicalcluster.Name) (time.Time, bool)
+	// Admitted tells when the index first saw a dependent of src carrying
+	// the admission id.
+	Admitted(src index.Source, id string) (time.Time, bool)
+	// WaitAdmitted waits until the index has seen the admission id on a
+	// dependent of src, or ctx ends.
+	WaitAdmitted(ctx context.Context, src index.Source, id string) (time.Time, bool)
+	// Dependent returns the virtual workspace URL of src on the shard of
+	// cluster, and a dependent the index holds there.
+	Dependent(src index.Source, cluster logicalcluster.Name) (string, kcp.Meta, bool)
+	// ServingURL returns the URL of the virtual workspace of src on the
+	// shard known to serve cluster.
+	ServingURL(src index.Source, cluster logicalcluster.Name) (string, bool)
+}
+
+// Activation tells since when an admission webhook is in effect on a
+// shard; *tracking.Tracker implements it.
+type Activation interface {
+	Since(ctx context.Context, key tracking.Key, obj tracking.Object) (time.Time, bool)
+}
+
+// InFlightWait bounds how long a DELETE waits for references in flight to
+// land: a dependent whose admission recorded its reference is stored
+// moments later, unless another webhook holds it up.
+const InFlightWait = 2 * time.Second
+
+// Object is what the object being deleted says about its references: its
+// ledger, as the DELETE's admission sees it (the state the DELETE commits
+// against), and when it was created.
+type Object struct {
+	Ledger  inflight.Ledger
+	Created time.Time
+	// Malformed is set when the ledger did not parse: nothing is decided
+	// from it.
+	Malformed bool
+}
+
+// Read reads the ledger and the creation time of an object from its JSON.
+func Read(raw []byte) Object {
+	var o Object
+	var err error
+	if o.Ledger, err = inflight.LedgerOf(raw); err != nil {
+		o.Malformed = true
+	}
+	if ts, err := jsonparser.GetString(raw, "metadata", "creationTimestamp"); err == nil {
+		if t, err := time.Parse(time.RFC3339, ts); err == nil {
+			o.Created = t
+		}
+	}
+	return o
+}
+
+// Group is a dependent type that can reference the object, as the DELETE
+// groups the rules that protect it.
+type Group struct {
+	Source index.Source
+	// Synced is set when the index has listed the type on every shard and
+	// its watch is not broken.
+	Synced bool
+	// Scheme is the fingerprint of the scheme under which the dependents
+	// are labelled, empty if they are not.
+	Scheme string
+	// Tracked is set when every rule of the group reports its references
+	// tracked, since TrackedSince.
+	Tracked      bool
+	TrackedSince time.Time
+}
+
+// Judge answers the questions of a DELETE about the object's horizon.
+type Judge struct {
+	Currency   Currency
+	Activation Activation
+}
+
+// Landed tells whether the index has seen an admission id on a dependent of
+// any of the groups.
+func (j *Judge) Landed(groups []Group) inflight.Landed {
+	return func(id string) (time.Time, bool) {
+		for _, g := range groups {
+			if t, ok := j.Currency.Admitted(g.Source, id); ok {
+				return t, true
+			}
+		}
+		return time.Time{}, false
+	}
+}
+
+// WaitLanded waits, at most InFlightWait and until ctx ends, until the
+// index has seen every mark on a dependent of one of the groups.
+func (j *Judge) WaitLanded(ctx context.Context, groups []Group, marks []inflight.Mark) {
+	ctx, stop := context.WithTimeout(ctx, InFlightWait)
+	defer stop()
+	var wg sync.WaitGroup
+	for _, m := range marks {
+		wg.Go(func() {
+			mctx, done := context.WithCancel(ctx)
+			defer done()
+			var once sync.Once
+			var inner sync.WaitGroup
+			for _, g := range groups {
+				inner.Go(func() {
+					if _, ok := j.Currency.WaitAdmitted(mctx, g.Source, m.ID); ok {
+						once.Do(done)
+					}
+				})
+			}
+			inner.Wait()
+		})
+	}
+	wg.Wait()
+}
+
+// Current reports whether the index holds every dependent that can
+// reference the object (of target, named in obj), so that the DELETE needs
+// no read: for every group, the rules track its references
+// (ReferencesTracked, since some time), the labelling webhook of the
+// dependents with their current scheme and the guard of the object's
+// ledger are in effect on the shard (see package tracking), and the index
+// is current past the latest of the ledger's horizon and MaxInFlight after
+// each of those began. References recorded before any of them may have
+// landed up to MaxInFlight later; the index holds them once it is current
+// past that. If not, it says why.
+func (j *Judge) Current(ctx context.Context, target index.Source, obj kcp.Meta, groups []Group, a inflight.Assessment) (bool, string) {
+	if j.Currency == nil || j.Activation == nil || len(groups) == 0 {
+		return false, "no horizon"
+	}
+	if a.Horizon.IsZero() {
+		return false, "the object has no creation time"
+	}
+	horizon := a.Horizon
+	later := func(t time.Time) {
+		if t = t.Add(inflight.MaxInFlight); t.After(horizon) {
+			horizon = t
+		}
+	}
+	shard, known := j.Currency.ServingURL(target, obj.Cluster)
+	if !known {
+		return false, "the shard of the workspace is not known yet"
+	}
+	guard, ok := j.Activation.Since(ctx, tracking.Key{Kind: tracking.KindGuard, Source: target, Shard: shard},
+		tracking.Object{Cluster: obj.Cluster, Namespace: obj.Namespace, Name: obj.Name})
+	if !ok {
+		return false, "the guard of the ledger is not known to be in effect on the shard"
+	}
+	later(guard)
+	for _, g := range groups {
+		switch {
+		case !g.Synced:
+			return false, fmt.Sprintf("%s is not synced", g.Source)
+		case g.Scheme == "":
+			return false, fmt.Sprintf("%s is not labelled", g.Source)
+		case !g.Tracked:
+			return false, fmt.Sprintf("the rules of %s do not report ReferencesTracked=True", g.Source)
+		}
+		later(g.TrackedSince)
+		url, probe, ok := j.Currency.Dependent(g.Source, obj.Cluster)
+		if !ok {
+			return false, fmt.Sprintf("no dependent of %s on the shard to probe with", g.Source)
+		}
+		labelling, ok := j.Activation.Since(ctx, tracking.Key{Kind: tracking.KindLabelling, Source: g.Source, Shard: url, Scheme: g.Scheme},
+			tracking.Object{Cluster: probe.Cluster, Namespace: probe.Namespace, Name: probe.Name})
+		if !ok {
+			return false, fmt.Sprintf("the labelling webhook of %s is not known to be in effect on the shard", g.Source)
+		}
+		later(labelling)
+	}
+	for _, g := range groups {
+		c, ok := j.Currency.Currency(g.Source, obj.Cluster)
+		switch {
+		case !ok:
+			return false, fmt.Sprintf("the index of %s does not know how current it is", g.Source)
+		case c.Before(horizon):
+			return false, fmt.Sprintf("the index of %s is current until %s, before the horizon %s", g.Source, c.UTC().Format(time.RFC3339), horizon.UTC().Format(time.RFC3339))
+		}
+	}
+	return true, ""
+}
