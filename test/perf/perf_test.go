@@ -15,8 +15,12 @@
 //     burst of concurrent allowed ones; how the webhook read the
 //     dependents for each allowed DELETE (from its metrics); kcp's part of
 //     a label-selected read (the LIST made directly, with nothing written
-//     before it and right after a VPC's CREATE); and the webhook's memory
-//     per indexed dependent;
+//     before it and right after a VPC's CREATE); the webhook's memory per
+//     indexed dependent; and the DELETE of an old VPC (created, and last
+//     referenced by a VM since deleted, more than oldAge before, the rule
+//     reporting ReferencesTracked=True since as long), which the webhook
+//     allows without a read (via="horizon"), against the same DELETE
+//     without any rule;
 //   - create: a dependent's CREATE with the rule (the labelling webhook and
 //     the check of new references) and without any rule, and a label-only
 //     UPDATE of a dependent, which kcp sends to the labelling webhook alone;
@@ -24,10 +28,23 @@
 //     deferred deletions alone, with the rule (the guard of records is
 //     configured, and kcp evaluates its match condition) and without, and
 //     that kcp called the guard for none of them;
+//   - race: 500 rounds (MEASURE_RACE_N) of a VM's CREATE and the DELETE of
+//     the VPC it references sent at the same moment, with the rule (no VPC
+//     may be deleted after the VM was stored: the test fails otherwise)
+//     and without any rule;
+//   - hot: 10,000 VMs (MEASURE_HOT_N) referencing one VPC created 16 at a
+//     time, with the rule (every reference is recorded on that VPC; a
+//     client must see no error: the test fails otherwise) and without;
 //   - bulk: bulk deletions (kubectl delete --all, and deleting a namespace)
 //     with 500, 1,000 and 2,000 targets (MEASURE_BULK_N) and as many
 //     dependents referencing them, with the rule and without it, and how
-//     the webhook decided the items of the namespace deletion;
+//     the webhook decided the items of the namespace deletion; then the
+//     same of old objects (created more than oldAge before):
+//     kubectl delete --all of 1,000 VPCs no longer referenced
+//     (MEASURE_OLD_ALL_N), and a namespace of 2,000 VPCs and VMs
+//     referencing them (MEASURE_OLD_NS_N), with the rule once where the
+//     consumer accepted the network provider's events claim and once where
+//     it rejected it;
 //   - stack: a three-level stack of 1,000 objects per level
 //     (MEASURE_STACK_N) deleted in one go under Replay rules, against an
 //     ordered deletion without rules.
@@ -129,7 +146,7 @@ type setup struct {
 }
 
 // parts are the parts of the measurement, in the order they run.
-var parts = []string{"single", "create", "update", "bulk", "stack"}
+var parts = []string{"single", "create", "update", "race", "hot", "bulk", "stack"}
 
 func TestMeasure(t *testing.T) {
 	logf.SetLogger(zap.New(zap.WriteTo(io.Discard)))
@@ -148,6 +165,8 @@ func TestMeasure(t *testing.T) {
 	singleN := sizes(t, "MEASURE_SINGLE_N", 1000, 10000)
 	bulkN := sizes(t, "MEASURE_BULK_N", 500, 1000, 2000)
 	stackN := sizes(t, "MEASURE_STACK_N", 1000)
+	raceN, hotN := size(t, "MEASURE_RACE_N", 500), size(t, "MEASURE_HOT_N", 10000)
+	oldAllN, oldNsN := size(t, "MEASURE_OLD_ALL_N", 1000), size(t, "MEASURE_OLD_NS_N", 2000)
 	s := start(ctx, t)
 	var report []string
 	for _, part := range parts {
@@ -161,6 +180,10 @@ func TestMeasure(t *testing.T) {
 			report = append(report, s.creates(ctx, t)...)
 		case "update":
 			report = append(report, s.updates(ctx, t)...)
+		case "race":
+			report = append(report, s.races(ctx, t, raceN)...)
+		case "hot":
+			report = append(report, s.hots(ctx, t, hotN)...)
 		case "bulk":
 			report = append(report, "## Bulk deletions (seconds): N targets and N dependents referencing them", "",
 				"| N | `kubectl delete vpcs --all`, no rule | same, with the rule (all denied) | namespace, no rule | namespace, with the rule | ratio | namespace with the rule: items decided via teardown / live / index |",
@@ -171,6 +194,7 @@ func TestMeasure(t *testing.T) {
 			report = append(report, "", "Items: the webhook's DELETE decisions during the namespace deletion (dependency_webhook_decisions_total by via, every outcome): "+
 				"teardown items are decided from the index alone once kcp refuses a dry-run Event in the namespace (it is being deleted); "+
 				"live ones read the dependents; index ones were denied from the index (their VM was not deleted yet, and kcp retries them).", "")
+			report = append(report, s.bulkOld(ctx, t, oldAllN, oldNsN)...)
 		case "stack":
 			report = append(report, s.stacks(ctx, t, stackN)...)
 		}
@@ -211,9 +235,10 @@ func (s *setup) singles(ctx context.Context, t *testing.T, sizes []int) []string
 	// indexed, before the DELETEs below add the garbage of their live reads.
 	before := s.memory(t)
 	rows := make([]singleRow, len(sizes))
+	var populated []time.Time
 	for i, n := range sizes {
 		rows[i] = singleRow{n: n, ns: fmt.Sprintf("n%d", n)}
-		s.populateSingle(ctx, t, rows[i].ns, n)
+		populated = append(populated, s.populateSingle(ctx, t, rows[i].ns, n))
 	}
 	s.waitIndexed(ctx, t)
 	indexed := s.indexed(t)
@@ -238,12 +263,22 @@ func (s *setup) singles(ctx context.Context, t *testing.T, sizes []int) []string
 	for i := range rows {
 		s.single(ctx, t, &rows[i])
 	}
+	// The old VPCs: once oldAge has passed since the rule reported
+	// ReferencesTracked=True and since they were created and last
+	// referenced.
+	waitAged(t, append([]time.Time{s.waitTracked(ctx, t, s.standard)}, populated...)...)
+	for i := range rows {
+		s.singleOld(ctx, t, &rows[i])
+	}
 
 	// The baseline: the same DELETE without any rule.
 	s.protect(ctx, t, nil)
 	for i := range rows {
 		row := &rows[i]
 		row.baseline, _ = s.measureNew(ctx, t, row.ns)
+		kcp0 := s.kcpTimes(ctx, t)
+		row.oldBaseline = measure(t, func() error { return s.dyn.Resource(vpcs).Namespace(row.ns).Delete(ctx, "old", dryRun) })
+		row.oldBaselineKcp = s.kcpTimes(ctx, t).since(kcp0, samples+2, "DELETE")
 		report = append(report, fmt.Sprintf("| %d | %s | %s | %s | %s | %+.1f | %s | %s | %s |", row.n, row.baseline, row.denied, row.before, row.labelled,
 			msOf(row.labelled.p50-row.baseline.p50), row.former, row.burst, row.list))
 	}
@@ -261,6 +296,19 @@ func (s *setup) singles(ctx context.Context, t *testing.T, sizes []int) []string
 		}
 	}
 	report = append(report, notes...)
+	report = append(report, "", fmt.Sprintf("## Single DELETEs of old objects (p50 / p99, ms; dry-run): a VPC created, and last referenced (by a VM since deleted), more than %s before, the rule reporting ReferencesTracked=True since more than %s", oldAge, oldAge), "",
+		"| dependents in the namespace | no rule | with the rule | with minus no rule (p50) | decided via horizon (no read) |",
+		"|---|---|---|---|---|")
+	for _, row := range rows {
+		report = append(report, fmt.Sprintf("| %d | %s | %s | %+.1f | %.0f of %d |", row.n, row.oldBaseline, row.old, msOf(row.old.p50-row.oldBaseline.p50), row.oldHorizon, samples+2))
+	}
+	report = append(report, "")
+	for _, row := range rows {
+		report = append(report, fmt.Sprintf("%d dependents: what kcp measured during the DELETEs of the old VPC without a rule: %s; with the rule: %s.", row.n, row.oldBaselineKcp, row.oldKcp))
+		if row.oldWhy != "" {
+			report = append(report, fmt.Sprintf("%d dependents: %.0f of the %d DELETEs of the old VPC were not decided via horizon; %s.", row.n, samples+2-row.oldHorizon, samples+2, row.oldWhy))
+		}
+	}
 	s.dropNamespaces(ctx, t, unlabelled)
 	for _, row := range rows {
 		s.dropNamespaces(ctx, t, row.ns)
@@ -295,10 +343,15 @@ func start(ctx context.Context, t *testing.T) *setup {
 
 // populateSingle creates the namespace ns of single with n dependents and
 // the VPCs to delete: "protected" (referenced by vm-target), "former"
-// (referenced by vm-former until single deletes it) and the burst's free-0
-// to free-15 (never referenced).
-func (s *setup) populateSingle(ctx context.Context, t *testing.T, ns string, n int) {
+// (referenced by vm-former until single deletes it), the burst's free-0
+// to free-15 (never referenced) and, before the dependents, "old"
+// (referenced by vm-old, which is deleted once the dependents are
+// created). It returns when "old" was last referenced.
+func (s *setup) populateSingle(ctx context.Context, t *testing.T, ns string, n int) time.Time {
 	s.createNamespace(ctx, t, ns)
+	createObjects(t, s.dyn, vpcs, ns, 1, func(int) (string, map[string]any) { return "old", map[string]any{} })
+	createObjects(t, s.dyn, vms, ns, 1, func(int) (string, map[string]any) { return "vm-old", vmSpec("old") })
+	referenced := time.Now()
 	start := time.Now()
 	createObjects(t, s.dyn, vms, ns, n, func(i int) (string, map[string]any) {
 		switch i {
@@ -316,6 +369,8 @@ func (s *setup) populateSingle(ctx context.Context, t *testing.T, ns string, n i
 		}
 		return fmt.Sprintf("free-%d", i-2), map[string]any{}
 	})
+	must(t, s.dyn.Resource(vms).Namespace(ns).Delete(ctx, "vm-old", metav1.DeleteOptions{}))
+	return referenced
 }
 
 // singleRow is a row of the single DELETEs: p50 / p99 of each column.
@@ -330,6 +385,32 @@ type singleRow struct {
 	beforeReads, labelledReads   string
 	// deniedElsewhere counts the denials not decided from the index.
 	deniedElsewhere float64
+	// old and oldBaseline are the DELETE of the old VPC with the rule and
+	// without; oldHorizon counts those of the rule decided via horizon,
+	// and oldWhy says what they rested on if not all were.
+	old, oldBaseline latency
+	oldHorizon       float64
+	oldWhy           string
+	// oldKcp and oldBaselineKcp are what kcp measured meanwhile.
+	oldKcp, oldBaselineKcp string
+}
+
+// singleOld measures the allowed DELETE of the old VPC of the namespace of
+// row, under the standard rule, and counts how many the webhook decided
+// without a read (via="horizon").
+func (s *setup) singleOld(ctx context.Context, t *testing.T, row *singleRow) {
+	vpcsIn := s.dyn.Resource(vpcs).Namespace(row.ns)
+	obj, err := vpcsIn.Get(ctx, "old", metav1.GetOptions{})
+	must(t, err)
+	t.Logf("%s/old: created %s, ledger of admitted references: %s", row.ns, obj.GetCreationTimestamp().Format(time.TimeOnly),
+		describeLedger(obj.GetAnnotations()[depv1alpha1.AnnotationAdmittedReferences]))
+	before, kcp0 := s.counter(t, allowedViaHorizon), s.kcpTimes(ctx, t)
+	row.old = measure(t, func() error { return vpcsIn.Delete(ctx, "old", dryRun) })
+	row.oldKcp = s.kcpTimes(ctx, t).since(kcp0, samples+2, "DELETE")
+	if row.oldHorizon = s.counter(t, allowedViaHorizon) - before; row.oldHorizon < samples+2 {
+		row.oldWhy = s.whyNotHorizon(ctx, t, row.ns, "old")
+		t.Logf("%s/old: %.0f of %d DELETEs decided via horizon; %s", row.ns, row.oldHorizon, samples+2, row.oldWhy)
+	}
 }
 
 // single measures single DELETEs under the standard rule, its dependents
@@ -459,13 +540,7 @@ func (c readCounts) since(before readCounts, n int) string {
 // bulk measures deleting n VPCs referenced by n VMs with kubectl delete
 // --all and by deleting their namespace, without the rule and with it.
 func (s *setup) bulk(ctx context.Context, t *testing.T, n int) string {
-	populate := func(ns string) {
-		s.createNamespace(ctx, t, ns)
-		createObjects(t, s.dyn, vpcs, ns, n, func(i int) (string, map[string]any) { return fmt.Sprintf("vpc-%05d", i), map[string]any{} })
-		createObjects(t, s.dyn, vms, ns, n, func(i int) (string, map[string]any) {
-			return fmt.Sprintf("vm-%05d", i), vmSpec(fmt.Sprintf("vpc-%05d", i))
-		})
-	}
+	populate := func(ns string) { s.populateBulk(ctx, t, ns, n) }
 	deleteAll := func(ns string, protected bool) string {
 		populate(ns)
 		if protected {
@@ -517,6 +592,16 @@ func (s *setup) bulk(ctx context.Context, t *testing.T, n int) string {
 	s.dropNamespaces(ctx, t, allProtected)
 	return fmt.Sprintf("| %d | %s | %s | %.1f | %.1f | %.2f | %.0f / %.0f / %.0f |", n, allFreeTook, allProtectedTook, nsFree.Seconds(), nsProtected.Seconds(),
 		nsProtected.Seconds()/nsFree.Seconds(), items[0]-before[0], items[1]-before[1], items[2]-before[2])
+}
+
+// populateBulk creates the namespace ns with n VPCs (vpc-00000 on) and a
+// VM referencing each (vm-00000 on).
+func (s *setup) populateBulk(ctx context.Context, t *testing.T, ns string, n int) {
+	s.createNamespace(ctx, t, ns)
+	createObjects(t, s.dyn, vpcs, ns, n, func(i int) (string, map[string]any) { return fmt.Sprintf("vpc-%05d", i), map[string]any{} })
+	createObjects(t, s.dyn, vms, ns, n, func(i int) (string, map[string]any) {
+		return fmt.Sprintf("vm-%05d", i), vmSpec(fmt.Sprintf("vpc-%05d", i))
+	})
 }
 
 // createNamespace creates a namespace in the consumer workspace.
@@ -662,6 +747,12 @@ func parallel(n, workers int, f func(i int) error) error {
 	close(work)
 	wg.Wait()
 	return first
+}
+
+// size returns the number of the environment variable name, or def if it
+// is unset.
+func size(t *testing.T, name string, def int) int {
+	return sizes(t, name, def)[0]
 }
 
 // sizes returns the comma-separated numbers of the environment variable

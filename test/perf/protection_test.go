@@ -186,9 +186,16 @@ func (s *setup) waitCondition(ctx context.Context, t *testing.T, rule *depv1alph
 // has none.
 func (s *setup) condition(ctx context.Context, t *testing.T, rule *depv1alpha1.DependencyRule) *metav1.Condition {
 	t.Helper()
+	return s.conditionOf(ctx, t, rule, depv1alpha1.ConditionDependentsLabelled)
+}
+
+// conditionOf returns the condition of type kind of rule, nil if it has
+// none.
+func (s *setup) conditionOf(ctx context.Context, t *testing.T, rule *depv1alpha1.DependencyRule, kind string) *metav1.Condition {
+	t.Helper()
 	var r depv1alpha1.DependencyRule
 	must(t, s.cli.Cluster(logicalcluster.From(rule).Path()).Get(ctx, client.ObjectKey{Name: rule.Name}, &r))
-	return meta.FindStatusCondition(r.Status.Conditions, depv1alpha1.ConditionDependentsLabelled)
+	return meta.FindStatusCondition(r.Status.Conditions, kind)
 }
 
 // webhookUser is the user the webhook authenticates as, and webhookAccess

@@ -159,8 +159,13 @@ func (s *setup) deleteEach(ctx context.Context, t *testing.T, ns string, gvr sch
 
 // waitGone waits until ns holds no object of the level.
 func (s *setup) waitGone(ctx context.Context, t *testing.T, ns string, l stackLevel) {
+	s.waitNone(ctx, t, l.gvr, ns)
+}
+
+// waitNone waits until ns holds no object of gvr.
+func (s *setup) waitNone(ctx context.Context, t *testing.T, gvr schema.GroupVersionResource, ns string) {
 	must(t, wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Minute, true, func(context.Context) (bool, error) {
-		list, err := s.dyn.Resource(l.gvr).Namespace(ns).List(ctx, metav1.ListOptions{Limit: 1})
+		list, err := s.dyn.Resource(gvr).Namespace(ns).List(ctx, metav1.ListOptions{Limit: 1})
 		return err == nil && len(list.Items) == 0, err
 	}))
 }

@@ -309,8 +309,13 @@ func Scrape(url string) (Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	return ParseMetrics(string(body)), nil
+}
+
+// ParseMetrics reads a Prometheus text exposition.
+func ParseMetrics(exposition string) Metrics {
 	m := Metrics{}
-	for line := range strings.SplitSeq(string(body), "\n") {
+	for line := range strings.SplitSeq(exposition, "\n") {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
@@ -322,7 +327,7 @@ func Scrape(url string) (Metrics, error) {
 			m[line[:i]] = v
 		}
 	}
-	return m, nil
+	return m
 }
 
 var vmRSS = regexp.MustCompile(`VmRSS:\s+(\d+) kB`)

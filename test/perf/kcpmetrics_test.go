@@ -1,0 +1,92 @@
+//go:build perf
+
+package perf
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+
+	"github.com/opendefensecloud/dependency-controller/test/procenv"
+)
+
+// kcpTimes are what kcp measured of itself (its /metrics), summed by what
+// they are of: the time its admission waited for each webhook, by webhook
+// and operation, and the time it took to serve requests, by verb and
+// resource; with how many there were.
+type kcpTimes struct {
+	sum, count map[string]float64
+}
+
+// The series of kcp's metrics that kcpTimes sums: histograms whose _sum and
+// _count are read.
+const (
+	kcpWebhookSeconds = "apiserver_admission_webhook_admission_duration_seconds"
+	kcpRequestSeconds = "apiserver_request_duration_seconds"
+)
+
+var seriesLabel = regexp.MustCompile(`(\w+)="([^"]*)"`)
+
+// kcpTimes reads kcp's metrics.
+func (s *setup) kcpTimes(ctx context.Context, t *testing.T) kcpTimes {
+	cfg := rest.CopyConfig(s.env.Config)
+	cfg.APIPath = "/"
+	cfg.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+	c, err := rest.UnversionedRESTClientFor(cfg)
+	must(t, err)
+	body, err := c.Get().AbsPath("/clusters/root/metrics").DoRaw(ctx)
+	must(t, err)
+	out := kcpTimes{sum: map[string]float64{}, count: map[string]float64{}}
+	for series, v := range procenv.ParseMetrics(string(body)) {
+		name, labels, _ := strings.Cut(series, "{")
+		l := map[string]string{}
+		for _, m := range seriesLabel.FindAllStringSubmatch(labels, -1) {
+			l[m[1]] = m[2]
+		}
+		var key string
+		switch strings.TrimSuffix(strings.TrimSuffix(name, "_sum"), "_count") {
+		case kcpWebhookSeconds:
+			key = fmt.Sprintf("webhook %s %s", l["name"], l["operation"])
+		case kcpRequestSeconds:
+			if l["dry_run"] != "" {
+				l["verb"] += " (dry run)"
+			}
+			key = fmt.Sprintf("%s %s", l["verb"], l["resource"])
+		default:
+			continue
+		}
+		switch {
+		case strings.HasSuffix(name, "_sum"):
+			out.sum[key] += v
+		case strings.HasSuffix(name, "_count"):
+			out.count[key] += v
+		}
+	}
+	return out
+}
+
+// since describes what kcp measured since before, per unit of n (say, per
+// CREATE measured): for each webhook call and each request for VPCs and
+// VMs that occurred (everyone's: the webhook's writes through the virtual
+// workspaces too), how many per unit and their mean time in milliseconds.
+func (k kcpTimes) since(before kcpTimes, n int, unit string) string {
+	var keys []string
+	for key, c := range k.count {
+		if c > before.count[key] && (strings.HasPrefix(key, "webhook ") || strings.HasSuffix(key, " "+vpcs.Resource) || strings.HasSuffix(key, " "+vms.Resource)) {
+			keys = append(keys, key)
+		}
+	}
+	slices.Sort(keys)
+	var parts []string
+	for _, key := range keys {
+		count := k.count[key] - before.count[key]
+		parts = append(parts, fmt.Sprintf("%s: %.2f per %s, %.1f ms each", key, count/float64(n), unit, 1000*(k.sum[key]-before.sum[key])/count))
+	}
+	return strings.Join(parts, "; ")
+}

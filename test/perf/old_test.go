@@ -1,0 +1,305 @@
+//go:build perf
+
+package perf
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+	apisv1alpha2 "github.com/kcp-dev/sdk/apis/apis/v1alpha2"
+
+	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/inflight"
+	"github.com/opendefensecloud/dependency-controller/test/procenv"
+)
+
+// oldAge is how long before the DELETEs measured on "old" objects these were
+// created and last referenced, and the rules reported ReferencesTracked=True:
+// more than inflight.MaxInFlight (65 s) and the index's lag (a few seconds),
+// past which the webhook allows the DELETE of an object whose references are
+// tracked without reading dependents (via="horizon").
+const oldAge = 2 * time.Minute
+
+// allowedViaHorizon is the webhook's count of DELETEs allowed without a
+// read, its index being current past the object's horizon.
+const allowedViaHorizon = `dependency_webhook_decisions_total{outcome="allowed",via="horizon"}`
+
+// trackedWait bounds how long waitTracked waits.
+const trackedWait = 5 * time.Minute
+
+// waitTracked waits until every rule of p reports ReferencesTracked=True
+// (the webhook records on the objects they name the references that
+// dependents' writes add) and returns the latest of their transitions to
+// True, from which on the webhook counts the references as tracked.
+func (s *setup) waitTracked(ctx context.Context, t *testing.T, p *protection) time.Time {
+	t.Helper()
+	start := time.Now()
+	var since time.Time
+	var last *metav1.Condition
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, trackedWait, true, func(context.Context) (bool, error) {
+		since = time.Time{}
+		for _, r := range p.rules {
+			if last = s.conditionOf(ctx, t, r, depv1alpha1.ConditionReferencesTracked); last == nil || last.Status != metav1.ConditionTrue {
+				return false, nil
+			}
+			since = later(since, last.LastTransitionTime.Time)
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("the rules %s do not report ReferencesTracked=True within %s: %+v", p.names(), trackedWait, last)
+	}
+	t.Logf("the rules %s reported ReferencesTracked=True (since %s) after %s", p.names(), since.Format(time.TimeOnly), time.Since(start).Round(100*time.Millisecond))
+	return since
+}
+
+// waitAged waits until oldAge has passed since the latest of times.
+func waitAged(t *testing.T, times ...time.Time) {
+	var latest time.Time
+	for _, at := range times {
+		latest = later(latest, at)
+	}
+	if d := time.Until(latest.Add(oldAge)); d > 0 {
+		t.Logf("waiting %s, until %s have passed since %s", d.Round(time.Second), oldAge, latest.Format(time.TimeOnly))
+		time.Sleep(d)
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// decided are the webhook's DELETE decisions by how they were reached
+// (dependency_webhook_decisions_total, every outcome), and the refusals
+// while a reference was in flight.
+type decided struct {
+	teardown, horizon, live, index, inFlight float64
+}
+
+// decisions returns the webhook's counts of DELETE decisions.
+func (s *setup) decisions(t *testing.T) decided {
+	const name = "dependency_webhook_decisions_total"
+	via := func(v string) float64 { return s.sum(t, name, `via="`+v+`"`) }
+	return decided{teardown: via("teardown"), horizon: via("horizon"), live: via("live"), index: via("index"),
+		inFlight: s.sum(t, name, `outcome="in-flight"`)}
+}
+
+// since returns the decisions since before as "teardown / horizon / live /
+// index / in-flight".
+func (d decided) since(before decided) string {
+	return fmt.Sprintf("%.0f / %.0f / %.0f / %.0f / %.0f", d.teardown-before.teardown, d.horizon-before.horizon,
+		d.live-before.live, d.index-before.index, d.inFlight-before.inFlight)
+}
+
+// whyNotHorizon describes what the webhook's decision of the allowed DELETE
+// of the VPC name in ns rests on, for a note when it was not decided via
+// horizon: the rule's ReferencesTracked condition, the VPC's ledger of
+// admitted references and creation, and the currency of the index.
+func (s *setup) whyNotHorizon(ctx context.Context, t *testing.T, ns, name string) string {
+	var notes []string
+	for _, r := range s.standard.rules {
+		if c := s.conditionOf(ctx, t, r, depv1alpha1.ConditionReferencesTracked); c != nil {
+			notes = append(notes, fmt.Sprintf("rule %s: ReferencesTracked=%s since %s (%s)", r.Name, c.Status, c.LastTransitionTime.Format(time.TimeOnly), c.Reason))
+		}
+	}
+	if obj, err := s.dyn.Resource(vpcs).Namespace(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+		notes = append(notes, fmt.Sprintf("%s/%s created %s, ledger %q", ns, name, obj.GetCreationTimestamp().Format(time.TimeOnly),
+			obj.GetAnnotations()[depv1alpha1.AnnotationAdmittedReferences]))
+	}
+	m, err := procenv.Scrape(s.metrics)
+	must(t, err)
+	for series, v := range m {
+		if strings.HasPrefix(series, "dependency_webhook_index_currency_age_seconds") {
+			notes = append(notes, fmt.Sprintf("%s %.1f", series, v))
+		}
+	}
+	return fmt.Sprintf("now %s (MaxInFlight %s): %s", time.Now().Format(time.TimeOnly), inflight.MaxInFlight, strings.Join(notes, "; "))
+}
+
+// populateFormer creates n VPCs in the new namespace ns and a VM
+// referencing each, and then deletes the VMs: n VPCs that were referenced
+// and are not any more.
+func (s *setup) populateFormer(ctx context.Context, t *testing.T, ns string, n int) {
+	s.populateBulk(ctx, t, ns, n)
+	must(t, parallel(n, 16, func(i int) error {
+		return s.dyn.Resource(vms).Namespace(ns).Delete(ctx, fmt.Sprintf("vm-%05d", i), metav1.DeleteOptions{})
+	}))
+	s.waitNone(ctx, t, vms, ns)
+}
+
+// bulkOld measures deleting objects created, and last referenced, more than
+// oldAge before, with the rule (its references tracked since more than
+// oldAge) and without any rule: kubectl delete vpcs --all of allN VPCs that
+// nothing references any more (each was referenced by a VM that was
+// deleted), and the deletion of a namespace of nsN VPCs and nsN VMs
+// referencing them, with the rule once where the consumer accepted the
+// events claim of the network provider's APIExport and once where it
+// rejected it: then the webhook cannot ask kcp whether the namespace is
+// being deleted (a dry-run Event through that export's virtual workspace),
+// and kcp's teardown items are decided like any other DELETE.
+func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, nsN int) []string {
+	var kcpTimes []string
+	deleteAll := func(ns string) time.Duration {
+		// kubectl's discovery, untimed.
+		if out, err := exec.CommandContext(ctx, s.kubectl[0], append(s.kubectl[1:], "get", "vpcs", "-n", ns, "--field-selector=metadata.name=none")...).CombinedOutput(); err != nil {
+			t.Fatalf("kubectl get vpcs -n %s: %v\n%s", ns, err, tail(out))
+		}
+		kcp0 := s.kcpTimes(ctx, t)
+		start := time.Now()
+		out, err := exec.CommandContext(ctx, s.kubectl[0], append(s.kubectl[1:], "delete", "vpcs", "--all", "-n", ns, "--wait=false")...).CombinedOutput()
+		took := time.Since(start)
+		if err != nil {
+			t.Fatalf("kubectl delete vpcs --all -n %s: %v\n%s", ns, err, tail(out))
+		}
+		if deleted := strings.Count(string(out), " deleted"); deleted != allN {
+			t.Fatalf("kubectl delete vpcs --all -n %s deleted %d of %d:\n%s", ns, deleted, allN, tail(out))
+		}
+		kcpTimes = append(kcpTimes, s.kcpTimes(ctx, t).since(kcp0, allN, "DELETE"))
+		return took
+	}
+	deleteNamespace := func(ns string) time.Duration {
+		start := time.Now()
+		s.dropNamespaces(ctx, t, ns)
+		return time.Since(start)
+	}
+
+	// No rule.
+	allFree, nsFree := fmt.Sprintf("old-all-free-%d", allN), fmt.Sprintf("old-ns-free-%d", nsN)
+	s.protect(ctx, t, nil)
+	s.populateFormer(ctx, t, allFree, allN)
+	s.populateBulk(ctx, t, nsFree, nsN)
+	waitAged(t, time.Now())
+	allFreeTook := deleteAll(allFree)
+	s.dropNamespaces(ctx, t, allFree)
+	nsFreeTook := deleteNamespace(nsFree)
+
+	// The rule.
+	allRule, nsEvents, nsNoEvents := fmt.Sprintf("old-all-rule-%d", allN), fmt.Sprintf("old-ns-events-%d", nsN), fmt.Sprintf("old-ns-noevents-%d", nsN)
+	s.protect(ctx, t, s.standard)
+	tracked := s.waitTracked(ctx, t, s.standard)
+	s.populateFormer(ctx, t, allRule, allN)
+	s.populateBulk(ctx, t, nsEvents, nsN)
+	s.populateBulk(ctx, t, nsNoEvents, nsN)
+	populated := time.Now()
+	// A first allowed DELETE has the webhook probe kcp's admission for the
+	// labelling webhook and the guard of the ledger (in the background):
+	// MaxInFlight after they are found in effect, the index can be current
+	// past the objects' horizon.
+	must(t, s.dyn.Resource(vpcs).Namespace(allRule).Delete(ctx, "vpc-00000", dryRun))
+	s.waitIndexed(ctx, t)
+	waitAged(t, tracked, populated)
+
+	before := s.decisions(t)
+	allRuleTook := deleteAll(allRule)
+	allRuleVia := s.decisions(t).since(before)
+	if s.counter(t, allowedViaHorizon)-before.horizon < float64(allN) {
+		t.Logf("kubectl delete --all with the rule: not every DELETE decided via horizon (%s); %s", allRuleVia, s.whyNotHorizon(ctx, t, nsEvents, "vpc-00000"))
+	}
+	s.dropNamespaces(ctx, t, allRule)
+	before = s.decisions(t)
+	nsEventsTook := deleteNamespace(nsEvents)
+	nsEventsVia := s.decisions(t).since(before)
+	s.claimEvents(ctx, t, false)
+	before = s.decisions(t)
+	nsNoEventsTook := deleteNamespace(nsNoEvents)
+	nsNoEventsVia := s.decisions(t).since(before)
+	s.claimEvents(ctx, t, true)
+	s.protect(ctx, t, nil)
+
+	row := func(what string, n int, free, rule time.Duration, via string) string {
+		return fmt.Sprintf("| %s | %d | %.1f | %.1f | %.2f | %s |", what, n, free.Seconds(), rule.Seconds(), rule.Seconds()/free.Seconds(), via)
+	}
+	return []string{fmt.Sprintf("## Deleting old objects (seconds): every object created, and last referenced, more than %s before the deletion, and the rule's references tracked (ReferencesTracked=True) since more than %s", oldAge, oldAge), "",
+		"| deletion | N | no rule | with the rule | ratio | with the rule: DELETEs decided via teardown / horizon / live / index / in-flight |",
+		"|---|---|---|---|---|---|",
+		row("`kubectl delete vpcs --all` of N VPCs no longer referenced (the VM that referenced each was deleted)", allN, allFreeTook, allRuleTook, allRuleVia),
+		row("namespace of N VPCs and N VMs referencing them; the consumer accepted the network provider's events claim", nsN, nsFreeTook, nsEventsTook, nsEventsVia),
+		row("same, the events claim rejected (the webhook cannot ask whether the namespace is being deleted)", nsN, nsFreeTook, nsNoEventsTook, nsNoEventsVia),
+		"",
+		fmt.Sprintf("What kcp measured during `kubectl delete vpcs --all` without the rule: %s; with the rule: %s.", kcpTimes[0], kcpTimes[1]),
+		"Decisions: dependency_webhook_decisions_total by via (every outcome) and outcome=\"in-flight\" during the deletion; horizon: allowed without reading dependents, the index being current past the object's horizon; " +
+			"teardown: an item of kcp's teardown decided from the index once kcp refused a dry-run Event in the namespace; live: dependents read; index: denied from the index (the VM was not deleted yet; kcp retries the item).", ""}
+}
+
+// claimEvents has the consumer accept (or reject) the events claim of the
+// network provider's APIExport in its binding, and waits until a dry-run
+// CREATE of an Event in the consumer workspace through that export's
+// virtual workspace is accepted (or refused): the webhook's question
+// whether a namespace is being deleted.
+func (s *setup) claimEvents(ctx context.Context, t *testing.T, accepted bool) {
+	t.Helper()
+	state := apisv1alpha2.ClaimRejected
+	if accepted {
+		state = apisv1alpha2.ClaimAccepted
+	}
+	c := s.cli.Cluster(s.consumer)
+	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		binding := &apisv1alpha2.APIBinding{}
+		if err := c.Get(ctx, client.ObjectKey{Name: vpcs.Group}, binding); err != nil {
+			return err
+		}
+		for i, claim := range binding.Spec.PermissionClaims {
+			if claim.Group == "" && claim.Resource == "events" {
+				binding.Spec.PermissionClaims[i].State = state
+			}
+		}
+		return c.Update(ctx, binding)
+	}))
+	events := s.eventsThroughExport(ctx, t)
+	probe := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Event",
+		"metadata":       map[string]any{"generateName": "perf-probe.", "namespace": "default"},
+		"involvedObject": map[string]any{"apiVersion": "v1", "kind": "Namespace", "name": "default", "namespace": "default"},
+		"reason":         "Probe", "message": "a dry run", "type": "Normal",
+	}}
+	var last error
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		_, last = events.Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return (last == nil) == accepted, nil
+	}); err != nil {
+		t.Fatalf("events claim %s: a dry-run Event through the network provider's virtual workspace still gives %v", state, last)
+	}
+	t.Logf("events claim %s: a dry-run Event through the network provider's virtual workspace gives %v", state, last)
+}
+
+// eventsThroughExport returns the Events of the consumer workspace's
+// namespace default as the network provider's APIExport virtual workspace
+// serves them, to the admin.
+func (s *setup) eventsThroughExport(ctx context.Context, t *testing.T) dynamic.ResourceInterface {
+	t.Helper()
+	network := rest.CopyConfig(s.env.Config)
+	network.Host += s.network.RequestPath()
+	dyn, err := dynamic.NewForConfig(network)
+	must(t, err)
+	slice, err := dyn.Resource(schema.GroupVersionResource{Group: "apis.kcp.io", Version: "v1alpha1", Resource: "apiexportendpointslices"}).
+		Get(ctx, vpcs.Group, metav1.GetOptions{})
+	must(t, err)
+	endpoints, _, _ := unstructured.NestedSlice(slice.Object, "status", "endpoints")
+	if len(endpoints) == 0 {
+		t.Fatalf("the APIExportEndpointSlice %s has no endpoints", vpcs.Group)
+	}
+	url, _, _ := unstructured.NestedString(endpoints[0].(map[string]any), "url")
+	lc, err := s.dyn.Resource(schema.GroupVersionResource{Group: "core.kcp.io", Version: "v1alpha1", Resource: "logicalclusters"}).Get(ctx, "cluster", metav1.GetOptions{})
+	must(t, err)
+	cfg := rest.CopyConfig(s.env.Config)
+	cfg.Host = url + logicalcluster.Name(lc.GetAnnotations()[logicalcluster.AnnotationKey]).Path().RequestPath()
+	vw, err := dynamic.NewForConfig(cfg)
+	must(t, err)
+	return vw.Resource(schema.GroupVersionResource{Version: "v1", Resource: "events"}).Namespace("default")
+}
