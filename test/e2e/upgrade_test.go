@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -35,12 +37,28 @@ import (
 // (make previous, PREVIOUS_REF).
 var previousDir = filepath.Join(binDir, "previous")
 
-// newWebhookFlags and newControllerFlags are the flags of each binary that
-// the previous release does not know; it runs without them.
-var (
-	newWebhookFlags    = []string{"record-keys-dir", "deferred-deletion-ttl", "relabel-interval"}
-	newControllerFlags = []string{"webhook-user"}
-)
+// newFlags returns the names of the flags in args that binary does not
+// know, read from its --help: the previous release runs without them, and
+// the current one gets them back when it replaces it.
+func newFlags(binary string, args []string) []string {
+	GinkgoHelper()
+	// --help exits with status 0 (pflag's ErrHelp) or 2 (flag); either way
+	// it prints the flags it knows.
+	out, _ := exec.Command(binary, "--help").CombinedOutput()
+	known := map[string]bool{}
+	for _, m := range regexp.MustCompile(`--([a-z0-9][a-z0-9-]*)`).FindAllStringSubmatch(string(out), -1) {
+		known[m[1]] = true
+	}
+	Expect(known).To(HaveKey("kubeconfig"), "%s --help printed no flags:\n%s", binary, out)
+	var names []string
+	for _, a := range args {
+		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if strings.HasPrefix(a, "--") && !known[name] && !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	return names
+}
 
 // withoutFlags returns args without the flags named.
 func withoutFlags(args []string, names ...string) []string {
@@ -65,6 +83,9 @@ func upgradeScenarios() {
 			Expect(err).NotTo(HaveOccurred(), "the previous release's %s is missing: run `make previous`", b)
 		}
 		const pairs, ns = 20, "upgrade"
+		newWebhookFlags := newFlags(filepath.Join(previousDir, "webhook"), webhookProc.Args)
+		newControllerFlags := newFlags(filepath.Join(previousDir, "controller"), controllerProc.Args)
+		GinkgoWriter.Printf("flags the previous release does not know: webhook %v, controller %v\n", newWebhookFlags, newControllerFlags)
 		workspaces := []logicalcluster.Path{consumerA, consumerB}
 		inUpgrade := func(o *unstructured.Unstructured) *unstructured.Unstructured {
 			o.SetNamespace(ns)
