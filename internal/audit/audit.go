@@ -15,6 +15,7 @@ import (
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/index/route"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/vw"
 )
@@ -292,5 +293,5 @@ func (a *Auditor) record(ctx context.Context, dangling []*finding) {
 // fail again.
 func retry(err error) bool {
 	_, transient := vw.RetryCause(err)
-	return transient || errors.Is(err, index.ErrNotInspected) || errors.Is(err, context.DeadlineExceeded)
+	return transient || errors.Is(err, route.ErrNotInspected) || errors.Is(err, context.DeadlineExceeded)
 }

@@ -28,10 +28,11 @@
 // dependents of a source (Admitted, WaitAdmitted).
 //
 // What the watches learn about shards also routes requests for objects of
-// a source: Serving, Shards and OnShardOf name the virtual workspace of the
-// shard that serves a workspace, and Retry retries as the index's reads do
-// (package objects writes through them). Metrics measures the index: its
-// size, the state of each source, and its live reads and their retries.
+// a source: the index embeds a route.Router, whose Serving, Shards and
+// OnShardOf name the virtual workspace of the shard that serves a
+// workspace, and whose Retry retries as the index's reads do (package
+// objects writes through them). Metrics measures the index: its size, the
+// state of each source, and its live reads and their retries.
 package index
 
 import (
@@ -49,8 +50,8 @@ import (
 
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/index/live"
+	"github.com/opendefensecloud/dependency-controller/internal/index/route"
 	"github.com/opendefensecloud/dependency-controller/internal/index/sources"
-	"github.com/opendefensecloud/dependency-controller/internal/index/store"
 	"github.com/opendefensecloud/dependency-controller/internal/index/targets"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/scheme"
@@ -124,12 +125,8 @@ type Options struct {
 // watch is what the index needs of the watch of a source; *sources.Watch
 // implements it.
 type watch interface {
-	State() State
+	route.Watch
 	Paths() []fieldpath.Reference
-	Store() *store.Store
-	Shards(cluster logicalcluster.Name) ([]string, bool)
-	Serving(cluster logicalcluster.Name) (string, bool)
-	ReadThrough(cluster logicalcluster.Name, url string)
 	ShardSynced(url string) bool
 	SetWatchTargets(on bool)
 	Targets() (*targets.Set, bool)
@@ -145,6 +142,10 @@ type running struct {
 // Index is the reference index of all sources. It is a manager.Runnable;
 // sources start to be watched once it runs.
 type Index struct {
+	// Router routes requests for objects of the sources the index
+	// watches, and retries them; the index's own reads go through it.
+	*route.Router
+
 	cfg     sources.Config
 	clients *vw.Clients
 	opts    Options
@@ -201,6 +202,7 @@ func New(cfg *rest.Config, frontProxy string, opts Options) (*Index, error) {
 		now:      time.Now,
 	}
 	ix.metrics = newMetrics(ix.Len, ix.Sources)
+	ix.Router = route.New(func(src Source) route.Watch { return ix.watch(src) }, ix.clients, ix.metrics.retried)
 	ix.cfg = sources.Config{
 		ClusterClients: front, FrontProxy: frontProxy, Clients: ix.clients,
 		PollInterval: opts.PollInterval, Identity: opts.Identity, Notify: ix.notify, Changed: ix.updated,

@@ -71,7 +71,7 @@ func (m *metrics) collectors() []prometheus.Collector {
 }
 
 // retried counts a request retried within its caller's deadline (see
-// Retry), by cause.
+// route.Router.Retry), by cause.
 func (m *metrics) retried(cause string) {
 	if m != nil {
 		m.retries.WithLabelValues(cause).Inc()

@@ -21,6 +21,7 @@ import (
 
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath/fieldpathtest"
+	"github.com/opendefensecloud/dependency-controller/internal/index/route"
 	"github.com/opendefensecloud/dependency-controller/internal/index/store"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/vw"
@@ -263,8 +264,8 @@ func TestConfirmDecidesTheScopeOnEveryAttempt(t *testing.T) {
 	if r := shard.requested(); !slices.Equal(r, []string{"/clusters/c1/apis/compute.io/v1/namespaces/default/virtualmachines?"}) {
 		t.Errorf("requests %v, want one read of the namespace", r)
 	}
-	if got := retried(t, ix); !slices.Equal(got, []string{CauseNotInspected}) {
-		t.Errorf("retries reported %v, want one %s", got, CauseNotInspected)
+	if got := retried(t, ix); !slices.Equal(got, []string{route.CauseNotInspected}) {
+		t.Errorf("retries reported %v, want one %s", got, route.CauseNotInspected)
 	}
 }
 
@@ -317,17 +318,17 @@ func TestReadsBeforeTheExportWasReadFail(t *testing.T) {
 	ix, _ := routedIndex(t, false, Options{})
 	ctx := context.Background()
 	err := confirmErr(ix, "c1")
-	if !errors.Is(err, ErrNotInspected) {
-		t.Errorf("Confirm() error = %v, want ErrNotInspected", err)
+	if !errors.Is(err, route.ErrNotInspected) {
+		t.Errorf("Confirm() error = %v, want route.ErrNotInspected", err)
 	}
-	if _, err := ix.Lookup(ctx, testSource, "c1", "default", "vpc-a"); !errors.Is(err, ErrNotInspected) {
-		t.Errorf("Lookup() error = %v, want ErrNotInspected", err)
+	if _, err := ix.Lookup(ctx, testSource, "c1", "default", "vpc-a"); !errors.Is(err, route.ErrNotInspected) {
+		t.Errorf("Lookup() error = %v, want route.ErrNotInspected", err)
 	}
-	if cause, retry := RetryCause(err); !retry || cause != CauseNotInspected {
-		t.Errorf("RetryCause() = %q, %v; want a retry", cause, retry)
+	if cause, retry := route.RetryCause(err); !retry || cause != route.CauseNotInspected {
+		t.Errorf("route.RetryCause() = %q, %v; want a retry", cause, retry)
 	}
-	if got := retried(t, ix); len(got) < 2 || slices.ContainsFunc(got, func(c string) bool { return c != CauseNotInspected }) {
-		t.Errorf("retries reported %v, want some %s", got, CauseNotInspected)
+	if got := retried(t, ix); len(got) < 2 || slices.ContainsFunc(got, func(c string) bool { return c != route.CauseNotInspected }) {
+		t.Errorf("retries reported %v, want some %s", got, route.CauseNotInspected)
 	}
 }
 
@@ -345,17 +346,17 @@ func TestReadsOfAKnownClusterThatEveryShardRefusesFail(t *testing.T) {
 	}
 	ctx := context.Background()
 	err := confirmErr(ix, "c1")
-	if !errors.Is(err, errRefused) {
-		t.Fatalf("Confirm() error = %v, want errRefused", err)
+	if !errors.Is(err, route.ErrRefused) {
+		t.Fatalf("Confirm() error = %v, want route.ErrRefused", err)
 	}
-	if cause, retry := RetryCause(err); !retry || cause != CauseRefused {
-		t.Errorf("RetryCause() = %q, %v; want a retry", cause, retry)
+	if cause, retry := route.RetryCause(err); !retry || cause != route.CauseRefused {
+		t.Errorf("route.RetryCause() = %q, %v; want a retry", cause, retry)
 	}
-	if got := retried(t, ix); len(got) < 2 || slices.ContainsFunc(got, func(c string) bool { return c != CauseRefused }) {
-		t.Errorf("retries reported %v, want some %s", got, CauseRefused)
+	if got := retried(t, ix); len(got) < 2 || slices.ContainsFunc(got, func(c string) bool { return c != route.CauseRefused }) {
+		t.Errorf("retries reported %v, want some %s", got, route.CauseRefused)
 	}
-	if _, err := ix.Lookup(ctx, testSource, "c1", "default", "vpc-a"); !errors.Is(err, errRefused) {
-		t.Errorf("Lookup() error = %v, want errRefused", err)
+	if _, err := ix.Lookup(ctx, testSource, "c1", "default", "vpc-a"); !errors.Is(err, route.ErrRefused) {
+		t.Errorf("Lookup() error = %v, want route.ErrRefused", err)
 	}
 	// A workspace the index knows nothing of does not bind the export.
 	if err := confirmErr(ix, "c9"); err != nil {
@@ -373,8 +374,8 @@ func TestReadsOfAKnownClusterThatEveryShardRefusesFail(t *testing.T) {
 	if err := shardStore.Replace([]any{vm, &store.Object{ObjectMeta: metav1.ObjectMeta{Name: "vm-2"}, Cluster: "c2"}}, ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := confirmErr(ix, "c1"); !errors.Is(err, errRefused) {
-		t.Errorf("Confirm() after a listing with dependents of c1 = %v, want errRefused", err)
+	if err := confirmErr(ix, "c1"); !errors.Is(err, route.ErrRefused) {
+		t.Errorf("Confirm() after a listing with dependents of c1 = %v, want route.ErrRefused", err)
 	}
 	if err := shardStore.Replace(nil, ""); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/kcp-dev/logicalcluster/v3"
 
 	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/index/route"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 )
 
@@ -59,7 +60,7 @@ func (c *Client) CreateEvent(ctx context.Context, src index.Source, cluster logi
 			return err
 		}
 		if len(shards) == 0 {
-			return fmt.Errorf("%s: %w", src, index.ErrNotInspected)
+			return fmt.Errorf("%s: %w", src, route.ErrNotInspected)
 		}
 		shard = shards[0]
 	}

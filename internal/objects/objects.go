@@ -16,9 +16,10 @@
 //     object.
 //
 // The index knows which shards serve a source and on which shard a
-// workspace lives (see index.Index.OnShardOf); it routes the requests, and
-// they are retried as its reads are, within the deadline of their context,
-// while they fail for a reason that clears by itself.
+// workspace lives (see route.Router.OnShardOf, which index.Index embeds);
+// it routes the requests, and they are retried as its reads are, within
+// the deadline of their context, while they fail for a reason that clears
+// by itself.
 package objects
 
 import (
@@ -34,7 +35,8 @@ import (
 
 // Router routes a request for objects of a source to the virtual workspace
 // of its APIExport on the shard that serves their workspace, and retries
-// it; *index.Index implements it.
+// it; *route.Router implements it, and so does *index.Index, which embeds
+// one.
 type Router interface {
 	// Serving returns the client of the shard known to serve cluster, and
 	// false if that shard is not known.

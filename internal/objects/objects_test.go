@@ -20,6 +20,7 @@ import (
 	"github.com/kcp-dev/logicalcluster/v3"
 
 	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/index/route"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/vw"
 )
@@ -108,7 +109,7 @@ func status(code int, reason, causes string) func(w http.ResponseWriter) {
 	}
 }
 
-// fakeRouter routes as the index does (see index.Index.OnShardOf): to the
+// fakeRouter routes as the index does (see route.Router.OnShardOf): to the
 // shard known to serve a cluster, the only shard there is or the one the
 // cluster was seen on, or else to each shard in turn while it answers 403,
 // remembering the one that did not. Requests are tried once.
@@ -153,7 +154,7 @@ func (r *fakeRouter) Serving(_ index.Source, cluster logicalcluster.Name) (*vw.C
 
 func (r *fakeRouter) Shards(src index.Source, cluster logicalcluster.Name) ([]*vw.Client, error) {
 	if !r.inspected {
-		return nil, fmt.Errorf("%s: %w", src, index.ErrNotInspected)
+		return nil, fmt.Errorf("%s: %w", src, route.ErrNotInspected)
 	}
 	shards := slices.Clone(r.shards)
 	if c, ok, _ := r.Serving(src, cluster); ok {
@@ -209,7 +210,7 @@ func TestList(t *testing.T) {
 		}
 	}
 	r.inspected = false
-	if err := c.List(context.Background(), testSource, "", func(kcp.Meta) error { return nil }); !errors.Is(err, index.ErrNotInspected) {
+	if err := c.List(context.Background(), testSource, "", func(kcp.Meta) error { return nil }); !errors.Is(err, route.ErrNotInspected) {
 		t.Errorf("List() before the export was read: %v", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/kcp-dev/logicalcluster/v3"
 
 	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/index/route"
 	"github.com/opendefensecloud/dependency-controller/internal/vw"
 )
 
@@ -57,7 +58,7 @@ func (c *Client) ReviewAccess(ctx context.Context, src index.Source, cluster log
 			return nil
 		})
 		switch {
-		case errors.Is(err, index.ErrNotInspected):
+		case errors.Is(err, route.ErrNotInspected):
 			// Once the webhook is ready it has read every export it may:
 			// the provider has not granted it to.
 			return fmt.Errorf("%w: the webhook cannot read the APIExport %s (has its provider granted the webhook get on apiexportendpointslices?): %w", ErrNoAccessReview, src.Export, err)

@@ -17,7 +17,8 @@
 //
 // kcp's teardowns of namespaces and workspaces may delete objects that
 // reference each other in a cycle, where every object that references one
-// of them goes with the teardown too (see decideTeardown and package
-// teardown); where a teardown waits for an object outside it, the denial
-// and an Event say which (see WithEvents).
+// of them goes with the teardown too (see decideTeardown, and package
+// cycles, which decides, on package teardown); where a teardown waits for
+// an object outside it, the denial and an Event say which (see
+// WithEvents).
 package deletion

@@ -27,6 +27,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook/deletion/cycles"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook/deletion/horizon"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook/deletion/message"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook/deletion/teardown"
@@ -112,10 +113,10 @@ type Validator struct {
 	events      Events
 	// blocked records, deduplicated, the Events of refused DELETEs.
 	blocked *blockedEvents
-	// broken remembers the cycles of references that kcp's teardowns
-	// broke; waits records the Events about teardowns that wait for
-	// objects outside them.
-	broken *teardown.Broken[nodeKey, *brokenCycle]
+	// cycles decides the items of kcp's teardowns on cycles of references
+	// and remembers the cycles broken; waits records the Events about
+	// teardowns that wait for objects outside them.
+	cycles *cycles.Breaker
 	waits  *teardown.Waits
 	now    func() time.Time
 }
@@ -153,10 +154,11 @@ func WithNamespaces(n Namespaces) Option {
 // readiness reports them loaded, and finds dependents in dependents.
 func NewValidator(rules RuleFinder, readiness webhook.Readiness, dependents Dependents, opts ...Option) *Validator {
 	v := &Validator{rules: rules, readiness: readiness, dependents: dependents, maxBlockers: DefaultMaxBlockers, now: time.Now,
-		broken: teardown.NewBroken[nodeKey, *brokenCycle](brokenTTL), waits: teardown.NewWaits()}
+		waits: teardown.NewWaits()}
 	for _, o := range opts {
 		o(v)
 	}
+	v.cycles = cycles.New(rules, func() cycles.Index { return v.groups() }, v.maxBlockers)
 	return v
 }
 
@@ -377,12 +379,12 @@ func skipIgnored(resp admission.Response, req admission.Request, obj *webhook.Su
 // of references that the teardown deletes whole (see decideTeardown); it
 // reports whether it decided.
 func (v *Validator) fromIndex(ctx context.Context, d *deletion) (admission.Response, decision, bool) {
-	var blockers []node
+	var blockers []cycles.Node
 	for _, g := range d.groups {
 		found := v.blocking(g, d.self, v.dependents.Hits(g.src, g.paths, d.obj.Cluster, g.namespace, d.obj.Name))
 		d.denial.add(g, toBlockers(g, found))
 		for _, m := range found {
-			blockers = append(blockers, node{provider: g.src.Export.Cluster, resource: g.src.Resource.GroupResource(), kind: g.kind, meta: m})
+			blockers = append(blockers, cycles.Node{Provider: g.src.Export.Cluster, Resource: g.src.Resource.GroupResource(), Kind: g.kind, Meta: m})
 		}
 	}
 	if len(blockers) == 0 {

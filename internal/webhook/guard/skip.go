@@ -19,6 +19,7 @@ import (
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/index/route"
 	"github.com/opendefensecloud/dependency-controller/internal/objects"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
@@ -216,7 +217,7 @@ func transient(err error) bool {
 	if errors.Is(err, objects.ErrNoAccessReview) {
 		return false
 	}
-	_, retryable := index.RetryCause(err)
+	_, retryable := route.RetryCause(err)
 	return retryable || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 

@@ -1,10 +1,10 @@
-// Package teardown holds what the DELETE validator needs to decide the
-// items of kcp's own teardowns of namespaces and workspaces when objects
-// reference each other in a cycle: the graph of the objects that reference
-// an object, directly or through others (Explore), its strongly connected
-// components (Graph.Component, Tarjan's algorithm), which objects a
-// teardown under way deletes (Scope, from what kcp says about namespaces),
-// and the components broken a moment ago (Broken).
+// Package teardown holds what the DELETE validator and package cycles need
+// to decide the items of kcp's own teardowns of namespaces and workspaces
+// when objects reference each other in a cycle: the graph of the objects
+// that reference an object, directly or through others (Explore), its
+// strongly connected components (Graph.Component, Tarjan's algorithm),
+// which objects a teardown under way deletes (Scope, from what kcp says
+// about namespaces), and the components broken a moment ago (Broken).
 //
 // A cycle may be broken only where every object that references an object
 // of it, directly or through others, is deleted by a teardown under way:

@@ -1,4 +1,4 @@
-package index
+package route
 
 import (
 	"context"
@@ -18,12 +18,12 @@ import (
 // is retried.
 var ErrNotInspected = errors.New("the APIExport has not been read yet")
 
-// errRefused is what a read fails with when every shard's virtual workspace
-// refuses (403) a logical cluster that binds the export, as far as the
-// index knows: while a shard starts, its virtual workspace refuses
+// ErrRefused is what a read fails with (wrapped) when every shard's virtual
+// workspace refuses (403) a logical cluster that binds the export, as far
+// as the index knows: while a shard starts, its virtual workspace refuses
 // workspaces whose bindings it has not synced yet. It is retried; it never
 // means "no dependents".
-var errRefused = errors.New("every shard's virtual workspace refused a workspace that binds the export")
+var ErrRefused = errors.New("every shard's virtual workspace refused a workspace that binds the export")
 
 // Causes of retries that are states of the index rather than errors of kcp;
 // the others are vw's.
@@ -41,7 +41,7 @@ func RetryCause(err error) (string, bool) {
 		return "", false
 	case errors.Is(err, ErrNotInspected):
 		return CauseNotInspected, true
-	case errors.Is(err, errRefused):
+	case errors.Is(err, ErrRefused):
 		return CauseRefused, true
 	}
 	return vw.RetryCause(err)
@@ -59,10 +59,10 @@ const (
 // Retry calls attempt until it succeeds, fails with an error that is not
 // worth retrying (see RetryCause), or the next wait would pass the deadline
 // of ctx (without one, after retryAttempts attempts); it returns the last
-// error. It waits between attempts as wait.Backoff says, and counts each
-// retry, by cause, in the index's metrics. The index's own reads retry
-// with it, and so do the writes that it routes (see OnShardOf).
-func (ix *Index) Retry(ctx context.Context, attempt func() error) error {
+// error. It waits between attempts as wait.Backoff says, and reports each
+// retry, by cause (see New). The index's own reads retry with it, and so
+// do the writes that it routes (see OnShardOf).
+func (r *Router) Retry(ctx context.Context, attempt func() error) error {
 	deadline, hasDeadline := ctx.Deadline()
 	backoff := wait.Backoff{Duration: retryFirst, Factor: 2, Jitter: 0.5, Cap: retryMax, Steps: math.MaxInt32}
 	for attempts := 1; ; attempts++ {
@@ -75,7 +75,9 @@ func (ix *Index) Retry(ctx context.Context, attempt func() error) error {
 		if hasDeadline && time.Until(deadline) < next+retryFirst || !hasDeadline && attempts >= retryAttempts {
 			return err
 		}
-		ix.metrics.retried(cause)
+		if r.retried != nil {
+			r.retried(cause)
+		}
 		t := time.NewTimer(next)
 		select {
 		case <-ctx.Done():

@@ -1,4 +1,4 @@
-package index
+package route
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,10 +42,28 @@ func failingServer(t *testing.T, n int, fail func(w http.ResponseWriter)) (*vw.C
 	return r, &calls
 }
 
-// retryIndex returns an index that counts the causes of its retries (see
-// retried).
-func retryIndex() *Index {
-	return &Index{metrics: newMetrics(nil, nil)}
+// retries is a router that records the causes of its retries.
+type retries struct {
+	*Router
+	lock   sync.Mutex
+	causes []string
+}
+
+func retryRouter() *retries {
+	r := &retries{}
+	r.Router = New(nil, nil, func(cause string) {
+		r.lock.Lock()
+		defer r.lock.Unlock()
+		r.causes = append(r.causes, cause)
+	})
+	return r
+}
+
+// retried returns the causes of the retries the router reported.
+func (r *retries) retried() []string {
+	r.lock.Lock()
+	defer r.lock.Unlock()
+	return slices.Clone(r.causes)
 }
 
 func listOnce(ctx context.Context, r *vw.Client, visit func([]byte) error) error {
@@ -88,13 +107,13 @@ func TestRetry(t *testing.T) {
 			r, calls := failingServer(t, tt.failures, tt.fail)
 			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
 			defer cancel()
-			ix := retryIndex()
+			router := retryRouter()
 			items := 0
-			err := ix.Retry(ctx, func() error {
+			err := router.Retry(ctx, func() error {
 				items = 0
 				return listOnce(ctx, r, func([]byte) error { items++; return nil })
 			})
-			causes := retried(t, ix)
+			causes := router.retried()
 			if calls.Load() != tt.wantCalls {
 				t.Errorf("%d requests, want %d (err %v)", calls.Load(), tt.wantCalls, err)
 			}
@@ -122,10 +141,10 @@ func TestRetryStopsBeforeTheDeadline(t *testing.T) {
 	r, calls := failingServer(t, 1000, status(503, "ServiceUnavailable", "storage is (re)initializing", ""))
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	ix := retryIndex()
+	router := retryRouter()
 	start := time.Now()
-	err := ix.Retry(ctx, func() error { return listOnce(ctx, r, func([]byte) error { return nil }) })
-	causes := retried(t, ix)
+	err := router.Retry(ctx, func() error { return listOnce(ctx, r, func([]byte) error { return nil }) })
+	causes := router.retried()
 	if !apierrors.IsServiceUnavailable(err) || !strings.Contains(err.Error(), "initializing") {
 		t.Errorf("error = %v", err)
 	}
@@ -137,14 +156,14 @@ func TestRetryStopsBeforeTheDeadline(t *testing.T) {
 	}
 	// Without a deadline a few attempts are made.
 	calls.Store(0)
-	_ = ix.Retry(context.Background(), func() error { return listOnce(context.Background(), r, func([]byte) error { return nil }) })
+	_ = router.Retry(context.Background(), func() error { return listOnce(context.Background(), r, func([]byte) error { return nil }) })
 	if calls.Load() != retryAttempts {
 		t.Errorf("%d attempts without a deadline, want %d", calls.Load(), retryAttempts)
 	}
 	// A request that is canceled ends the retries, with its error.
 	canceled, cancel := context.WithCancel(context.Background())
 	attempts := 0
-	err = ix.Retry(canceled, func() error {
+	err = router.Retry(canceled, func() error {
 		attempts++
 		cancel()
 		return apierrors.NewServiceUnavailable("storage is (re)initializing")
@@ -168,11 +187,11 @@ func TestRetryCause(t *testing.T) {
 	}{
 		{"no error", nil, ""},
 		{"not inspected", fmt.Errorf("src: %w", ErrNotInspected), CauseNotInspected},
-		{"refused", fmt.Errorf("src in c1: %w", errRefused), CauseRefused},
-		{"a version not served", fmt.Errorf("%w: v2", ErrVersionNotServed), ""},
+		{"refused", fmt.Errorf("src in c1: %w", ErrRefused), CauseRefused},
+		{"any other error", fmt.Errorf("%w: v2", errors.New("version not served")), ""},
 		{"unavailable, as vw says", apierrors.NewServiceUnavailable("x"), vw.CauseUnavailable},
 		{"canceled while not inspected", errors.Join(context.Canceled, ErrNotInspected), ""},
-		{"past the deadline while refused", errors.Join(context.DeadlineExceeded, errRefused), ""},
+		{"past the deadline while refused", errors.Join(context.DeadlineExceeded, ErrRefused), ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -191,10 +210,10 @@ func TestRetryKeepsTryingUntilTheDeadline(t *testing.T) {
 	r, calls := failingServer(t, failures, status(503, "ServiceUnavailable", "storage is (re)initializing", ""))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ix := retryIndex()
+	router := retryRouter()
 	start := time.Now()
-	err := ix.Retry(ctx, func() error { return listOnce(ctx, r, func([]byte) error { return nil }) })
-	causes := retried(t, ix)
+	err := router.Retry(ctx, func() error { return listOnce(ctx, r, func([]byte) error { return nil }) })
+	causes := router.retried()
 	if err != nil || calls.Load() != failures+1 {
 		t.Errorf("after %s and %d requests: %v; want success on attempt %d", time.Since(start), calls.Load(), err, failures+1)
 	}
@@ -207,11 +226,11 @@ func TestRetryKeepsTryingUntilTheDeadline(t *testing.T) {
 // without a deadline is not reported as a retry.
 func TestRetryReportsOnlyRetriesItMakes(t *testing.T) {
 	r, calls := failingServer(t, 1000, status(503, "ServiceUnavailable", "storage is (re)initializing", ""))
-	ix := retryIndex()
-	_ = ix.Retry(context.Background(), func() error {
+	router := retryRouter()
+	_ = router.Retry(context.Background(), func() error {
 		return listOnce(context.Background(), r, func([]byte) error { return nil })
 	})
-	causes := retried(t, ix)
+	causes := router.retried()
 	if int32(len(causes)) != calls.Load()-1 {
 		t.Errorf("%d retries reported for %d attempts, want %d", len(causes), calls.Load(), calls.Load()-1)
 	}

@@ -1,4 +1,15 @@
-package index
+// Package route routes requests for the objects of a source to the virtual
+// workspace of its APIExport on the shard that serves their workspace, and
+// retries them while they fail for a reason that clears by itself.
+//
+// The watch of a source (package sources) learns which shards serve its
+// APIExport, and on which shard a workspace lives: where its dependents
+// were indexed, or where a request went through. A Router asks it, and
+// remembers the shard on which a request succeeds (see OnShardOf). The
+// index reads through a Router and embeds it, so that package objects
+// writes through the same routes; Retry retries the index's reads and
+// those writes alike, and RetryCause says which failures it retries.
+package route
 
 import (
 	"fmt"
@@ -7,22 +18,53 @@ import (
 
 	"github.com/kcp-dev/logicalcluster/v3"
 
+	"github.com/opendefensecloud/dependency-controller/internal/index/sources"
+	"github.com/opendefensecloud/dependency-controller/internal/index/store"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/vw"
 )
 
-// The watch of a source learns which shards serve its APIExport, and on
-// which shard a workspace lives (where its dependents were indexed, or a
-// read went through). Reads of the index and requests for objects of the
-// source (package objects) are routed with it: to the virtual workspace of
-// the export on the shard that serves the workspace.
+// Watch is what a Router needs of the watch of a source; *sources.Watch
+// implements it.
+type Watch interface {
+	// State returns the current state of the source.
+	State() sources.State
+	// Store returns the store of the source's dependents.
+	Store() *store.Store
+	// Shards returns the virtual workspace URLs of the export, one per
+	// shard, the one known to serve cluster first, and whether the export
+	// has been inspected at all.
+	Shards(cluster logicalcluster.Name) ([]string, bool)
+	// Serving returns the virtual workspace URL of the shard known to
+	// serve cluster, if the watch knows it.
+	Serving(cluster logicalcluster.Name) (string, bool)
+	// ReadThrough records that cluster was read through the virtual
+	// workspace at url.
+	ReadThrough(cluster logicalcluster.Name, url string)
+}
+
+// Router routes requests for the objects of the sources that are watched,
+// and retries them.
+type Router struct {
+	watch   func(src sources.Source) Watch
+	clients *vw.Clients
+	retried func(cause string)
+}
+
+// New returns a Router that finds the watch of a source with watch (nil for
+// a source that is not watched), reaches the virtual workspaces through
+// clients, and calls retried, if set, with the cause of every retry that
+// Retry makes.
+func New(watch func(src sources.Source) Watch, clients *vw.Clients, retried func(cause string)) *Router {
+	return &Router{watch: watch, clients: clients, retried: retried}
+}
 
 // Serving returns the client of the virtual workspace of src on the shard
 // that serves cluster, and true, if the index knows that shard: the only
 // one there is, the one where dependents of cluster were indexed, or the
 // one a request last went through (see OnShardOf).
-func (ix *Index) Serving(src Source, cluster logicalcluster.Name) (*vw.Client, bool, error) {
-	w := ix.watch(src)
+func (r *Router) Serving(src sources.Source, cluster logicalcluster.Name) (*vw.Client, bool, error) {
+	w := r.watch(src)
 	if w == nil {
 		return nil, false, fmt.Errorf("%s is not watched", src)
 	}
@@ -30,7 +72,7 @@ func (ix *Index) Serving(src Source, cluster logicalcluster.Name) (*vw.Client, b
 	if !ok {
 		return nil, false, nil
 	}
-	c, err := ix.clients.For(u)
+	c, err := r.clients.For(u)
 	if err != nil {
 		return nil, false, err
 	}
@@ -39,8 +81,8 @@ func (ix *Index) Serving(src Source, cluster logicalcluster.Name) (*vw.Client, b
 
 // ServingURL returns the URL of the virtual workspace of src on the shard
 // known to serve cluster, if the index knows it (see Serving).
-func (ix *Index) ServingURL(src Source, cluster logicalcluster.Name) (string, bool) {
-	w := ix.watch(src)
+func (r *Router) ServingURL(src sources.Source, cluster logicalcluster.Name) (string, bool) {
+	w := r.watch(src)
 	if w == nil {
 		return "", false
 	}
@@ -50,8 +92,8 @@ func (ix *Index) ServingURL(src Source, cluster logicalcluster.Name) (string, bo
 // Dependent returns the URL of the virtual workspace of src on the shard
 // known to serve cluster, and one dependent of src that the index holds on
 // that shard (of any workspace), if it knows the shard and holds one.
-func (ix *Index) Dependent(src Source, cluster logicalcluster.Name) (string, kcp.Meta, bool) {
-	w := ix.watch(src)
+func (r *Router) Dependent(src sources.Source, cluster logicalcluster.Name) (string, kcp.Meta, bool) {
+	w := r.watch(src)
 	if w == nil {
 		return "", kcp.Meta{}, false
 	}
@@ -66,8 +108,8 @@ func (ix *Index) Dependent(src Source, cluster logicalcluster.Name) (string, kcp
 // DependentPerShard returns, for each shard on which the index holds
 // dependents of src, the URL of the shard's virtual workspace of src and one
 // of those dependents: objects to probe the shards' admission with.
-func (ix *Index) DependentPerShard(src Source) map[string]kcp.Meta {
-	w := ix.watch(src)
+func (r *Router) DependentPerShard(src sources.Source) map[string]kcp.Meta {
+	w := r.watch(src)
 	if w == nil {
 		return nil
 	}
@@ -85,8 +127,8 @@ func (ix *Index) DependentPerShard(src Source) map[string]kcp.Meta {
 // the index reads, the shard known to serve cluster first (for a cluster
 // the index knows; "" names none). While the APIExport of src has not been
 // read it fails with an error wrapping ErrNotInspected.
-func (ix *Index) Shards(src Source, cluster logicalcluster.Name) ([]*vw.Client, error) {
-	w := ix.watch(src)
+func (r *Router) Shards(src sources.Source, cluster logicalcluster.Name) ([]*vw.Client, error) {
+	w := r.watch(src)
 	if w == nil {
 		return nil, fmt.Errorf("%s is not watched", src)
 	}
@@ -96,7 +138,7 @@ func (ix *Index) Shards(src Source, cluster logicalcluster.Name) ([]*vw.Client, 
 	}
 	clients := make([]*vw.Client, 0, len(urls))
 	for _, u := range urls {
-		c, err := ix.clients.For(u)
+		c, err := r.clients.For(u)
 		if err != nil {
 			return nil, err
 		}
@@ -116,8 +158,8 @@ func (ix *Index) Shards(src Source, cluster logicalcluster.Name) ([]*vw.Client, 
 // refused a workspace that binds the export, as one that is starting does,
 // and it fails with an error that RetryCause retries. do is also passed the
 // state of src.
-func (ix *Index) OnShardOf(src Source, cluster logicalcluster.Name, do func(c *vw.Client, state State) error) error {
-	w := ix.watch(src)
+func (r *Router) OnShardOf(src sources.Source, cluster logicalcluster.Name, do func(c *vw.Client, state sources.State) error) error {
+	w := r.watch(src)
 	if w == nil {
 		return fmt.Errorf("%s is not watched", src)
 	}
@@ -128,7 +170,7 @@ func (ix *Index) OnShardOf(src Source, cluster logicalcluster.Name, do func(c *v
 	}
 	_, known := w.Serving(cluster)
 	for i, u := range urls {
-		c, err := ix.clients.For(u)
+		c, err := r.clients.For(u)
 		if err != nil {
 			return err
 		}
@@ -147,7 +189,7 @@ func (ix *Index) OnShardOf(src Source, cluster logicalcluster.Name, do func(c *v
 		// Every shard refused a workspace that the index holds dependents
 		// of: it binds the export, and a virtual workspace that is starting
 		// has not synced its bindings yet.
-		return fmt.Errorf("%s in logical cluster %s: %w", src, cluster, errRefused)
+		return fmt.Errorf("%s in logical cluster %s: %w", src, cluster, ErrRefused)
 	}
 	// No shard serves the cluster and the index holds nothing of it: it
 	// does not bind the export (any more), so it holds no dependents.
