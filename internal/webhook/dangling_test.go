@@ -2,7 +2,6 @@ package webhook_test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -10,7 +9,6 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,8 +20,6 @@ import (
 	"github.com/kcp-dev/sdk/apis/core"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
-	"github.com/opendefensecloud/dependency-controller/internal/command"
-	"github.com/opendefensecloud/dependency-controller/internal/controllerserver"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookserver"
 	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
 )
@@ -105,27 +101,8 @@ var _ = Describe("Dangling references", Ordered, func() {
 		})).To(Succeed())
 
 		By("starting the webhook, with a grace period of " + grace.String() + ", and the controller")
-		user, err := kcpEnv.AddUser("dependency-webhook")
-		Expect(err).NotTo(HaveOccurred())
-		user.Host += depCtrl.RequestPath()
-		wh, err = kcpenv.StartWebhookWith(ctx, user, GinkgoT().TempDir(), func(o *webhookserver.Options) { o.DanglingGracePeriod = grace })
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(wh.Stop)
-		caFile := filepath.Join(GinkgoT().TempDir(), "ca.crt")
-		Expect(os.WriteFile(caFile, wh.CABundle, 0o600)).To(Succeed())
-		controllerCfg := rest.CopyConfig(kcpConfig)
-		controllerCfg.Host += depCtrl.RequestPath()
-		c, err := controllerserver.New(ctx, controllerCfg, controllerserver.Options{
-			CommonOptions:         command.CommonOptions{APIExportName: kcpenv.DepCtrlExportName, ResyncPeriod: time.Hour},
-			WebhookURL:            wh.URL,
-			WebhookCABundleFile:   caFile,
-			CABundleCheckInterval: time.Second,
-			WebhookTimeoutSeconds: 10,
-			FailurePolicy:         admissionregistrationv1.Fail,
-			WebhookUser:           controllerserver.DefaultWebhookUser,
-		}, kcpenv.TestManagerOptions())
-		Expect(err).NotTo(HaveOccurred())
-		stop := kcpenv.RunInBackground(c.Manager.Start)
+		wh = startWebhook(ctx, depCtrl, nil, func(o *webhookserver.Options) { o.DanglingGracePeriod = grace })
+		stop := startController(ctx, depCtrl, wh, caBundleFile(wh), 10)
 		DeferCleanup(func() { Expect(stop()).To(Succeed()) })
 		expectCondition(ctx, compute, "vm-vpcs", depv1alpha1.ConditionReady, metav1.ConditionTrue, "Protecting")
 		expectCondition(ctx, compute, "vm-vpcs", depv1alpha1.ConditionReferencesResolved, metav1.ConditionTrue, depv1alpha1.ReasonAllResolved)

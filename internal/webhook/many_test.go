@@ -3,7 +3,6 @@ package webhook_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -11,7 +10,6 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,7 +23,6 @@ import (
 	"github.com/kcp-dev/sdk/apis/core"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
-	"github.com/opendefensecloud/dependency-controller/internal/command"
 	"github.com/opendefensecloud/dependency-controller/internal/controllerserver"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook/references"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookserver"
@@ -84,32 +81,13 @@ func startManyReferences(ctx context.Context, timeoutSeconds int32, configure fu
 	})).To(Succeed())
 
 	By("starting the webhook and the controller, as deployed")
-	user, err := kcpEnv.AddUser("dependency-webhook")
-	Expect(err).NotTo(HaveOccurred())
-	user.Host += depCtrl.RequestPath()
-	wh, err := kcpenv.StartWebhookWith(ctx, user, GinkgoT().TempDir(), func(o *webhookserver.Options) {
+	wh := startWebhook(ctx, depCtrl, nil, func(o *webhookserver.Options) {
 		o.RequestTimeout = webhookserver.NewOptions().RequestTimeout
 		if configure != nil {
 			configure(o)
 		}
 	})
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(wh.Stop)
-	caFile := filepath.Join(GinkgoT().TempDir(), "ca.crt")
-	Expect(os.WriteFile(caFile, wh.CABundle, 0o600)).To(Succeed())
-	controllerCfg := rest.CopyConfig(kcpConfig)
-	controllerCfg.Host += depCtrl.RequestPath()
-	c, err := controllerserver.New(ctx, controllerCfg, controllerserver.Options{
-		CommonOptions:         command.CommonOptions{APIExportName: kcpenv.DepCtrlExportName, ResyncPeriod: time.Hour},
-		WebhookURL:            wh.URL,
-		WebhookCABundleFile:   caFile,
-		CABundleCheckInterval: time.Second,
-		WebhookTimeoutSeconds: timeoutSeconds,
-		FailurePolicy:         admissionregistrationv1.Fail,
-		WebhookUser:           controllerserver.DefaultWebhookUser,
-	}, kcpenv.TestManagerOptions())
-	Expect(err).NotTo(HaveOccurred())
-	stop := kcpenv.RunInBackground(c.Manager.Start)
+	stop := startController(ctx, depCtrl, wh, caBundleFile(wh), timeoutSeconds)
 	DeferCleanup(func() { Expect(stop()).To(Succeed()) })
 	expectCondition(ctx, compute, "lb-vpcs", depv1alpha1.ConditionReady, metav1.ConditionTrue, "Protecting")
 	expectCondition(ctx, compute, "lb-vpcs", depv1alpha1.ConditionDependentsLabelled, metav1.ConditionTrue, depv1alpha1.ReasonLabelled)

@@ -104,12 +104,7 @@ var _ = Describe("Reference shapes of real APIs", Ordered, func() {
 			Expect(cli.Cluster(gateway).Create(ctx, rule)).To(Succeed())
 		}
 
-		user, err := kcpEnv.AddUser("dependency-webhook")
-		Expect(err).NotTo(HaveOccurred())
-		user.Host += depCtrl.RequestPath()
-		wh, err = kcpenv.StartWebhook(ctx, user, GinkgoT().TempDir())
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(wh.Stop)
+		wh = startWebhook(ctx, depCtrl, nil, nil)
 		installWorkspaceConfig(ctx, gateway, logicalcluster.Name(gatewayWS.Spec.Cluster), webhookconfig.Name, wh.URL, wh.CABundle,
 			&webhookconfig.Workspace{Path: gateway, Protected: []schema.GroupVersionResource{gwGVR}, Dependents: []schema.GroupVersionResource{routeGVR, clusterRouteGVR}})
 		for _, rule := range []string{"httproute-parents", "clusterroute-parents"} {

@@ -12,13 +12,11 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kcp-dev/logicalcluster/v3"
@@ -27,8 +25,6 @@ import (
 	"github.com/kcp-dev/sdk/apis/core"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
-	"github.com/opendefensecloud/dependency-controller/internal/command"
-	"github.com/opendefensecloud/dependency-controller/internal/controllerserver"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook/deletion"
 	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
 )
@@ -199,27 +195,8 @@ var _ = Describe("Teardowns of cycles", Ordered, func() {
 		}
 
 		By("starting the webhook and the controller, as deployed")
-		user, err := kcpEnv.AddUser("dependency-webhook")
-		Expect(err).NotTo(HaveOccurred())
-		user.Host += depCtrl.RequestPath()
-		wh, err = kcpenv.StartWebhook(ctx, user, GinkgoT().TempDir())
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(wh.Stop)
-		caFile := filepath.Join(GinkgoT().TempDir(), "ca.crt")
-		Expect(os.WriteFile(caFile, wh.CABundle, 0o600)).To(Succeed())
-		controllerCfg := rest.CopyConfig(kcpConfig)
-		controllerCfg.Host += depCtrl.RequestPath()
-		c, err := controllerserver.New(ctx, controllerCfg, controllerserver.Options{
-			CommonOptions:         command.CommonOptions{APIExportName: kcpenv.DepCtrlExportName, ResyncPeriod: time.Hour},
-			WebhookURL:            wh.URL,
-			WebhookCABundleFile:   caFile,
-			CABundleCheckInterval: time.Second,
-			WebhookTimeoutSeconds: 10,
-			FailurePolicy:         admissionregistrationv1.Fail,
-			WebhookUser:           controllerserver.DefaultWebhookUser,
-		}, kcpenv.TestManagerOptions())
-		Expect(err).NotTo(HaveOccurred())
-		stop := kcpenv.RunInBackground(c.Manager.Start)
+		wh = startWebhook(ctx, depCtrl, nil, nil)
+		stop := startController(ctx, depCtrl, wh, caBundleFile(wh), 10)
 		DeferCleanup(func() { Expect(stop()).To(Succeed()) })
 		for _, r := range []struct {
 			ws   logicalcluster.Path

@@ -10,7 +10,6 @@ import (
 	"io"
 	"maps"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -42,7 +41,6 @@ import (
 	tenancyv1alpha1 "github.com/kcp-dev/sdk/apis/tenancy/v1alpha1"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
-	"github.com/opendefensecloud/dependency-controller/internal/command"
 	"github.com/opendefensecloud/dependency-controller/internal/controllerserver"
 	"github.com/opendefensecloud/dependency-controller/internal/inflight"
 	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
@@ -70,23 +68,11 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		// breaker breaks the index's watches of the webhook.
 		breaker = &kcpenv.WatchBreaker{Match: "/clusters/*/apis/compute.test.io/"}
 	)
-	// startController runs the controller as cmd/controller assembles it,
+	// runController runs the controller as cmd/controller assembles it,
 	// until stopController is called.
-	startController := func(ctx context.Context) {
+	runController := func(ctx context.Context) {
 		GinkgoHelper()
-		controllerCfg := rest.CopyConfig(kcpConfig)
-		controllerCfg.Host += depCtrl.RequestPath()
-		c, err := controllerserver.New(ctx, controllerCfg, controllerserver.Options{
-			CommonOptions:         command.CommonOptions{APIExportName: kcpenv.DepCtrlExportName, ResyncPeriod: time.Hour},
-			WebhookURL:            wh.URL,
-			WebhookCABundleFile:   caFile,
-			CABundleCheckInterval: time.Second,
-			WebhookTimeoutSeconds: 10,
-			FailurePolicy:         admissionregistrationv1.Fail,
-			WebhookUser:           controllerserver.DefaultWebhookUser,
-		}, kcpenv.TestManagerOptions())
-		Expect(err).NotTo(HaveOccurred())
-		stopController = kcpenv.RunInBackground(c.Manager.Start)
+		stopController = startController(ctx, depCtrl, wh, caFile, 10)
 	}
 	// liveReads is how many live reads of dependents the webhook made.
 	liveReads := func() float64 {
@@ -225,16 +211,9 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		})).To(Succeed())
 
 		By("starting the webhook and the controller, as deployed")
-		user, err := kcpEnv.AddUser("dependency-webhook")
-		Expect(err).NotTo(HaveOccurred())
-		user.Host += depCtrl.RequestPath()
-		user.WrapTransport = breaker.Wrap
-		wh, err = kcpenv.StartWebhook(ctx, user, GinkgoT().TempDir())
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(wh.Stop)
-		caFile = filepath.Join(GinkgoT().TempDir(), "ca.crt")
-		Expect(os.WriteFile(caFile, wh.CABundle, 0o600)).To(Succeed())
-		startController(ctx)
+		wh = startWebhook(ctx, depCtrl, breaker.Wrap, nil)
+		caFile = caBundleFile(wh)
+		runController(ctx)
 		DeferCleanup(func() { Expect(stopController()).To(Succeed()) })
 		expectCondition(ctx, compute, "vm-vpcs", depv1alpha1.ConditionReady, metav1.ConditionTrue, "Protecting")
 		expectCondition(ctx, compute, "vm-vpcs", depv1alpha1.ConditionDependentsLabelled, metav1.ConditionTrue, "Labelled")
@@ -480,7 +459,7 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		// A record the webhook signed for another object.
 		Expect(patch(ctx, tenant, vpcGVR, "vpc-carried", fmt.Sprintf(`{"metadata":{"labels":{%q:"true"},"annotations":{%q:%q}}}`,
 			depv1alpha1.LabelDeletionRequested, depv1alpha1.AnnotationDeletionRequest, carried.GetAnnotations()[depv1alpha1.AnnotationDeletionRequest]))).To(Succeed())
-		restart := func() { startController(ctx) }
+		restart := func() { runController(ctx) }
 		restart()
 
 		By("the replayer removing both records, with an Event, deleting nothing")

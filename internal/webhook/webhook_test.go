@@ -247,12 +247,7 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 		Expect(cli.Cluster(compute).Create(ctx, gatewayRule)).To(Succeed())
 
 		By("starting the webhook with its own identity")
-		user, err := kcpEnv.AddUser("dependency-webhook")
-		Expect(err).NotTo(HaveOccurred())
-		user.Host += depCtrl.RequestPath()
-		wh, err = kcpenv.StartWebhook(ctx, user, GinkgoT().TempDir())
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(wh.Stop)
+		wh = startWebhook(ctx, depCtrl, nil, nil)
 		installWebhookConfig(ctx, network, networkCluster, webhookconfig.Name, wh.URL, wh.CABundle, vpcGVR, routerGVR)
 	})
 
