@@ -76,9 +76,16 @@ func (s *setup) kcpTimes(ctx context.Context, t *testing.T) kcpTimes {
 // VMs that occurred (everyone's: the webhook's writes through the virtual
 // workspaces too), how many per unit and their mean time in milliseconds.
 func (k kcpTimes) since(before kcpTimes, n int, unit string) string {
+	return k.sinceOf(before, n, unit, vpcs.Resource, vms.Resource)
+}
+
+// sinceOf is since for the webhook calls and the requests for resources
+// (every resource if none).
+func (k kcpTimes) sinceOf(before kcpTimes, n int, unit string, resources ...string) string {
 	var keys []string
 	for key, c := range k.count {
-		if c > before.count[key] && (strings.HasPrefix(key, "webhook ") || strings.HasSuffix(key, " "+vpcs.Resource) || strings.HasSuffix(key, " "+vms.Resource)) {
+		_, resource, _ := strings.Cut(key, " ")
+		if c > before.count[key] && (strings.HasPrefix(key, "webhook ") || len(resources) == 0 || slices.Contains(resources, resource)) {
 			keys = append(keys, key)
 		}
 	}

@@ -96,6 +96,7 @@ func (s *setup) deleteStack(ctx context.Context, t *testing.T, n int, p *protect
 	}
 	deletedAt := s.watchDeletions(t, ns)
 
+	kcp0 := s.kcpTimes(ctx, t)
 	start := time.Now()
 	var gone []string
 	waitGone := func(l stackLevel) {
@@ -132,6 +133,7 @@ func (s *setup) deleteStack(ctx context.Context, t *testing.T, n int, p *protect
 	}
 	took := time.Since(start)
 	t.Logf("stack of %d per level in %s deleted in %s; VMs, Subnets, VPCs gone after %s s", n, ns, took.Round(time.Millisecond), strings.Join(gone, ", "))
+	t.Logf("what kcp served while %s was deleted: %s", ns, s.kcpTimes(ctx, t).sinceOf(kcp0, 3*n, "object"))
 	checkDependencyOrder(ctx, t, n, deletedAt)
 	return took, strings.Join(gone, " / ")
 }

@@ -2,6 +2,7 @@ package deletion
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -68,5 +69,46 @@ func TestDeniedDeletesLeaveAnEvent(t *testing.T) {
 	defer events.lock.Unlock()
 	if len(events.events) != 1 || !strings.HasPrefix(events.events[0], "vpc-a Warning DeletionBlocked: ") || !strings.Contains(events.events[0], "VirtualMachine/default/vm-1") {
 		t.Errorf("events %v; want one DeletionBlocked Event naming the VM", events.events)
+	}
+}
+
+// A deletion deferred under a Replay rule leaves its record on the object,
+// and no DeletionBlocked Event; one that could not be deferred (and so is
+// refused as under Deny) leaves the Event.
+func TestDeferredDeletesLeaveNoEvent(t *testing.T) {
+	rules := staticRules{vpcs.GroupResource(): {withTarget(replayEntry(entry("p/vm", vms, "VirtualMachine", ".spec.vpcRef.name")))}}
+	for _, tt := range []struct {
+		name      string
+		recordErr error
+		wantEvent bool
+	}{
+		{name: "deferred", wantEvent: false},
+		{name: "could not be deferred", recordErr: errors.New("no consent to patch"), wantEvent: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			deps := &fakeDependents{}
+			deps.add(consumer, vms, object("default", "vm-1", map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}}))
+			events := &fakeEventer{done: make(chan struct{}, 10)}
+			recorder := &fakeRecorder{err: tt.recordErr}
+			v := NewValidator(rules, loaded(true), deps, WithEvents(events), WithRecorder(recorder))
+			ctx := webhook.WithProvider(context.Background(), provider)
+			resp := v.Handle(ctx, deleteRequest(vpcs, consumer, "default", "vpc-a", nil))
+			if resp.Allowed {
+				t.Fatal("a DELETE of a referenced VPC was allowed")
+			}
+			if deferred := len(recorder.recorded) == 1; deferred == tt.wantEvent {
+				t.Fatalf("recorded %v, want a record: %v", recorder.recorded, !tt.wantEvent)
+			}
+			select {
+			case <-events.done:
+				if !tt.wantEvent {
+					t.Errorf("events %v, want none", events.events)
+				}
+			case <-time.After(500 * time.Millisecond):
+				if tt.wantEvent {
+					t.Error("no Event")
+				}
+			}
+		})
 	}
 }

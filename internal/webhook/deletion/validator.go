@@ -537,8 +537,12 @@ func (v *Validator) deny(ctx context.Context, d denial) admission.Response {
 			audit[AuditDeferred] = "true"
 		}
 	}
-	d.logger.V(1).Info("Denied deletion", "blockers", len(d.blockers), "deferred", audit[AuditDeferred] != "")
-	if v.blocked != nil && !kcpTeardown(d.req) && (d.req.DryRun == nil || !*d.req.DryRun) {
+	deferred := audit[AuditDeferred] != ""
+	d.logger.V(1).Info("Denied deletion", "blockers", len(d.blockers), "deferred", deferred)
+	// A deferred deletion leaves its record on the object instead (who
+	// asked, when, and how to cancel): an Event more would double kcp's
+	// writes for each object of a stack deleted in one go.
+	if v.blocked != nil && !deferred && !kcpTeardown(d.req) && (d.req.DryRun == nil || !*d.req.DryRun) {
 		v.blocked.blocked(ctx, d, v.dependents.State(d.source).Kind, msg, v.now())
 	}
 	resp := admission.Denied(msg)
