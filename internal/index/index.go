@@ -150,11 +150,8 @@ type Index struct {
 	clients *vw.Clients
 	opts    Options
 	reads   *live.Reads
-	// caughtUp answers label-selected reads from the index once it has
-	// caught up (see Confirm); it lists nothing.
-	caughtUp *live.Reads
-	metrics  *metrics
-	now      func() time.Time
+	metrics *metrics
+	now     func() time.Time
 
 	lock    sync.Mutex
 	ctx     context.Context
@@ -213,7 +210,6 @@ func New(cfg *rest.Config, frontProxy string, opts Options) (*Index, error) {
 		AdmissionMemory: opts.AdmissionMemory, SampleFailed: ix.metrics.sampleFailed, TargetsChanged: ix.contentChanged,
 	}
 	ix.reads = live.New(ix.readScope, ix.catchUp, opts.ReadTimeout)
-	ix.caughtUp = live.New(notCaughtUp, ix.catchUp, opts.ReadTimeout)
 	return ix, nil
 }
 

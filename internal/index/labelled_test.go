@@ -155,56 +155,41 @@ func TestConfirmWithoutASchemeListsEverything(t *testing.T) {
 	}
 }
 
-// A read by label is answered from the index where the index has caught up
-// with the scope on a busy shard, as a read of the whole scope is: the
-// index holds every dependent with the paths it is asked for, labelled or
-// not. Decisions on one scope made at once then share one probe of the
-// scope, where each would list the dependents with its own object's label.
-func TestConfirmWithASchemeCatchesUp(t *testing.T) {
+// A read by label is never answered from the index, which knows nothing of
+// labels: with a scheme, Confirm lists even where the index has caught up.
+func TestConfirmWithASchemeDoesNotCatchUp(t *testing.T) {
 	shard := &selectingShard{lists: map[string][]string{reflabels.StaleSelector(testScheme): {item("vm-listed", "vpc-a")}}}
 	ix, w := selectingIndex(t, shard)
 	// The index has caught up (at 100, just now), and holds another
 	// dependent.
-	var indexed []any
-	for i := range 8 {
-		indexed = append(indexed, dependent(t, w.paths, "c1", fmt.Sprintf("default/vm-%d", i), fmt.Sprintf(`{"vpcRef":{"name":"vpc-%d"}}`, i), false))
-	}
-	if err := w.store.ForShard(w.urls[0], func() {}).Replace(indexed, "100"); err != nil {
+	if err := w.store.ForShard(w.urls[0], func() {}).Replace([]any{dependent(t, w.paths, "c1", "default/vm-indexed", `{"vpcRef":{"name":"vpc-a"}}`, false)}, "100"); err != nil {
 		t.Fatal(err)
 	}
-	found := make([][]string, len(indexed))
-	var wg sync.WaitGroup
-	for i := range indexed {
-		wg.Go(func() {
-			q := labelledQuery()
-			q.Name = fmt.Sprintf("vpc-%d", i)
-			deps, _, err := ix.Confirm(context.Background(), q)
-			if err != nil {
-				t.Errorf("Confirm(%s) = %v", q.Name, err)
-			}
-			found[i] = names(deps)
-		})
+	deps, _, err := ix.Confirm(context.Background(), labelledQuery())
+	if err != nil {
+		t.Fatal(err)
 	}
-	wg.Wait()
-	for i, got := range found {
-		if want := []string{fmt.Sprintf("c1/default/vm-%d", i)}; !slices.Equal(got, want) {
-			t.Errorf("Confirm(vpc-%d) found %v, want the index's answer %v", i, got, want)
-		}
+	if got := names(deps); !slices.Equal(got, []string{"c1/default/vm-listed"}) {
+		t.Errorf("Confirm() found %v, want what the reads listed", got)
 	}
 	requests, _ := shard.requested()
-	if len(requests) == 0 || len(requests) > 2 {
-		t.Errorf("requests %v, want one or two probes for the eight decisions", requests)
-	}
 	for _, q := range requests {
-		if q.Get("limit") != "1" || q.Get("labelSelector") != "" {
-			t.Errorf("request %v, want a probe, no LIST by label", q)
+		if q.Get("labelSelector") == "" {
+			t.Errorf("a read without a selector was made: %v", q)
 		}
 	}
-	for _, how := range readsOf(t, ix) {
-		if how != ReadCaughtUp {
-			t.Errorf("reads counted %q, want only %s", readsOf(t, ix), ReadCaughtUp)
-			break
-		}
+	if len(requests) != 2 {
+		t.Errorf("requests %v, want the two LISTs by label", requests)
+	}
+	// Without a scheme, the same read is answered from the index.
+	q := labelledQuery()
+	q.Scheme = ""
+	deps, _, err = ix.Confirm(context.Background(), q)
+	if got := names(deps); err != nil || !slices.Equal(got, []string{"c1/default/vm-indexed"}) {
+		t.Errorf("Confirm() without a scheme = %v, %v; want the index's answer", got, err)
+	}
+	if requests, _ := shard.requested(); len(requests) != 3 || requests[2].Get("limit") != "1" {
+		t.Errorf("requests %v, want a probe after the two LISTs by label", requests)
 	}
 }
 

@@ -65,11 +65,7 @@ func (ix *Index) scope(q Query) live.Scope {
 // webhook replica with other rules); every other dependent is labelled under
 // the scheme without the object's label, so it does not reference the
 // object. Without one, every dependent in scope is listed. Either way each
-// listed dependent is checked against the paths. Either way, too, the index
-// answers instead, with no LIST of dependents, when it catches up with the
-// scope's current resourceVersion (see catchUp): decisions on one scope
-// made at once, such as the replays of a deferred stack, then share one
-// probe of the scope, where each would make its own label-selected LIST.
+// listed dependent is checked against the paths.
 //
 // The reads are consistent LISTs, made after Confirm was called, so they see
 // every dependent whose create returned before that; concurrent calls for
@@ -90,15 +86,6 @@ func (ix *Index) Confirm(ctx context.Context, q Query) ([]kcp.Meta, int, error) 
 		if q.Scheme == "" {
 			var err error
 			found, scanned, err = ix.reads.Confirm(ctx, scope, q.Paths, q.Namespace, q.Name)
-			return err
-		}
-		// The label-selected reads below are one LIST per object; a
-		// caught-up index answers for the whole scope.
-		switch hits, _, err := ix.caughtUp.Confirm(ctx, scope, q.Paths, q.Namespace, q.Name); {
-		case err == nil:
-			found, scanned = hits, 0
-			return nil
-		case !errors.Is(err, errNotCaughtUp):
 			return err
 		}
 		byLabel, stale := scope, scope
@@ -128,15 +115,6 @@ func (ix *Index) Confirm(ctx context.Context, q Query) ([]kcp.Meta, int, error) 
 		return err
 	})
 	return found, scanned, err
-}
-
-// errNotCaughtUp is how a read of Index.caughtUp ends when the index could
-// not answer it: the caller reads the scope another way.
-var errNotCaughtUp = errors.New("the index has not caught up with the scope")
-
-// notCaughtUp is the live.ReadFunc of Index.caughtUp: it lists nothing.
-func notCaughtUp(context.Context, live.Scope, func([]byte) error) error {
-	return errNotCaughtUp
 }
 
 // How a live read of a scope was answered: the values of the how label of

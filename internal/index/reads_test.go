@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"reflect"
 	"slices"
 	"strconv"
@@ -25,7 +24,6 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/index/route"
 	"github.com/opendefensecloud/dependency-controller/internal/index/store"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
-	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 	"github.com/opendefensecloud/dependency-controller/internal/vw"
 )
 
@@ -489,13 +487,22 @@ func TestServes(t *testing.T) {
 // A live read is answered from the index when the index has caught up with
 // the scope's current resourceVersion on a busy shard, and listed
 // otherwise: the shard's list and the index disagree, so the answer shows
-// which was used. A query with a scheme, whose read would otherwise be two
-// label-selected LISTs, is answered the same way.
+// which was used.
 func TestConfirmAnswersFromAnIndexThatCaughtUp(t *testing.T) {
 	const listed = `{"metadata":{"resourceVersion":"100"},"items":[{"metadata":{"name":"vm-listed","namespace":"default","uid":"l1"},"spec":{"vpcRef":{"name":"vpc-a"}}}]}`
 	probe := "/clusters/c1/apis/compute.io/v1/namespaces/default/virtualmachines?limit=1"
 	list := "/clusters/c1/apis/compute.io/v1/namespaces/default/virtualmachines?"
-	tests := []caughtUpCase{
+	tests := []struct {
+		name string
+		// indexedAt is the resourceVersion of the index's list, advancedTo
+		// that of an event stored 50ms after Confirm was called, if set.
+		indexedAt, advancedTo string
+		idle                  bool
+		state                 Phase
+		paths                 []fieldpath.Reference
+		wantFrom              string
+		wantRequests          []string
+	}{
 		{name: "caught up", indexedAt: "100", wantFrom: "vm-indexed", wantRequests: []string{probe}},
 		{name: "ahead", indexedAt: "120", wantFrom: "vm-indexed", wantRequests: []string{probe}},
 		{name: "catches up while waiting", indexedAt: "90", advancedTo: "101", wantFrom: "vm-indexed", wantRequests: []string{probe}},
@@ -507,85 +514,46 @@ func TestConfirmAnswersFromAnIndexThatCaughtUp(t *testing.T) {
 		{name: "path not indexed", indexedAt: "100", paths: []fieldpath.Reference{vpcRef, nics}, wantFrom: "vm-listed", wantRequests: []string{list}},
 	}
 	for _, tt := range tests {
-		for _, scheme := range []string{"", testScheme} {
-			t.Run(fmt.Sprintf("%s, scheme %q", tt.name, scheme), func(t *testing.T) {
-				tt.run(t, listed, scheme)
-			})
-		}
-	}
-}
-
-// caughtUpCase is a case of TestConfirmAnswersFromAnIndexThatCaughtUp.
-type caughtUpCase struct {
-	name string
-	// indexedAt is the resourceVersion of the index's list, advancedTo
-	// that of an event stored 50ms after Confirm was called, if set.
-	indexedAt, advancedTo string
-	idle                  bool
-	state                 Phase
-	paths                 []fieldpath.Reference
-	wantFrom              string
-	// wantRequests are the requests without a scheme; with one, a read
-	// that the index does not answer is two label-selected LISTs in place
-	// of the last, the LIST of the scope.
-	wantRequests []string
-}
-
-// run runs the case for a query with scheme (none if empty), against a
-// shard whose LIST answers listed.
-func (tt caughtUpCase) run(t *testing.T, listed, scheme string) {
-	wantRequests := slices.Clone(tt.wantRequests)
-	wantReads := []string{ReadListed}
-	switch {
-	case tt.wantFrom == "vm-indexed":
-		wantReads = []string{ReadCaughtUp}
-	case scheme != "":
-		list := wantRequests[len(wantRequests)-1]
-		wantRequests = wantRequests[:len(wantRequests)-1]
-		for _, selector := range []string{reflabels.Key(vpcs, "vpc-a"), reflabels.StaleSelector(scheme)} {
-			wantRequests = append(wantRequests, list+url.Values{"labelSelector": {selector}}.Encode())
-		}
-		wantReads = []string{ReadSelected, ReadSelected}
-	}
-	shard := &fakeShard{clusters: map[string]string{"c1": listed}}
-	ix, w := routedIndex(t, true, Options{}, shard)
-	state := tt.state
-	if state == "" {
-		state = PhaseSynced
-	}
-	w.setState(State{Phase: state, Namespaced: true})
-	if tt.idle {
-		ix.now = func() time.Time { return time.Now().Add(2 * catchUpBusy) }
-	}
-	shardStore := w.store.ForShard(w.urls[0], func() {})
-	if err := shardStore.Replace([]any{dependent(t, w.paths, "c1", "default/vm-indexed", `{"vpcRef":{"name":"vpc-a"}}`, false)}, tt.indexedAt); err != nil {
-		t.Fatal(err)
-	}
-	if tt.advancedTo != "" {
-		go func() {
-			time.Sleep(50 * time.Millisecond)
-			shardStore.(cache.ResourceVersionUpdater).UpdateResourceVersion(tt.advancedTo)
-		}()
-	}
-	paths := tt.paths
-	if paths == nil {
-		paths = []fieldpath.Reference{vpcRef}
-	}
-	deps, _, err := ix.Confirm(context.Background(), Query{Source: testSource, Paths: paths, Cluster: "c1", Namespace: "default", Name: "vpc-a", Target: vpcs, Scheme: scheme})
-	if err != nil || len(deps) != 1 || deps[0].Name != tt.wantFrom {
-		t.Errorf("Confirm() = %v, %v; want %s", deps, err, tt.wantFrom)
-	}
-	// The two label-selected LISTs are made at once, in either order.
-	got := shard.requested()
-	slices.Sort(got)
-	slices.Sort(wantRequests)
-	if !slices.Equal(got, wantRequests) {
-		t.Errorf("requests = %q, want %q", got, wantRequests)
-	}
-	reads := readsOf(t, ix)
-	slices.Sort(reads)
-	if !slices.Equal(reads, wantReads) {
-		t.Errorf("reads counted %q, want %q", reads, wantReads)
+		t.Run(tt.name, func(t *testing.T) {
+			shard := &fakeShard{clusters: map[string]string{"c1": listed}}
+			ix, w := routedIndex(t, true, Options{}, shard)
+			state := tt.state
+			if state == "" {
+				state = PhaseSynced
+			}
+			w.setState(State{Phase: state, Namespaced: true})
+			if tt.idle {
+				ix.now = func() time.Time { return time.Now().Add(2 * catchUpBusy) }
+			}
+			shardStore := w.store.ForShard(w.urls[0], func() {})
+			if err := shardStore.Replace([]any{dependent(t, w.paths, "c1", "default/vm-indexed", `{"vpcRef":{"name":"vpc-a"}}`, false)}, tt.indexedAt); err != nil {
+				t.Fatal(err)
+			}
+			if tt.advancedTo != "" {
+				go func() {
+					time.Sleep(50 * time.Millisecond)
+					shardStore.(cache.ResourceVersionUpdater).UpdateResourceVersion(tt.advancedTo)
+				}()
+			}
+			paths := tt.paths
+			if paths == nil {
+				paths = []fieldpath.Reference{vpcRef}
+			}
+			deps, _, err := confirm(context.Background(), ix, testSource, paths, "c1", "default", "vpc-a")
+			if err != nil || len(deps) != 1 || deps[0].Name != tt.wantFrom {
+				t.Errorf("Confirm() = %v, %v; want %s", deps, err, tt.wantFrom)
+			}
+			if got := shard.requested(); !reflect.DeepEqual(got, tt.wantRequests) {
+				t.Errorf("requests = %q, want %q", got, tt.wantRequests)
+			}
+			wantHow := ReadListed
+			if tt.wantFrom == "vm-indexed" {
+				wantHow = ReadCaughtUp
+			}
+			if reads := readsOf(t, ix); len(reads) != 1 || reads[0] != wantHow {
+				t.Errorf("reads counted %q, want [%s]", reads, wantHow)
+			}
+		})
 	}
 }
 
