@@ -120,6 +120,17 @@ func (o *options) prepare() (*workspace.Session, error) {
 	return o.open(o.flags)
 }
 
+// prepareTarget is prepare for a command about one object, named by args
+// (TYPE/NAME or TYPE NAME) in the workspace's namespace.
+func (o *options) prepareTarget(args []string) (*workspace.Session, workspace.Target, error) {
+	ws, err := o.prepare()
+	if err != nil {
+		return nil, workspace.Target{}, err
+	}
+	t, err := workspace.Resolve(ws.Mapper, args, ws.Namespace)
+	return ws, t, err
+}
+
 // print prints v as -o asks, or with human for the table format.
 func (o *options) print(v any, human func() error) error {
 	if o.output == outputTable {
@@ -164,11 +175,7 @@ refs' answers for those who may only read.`,
   kubectl dependencies why vpcs.network.test.io vpc-a -n team-a -o json`,
 		Args: usageArgs(cobra.RangeArgs(1, 2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ws, err := o.prepare()
-			if err != nil {
-				return err
-			}
-			t, err := workspace.Resolve(ws.Mapper, args, ws.Namespace)
+			ws, t, err := o.prepareTarget(args)
 			if err != nil {
 				return err
 			}
@@ -212,11 +219,7 @@ Exit code 0 when nothing references the object, 1 when something does or may.`,
   kubectl dependencies refs vpcs.network.test.io/vpc-a -n team-a -o yaml`,
 		Args: usageArgs(cobra.RangeArgs(1, 2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ws, err := o.prepare()
-			if err != nil {
-				return err
-			}
-			t, err := workspace.Resolve(ws.Mapper, args, ws.Namespace)
+			ws, t, err := o.prepareTarget(args)
 			if err != nil {
 				return err
 			}
