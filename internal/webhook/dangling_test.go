@@ -2,7 +2,6 @@ package webhook_test
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -64,32 +63,15 @@ var _ = Describe("Dangling references", Ordered, func() {
 
 	BeforeAll(func(ctx context.Context) {
 		root := core.RootCluster.Path()
-		_, depCtrl = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("dep-ctrl"))
-		Expect(kcpenv.InstallDependencyAPI(ctx, cli.Cluster(depCtrl))).To(Succeed())
-		for _, dir := range []string{"config/rbac/webhook", "config/rbac/controller"} {
-			rbac, err := kcpenv.LoadManifests(dir)
-			Expect(err).NotTo(HaveOccurred())
-			Expect(kcpenv.Apply(ctx, cli.Cluster(depCtrl), rbac...)).To(Succeed())
-		}
+		depCtrl = newDepCtrlWorkspace(ctx, root)
 		_, network = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("network"))
 		Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(network), "network.test.io", kcpenv.Resource{Kind: "VPC", Plural: "vpcs"})).To(Succeed())
 		_, compute = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("compute"))
 		Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(compute), "compute.test.io", kcpenv.Resource{Kind: "VirtualMachine", Plural: "virtualmachines"})).To(Succeed())
-		for _, p := range []struct {
-			ws       logicalcluster.Path
-			provider string
-		}{{network, "network-provider"}, {compute, "compute-provider"}} {
-			_, err := kcpenv.BindAPIExport(ctx, cli.Cluster(p.ws), cli.Cluster(depCtrl), depCtrl, kcpenv.DepCtrlExportName)
-			Expect(err).NotTo(HaveOccurred())
-			grant, err := kcpenv.ReadYAMLFile(filepath.Join(kcpenv.RepoRoot(), "config/samples", p.provider, "webhook-access.yaml"))
-			Expect(err).NotTo(HaveOccurred())
-			if p.ws == compute {
-				// The compute provider lets the webhook record Events on
-				// its VMs: its export claims events, and it grants create.
-				grantCreate(grant)
-			}
-			Expect(kcpenv.Apply(ctx, cli.Cluster(p.ws), grant...)).To(Succeed())
-		}
+		consent(ctx, network, depCtrl, "network-provider", false)
+		// The compute provider lets the webhook record Events on its VMs:
+		// its export claims events, and it grants create.
+		consent(ctx, compute, depCtrl, "compute-provider", true)
 		_, consumer = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("consumer"))
 		bindExports(ctx, consumer, export{network, "network.test.io"}, export{compute, "compute.test.io"})
 		Expect(cli.Cluster(compute).Create(ctx, &depv1alpha1.DependencyRule{

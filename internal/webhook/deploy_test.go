@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/transport"
 
 	"github.com/kcp-dev/logicalcluster/v3"
+	"github.com/kcp-dev/multicluster-provider/envtest"
 
 	"github.com/opendefensecloud/dependency-controller/internal/command"
 	"github.com/opendefensecloud/dependency-controller/internal/controllerserver"
@@ -67,4 +68,36 @@ func startController(ctx context.Context, depCtrl logicalcluster.Path, wh *kcpen
 	}, kcpenv.TestManagerOptions())
 	Expect(err).NotTo(HaveOccurred())
 	return kcpenv.RunInBackground(c.Manager.Start)
+}
+
+// newDepCtrlWorkspace creates the dep-ctrl workspace under root as
+// `make deploy` sets it up: the dependency API and its APIExport, and what
+// config/rbac grants the webhook's and the controller's users there.
+func newDepCtrlWorkspace(ctx context.Context, root logicalcluster.Path) logicalcluster.Path {
+	GinkgoHelper()
+	_, depCtrl := envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("dep-ctrl"))
+	Expect(kcpenv.InstallDependencyAPI(ctx, cli.Cluster(depCtrl))).To(Succeed())
+	for _, dir := range []string{"config/rbac/webhook", "config/rbac/controller"} {
+		rbac, err := kcpenv.LoadManifests(dir)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(kcpenv.Apply(ctx, cli.Cluster(depCtrl), rbac...)).To(Succeed())
+	}
+	return depCtrl
+}
+
+// consent has the provider workspace ws consent as the provider of
+// config/samples/<provider> does: it binds the dependency API of depCtrl
+// and grants the webhook what the sample's webhook-access.yaml grants, and
+// create on its APIExport's content as well if withCreate (for the
+// webhook's Events and the namespace probe's dry-run Events).
+func consent(ctx context.Context, ws, depCtrl logicalcluster.Path, provider string, withCreate bool) {
+	GinkgoHelper()
+	_, err := kcpenv.BindAPIExport(ctx, cli.Cluster(ws), cli.Cluster(depCtrl), depCtrl, kcpenv.DepCtrlExportName)
+	Expect(err).NotTo(HaveOccurred())
+	grant, err := kcpenv.ReadYAMLFile(filepath.Join(kcpenv.RepoRoot(), "config/samples", provider, "webhook-access.yaml"))
+	Expect(err).NotTo(HaveOccurred())
+	if withCreate {
+		grantCreate(grant)
+	}
+	Expect(kcpenv.Apply(ctx, cli.Cluster(ws), grant...)).To(Succeed())
 }

@@ -3,7 +3,6 @@ package webhook_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -49,27 +48,13 @@ type manyReferences struct {
 func startManyReferences(ctx context.Context, timeoutSeconds int32, configure func(*webhookserver.Options)) *manyReferences {
 	GinkgoHelper()
 	root := core.RootCluster.Path()
-	_, depCtrl := envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("dep-ctrl"))
-	Expect(kcpenv.InstallDependencyAPI(ctx, cli.Cluster(depCtrl))).To(Succeed())
-	for _, dir := range []string{"config/rbac/webhook", "config/rbac/controller"} {
-		rbac, err := kcpenv.LoadManifests(dir)
-		Expect(err).NotTo(HaveOccurred())
-		Expect(kcpenv.Apply(ctx, cli.Cluster(depCtrl), rbac...)).To(Succeed())
-	}
+	depCtrl := newDepCtrlWorkspace(ctx, root)
 	_, network := envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("network"))
 	Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(network), "network.test.io", kcpenv.Resource{Kind: "VPC", Plural: "vpcs"})).To(Succeed())
 	_, compute := envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("compute"))
 	Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(compute), "compute.test.io", kcpenv.Resource{Kind: "LoadBalancer", Plural: "loadbalancers"})).To(Succeed())
-	for _, p := range []struct {
-		ws       logicalcluster.Path
-		provider string
-	}{{network, "network-provider"}, {compute, "compute-provider"}} {
-		_, err := kcpenv.BindAPIExport(ctx, cli.Cluster(p.ws), cli.Cluster(depCtrl), depCtrl, kcpenv.DepCtrlExportName)
-		Expect(err).NotTo(HaveOccurred())
-		grant, err := kcpenv.ReadYAMLFile(filepath.Join(kcpenv.RepoRoot(), "config/samples", p.provider, "webhook-access.yaml"))
-		Expect(err).NotTo(HaveOccurred())
-		Expect(kcpenv.Apply(ctx, cli.Cluster(p.ws), grant...)).To(Succeed())
-	}
+	consent(ctx, network, depCtrl, "network-provider", false)
+	consent(ctx, compute, depCtrl, "compute-provider", false)
 	consumerWS, consumer := envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("consumer"))
 	bindExports(ctx, consumer, export{network, "network.test.io"}, export{compute, "compute.test.io"})
 	Expect(cli.Cluster(compute).Create(ctx, &depv1alpha1.DependencyRule{

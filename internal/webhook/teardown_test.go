@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -123,13 +122,7 @@ var _ = Describe("Teardowns of cycles", Ordered, func() {
 
 	BeforeAll(func(ctx context.Context) {
 		root := core.RootCluster.Path()
-		_, depCtrl = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("dep-ctrl"))
-		Expect(kcpenv.InstallDependencyAPI(ctx, cli.Cluster(depCtrl))).To(Succeed())
-		for _, dir := range []string{"config/rbac/webhook", "config/rbac/controller"} {
-			rbac, err := kcpenv.LoadManifests(dir)
-			Expect(err).NotTo(HaveOccurred())
-			Expect(kcpenv.Apply(ctx, cli.Cluster(depCtrl), rbac...)).To(Succeed())
-		}
+		depCtrl = newDepCtrlWorkspace(ctx, root)
 		_, network = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("network"))
 		Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(network), "network.test.io",
 			kcpenv.Resource{Kind: "VPC", Plural: "vpcs"},
@@ -139,22 +132,11 @@ var _ = Describe("Teardowns of cycles", Ordered, func() {
 		Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(compute), "compute.test.io",
 			kcpenv.Resource{Kind: "VirtualMachine", Plural: "virtualmachines"},
 			kcpenv.Resource{Kind: "Gateway", Plural: "gateways", ClusterScoped: true})).To(Succeed())
-		for _, p := range []struct {
-			ws       logicalcluster.Path
-			provider string
-		}{{network, "network-provider"}, {compute, "compute-provider"}} {
-			_, err := kcpenv.BindAPIExport(ctx, cli.Cluster(p.ws), cli.Cluster(depCtrl), depCtrl, kcpenv.DepCtrlExportName)
-			Expect(err).NotTo(HaveOccurred())
-			grant, err := kcpenv.ReadYAMLFile(filepath.Join(kcpenv.RepoRoot(), "config/samples", p.provider, "webhook-access.yaml"))
-			Expect(err).NotTo(HaveOccurred())
-			if p.ws == compute {
-				// VMs are protected here: the compute provider grants what
-				// a protected provider does, create for the namespace
-				// probe's dry-run Events and the Events of teardowns.
-				grantCreate(grant)
-			}
-			Expect(kcpenv.Apply(ctx, cli.Cluster(p.ws), grant...)).To(Succeed())
-		}
+		consent(ctx, network, depCtrl, "network-provider", false)
+		// VMs are protected here: the compute provider grants what a
+		// protected provider does, create for the namespace probe's dry-run
+		// Events and the Events of teardowns.
+		consent(ctx, compute, depCtrl, "compute-provider", true)
 		_, consumer = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("consumer"))
 		bindExports(ctx, consumer, export{network, "network.test.io"}, export{compute, "compute.test.io"})
 

@@ -10,7 +10,6 @@ import (
 	"io"
 	"maps"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -127,13 +126,7 @@ var _ = Describe("Trust boundary", Ordered, func() {
 
 	BeforeAll(func(ctx context.Context) {
 		root := core.RootCluster.Path()
-		_, depCtrl = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("dep-ctrl"))
-		Expect(kcpenv.InstallDependencyAPI(ctx, cli.Cluster(depCtrl))).To(Succeed())
-		for _, dir := range []string{"config/rbac/webhook", "config/rbac/controller"} {
-			rbac, err := kcpenv.LoadManifests(dir)
-			Expect(err).NotTo(HaveOccurred())
-			Expect(kcpenv.Apply(ctx, cli.Cluster(depCtrl), rbac...)).To(Succeed())
-		}
+		depCtrl = newDepCtrlWorkspace(ctx, root)
 		var networkWS *tenancyv1alpha1.Workspace
 		networkWS, network = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("network"))
 		networkCluster = logicalcluster.Name(networkWS.Spec.Cluster)
@@ -142,22 +135,11 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(compute), "compute.test.io",
 			kcpenv.Resource{Kind: "VirtualMachine", Plural: "virtualmachines"},
 			kcpenv.Resource{Kind: "Appliance", Plural: "appliances", Status: true})).To(Succeed())
-		for _, p := range []struct {
-			ws       logicalcluster.Path
-			provider string
-		}{{network, "network-provider"}, {compute, "compute-provider"}} {
-			_, err := kcpenv.BindAPIExport(ctx, cli.Cluster(p.ws), cli.Cluster(depCtrl), depCtrl, kcpenv.DepCtrlExportName)
-			Expect(err).NotTo(HaveOccurred())
-			grant, err := kcpenv.ReadYAMLFile(filepath.Join(kcpenv.RepoRoot(), "config/samples", p.provider, "webhook-access.yaml"))
-			Expect(err).NotTo(HaveOccurred())
-			if p.ws == compute {
-				// Here VMs are protected too (by vpc-gateways): the compute
-				// provider consents to what a protected provider grants,
-				// create for the namespace probe's dry-run Events.
-				grantCreate(grant)
-			}
-			Expect(kcpenv.Apply(ctx, cli.Cluster(p.ws), grant...)).To(Succeed())
-		}
+		consent(ctx, network, depCtrl, "network-provider", false)
+		// Here VMs are protected too (by vpc-gateways): the compute provider
+		// consents to what a protected provider grants, create for the
+		// namespace probe's dry-run Events.
+		consent(ctx, compute, depCtrl, "compute-provider", true)
 		// The compute grant names compute.test.io, the network grant
 		// network.test.io, like the samples.
 		_, consumer = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("consumer"))

@@ -59,6 +59,20 @@ func vm(name, vpcName string) *unstructured.Unstructured {
 	return object(vms, name, map[string]any{"vpcRef": map[string]any{"name": vpcName}})
 }
 
+// gatewayRule returns the rule name of the network provider under which a
+// VPC references its gateway VirtualMachine at .spec.gatewayVM: VMs are then
+// protected, and VPCs dependents.
+func gatewayRule(name string) *depv1alpha1.DependencyRule {
+	return &depv1alpha1.DependencyRule{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: depv1alpha1.DependencyRuleSpec{
+		Dependent: depv1alpha1.DependentResource{APIExportName: "network.test.io", Group: "network.test.io", Version: "v1", Kind: "VPC", Resource: "vpcs"},
+		Dependencies: []depv1alpha1.Dependency{{
+			APIExportRef: depv1alpha1.APIExportReference{Path: compute.String(), Name: "compute.test.io"},
+			Group:        "compute.test.io", Version: "v1", Resource: "virtualmachines",
+			FieldRef: depv1alpha1.FieldReference{Path: ".spec.gatewayVM"},
+		}},
+	}}
+}
+
 func create(ctx context.Context, ws logicalcluster.Path, objs ...*unstructured.Unstructured) {
 	GinkgoHelper()
 	for _, o := range objs {

@@ -360,14 +360,7 @@ func faultScenarios() {
 		// A rule in the network workspace makes VirtualMachines protected
 		// and VPCs dependents, so that both workspaces' configurations change.
 		gateway := func(present bool) {
-			r := &depv1alpha1.DependencyRule{ObjectMeta: metav1.ObjectMeta{Name: "fault-gateway"}, Spec: depv1alpha1.DependencyRuleSpec{
-				Dependent: depv1alpha1.DependentResource{APIExportName: "network.test.io", Group: "network.test.io", Version: "v1", Kind: "VPC", Resource: "vpcs"},
-				Dependencies: []depv1alpha1.Dependency{{
-					APIExportRef: depv1alpha1.APIExportReference{Path: compute.String(), Name: "compute.test.io"},
-					Group:        "compute.test.io", Version: "v1", Resource: "virtualmachines",
-					FieldRef: depv1alpha1.FieldReference{Path: ".spec.gatewayVM"},
-				}},
-			}}
+			r := gatewayRule("fault-gateway")
 			if present {
 				Expect(client.IgnoreAlreadyExists(cli.Cluster(network).Create(ctx, r))).To(Succeed())
 			} else {
@@ -410,14 +403,7 @@ func faultScenarios() {
 
 	It("faults: no longer protects a type whose rule was deleted while the webhook was down", func(ctx context.Context) {
 		By("protecting VirtualMachines with a rule of the network provider")
-		gateway := &depv1alpha1.DependencyRule{ObjectMeta: metav1.ObjectMeta{Name: "fault-gateway-down"}, Spec: depv1alpha1.DependencyRuleSpec{
-			Dependent: depv1alpha1.DependentResource{APIExportName: "network.test.io", Group: "network.test.io", Version: "v1", Kind: "VPC", Resource: "vpcs"},
-			Dependencies: []depv1alpha1.Dependency{{
-				APIExportRef: depv1alpha1.APIExportReference{Path: compute.String(), Name: "compute.test.io"},
-				Group:        "compute.test.io", Version: "v1", Resource: "virtualmachines",
-				FieldRef: depv1alpha1.FieldReference{Path: ".spec.gatewayVM"},
-			}},
-		}}
+		gateway := gatewayRule("fault-gateway-down")
 		Expect(cli.Cluster(network).Create(ctx, gateway)).To(Succeed())
 		create(ctx, consumerA, vm("gw-vm", "none"), object(vpcs, "gw-vpc", map[string]any{"gatewayVM": "gw-vm"}))
 		t := &tally{}

@@ -267,14 +267,7 @@ func pluginScenarios() {
 
 	It("plugin: order puts a three-level stack in waves that delete without a refusal, and reports a cycle", func(ctx context.Context) {
 		By("a rule of the network provider: a VPC references its gateway VirtualMachine")
-		gateway := &depv1alpha1.DependencyRule{ObjectMeta: metav1.ObjectMeta{Name: "plugin-gateways"}, Spec: depv1alpha1.DependencyRuleSpec{
-			Dependent: depv1alpha1.DependentResource{APIExportName: "network.test.io", Group: "network.test.io", Version: "v1", Kind: "VPC", Resource: "vpcs"},
-			Dependencies: []depv1alpha1.Dependency{{
-				APIExportRef: depv1alpha1.APIExportReference{Path: compute.String(), Name: "compute.test.io"},
-				Group:        "compute.test.io", Version: "v1", Resource: "virtualmachines",
-				FieldRef: depv1alpha1.FieldReference{Path: ".spec.gatewayVM"},
-			}},
-		}}
+		gateway := gatewayRule("plugin-gateways")
 		Expect(cli.Cluster(network).Create(ctx, gateway)).To(Succeed())
 		DeferCleanup(func(ctx context.Context) {
 			Expect(client.IgnoreNotFound(cli.Cluster(network).Delete(ctx, gateway))).To(Succeed())
