@@ -84,12 +84,15 @@ func SetupWithManager(mgr mcmanager.Manager, engaged ClusterNamer, rules *vw.Vir
 
 // webhookConditions are the conditions that the webhook writes on rules and
 // from which the controller computes Ready (DependentsIndexed and
-// ReferencesGuarded, whose messages it repeats) or whether to install the
-// labelling webhook of a type (DependentsLabelled, whose reason is enough).
+// ReferencesGuarded, whose messages it repeats), whether to install the
+// labelling webhook of a type (DependentsLabelled, whose reason is enough)
+// or whether the DELETE webhook honours clearances (ReferencesTracked,
+// whose status is enough).
 var webhookConditions = map[string]bool{
 	depv1alpha1.ConditionDependentsIndexed:  true,
 	depv1alpha1.ConditionReferencesGuarded:  true,
 	depv1alpha1.ConditionDependentsLabelled: false,
+	depv1alpha1.ConditionReferencesTracked:  false,
 }
 
 // webhookConditionsChanged passes updates of rules in which a condition that

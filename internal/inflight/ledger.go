@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // MaxInFlight bounds how long a write can be in flight after its admission
@@ -52,6 +54,31 @@ type Ledger struct {
 	Landed time.Time
 	// Marks are the named references, oldest first.
 	Marks []Mark
+	// Clearance, if set, says that the webhook found the object
+	// unreferenced, with nothing in flight, under the rules whose
+	// fingerprint it names (see Clearance): the DELETE webhook's match
+	// condition then lets kcp delete the object without calling the
+	// webhook. Any write that records a reference drops it (see With).
+	Clearance string
+}
+
+// Clearance returns the value of Ledger.Clearance that says that the
+// object with uid was found unreferenced under the rules of fingerprint
+// (see reflabels.ClearanceFingerprint): bound to the object's UID, so that
+// it says nothing about another object of the name.
+func Clearance(fingerprint string, uid types.UID) string {
+	return fingerprint + "/" + string(uid)
+}
+
+// clearancePrefix starts the field of Ledger.Clearance, the last of the
+// encoded ledger.
+const clearancePrefix = "c="
+
+// ClearanceSuffix returns how an encoded ledger that carries the
+// clearance of fingerprint for the object with uid ends, as the match
+// condition of the DELETE webhook tests it.
+func ClearanceSuffix(fingerprint string, uid types.UID) string {
+	return " " + clearancePrefix + Clearance(fingerprint, uid)
 }
 
 // ms is a time to the millisecond, as a Ledger keeps it.
@@ -76,6 +103,11 @@ func (l Ledger) String() string {
 		b.WriteString(m.ID)
 		b.WriteByte('@')
 		b.WriteString(strconv.FormatInt(m.At.UnixMilli(), 10))
+	}
+	if l.Clearance != "" {
+		b.WriteByte(' ')
+		b.WriteString(clearancePrefix)
+		b.WriteString(l.Clearance)
 	}
 	return b.String()
 }
@@ -121,7 +153,15 @@ func Parse(s string) (Ledger, error) {
 		return Ledger{}, fmt.Errorf("%w: %q", ErrMalformed, truncate(s))
 	}
 	l := Ledger{Floor: fromMilli(floor), Landed: fromMilli(landed)}
-	for _, f := range fields[3:] {
+	marks := fields[3:]
+	if n := len(marks); n > 0 && strings.HasPrefix(marks[n-1], clearancePrefix) {
+		l.Clearance = strings.TrimPrefix(marks[n-1], clearancePrefix)
+		if !validClearance(l.Clearance) {
+			return Ledger{}, fmt.Errorf("%w: clearance %q", ErrMalformed, truncate(l.Clearance))
+		}
+		marks = marks[:n-1]
+	}
+	for _, f := range marks {
 		id, at, found := strings.Cut(f, "@")
 		v, err := strconv.ParseInt(at, 10, 64)
 		if !found || !ValidID(id) || err != nil || v <= 0 {
@@ -131,6 +171,13 @@ func Parse(s string) (Ledger, error) {
 	}
 	slices.SortStableFunc(l.Marks, func(a, b Mark) int { return a.At.Compare(b.At) })
 	return l, nil
+}
+
+// validClearance reports whether a clearance is a fingerprint and a UID
+// (see Clearance).
+func validClearance(c string) bool {
+	fingerprint, uid, ok := strings.Cut(c, "/")
+	return ok && fingerprint != "" && uid != "" && !strings.Contains(uid, "/")
 }
 
 func field(s, prefix string) (int64, bool) {
@@ -154,7 +201,8 @@ func truncate(s string) string {
 type Landed func(id string) (time.Time, bool)
 
 // With returns the ledger with marks added (a mark whose id it names
-// already keeps the later time).
+// already keeps the later time), without its clearance: a reference
+// recorded on the object ends it.
 func (l Ledger) With(marks ...Mark) Ledger {
 	out := Ledger{Floor: l.Floor, Landed: l.Landed, Marks: slices.Clone(l.Marks)}
 	for _, m := range marks {
@@ -179,7 +227,7 @@ func (l Ledger) With(marks ...Mark) Ledger {
 // reference landed: Floor keeps what was folded in flight until
 // Floor+MaxInFlight.
 func (l Ledger) Compact(now time.Time, landed Landed, maxMarks int) Ledger {
-	out := Ledger{Floor: l.Floor, Landed: l.Landed}
+	out := Ledger{Floor: l.Floor, Landed: l.Landed, Clearance: l.Clearance}
 	for _, m := range l.Marks {
 		if at, ok := landed(m.ID); ok {
 			out.Landed = later(out.Landed, ms(at))

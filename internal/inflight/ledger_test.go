@@ -25,6 +25,10 @@ func TestParseRoundTrip(t *testing.T) {
 		{"floors", Ledger{Floor: at(0), Landed: at(time.Second)}, "v1 f=1764212000000 l=1764212001000"},
 		{"marks", Ledger{Marks: []Mark{{id(1), at(0)}, {id(2), at(5 * time.Millisecond)}}},
 			"v1 f=0 l=0 " + id(1) + "@1764212000000 " + id(2) + "@1764212000005"},
+		{"cleared", Ledger{Landed: at(0), Clearance: Clearance("0f1e2d3c4b5a6978", "6c3d2a6e-1f0b-4c1e-9a51-0c3b9a8f0d11")},
+			"v1 f=0 l=1764212000000 c=0f1e2d3c4b5a6978/6c3d2a6e-1f0b-4c1e-9a51-0c3b9a8f0d11"},
+		{"marks and cleared", Ledger{Marks: []Mark{{id(1), at(0)}}, Clearance: Clearance("ab", "u1")},
+			"v1 f=0 l=0 " + id(1) + "@1764212000000 c=ab/u1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -49,6 +53,9 @@ func TestParseRejects(t *testing.T) {
 		"v1 f=0 l=0 nothex@1", "v1 f=0 l=0 " + id(1), "v1 f=0 l=0 " + id(1) + "@0",
 		"v1 f=0 l=0 " + id(1) + "@x", "v1 f=0 l=0 " + strings.ToUpper(id(10)) + "@1",
 		strings.Repeat("v", maxEncoded+1),
+		// A clearance is the last field, a fingerprint and a UID.
+		"v1 f=0 l=0 c=", "v1 f=0 l=0 c=ab", "v1 f=0 l=0 c=/u1", "v1 f=0 l=0 c=ab/", "v1 f=0 l=0 c=ab/u/1",
+		"v1 f=0 l=0 c=ab/u1 " + id(1) + "@1",
 	} {
 		if _, err := Parse(s); !errors.Is(err, ErrMalformed) {
 			t.Errorf("Parse(%q) = %v, want ErrMalformed", truncate(s), err)
@@ -82,6 +89,20 @@ func TestWith(t *testing.T) {
 	// A mark added again with an earlier time keeps the later one.
 	if again := got.With(Mark{id(1), at(0)}); again.String() != want {
 		t.Fatalf("With of an older mark = %q", again.String())
+	}
+}
+
+// Recording a reference ends a clearance; folding marks keeps it.
+func TestWithEndsTheClearance(t *testing.T) {
+	l := Ledger{Landed: at(0), Clearance: Clearance("ab", "u1")}
+	if got := l.With(Mark{id(1), at(time.Second)}); got.Clearance != "" {
+		t.Fatalf("With kept the clearance: %s", got)
+	}
+	if got := l.Compact(at(time.Minute), landedAt(nil), DefaultMaxMarks); got.Clearance != l.Clearance {
+		t.Fatalf("Compact dropped the clearance: %s", got)
+	}
+	if !strings.HasSuffix(l.String(), ClearanceSuffix("ab", "u1")) {
+		t.Fatalf("%q does not end with %q", l.String(), ClearanceSuffix("ab", "u1"))
 	}
 }
 
@@ -265,6 +286,7 @@ func TestIDs(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	f.Add("v1 f=0 l=0")
 	f.Add("v1 f=1764212000000 l=1 " + id(1) + "@1764212000000")
+	f.Add("v1 f=0 l=1764212000000 " + id(1) + "@1764212000000 c=0f1e2d3c4b5a6978/6c3d2a6e-1f0b-4c1e-9a51-0c3b9a8f0d11")
 	f.Fuzz(func(t *testing.T, s string) {
 		l, err := Parse(s)
 		if err != nil {

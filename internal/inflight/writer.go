@@ -108,6 +108,12 @@ type outcome struct {
 	err    error
 }
 
+// ErrMayBeCleared is wrapped by the error of a Record whose target could
+// not be written and may carry a clearance (see Ledger.Clearance): it
+// does, or it could not be read. Such a reference must not be admitted
+// unrecorded, since kcp may delete the object without asking the webhook.
+var ErrMayBeCleared = errors.New("the object may carry a clearance, which only a write of its ledger removes")
+
 // NewWriter returns a Writer that writes through objects.
 func NewWriter(objects Objects, opts Options) *Writer {
 	if opts.MaxMarks <= 0 {
@@ -242,7 +248,7 @@ func (w *Writer) write(ctx context.Context, t Target, known *state, batch []*req
 				return Result{Missing: true}, nil, nil
 			}
 			if err != nil {
-				return Result{}, nil, fmt.Errorf("failed to read %s %q: %w", t.Source.Resource.Resource, t.Name, err)
+				return Result{}, nil, fmt.Errorf("failed to read %s %q: %w: %w", t.Source.Resource.Resource, t.Name, ErrMayBeCleared, err)
 			}
 			if known, err = stateOf(raw, w.now()); err != nil {
 				return Result{}, nil, err
@@ -271,6 +277,8 @@ func (w *Writer) write(ctx context.Context, t Target, known *state, batch []*req
 			}
 			wait = min(2*wait, conflictMax)
 			continue
+		case err != nil && known.ledger.Clearance != "":
+			return Result{}, nil, fmt.Errorf("failed to record the reference on %s %q: %w: %w", t.Source.Resource.Resource, t.Name, ErrMayBeCleared, err)
 		case err != nil:
 			return Result{}, nil, fmt.Errorf("failed to record the reference on %s %q: %w", t.Source.Resource.Resource, t.Name, err)
 		}

@@ -3,6 +3,7 @@ package inflight
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -180,6 +181,60 @@ func TestWriterMissingAndTerminating(t *testing.T) {
 	if err != nil || !res.Object.Terminating {
 		t.Errorf("a terminating target: Record = %+v, %v; want the object, Terminating", res, err)
 	}
+}
+
+// A reference recorded on a cleared object ends the clearance; one that
+// cannot be recorded on an object that carries a clearance, or that could
+// not be read, says so (ErrMayBeCleared), so that it is not admitted
+// unrecorded.
+func TestWriterClearance(t *testing.T) {
+	cleared := Ledger{Clearance: Clearance("ab", "u1")}.String()
+	obj := &fakeObject{exists: true, ledger: cleared}
+	if _, err := NewWriter(obj, Options{}).Record(context.Background(), target, NewIDs(nil).New("vm", time.Now()), none); err != nil {
+		t.Fatal(err)
+	}
+	if l := obj.stored(t); l.Clearance != "" || len(l.Marks) != 1 {
+		t.Errorf("stored %s; want the mark and no clearance", l)
+	}
+
+	forbidden := apierrors.NewForbidden(vpcs, "vpc-a", fmt.Errorf("no patch"))
+	tests := []struct {
+		name      string
+		ledger    string
+		getErr    error
+		mayBe     bool
+		forbidden bool
+	}{
+		{"cleared, patch forbidden", cleared, nil, true, true},
+		{"not cleared, patch forbidden", Ledger{}.String(), nil, false, true},
+		{"read forbidden", cleared, forbidden, true, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			obj := &forbiddenObject{fakeObject: fakeObject{exists: true, ledger: tt.ledger}, getErr: tt.getErr, patchErr: forbidden}
+			_, err := NewWriter(obj, Options{}).Record(context.Background(), target, NewIDs(nil).New("vm", time.Now()), none)
+			if errors.Is(err, ErrMayBeCleared) != tt.mayBe || apierrors.IsForbidden(err) != tt.forbidden {
+				t.Errorf("Record = %v; want ErrMayBeCleared %v, Forbidden %v", err, tt.mayBe, tt.forbidden)
+			}
+		})
+	}
+}
+
+// forbiddenObject refuses reads (if getErr) and patches with an error.
+type forbiddenObject struct {
+	fakeObject
+	getErr, patchErr error
+}
+
+func (o *forbiddenObject) Get(ctx context.Context, src index.Source, c logicalcluster.Name, ns, name string) ([]byte, error) {
+	if o.getErr != nil {
+		return nil, o.getErr
+	}
+	return o.fakeObject.Get(ctx, src, c, ns, name)
+}
+
+func (o *forbiddenObject) Patch(context.Context, index.Source, logicalcluster.Name, string, string, types.PatchType, []byte) ([]byte, error) {
+	return nil, o.patchErr
 }
 
 func TestWriterFoldsLandedMarks(t *testing.T) {

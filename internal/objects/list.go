@@ -1,6 +1,7 @@
 package objects
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/url"
@@ -22,6 +23,13 @@ import (
 // fails otherwise fails the listing (visit may have been called for the
 // objects of other shards by then).
 func (c *Client) List(ctx context.Context, src index.Source, labelSelector string, visit func(kcp.Meta) error) error {
+	return c.ListObjects(ctx, src, labelSelector, nil, func(m kcp.Meta, _ []byte) error { return visit(m) })
+}
+
+// ListObjects lists as List does, and keeps the JSON of the objects for
+// which keep (if set) returns true until their shard's list completes:
+// visit gets it for those, nil for the others.
+func (c *Client) ListObjects(ctx context.Context, src index.Source, labelSelector string, keep func(kcp.Meta, []byte) bool, visit func(kcp.Meta, []byte) error) error {
 	shards, err := c.router.Shards(src, "")
 	if err != nil {
 		return err
@@ -30,19 +38,27 @@ func (c *Client) List(ctx context.Context, src index.Source, labelSelector strin
 	if labelSelector != "" {
 		params = url.Values{"labelSelector": {labelSelector}}
 	}
+	type item struct {
+		meta kcp.Meta
+		raw  []byte
+	}
 	path := vw.ResourcePath(logicalcluster.Wildcard, src.Resource, "")
 	for _, shard := range shards {
 		// A retry lists the shard again from the start: the objects of an
 		// attempt are visited only once it has completed.
-		var metas []kcp.Meta
+		var items []item
 		err := c.router.Retry(ctx, func() error {
-			metas = metas[:0]
-			_, err := shard.List(ctx, path, params, func(item []byte) error {
-				m, err := kcp.ReadMeta(item)
+			items = items[:0]
+			_, err := shard.List(ctx, path, params, func(raw []byte) error {
+				m, err := kcp.ReadMeta(raw)
 				if err != nil {
 					return fmt.Errorf("failed to read an object of %s: %w", src, err)
 				}
-				metas = append(metas, m)
+				it := item{meta: m}
+				if keep != nil && keep(m, raw) {
+					it.raw = bytes.Clone(raw)
+				}
+				items = append(items, it)
 				return nil
 			})
 			return err
@@ -50,8 +66,8 @@ func (c *Client) List(ctx context.Context, src index.Source, labelSelector strin
 		if err != nil {
 			return fmt.Errorf("failed to list %s through %s: %w", src, shard.URL(), err)
 		}
-		for _, m := range metas {
-			if err := visit(m); err != nil {
+		for _, it := range items {
+			if err := visit(it.meta, it.raw); err != nil {
 				return err
 			}
 		}

@@ -746,3 +746,23 @@ func TestNearLimit(t *testing.T) {
 		}
 	}
 }
+
+// The clearance fingerprint depends on the provider, the target and the
+// set of schemes, not on their order or repetition.
+func TestClearanceFingerprint(t *testing.T) {
+	vpcs := schema.GroupResource{Group: "network.test.io", Resource: "vpcs"}
+	base := ClearanceFingerprint("p1", vpcs, []string{"aa", "bb"})
+	if got := ClearanceFingerprint("p1", vpcs, []string{"bb", "aa", "bb"}); got != base {
+		t.Errorf("order or repetition changed the fingerprint: %s, %s", got, base)
+	}
+	for name, other := range map[string]string{
+		"provider":    ClearanceFingerprint("p2", vpcs, []string{"aa", "bb"}),
+		"target":      ClearanceFingerprint("p1", schema.GroupResource{Group: "network.test.io", Resource: "subnets"}, []string{"aa", "bb"}),
+		"scheme gone": ClearanceFingerprint("p1", vpcs, []string{"aa"}),
+		"scheme new":  ClearanceFingerprint("p1", vpcs, []string{"aa", "bb", "cc"}),
+	} {
+		if other == base {
+			t.Errorf("a different %s gives the same fingerprint", name)
+		}
+	}
+}

@@ -302,3 +302,57 @@ func TestIterationOverNullLabelsErrors(t *testing.T) {
 		t.Errorf("metadataMapOf on null labels: called %v, error %v; want false, nil", called, err)
 	}
 }
+
+// The DELETE webhook's match condition evaluates without error on every
+// shape of annotations and of the UID, and calls the webhook for every
+// DELETE but one of an object whose ledger ends with a clearance under one
+// of the fingerprints for its own UID.
+func TestNotClearedCondition(t *testing.T) {
+	key := depv1alpha1.AnnotationAdmittedReferences
+	m := newMatcher(t, NotClearedCondition([]string{"0f1e2d3c4b5a6978", "aa11bb22cc33dd44"}))
+	const uid = "6c3d2a6e-1f0b-4c1e-9a51-0c3b9a8f0d11"
+	ledger := func(tail string) map[string]any { return map[string]any{key: "v1 f=0 l=1764212000000" + tail} }
+	tests := []struct {
+		name        string
+		annotations metadataShape
+		uid         any
+		called      bool
+	}{
+		{"cleared", metadataShape{value: ledger(" c=0f1e2d3c4b5a6978/" + uid), set: true}, uid, false},
+		{"cleared under the second fingerprint", metadataShape{value: ledger(" c=aa11bb22cc33dd44/" + uid), set: true}, uid, false},
+		{"cleared under another fingerprint", metadataShape{value: ledger(" c=ffffffffffffffff/" + uid), set: true}, uid, true},
+		{"cleared for another UID", metadataShape{value: ledger(" c=0f1e2d3c4b5a6978/other"), set: true}, uid, true},
+		{"cleared, no UID", metadataShape{value: ledger(" c=0f1e2d3c4b5a6978/"), set: true}, nil, true},
+		{"cleared, null UID", metadataShape{value: ledger(" c=0f1e2d3c4b5a6978/" + uid), set: true}, "null", true},
+		{"a mark after the clearance", metadataShape{value: ledger(" c=0f1e2d3c4b5a6978/" + uid + " 0123456789abcdef@1"), set: true}, uid, true},
+		{"no clearance", metadataShape{value: ledger(""), set: true}, uid, true},
+		{"a null ledger", metadataShape{value: map[string]any{key: nil}, set: true}, uid, true},
+	}
+	for _, s := range shapes(map[string]any{"other": "x"}) {
+		tests = append(tests, struct {
+			name        string
+			annotations metadataShape
+			uid         any
+			called      bool
+		}{"annotations " + s.name, s, uid, true})
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			old := object(metadataShape{}, tt.annotations, "10.0.0.0/16")
+			switch tt.uid {
+			case nil:
+			case "null":
+				old["metadata"].(map[string]any)["uid"] = nil
+			default:
+				old["metadata"].(map[string]any)["uid"] = tt.uid
+			}
+			called, err := m.match(admission.Delete, "alice", nil, old)
+			if err != nil {
+				t.Fatalf("match: %v", err)
+			}
+			if called != tt.called {
+				t.Errorf("webhook called = %v, want %v", called, tt.called)
+			}
+		})
+	}
+}

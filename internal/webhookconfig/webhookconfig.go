@@ -81,6 +81,9 @@ const (
 	// SkipProtectionConditionName is the name of the match condition of
 	// the guard of skip-protection (see SkipProtectionCondition).
 	SkipProtectionConditionName = "skip-protection-set"
+	// NotClearedConditionName is the name of the match condition of the
+	// DELETE webhook (see NotClearedCondition).
+	NotClearedConditionName = "not-cleared"
 
 	// EndpointRecords follows the logical cluster in the URL of the guard
 	// of records (see EndpointURL).
@@ -155,6 +158,12 @@ type Workspace struct {
 	// Labelled are the dependent types whose objects the webhook labels,
 	// sorted by resource.
 	Labelled []Labelled
+	// Cleared are the clearance fingerprints (see
+	// reflabels.ClearanceFingerprint) of the protected resources whose
+	// objects kcp may delete without calling the DELETE webhook once the
+	// webhook cleared them, sorted: those whose every rule reports
+	// ReferencesTracked=True and whose every dependent type is labelled.
+	Cleared []string
 }
 
 // Labelled is a dependent type whose objects the webhook labels with what
@@ -223,6 +232,15 @@ func Desired(rules []depv1alpha1.DependencyRule, workspaces map[string]logicalcl
 		resource schema.GroupResource
 	}
 	types := map[dependentType][]*depv1alpha1.DependencyRule{}
+	type protectedType struct {
+		cluster  logicalcluster.Name
+		resource schema.GroupResource
+	}
+	// protections are the dependent types that reference each protected
+	// type, and untracked those with a rule that does not report
+	// ReferencesTracked=True.
+	protections := map[protectedType][]dependentType{}
+	untracked := map[protectedType]bool{}
 	for i := range rules {
 		rule := &rules[i]
 		d := rule.Spec.Dependent
@@ -244,11 +262,21 @@ func Desired(rules []depv1alpha1.DependencyRule, workspaces map[string]logicalcl
 			}
 			ws := get(cluster)
 			ws.Protected = append(ws.Protected, schema.GroupVersionResource{Group: dep.Group, Version: dep.Version, Resource: dep.Resource})
+			p := protectedType{cluster, schema.GroupResource{Group: dep.Group, Resource: dep.Resource}}
+			protections[p] = append(protections[p], t)
+			untracked[p] = untracked[p] || !meta.IsStatusConditionTrue(rule.Status.Conditions, depv1alpha1.ConditionReferencesTracked)
 		}
 	}
+	schemes := map[dependentType]string{}
 	for t, rs := range types {
 		if l, ok := labelled(t.resource, rs); ok {
 			desired[t.cluster].Labelled = append(desired[t.cluster].Labelled, l)
+			schemes[t] = l.Scheme
+		}
+	}
+	for p, dependents := range protections {
+		if fp, ok := clearance(p.cluster, p.resource, dependents, schemes, untracked[p]); ok {
+			desired[p.cluster].Cleared = append(desired[p.cluster].Cleared, fp)
 		}
 	}
 	for _, ws := range desired {
@@ -261,6 +289,8 @@ func Desired(rules []depv1alpha1.DependencyRule, workspaces map[string]logicalcl
 		slices.SortFunc(ws.Labelled, func(a, b Labelled) int { return compareGR(a.Resource, b.Resource) })
 		slices.Sort(ws.ReferenceFields)
 		ws.ReferenceFields = slices.Compact(ws.ReferenceFields)
+		slices.Sort(ws.Cleared)
+		ws.Cleared = slices.Compact(ws.Cleared)
 		if slices.Contains(ws.ReferenceFields, "") {
 			// A path that does not parse (the schema rejects it): every
 			// UPDATE is checked.
@@ -272,6 +302,26 @@ func Desired(rules []depv1alpha1.DependencyRule, workspaces map[string]logicalcl
 		paths = append(paths, logicalcluster.NewPath(p))
 	}
 	return desired, paths
+}
+
+// clearance returns the clearance fingerprint of the protected resource of
+// provider that the dependent types (in any order, repeated) reference, if
+// kcp may skip the DELETE webhook for objects cleared under it: no rule
+// that protects it says its references are untracked, and every dependent
+// type is labelled (schemes has it).
+func clearance[T comparable](provider logicalcluster.Name, resource schema.GroupResource, dependents []T, schemes map[T]string, untracked bool) (string, bool) {
+	if untracked {
+		return "", false
+	}
+	fps := make([]string, 0, len(dependents))
+	for _, t := range dependents {
+		s, ok := schemes[t]
+		if !ok {
+			return "", false
+		}
+		fps = append(fps, s)
+	}
+	return reflabels.ClearanceFingerprint(provider.String(), resource, fps), true
 }
 
 // labelled returns the labelling webhook of the dependent resource of rs,
@@ -365,6 +415,30 @@ func RecordsCondition() string {
 			metadataKeyOf("object", field, key) + " != " + metadataKeyOf("oldObject", field, key) + "))"
 	}
 	return set("labels", depv1alpha1.LabelDeletionRequested) + " || " + set("annotations", depv1alpha1.AnnotationDeletionRequest)
+}
+
+// NotClearedCondition returns the CEL expression of the match condition
+// of the DELETE webhook: every DELETE but one of an object whose ledger of
+// admitted references ends with the webhook's clearance, under one of
+// fingerprints (see Workspace.Cleared), for the object's own UID. Only the
+// webhook writes the ledger (its guard keeps it on every other write, and
+// drops it from every CREATE), and every reference it records ends the
+// clearance with the same write; see docs/architecture.md, "Cleared
+// objects".
+func NotClearedCondition(fingerprints []string) string {
+	quoted := make([]string, len(fingerprints))
+	for i, f := range fingerprints {
+		quoted[i] = strconv.Quote(f)
+	}
+	ledger := stringOf(annotationOf("oldObject", depv1alpha1.AnnotationAdmittedReferences))
+	uid := stringOf("oldObject.?metadata.?uid")
+	return "!(" + uid + " != '' && [" + strings.Join(quoted, ", ") + "].exists(f, " + ledger + ".endsWith(' c=' + f + '/' + " + uid + ")))"
+}
+
+// stringOf returns the CEL expression of the optional value opt as a
+// string: ” where it is none or not a string (a null).
+func stringOf(opt string) string {
+	return opt + ".optFlatMap(v, type(v) == string ? optional.of(v) : optional.none()).orValue('')"
 }
 
 // SkipProtectionCondition returns the CEL expression of the match
@@ -497,8 +571,12 @@ func Validating(ws *Workspace, cluster logicalcluster.Name, opts Options) *admis
 	if len(ws.Protected) > 0 {
 		// A denied DELETE under a rule with the Replay deletion policy is
 		// recorded on the object, except in a dry run.
-		cfg.Webhooks = append(cfg.Webhooks, webhook(WebhookName, WebhookURL(opts.URL, cluster), opts.FailurePolicy,
-			rules(ws.Protected, nil, admissionregistrationv1.Delete), admissionregistrationv1.SideEffectClassNoneOnDryRun))
+		wh := webhook(WebhookName, WebhookURL(opts.URL, cluster), opts.FailurePolicy,
+			rules(ws.Protected, nil, admissionregistrationv1.Delete), admissionregistrationv1.SideEffectClassNoneOnDryRun)
+		if len(ws.Cleared) > 0 {
+			wh.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: NotClearedConditionName, Expression: NotClearedCondition(ws.Cleared)}}
+		}
+		cfg.Webhooks = append(cfg.Webhooks, wh)
 	}
 	if len(ws.Dependents) > 0 {
 		wh := webhook(ReferencesWebhookName, WebhookURL(opts.URL, cluster), opts.FailurePolicy,

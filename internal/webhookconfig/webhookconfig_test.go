@@ -1327,3 +1327,84 @@ func withCondition(cfg *admissionregistrationv1.MutatingWebhookConfiguration, na
 	}
 	return out
 }
+
+// tracked returns r with ReferencesTracked of status.
+func tracked(r depv1alpha1.DependencyRule, status metav1.ConditionStatus) depv1alpha1.DependencyRule {
+	r.Status.Conditions = append(slices.Clone(r.Status.Conditions), metav1.Condition{
+		Type: depv1alpha1.ConditionReferencesTracked, Status: status, Reason: "Test", ObservedGeneration: 3,
+	})
+	return r
+}
+
+// A protected resource gets a clearance fingerprint, over the schemes of
+// every dependent type that references it, only while every rule that
+// protects it reports ReferencesTracked=True and every dependent type is
+// labelled; the DELETE webhook then has the match condition that honours
+// it.
+func TestDesiredCleared(t *testing.T) {
+	workspaces := map[string]logicalcluster.Name{"root:c1": "c1", "root:c2": "c2", "root:net": "c-net"}
+	vpc := dep{"root:net", "net.io", "v1", "vpcs", ".spec.vpc"}
+	subnet := dep{"root:net", "net.io", "v1", "subnets", ".spec.subnet"}
+	a := tracked(labelledRule(rule("c1", "a", vpc, subnet)), metav1.ConditionTrue)
+	disks := tracked(labelledRule(withDependent(rule("c1", "d", vpc), "compute.io", "compute.io", "v1", "disks")), metav1.ConditionTrue)
+	inC2 := tracked(labelledRule(rule("c2", "a", vpc)), metav1.ConditionTrue)
+	vpcs := gr("net.io", "vpcs")
+	fp := func(target schema.GroupResource, schemes ...string) string {
+		return reflabels.ClearanceFingerprint("c-net", target, schemes)
+	}
+	tests := []struct {
+		name  string
+		rules []depv1alpha1.DependencyRule
+		want  func() []string
+	}{
+		{"one rule", []depv1alpha1.DependencyRule{a}, func() []string {
+			return []string{fp(vpcs, schemeOf(t, a)), fp(gr("net.io", "subnets"), schemeOf(t, a))}
+		}},
+		{"two dependent types, two workspaces", []depv1alpha1.DependencyRule{a, disks, inC2}, func() []string {
+			return []string{fp(vpcs, schemeOf(t, a), schemeOf(t, disks), schemeOf(t, inC2)), fp(gr("net.io", "subnets"), schemeOf(t, a))}
+		}},
+		{"a rule untracked", []depv1alpha1.DependencyRule{a, tracked(labelledRule(rule("c2", "a", vpc)), metav1.ConditionFalse)}, func() []string {
+			return []string{fp(gr("net.io", "subnets"), schemeOf(t, a))}
+		}},
+		{"a rule without the condition", []depv1alpha1.DependencyRule{a, labelledRule(rule("c2", "a", vpc))}, func() []string {
+			return []string{fp(gr("net.io", "subnets"), schemeOf(t, a))}
+		}},
+		{"a dependent type not labelled", []depv1alpha1.DependencyRule{a, tracked(rule("c2", "a", vpc), metav1.ConditionTrue)}, func() []string {
+			return []string{fp(gr("net.io", "subnets"), schemeOf(t, a))}
+		}},
+		{"nothing tracked", []depv1alpha1.DependencyRule{labelledRule(rule("c1", "a", vpc))}, func() []string { return nil }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, _ := Desired(tt.rules, workspaces)
+			want := tt.want()
+			slices.Sort(want)
+			if !slices.Equal(got["c-net"].Cleared, want) {
+				t.Fatalf("Cleared = %v, want %v", got["c-net"].Cleared, want)
+			}
+			deletion := Validating(got["c-net"], "c-net", Options{URL: "https://webhook"}).Webhooks[0]
+			switch {
+			case len(want) == 0 && len(deletion.MatchConditions) != 0:
+				t.Errorf("the DELETE webhook has match conditions %v, want none", deletion.MatchConditions)
+			case len(want) > 0 && (len(deletion.MatchConditions) != 1 || deletion.MatchConditions[0].Expression != NotClearedCondition(want)):
+				t.Errorf("the DELETE webhook has match conditions %v, want NotClearedCondition(%v)", deletion.MatchConditions, want)
+			}
+		})
+	}
+}
+
+// Adding the clearance condition to the DELETE webhook takes calls away,
+// so it needs the proof of a complete listing; taking it away does not.
+func TestReducesClearance(t *testing.T) {
+	ws := &Workspace{Protected: []schema.GroupVersionResource{gvr("net.io", "v1", "vpcs")}}
+	cleared := &Workspace{Protected: ws.Protected, Cleared: []string{"aa"}}
+	if !Reduces(Validating(ws, "c", Options{}), nil, cleared) {
+		t.Error("adding the clearance condition does not count as a reduction")
+	}
+	if Reduces(Validating(cleared, "c", Options{}), nil, ws) {
+		t.Error("removing the clearance condition counts as a reduction")
+	}
+	if !Reduces(Validating(cleared, "c", Options{}), nil, &Workspace{Protected: ws.Protected, Cleared: []string{"bb"}}) {
+		t.Error("changing the clearance fingerprint does not count as a reduction")
+	}
+}

@@ -85,6 +85,10 @@ type Options struct {
 	// under the current rules are looked for without a change of the
 	// rules.
 	RelabelInterval time.Duration
+	// ClearanceInterval is how often the elected replica looks for
+	// protected objects that nothing references, to clear them (see
+	// package clearance); 0 turns clearances off.
+	ClearanceInterval time.Duration
 	// DanglingGracePeriod is how long a reference may name an object that
 	// does not exist before the audit reports it (see package audit); 0
 	// means audit.DefaultGracePeriod.
@@ -114,6 +118,7 @@ func NewOptions() *Options {
 		ClientCACheckInterval:  10 * time.Second,
 		DeferredDeletionTTL:    replay.DefaultTTL,
 		RelabelInterval:        30 * time.Second,
+		ClearanceInterval:      30 * time.Second,
 		DanglingGracePeriod:    audit.DefaultGracePeriod,
 	}
 }
@@ -140,6 +145,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.RecordKeysDir, "record-keys-dir", o.RecordKeysDir, "Directory of the keys that sign and verify the records of deferred deletions: each file is a key (at least 32 bytes), named by its file name; the greatest name signs, every key verifies; re-read every 10s (a mounted Secret). Empty: deferred deletion is off and rules with deletionPolicy Replay deny like Deny. See docs/operations.md, \"Trust boundary\".")
 	fs.DurationVar(&o.DeferredDeletionTTL, "deferred-deletion-ttl", o.DeferredDeletionTTL, "How long a deferred deletion is replayed; an older record is removed, with an Event on the object, without deleting it.")
 	fs.DurationVar(&o.RelabelInterval, "relabel-interval", o.RelabelInterval, "How often the elected replica looks for dependents that are not labelled under the current rules (a change of the rules looks at once).")
+	fs.DurationVar(&o.ClearanceInterval, "clearance-interval", o.ClearanceInterval, "How often the elected replica lists the protected objects to clear those that nothing references, whose DELETE kcp then admits without calling the webhook; 0 turns clearances off.")
 	fs.DurationVar(&o.DanglingGracePeriod, "dangling-grace-period", o.DanglingGracePeriod, "How long a reference may name an object that does not exist (creation order is free) before the elected replica reports it as dangling: on the rule (ReferencesResolved=False), in dependency_webhook_dangling_references and with a Warning Event DanglingReference on the dependent. See docs/operations.md, \"Dangling references\".")
 	fs.StringVar(&o.ShardName, "shard-name", o.ShardName, "Name of the kcp shard this webhook serves, with --shard-url: it names the webhook's lease (one replica of each shard's webhook replays and marks) and its messages.")
 	fs.StringSliceVar(&o.ShardURLs, "shard-url", o.ShardURLs, "Base URL of a kcp shard (as its virtual workspace URLs in APIExportEndpointSlices start, e.g. https://shard-1.kcp.example:6443); the webhook then indexes only the dependents on these shards and refuses, with 421, requests for workspaces on other shards, which must be routed to the webhook of their shard. Empty: every shard.")
@@ -185,6 +191,9 @@ func (o *Options) Validate() error {
 	}
 	if o.RelabelInterval < time.Second {
 		errs = append(errs, fmt.Errorf("--relabel-interval must be at least 1s, got %s", o.RelabelInterval))
+	}
+	if o.ClearanceInterval != 0 && o.ClearanceInterval < time.Second {
+		errs = append(errs, fmt.Errorf("--clearance-interval must be 0 (off) or at least 1s, got %s", o.ClearanceInterval))
 	}
 	if o.DanglingGracePeriod < time.Second {
 		errs = append(errs, fmt.Errorf("--dangling-grace-period must be at least 1s, got %s", o.DanglingGracePeriod))

@@ -25,6 +25,7 @@ import (
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
 	"github.com/opendefensecloud/dependency-controller/internal/audit"
+	"github.com/opendefensecloud/dependency-controller/internal/clearance"
 	"github.com/opendefensecloud/dependency-controller/internal/conditions"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
@@ -91,7 +92,8 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 	kcpVersion := kcpversion.Check(ctx, cfg)
 
 	a := &assembly{opts: opts, reg: registry.New(), readiness: rulesync.NewReadiness(), self: guard.NewSelfReview(cfg),
-		metrics: webhook.NewMetrics(), replayMetrics: replay.NewMetrics(), auditMetrics: audit.NewMetrics(), cfg: cfg, frontProxy: frontProxy}
+		metrics: webhook.NewMetrics(), replayMetrics: replay.NewMetrics(), auditMetrics: audit.NewMetrics(), clearanceMetrics: clearance.NewMetrics(),
+		cfg: cfg, frontProxy: frontProxy}
 	if err := a.newManager(ctx, cfg, mgrOpts); err != nil {
 		return nil, err
 	}
@@ -118,7 +120,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options, mgrOpts manager.Op
 		return nil, err
 	}
 	log.FromContext(ctx).Info("Webhook assembled", "path", opts.Path, "frontProxy", frontProxy, "shard", opts.ShardName, "shardURLs", opts.ShardURLs)
-	metrics := collectors{a.metrics, a.ix.Metrics(), a.reg.Metrics(), a.replayMetrics, a.auditMetrics}
+	metrics := collectors{a.metrics, a.ix.Metrics(), a.reg.Metrics(), a.replayMetrics, a.auditMetrics, a.clearanceMetrics}
 	return &Webhook{Manager: a.mgr, Ready: a.ready, Metrics: metrics, KCP: kcpVersion}, nil
 }
 
@@ -133,9 +135,10 @@ type assembly struct {
 	// metrics are those of the admission handlers, replayMetrics those of
 	// the replay of deferred deletions, auditMetrics those of the audit of
 	// dangling references.
-	metrics       *webhook.Metrics
-	replayMetrics *replay.Metrics
-	auditMetrics  *audit.Metrics
+	metrics          *webhook.Metrics
+	replayMetrics    *replay.Metrics
+	auditMetrics     *audit.Metrics
+	clearanceMetrics *clearance.Metrics
 	// mgr, ix, objects and ready are set by the steps of New.
 	mgr     *vw.Manager
 	ix      *index.Index
@@ -209,8 +212,9 @@ func (a *assembly) addRules() error {
 
 // serve serves the admission handlers at opts.Path and returns what must
 // run on one replica only: the relabelling of dependents, the report of
-// whether references are tracked, the audit of dangling references and,
-// with record keys, the replay of deferred deletions.
+// whether references are tracked, the audit of dangling references, the
+// clearance of unreferenced objects and, with record keys, the replay of
+// deferred deletions.
 func (a *assembly) serve(ctx context.Context) ([]manager.Runnable, error) {
 	recs, err := a.records(ctx)
 	if err != nil {
@@ -251,6 +255,9 @@ func (a *assembly) serve(ctx context.Context) ([]manager.Runnable, error) {
 		resolved = conditions.NewWriter(a.mgr, audit.FieldOwner)
 	}
 	writers = append(writers, audit.New(a.reg, a.ix, a.objects, resolved, audit.Options{GracePeriod: a.gracePeriod(), Metrics: a.auditMetrics}))
+	if a.opts.ClearanceInterval > 0 {
+		writers = append(writers, clearance.New(a.reg, a.objects, deletions, clearance.Options{Interval: a.opts.ClearanceInterval, Metrics: a.clearanceMetrics}))
+	}
 	if recs != nil {
 		writers = append(writers, replay.New(a.reg, a.ix, a.objects, recs, deletions, replay.Options{Interval: a.opts.ReplayInterval, Metrics: a.replayMetrics}))
 	}

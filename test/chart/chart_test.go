@@ -188,7 +188,7 @@ func TestDefaults(t *testing.T) {
 	if v, _ := r.bins.Controller.Flag("webhook-url"); v != defaultWebhookURL {
 		t.Errorf("--webhook-url=%s, want the webhook Service's %s", v, defaultWebhookURL)
 	}
-	for f, want := range map[string]string{"deferred-deletion-ttl": "24h", "relabel-interval": "30s", "replay-interval": "30s"} {
+	for f, want := range map[string]string{"deferred-deletion-ttl": "24h", "relabel-interval": "30s", "replay-interval": "30s", "clearance-interval": "30s"} {
 		if v := flag(t, r.bins.Webhook, f); v != want {
 			t.Errorf("--%s=%s, want the default %s", f, v, want)
 		}

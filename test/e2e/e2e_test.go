@@ -367,6 +367,76 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 		concurrentRace(ctx, "concurrent", concurrentRounds)
 	})
 
+	It("clears VPCs that nothing references: kcp deletes them without calling the webhook, a new reference ends a clearance, and a copied one is not kept", func(ctx context.Context) {
+		create(ctx, consumerA, vpc("vpc-clear-1"), vpc("vpc-clear-2"), vpc("vpc-uncleared"))
+		create(ctx, consumerA, vm("vm-uncleared", "vpc-uncleared"))
+
+		By("the DELETE webhook honours clearances once the rules track references")
+		Eventually(func(g Gomega) {
+			cfg, err := getConfig(ctx)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(cfg.Webhooks[0].Name).To(Equal(webhookconfig.WebhookName))
+			g.Expect(cfg.Webhooks[0].MatchConditions).To(HaveLen(1))
+			g.Expect(cfg.Webhooks[0].MatchConditions[0].Name).To(Equal(webhookconfig.NotClearedConditionName))
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+
+		By("the elected replica clears the unreferenced VPCs once nothing can be in flight (created more than 65s before)")
+		ledger := func(g Gomega, name string) (string, string) {
+			got := vpc(name)
+			g.Expect(cli.Cluster(consumerA).Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, got)).To(Succeed())
+			return got.GetAnnotations()[depv1alpha1.AnnotationAdmittedReferences], string(got.GetUID())
+		}
+		cleared := map[string]string{}
+		Eventually(func(g Gomega) {
+			for _, name := range []string{"vpc-clear-1", "vpc-clear-2"} {
+				l, uid := ledger(g, name)
+				g.Expect(l).To(MatchRegexp(` c=[0-9a-f]{16}/`+uid+`$`), name)
+				cleared[name] = l
+			}
+		}).WithTimeout(4 * time.Minute).WithPolling(interval).Should(Succeed())
+		Consistently(func(g Gomega) {
+			l, _ := ledger(g, "vpc-uncleared")
+			g.Expect(l).NotTo(ContainSubstring(" c="))
+		}).WithTimeout(5 * time.Second).WithPolling(time.Second).Should(Succeed())
+
+		By("a copied clearance is not kept: the guard keeps the ledger the webhook wrote")
+		_, uncleared := ledger(Default, "vpc-uncleared")
+		fingerprint, _, _ := strings.Cut(cleared["vpc-clear-1"][strings.LastIndex(cleared["vpc-clear-1"], " c=")+len(" c="):], "/")
+		forged := fmt.Sprintf("v1 f=0 l=0 c=%s/%s", fingerprint, uncleared)
+		Expect(mergePatch(ctx, consumerA, vpc("vpc-uncleared"), fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, depv1alpha1.AnnotationAdmittedReferences, forged))).To(Succeed())
+		l, _ := ledger(Default, "vpc-uncleared")
+		Expect(l).NotTo(Equal(forged))
+		expectDenied(ctx, consumerA, vpcs, "vpc-uncleared", "VirtualMachine/default/vm-uncleared")
+
+		By("a new reference ends the clearance before the VM is stored: the DELETE is denied")
+		create(ctx, consumerA, vm("vm-clear-2", "vpc-clear-2"))
+		l, _ = ledger(Default, "vpc-clear-2")
+		Expect(l).NotTo(ContainSubstring(" c="))
+		expectDenied(ctx, consumerA, vpcs, "vpc-clear-2", "VirtualMachine/default/vm-clear-2")
+
+		By("with the webhook down, kcp deletes the cleared VPC without calling it, and refuses the DELETE of one not cleared")
+		webhookProc.Stop()
+		restarted := false
+		DeferCleanup(func() {
+			if !restarted {
+				Expect(webhookProc.Start()).To(Succeed())
+			}
+		})
+		Eventually(func(g Gomega) {
+			err := cli.Cluster(consumerA).Delete(ctx, vpc("vpc-clear-2"), client.DryRunAll)
+			g.Expect(err).To(MatchError(ContainSubstring("failed calling webhook")))
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		Expect(remove(ctx, consumerA, vpcs, "vpc-clear-1")).To(Succeed())
+		Expect(webhookProc.Start()).To(Succeed())
+		restarted = true
+		Eventually(webhookProc.Ready).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		expectDenied(ctx, consumerA, vpcs, "vpc-clear-2", "VirtualMachine/default/vm-clear-2")
+		Expect(remove(ctx, consumerA, vms, "vm-clear-2")).To(Succeed())
+		expectDeletable(ctx, consumerA, vpcs, "vpc-clear-2")
+		Expect(remove(ctx, consumerA, vms, "vm-uncleared")).To(Succeed())
+		expectDeletable(ctx, consumerA, vpcs, "vpc-uncleared")
+	})
+
 	It("never deletes a VPC that a VM in another namespace references, in 500 concurrent create-then-delete pairs", func(ctx context.Context) {
 		By("a second rule: a VM's vpcRef may name the VPC's namespace")
 		rule := sampleRule()

@@ -289,6 +289,8 @@ func chartValues(webhookPort int, webhookHealth, controllerHealth string) map[st
 		},
 		"webhook": map[string]any{
 			"bindAddress": "127.0.0.1", "port": webhookPort, "healthPort": port(webhookHealth), "resyncPeriod": "1m",
+			// Objects are cleared within seconds of becoming clearable.
+			"clearanceInterval": "2s",
 		},
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/inflight"
@@ -110,5 +111,16 @@ func describeLedger(value string) string {
 		}
 		return t.Format(time.TimeOnly)
 	}
-	return fmt.Sprintf("%d bytes, %d marks, floor %s, landed %s", len(value), len(l.Marks), at(l.Floor), at(l.Landed))
+	clearance := "none"
+	if l.Clearance != "" {
+		clearance = l.Clearance
+	}
+	return fmt.Sprintf("%d bytes, %d marks, floor %s, landed %s, clearance %s", len(value), len(l.Marks), at(l.Floor), at(l.Landed), clearance)
+}
+
+// cleared reports whether obj carries the webhook's clearance for its own
+// UID (see inflight.Ledger.Clearance).
+func cleared(obj *unstructured.Unstructured) bool {
+	l, err := inflight.Parse(obj.GetAnnotations()[depv1alpha1.AnnotationAdmittedReferences])
+	return err == nil && l.Clearance != "" && strings.HasSuffix(l.Clearance, "/"+string(obj.GetUID()))
 }

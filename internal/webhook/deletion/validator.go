@@ -193,6 +193,9 @@ type decision struct {
 	outcome string
 	via     string
 	scanned int
+	// clearance is the clearance fingerprint of a DELETE allowed from the
+	// horizon alone, decided for a clearance (see Clearance).
+	clearance string
 }
 
 // observe counts a decision in the metrics with the time it took and, for
@@ -253,6 +256,11 @@ func (v *Validator) handle(ctx context.Context, req admission.Request) (admissio
 
 // protect decides the DELETE of obj from the rules that protect it.
 func (v *Validator) protect(ctx context.Context, logger logr.Logger, req admission.Request, obj *webhook.Subject) (admission.Response, decision) {
+	return v.protectAs(ctx, logger, req, obj, false)
+}
+
+// protectAs is protect, for a clearance if clearing.
+func (v *Validator) protectAs(ctx context.Context, logger logr.Logger, req admission.Request, obj *webhook.Subject, clearing bool) (admission.Response, decision) {
 	failed := decision{outcome: webhook.DecisionError}
 	logger = logger.WithValues("cluster", obj.Cluster, "provider", obj.Provider)
 	if req.Name == "" {
@@ -269,8 +277,8 @@ func (v *Validator) protect(ctx context.Context, logger logr.Logger, req admissi
 	}
 	d := &deletion{logger: logger, req: req, target: target, obj: obj, teardown: kcpTeardown(req),
 		self:   selfRef{target: target, namespace: obj.Namespace, name: obj.Name, uid: obj.UID},
-		groups: v.groupByDependent(entries, obj.Namespace)}
-	d.denial = denial{logger: logger, req: req, target: target, obj: obj, source: entries[0].Target, deferrable: v.recorder != nil && !d.teardown}
+		groups: v.groupByDependent(entries, obj.Namespace), clearing: clearing}
+	d.denial = denial{logger: logger, req: req, target: target, obj: obj, source: entries[0].Target, deferrable: v.recorder != nil && !d.teardown && !clearing}
 
 	// 6. Dependents in the index that reference the object deny at once,
 	// unless the object is where kcp's teardown breaks a cycle.
@@ -296,6 +304,9 @@ func (v *Validator) protect(ctx context.Context, logger logr.Logger, req admissi
 			if inFlight {
 				d.inFlight, d.assessment, d.floor = true, a, h.Ledger.Floor
 			} else if ok, why := v.horizon.Current(ctx, d.denial.source, d.obj.Meta, d.horizonGroups(), a); ok {
+				if d.clearing {
+					return admission.Allowed(""), decision{outcome: webhook.DecisionAllowed, via: viaHorizon, clearance: d.clearanceFingerprint()}
+				}
 				logger.V(1).Info("Allowed deletion", "via", viaHorizon)
 				return admission.Allowed(""), decision{outcome: webhook.DecisionAllowed, via: viaHorizon}
 			} else {
@@ -305,7 +316,11 @@ func (v *Validator) protect(ctx context.Context, logger logr.Logger, req admissi
 	}
 
 	// 9. Otherwise read the dependents live before allowing, but for an
-	// item of kcp's teardown only those the index may lack.
+	// item of kcp's teardown only those the index may lack. A clearance is
+	// decided from the horizon alone.
+	if d.clearing {
+		return admission.Response{}, decision{}
+	}
 	return v.confirm(ctx, d)
 }
 
@@ -325,6 +340,9 @@ type deletion struct {
 	inFlight   bool
 	assessment inflight.Assessment
 	floor      time.Time
+	// clearing is set when the decision is asked for a clearance (see
+	// Clearance): only an allowance from the horizon counts.
+	clearing bool
 }
 
 // query returns the confirming read of the dependents of g.

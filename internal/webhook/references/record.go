@@ -2,6 +2,7 @@ package references
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -201,7 +202,7 @@ func (m *LabelMutator) recordOne(ctx context.Context, kind, name string, obj *we
 	for _, t := range targets {
 		res, err := r.Ledgers.Record(ctx, t, id, r.Landed(t.Source))
 		switch {
-		case err != nil && apierrors.IsForbidden(err) && untracked(guards, ref.target, now):
+		case err != nil && apierrors.IsForbidden(err) && untracked(guards, ref.target, now) && !errors.Is(err, inflight.ErrMayBeCleared):
 			m.metrics.ReferenceRecorded(RecordUntracked)
 		case err != nil:
 			return recorded{}, err
@@ -226,7 +227,11 @@ func (m *LabelMutator) recordFailed(ctx context.Context, kind, name string, obj 
 	m.metrics.ReferenceRecorded(RecordFailed)
 	log.FromContext(ctx).Error(err, "Failed to record a reference on the object it names", "cluster", obj.Cluster, "target", ref.target, "name", ref.name)
 	msg := fmt.Sprintf("could not record that %s %q references %s %s (%v); retry", kind, name, ref.target.Resource.Resource, ref.describe(obj.Namespace), err)
-	if apierrors.IsForbidden(err) {
+	switch {
+	case apierrors.IsForbidden(err) && errors.Is(err, inflight.ErrMayBeCleared):
+		msg = fmt.Sprintf("could not record that %s %q references %s %s: the dependency webhook may not patch %s (%v), and the object may carry the webhook's clearance, with which kcp deletes it without asking the webhook and which only that write removes; its provider grants patch on the content of its APIExport; retry",
+			kind, name, ref.target.Resource.Resource, ref.describe(obj.Namespace), ref.target.Resource.GroupResource(), err)
+	case apierrors.IsForbidden(err):
 		msg = fmt.Sprintf("could not record that %s %q references %s %s: the dependency webhook may not patch %s (%v); its provider grants patch on the content of its APIExport, or the rule reports ReferencesTracked=False and references are admitted unrecorded within %s; retry",
 			kind, name, ref.target.Resource.Resource, ref.describe(obj.Namespace), ref.target.Resource.GroupResource(), err, untrackedGrace)
 	}

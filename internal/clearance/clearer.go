@@ -1,0 +1,281 @@
+package clearance
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/buger/jsonparser"
+	"github.com/prometheus/client_golang/prometheus"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+
+	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/inflight"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/registry"
+)
+
+// Targets lists the protected resources; *registry.Registry implements it.
+type Targets interface {
+	Protections() []registry.Protection
+}
+
+// Objects lists and patches protected objects through their provider's
+// virtual workspace; *objects.Client implements it.
+type Objects interface {
+	ListObjects(ctx context.Context, src index.Source, labelSelector string, keep func(kcp.Meta, []byte) bool, visit func(kcp.Meta, []byte) error) error
+	Patch(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, pt types.PatchType, body []byte) ([]byte, error)
+}
+
+// Decider decides whether an object may be cleared, and under which
+// fingerprint; *deletion.Validator implements it.
+type Decider interface {
+	Clearance(ctx context.Context, provider logicalcluster.Name, resource schema.GroupVersionResource, raw []byte) (string, bool)
+	// Referenced reports whether the index holds a dependent that
+	// references obj, an object of target.
+	Referenced(target index.Source, obj kcp.Meta) bool
+}
+
+// Options configure a Clearer.
+type Options struct {
+	// Interval is how often the protected objects are listed (default
+	// 30s).
+	Interval time.Duration
+	// Workers is how many clearances are written at once (default 4).
+	Workers int
+	// Metrics, if set, counts the clearances written.
+	Metrics *Metrics
+}
+
+// Clearer writes clearances on the protected objects that nothing
+// references; see the package documentation.
+type Clearer struct {
+	targets Targets
+	objects Objects
+	decider Decider
+	opts    Options
+	now     func() time.Time
+
+	// current is the clearance fingerprint each protected resource was
+	// last cleared under: an object that carries it is not decided again.
+	lock    sync.Mutex
+	current map[index.Source]string
+}
+
+// New returns a Clearer of the objects of targets.
+func New(targets Targets, objects Objects, decider Decider, opts Options) *Clearer {
+	if opts.Interval <= 0 {
+		opts.Interval = 30 * time.Second
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = 4
+	}
+	return &Clearer{targets: targets, objects: objects, decider: decider, opts: opts, now: time.Now, current: map[index.Source]string{}}
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (c *Clearer) NeedLeaderElection() bool {
+	return true
+}
+
+// Start implements manager.Runnable: it clears until ctx is done.
+func (c *Clearer) Start(ctx context.Context) error {
+	logger := log.FromContext(ctx).WithName("clearance")
+	ctx = log.IntoContext(ctx, logger)
+	logger.Info("Clearing unreferenced objects", "interval", c.opts.Interval)
+	ticker := time.NewTicker(c.opts.Interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+			c.Pass(ctx)
+		}
+	}
+}
+
+// candidate is an object to decide, as listed.
+type candidate struct {
+	src      index.Source
+	provider logicalcluster.Name
+	meta     kcp.Meta
+	raw      []byte
+	ledger   inflight.Ledger
+}
+
+// Pass lists the objects of every protected resource and clears those
+// that may be cleared; it returns how many it cleared.
+func (c *Clearer) Pass(ctx context.Context) int {
+	logger := log.FromContext(ctx)
+	work := make(chan candidate)
+	var cleared sync.WaitGroup
+	var lock sync.Mutex
+	n := 0
+	for range c.opts.Workers {
+		cleared.Go(func() {
+			for cand := range work {
+				if c.clear(ctx, cand) {
+					lock.Lock()
+					n++
+					lock.Unlock()
+				}
+			}
+		})
+	}
+	for _, p := range c.targets.Protections() {
+		if ctx.Err() != nil {
+			break
+		}
+		c.lock.Lock()
+		current := c.current[p.Source]
+		c.lock.Unlock()
+		now := c.now()
+		err := c.objects.ListObjects(ctx, p.Source, "", func(m kcp.Meta, raw []byte) bool {
+			return worthDeciding(m, raw, current, now) && !c.decider.Referenced(p.Source, m)
+		}, func(m kcp.Meta, raw []byte) error {
+			if raw == nil {
+				return nil
+			}
+			ledger, _ := inflight.LedgerOf(raw)
+			select {
+			case work <- candidate{src: p.Source, provider: p.Target.Cluster, meta: m, raw: raw, ledger: ledger}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			return nil
+		})
+		if err != nil && ctx.Err() == nil {
+			logger.Error(err, "Failed to list protected objects to clear", "resource", p.Source)
+		}
+	}
+	close(work)
+	cleared.Wait()
+	return n
+}
+
+// worthDeciding reports whether an object, as listed, may be clearable:
+// not being deleted, no deletion deferred or bypassed, a ledger that
+// parses, no clearance under current (the fingerprint its resource was
+// last cleared under), and old enough that nothing recorded on it can be
+// in flight. The decision proper is the Decider's.
+func worthDeciding(m kcp.Meta, raw []byte, current string, now time.Time) bool {
+	if m.Terminating || m.DeletionRequested || m.SkipProtection || m.UID == "" {
+		return false
+	}
+	ledger, err := inflight.LedgerOf(raw)
+	if err != nil {
+		return false
+	}
+	if current != "" && ledger.Clearance == inflight.Clearance(current, m.UID) {
+		return false
+	}
+	if ts, err := jsonparser.GetString(raw, "metadata", "creationTimestamp"); err != nil {
+		return false
+	} else if created, err := time.Parse(time.RFC3339, ts); err != nil || now.Before(created.Add(time.Second+inflight.MaxInFlight)) {
+		return false
+	}
+	if !ledger.Floor.IsZero() && now.Before(ledger.Floor.Add(inflight.MaxInFlight)) {
+		return false
+	}
+	// A young mark may have landed already, but the decision would wait
+	// for one that has not: it is decided once it cannot be in flight.
+	for _, mark := range ledger.Marks {
+		if now.Before(mark.At.Add(inflight.MaxInFlight)) {
+			return false
+		}
+	}
+	return true
+}
+
+// Results of writing a clearance, the values of the result label of
+// dependency_webhook_clearances_total.
+const (
+	// ResultCleared: the clearance was written.
+	ResultCleared = "cleared"
+	// ResultChanged: the object changed since it was listed (a reference
+	// was recorded, or anything else); it is decided again next time.
+	ResultChanged = "changed"
+	// ResultFailed: the write failed otherwise.
+	ResultFailed = "failed"
+)
+
+// clear decides a candidate and writes its clearance if it may be
+// cleared.
+func (c *Clearer) clear(ctx context.Context, cand candidate) bool {
+	fingerprint, ok := c.decider.Clearance(ctx, cand.provider, cand.src.Resource, cand.raw)
+	if !ok {
+		return false
+	}
+	c.lock.Lock()
+	c.current[cand.src] = fingerprint
+	c.lock.Unlock()
+	value := inflight.Clearance(fingerprint, cand.meta.UID)
+	if cand.ledger.Clearance == value {
+		return false
+	}
+	ledger := cand.ledger
+	ledger.Clearance = value
+	body, err := patchBody(cand.meta.ResourceVersion, ledger)
+	if err == nil {
+		_, err = c.objects.Patch(ctx, cand.src, cand.meta.Cluster, cand.meta.Namespace, cand.meta.Name, types.MergePatchType, body)
+	}
+	switch {
+	case err == nil:
+		c.opts.Metrics.written(ResultCleared)
+		log.FromContext(ctx).V(1).Info("Cleared an unreferenced object", "resource", cand.src.Resource.GroupResource(), "cluster", cand.meta.Cluster,
+			"namespace", cand.meta.Namespace, "name", cand.meta.Name, "fingerprint", fingerprint)
+		return true
+	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+		c.opts.Metrics.written(ResultChanged)
+	default:
+		c.opts.Metrics.written(ResultFailed)
+		log.FromContext(ctx).Error(err, "Failed to clear an unreferenced object", "resource", cand.src.Resource.GroupResource(), "cluster", cand.meta.Cluster,
+			"namespace", cand.meta.Namespace, "name", cand.meta.Name)
+	}
+	return false
+}
+
+// patchBody is the merge patch that sets the ledger, with resourceVersion
+// as a precondition: the clearance holds only for the state it was
+// decided on.
+func patchBody(resourceVersion string, ledger inflight.Ledger) ([]byte, error) {
+	return json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": resourceVersion,
+		"annotations":     map[string]string{depv1alpha1.AnnotationAdmittedReferences: ledger.String()},
+	}})
+}
+
+// Metrics are the Clearer's Prometheus metrics, a prometheus.Collector. A
+// nil *Metrics records nothing.
+type Metrics struct {
+	writes *prometheus.CounterVec
+}
+
+// NewMetrics creates the metrics.
+func NewMetrics() *Metrics {
+	return &Metrics{writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "dependency_webhook_clearances_total",
+		Help: "Clearances written on unreferenced protected objects, whose DELETE kcp then admits without calling the webhook, by result: cleared, changed (the object changed since it was listed; decided again at the next pass) or failed.",
+	}, []string{"result"})}
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) { m.writes.Describe(ch) }
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) { m.writes.Collect(ch) }
+
+func (m *Metrics) written(result string) {
+	if m != nil {
+		m.writes.WithLabelValues(result).Inc()
+	}
+}

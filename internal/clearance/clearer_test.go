@@ -1,0 +1,187 @@
+package clearance
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+
+	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/inflight"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
+	"github.com/opendefensecloud/dependency-controller/internal/registry"
+)
+
+var (
+	now  = time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	vpcs = index.Source{Export: kcp.ObjectKey{Cluster: "provider", Name: "net.io"}, Resource: schema.GroupVersionResource{Group: "net.io", Version: "v1", Resource: "vpcs"}}
+)
+
+// vpc is a VPC as listed: created age before now, with the ledger (none
+// if empty) and the extra metadata.
+type vpc struct {
+	name    string
+	age     time.Duration
+	ledger  string
+	extra   map[string]any
+	rv      string
+	deleted bool
+}
+
+func (v vpc) json() []byte {
+	annotations := map[string]any{logicalcluster.AnnotationKey: "consumer"}
+	if v.ledger != "" {
+		annotations[depv1alpha1.AnnotationAdmittedReferences] = v.ledger
+	}
+	meta := map[string]any{"name": v.name, "namespace": "default", "uid": "uid-" + v.name, "resourceVersion": v.rv,
+		"creationTimestamp": now.Add(-v.age).Format(time.RFC3339), "annotations": annotations}
+	for k, val := range v.extra {
+		meta[k] = val
+	}
+	raw, _ := json.Marshal(map[string]any{"metadata": meta})
+	return raw
+}
+
+// fakeObjects lists vpcs and records the patches; a patch of a VPC whose
+// resourceVersion changed is a conflict.
+type fakeObjects struct {
+	lock    sync.Mutex
+	vpcs    []vpc
+	patches map[string]string
+	changed map[string]bool
+}
+
+func (f *fakeObjects) ListObjects(_ context.Context, src index.Source, _ string, keep func(kcp.Meta, []byte) bool, visit func(kcp.Meta, []byte) error) error {
+	for _, v := range f.vpcs {
+		raw := v.json()
+		m, err := kcp.ReadMeta(raw)
+		if err != nil {
+			return err
+		}
+		if !keep(m, raw) {
+			raw = nil
+		}
+		if err := visit(m, raw); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *fakeObjects) Patch(_ context.Context, _ index.Source, _ logicalcluster.Name, _, name string, pt types.PatchType, body []byte) ([]byte, error) {
+	f.lock.Lock()
+	defer f.lock.Unlock()
+	if pt != types.MergePatchType {
+		return nil, apierrors.NewBadRequest("not a merge patch")
+	}
+	if f.changed[name] {
+		return nil, apierrors.NewConflict(vpcs.Resource.GroupResource(), name, nil)
+	}
+	var p struct {
+		Metadata struct {
+			ResourceVersion string            `json:"resourceVersion"`
+			Annotations     map[string]string `json:"annotations"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(body, &p); err != nil || p.Metadata.ResourceVersion == "" {
+		return nil, apierrors.NewBadRequest("no resourceVersion precondition")
+	}
+	if f.patches == nil {
+		f.patches = map[string]string{}
+	}
+	f.patches[name] = p.Metadata.Annotations[depv1alpha1.AnnotationAdmittedReferences]
+	return body, nil
+}
+
+// fakeDecider clears every VPC but those it says are referenced or not
+// clearable, under fingerprint, and counts its decisions.
+type fakeDecider struct {
+	lock        sync.Mutex
+	fingerprint string
+	referenced  map[string]bool
+	notClear    map[string]bool
+	decided     []string
+}
+
+func (d *fakeDecider) Clearance(_ context.Context, provider logicalcluster.Name, resource schema.GroupVersionResource, raw []byte) (string, bool) {
+	m, _ := kcp.ReadMeta(raw)
+	d.lock.Lock()
+	defer d.lock.Unlock()
+	d.decided = append(d.decided, m.Name)
+	if provider != "provider" || resource != vpcs.Resource || d.notClear[m.Name] {
+		return "", false
+	}
+	return d.fingerprint, true
+}
+
+func (d *fakeDecider) Referenced(_ index.Source, obj kcp.Meta) bool { return d.referenced[obj.Name] }
+
+type protections []registry.Protection
+
+func (p protections) Protections() []registry.Protection { return p }
+
+func TestPass(t *testing.T) {
+	mark := func(age time.Duration) string {
+		return inflight.Ledger{}.With(inflight.Mark{ID: strings.Repeat("a", inflight.IDLength), At: now.Add(-age)}).String()
+	}
+	objs := &fakeObjects{vpcs: []vpc{
+		{name: "old", age: time.Hour, rv: "1"},
+		{name: "old-marked", age: time.Hour, ledger: mark(2 * time.Minute), rv: "2"},
+		{name: "cleared", age: time.Hour, ledger: inflight.Ledger{Clearance: inflight.Clearance("fp", "uid-cleared")}.String(), rv: "3"},
+		{name: "cleared-before", age: time.Hour, ledger: inflight.Ledger{Clearance: inflight.Clearance("old-fp", "uid-cleared-before")}.String(), rv: "4"},
+		{name: "young", age: 30 * time.Second, rv: "5"},
+		{name: "mark-in-flight", age: time.Hour, ledger: mark(10 * time.Second), rv: "6"},
+		{name: "floor-in-flight", age: time.Hour, ledger: inflight.Ledger{Floor: now.Add(-10 * time.Second)}.String(), rv: "7"},
+		{name: "malformed", age: time.Hour, ledger: "garbage", rv: "8"},
+		{name: "terminating", age: time.Hour, extra: map[string]any{"deletionTimestamp": now.Format(time.RFC3339)}, rv: "9"},
+		{name: "deferred", age: time.Hour, extra: map[string]any{"labels": map[string]any{depv1alpha1.LabelDeletionRequested: "true"}}, rv: "10"},
+		{name: "referenced", age: time.Hour, rv: "11"},
+		{name: "not-clearable", age: time.Hour, rv: "12"},
+		{name: "changed", age: time.Hour, rv: "13"},
+	}, changed: map[string]bool{"changed": true}}
+	decider := &fakeDecider{fingerprint: "fp", referenced: map[string]bool{"referenced": true}, notClear: map[string]bool{"not-clearable": true}}
+	c := New(protections{{Target: registry.Target{Cluster: "provider", Resource: vpcs.Resource.GroupResource()}, Source: vpcs}}, objs, decider, Options{Workers: 3, Metrics: NewMetrics()})
+	c.now = func() time.Time { return now }
+
+	if n := c.Pass(context.Background()); n != 3 {
+		t.Errorf("Pass cleared %d objects, want 3", n)
+	}
+	want := map[string]string{
+		"old":            inflight.Ledger{Clearance: inflight.Clearance("fp", "uid-old")}.String(),
+		"old-marked":     inflight.Ledger{Clearance: inflight.Clearance("fp", "uid-old-marked")}.With().String(),
+		"cleared-before": inflight.Ledger{Clearance: inflight.Clearance("fp", "uid-cleared-before")}.String(),
+	}
+	// The marks a clearance does not fold stay.
+	l, _ := inflight.Parse(mark(2 * time.Minute))
+	l.Clearance = inflight.Clearance("fp", "uid-old-marked")
+	want["old-marked"] = l.String()
+	for name, ledger := range want {
+		if objs.patches[name] != ledger {
+			t.Errorf("%s: ledger written %q, want %q", name, objs.patches[name], ledger)
+		}
+	}
+	if len(objs.patches) != len(want) {
+		t.Errorf("patched %v, want only %v", objs.patches, want)
+	}
+
+	// The next pass knows the fingerprint: what carries it is not decided
+	// again.
+	decider.decided = nil
+	objs.patches = nil
+	objs.vpcs[0].ledger = want["old"]
+	c.Pass(context.Background())
+	for _, name := range decider.decided {
+		if name == "old" || name == "cleared" {
+			t.Errorf("%s, cleared under the current fingerprint, was decided again", name)
+		}
+	}
+}

@@ -1,0 +1,26 @@
+// Package clearance clears protected objects that nothing references, so
+// that kcp deletes them without calling the DELETE webhook.
+//
+// On the elected webhook replica, a Clearer lists the objects of every
+// protected resource now and then and asks the DELETE webhook's own
+// decision (deletion.Validator.Clearance) whether a DELETE of each would be
+// allowed now from the object's horizon alone: every reference to it
+// tracked, none in flight, and an index current past the horizon that
+// holds no dependent referencing it. If so, it writes the clearance into
+// the object's ledger of admitted references (inflight.Ledger.Clearance),
+// with the object's resourceVersion as a precondition, so that it holds
+// for exactly the state it was decided on. The DELETE webhook's match
+// condition (webhookconfig.NotClearedCondition) then lets kcp delete the
+// object without calling the webhook.
+//
+// Why that is sound: only the webhook writes the ledger (its guard keeps
+// the stored one on every other write and drops it from a CREATE), and the
+// write that records a new reference on the object, made before the
+// dependent can be stored, replaces the ledger without the clearance. A
+// DELETE is admitted on the stored state with its revision as a
+// precondition, so it sees either the clearance or the reference, never
+// both. A rule added or changed changes the fingerprint the match
+// condition honours, and a reference the webhook cannot record on a
+// cleared object is refused (inflight.ErrMayBeCleared). See
+// docs/architecture.md, "Cleared objects".
+package clearance

@@ -1,0 +1,58 @@
+package deletion
+
+import (
+	"context"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+
+	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook"
+)
+
+// Clearance decides whether an object of resource, served by the workspace
+// of the logical cluster provider (raw, its JSON as stored), may be
+// cleared (see inflight.Ledger.Clearance): whether a DELETE of it would be
+// allowed now without a read, from its horizon (see WithHorizon), which
+// needs every reference to it tracked and no reference in flight. It
+// returns the clearance fingerprint under which the decision holds. It
+// decides as a dry run that allows only from the horizon: it reads
+// nothing live, records nothing and counts nothing in the metrics.
+func (v *Validator) Clearance(ctx context.Context, provider logicalcluster.Name, resource schema.GroupVersionResource, raw []byte) (string, bool) {
+	if v.horizon == nil || !v.readiness.Loaded() {
+		return "", false
+	}
+	ctx = webhook.WithProvider(ctx, provider)
+	obj, errResp := webhook.ReadSubject(ctx, raw, "object")
+	if errResp != nil || obj.Terminating || obj.SkipProtection || obj.DeletionRequested {
+		return "", false
+	}
+	req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		Operation: admissionv1.Delete,
+		DryRun:    ptr.To(true),
+		Resource:  metav1.GroupVersionResource{Group: resource.Group, Version: resource.Version, Resource: resource.Resource},
+		Namespace: obj.Namespace,
+		Name:      obj.Name,
+		OldObject: runtime.RawExtension{Raw: raw},
+	}}
+	logger := log.FromContext(ctx).WithValues("resource", resource.GroupResource(), "namespace", obj.Namespace, "name", obj.Name)
+	_, d := v.protectAs(ctx, logger, req, obj, true)
+	return d.clearance, d.clearance != ""
+}
+
+// clearanceFingerprint is the clearance fingerprint of the object of d:
+// of its provider, its resource and the schemes of its dependent groups.
+func (d *deletion) clearanceFingerprint() string {
+	schemes := make([]string, len(d.groups))
+	for i, g := range d.groups {
+		schemes[i] = g.scheme
+	}
+	return reflabels.ClearanceFingerprint(d.obj.Provider.String(), d.target, schemes)
+}

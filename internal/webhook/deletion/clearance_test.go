@@ -1,0 +1,66 @@
+package deletion
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/opendefensecloud/dependency-controller/internal/inflight"
+	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
+	"github.com/opendefensecloud/dependency-controller/internal/registry"
+)
+
+// A clearance is decided as the DELETE would be, but only an allowance
+// from the horizon counts: nothing is read live, recorded or deferred.
+func TestClearance(t *testing.T) {
+	now := time.Now()
+	old := now.Add(-time.Hour)
+	tracked := registry.Tracking{Status: metav1.ConditionTrue, Since: old}
+	rules := func(tracking registry.Tracking) schemedRules {
+		e := entry("p/vm", vms, "VirtualMachine", ".spec.vpcRef.name")
+		e.Tracking, e.Replay = tracking, true
+		return schemedRules{staticRules{vpcs.GroupResource(): {e}}}
+	}
+	current := func(_ *fakeDependents, c *fakeCurrency) {
+		c.current = map[schema.GroupVersionResource]time.Time{vms: now.Add(-5 * time.Second)}
+	}
+	fingerprint := reflabels.ClearanceFingerprint(provider.String(), vpcs.GroupResource(), []string{"s1"})
+	tests := []struct {
+		name    string
+		rules   schemedRules
+		created time.Time
+		ledger  inflight.Ledger
+		setup   func(*fakeDependents, *fakeCurrency)
+		want    string
+	}{
+		{"an old object, never referenced, the index current", rules(tracked), old, inflight.Ledger{}, current, fingerprint},
+		{"last referenced long ago, cleared under another fingerprint before", rules(tracked), old,
+			inflight.Ledger{Landed: old.Add(time.Minute), Clearance: inflight.Clearance("other", "uid")}, current, fingerprint},
+		{"referenced by a dependent in the index", rules(tracked), old, inflight.Ledger{}, func(d *fakeDependents, c *fakeCurrency) {
+			current(d, c)
+			d.add(consumer, vms, object("default", "vm-1", map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}}))
+		}, ""},
+		{"the index not current past the creation", rules(tracked), now.Add(-30 * time.Second), inflight.Ledger{}, current, ""},
+		{"references not tracked", rules(registry.Tracking{Status: metav1.ConditionFalse, Since: old}), old, inflight.Ledger{}, current, ""},
+		{"references folded into a recent floor", rules(tracked), old, inflight.Ledger{Floor: now.Add(-time.Second)}, current, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			deps := &fakeDependents{}
+			cur := &fakeCurrency{admitted: map[string]time.Time{}}
+			tt.setup(deps, cur)
+			recs := &fakeRecorder{}
+			v := NewValidator(tt.rules, loaded(true), deps, WithHorizon(cur, &fakeActivation{since: old}), WithRecorder(recs), WithTimeout(5*time.Second))
+			got, ok := v.Clearance(context.Background(), provider, vpcs, withLedger(t, tt.created, tt.ledger))
+			if got != tt.want || ok != (tt.want != "") {
+				t.Errorf("Clearance = %q, %v; want %q", got, ok, tt.want)
+			}
+			if len(deps.calls) != 0 || len(recs.recorded) != 0 {
+				t.Errorf("live reads %v, records %d; want none", deps.calls, len(recs.recorded))
+			}
+		})
+	}
+}
