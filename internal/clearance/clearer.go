@@ -39,6 +39,9 @@ type Objects interface {
 // fingerprint; *deletion.Validator implements it.
 type Decider interface {
 	Clearance(ctx context.Context, provider logicalcluster.Name, resource schema.GroupVersionResource, raw []byte) (string, bool)
+	// ClearanceFingerprint returns the fingerprint the objects of target
+	// are cleared under now, and whether they can be cleared at all.
+	ClearanceFingerprint(target index.Source) (string, bool)
 	// Referenced reports whether the index holds a dependent that
 	// references obj, an object of target.
 	Referenced(target index.Source, obj kcp.Meta) bool
@@ -63,11 +66,6 @@ type Clearer struct {
 	decider Decider
 	opts    Options
 	now     func() time.Time
-
-	// current is the clearance fingerprint each protected resource was
-	// last cleared under: an object that carries it is not decided again.
-	lock    sync.Mutex
-	current map[index.Source]string
 }
 
 // New returns a Clearer of the objects of targets.
@@ -78,7 +76,7 @@ func New(targets Targets, objects Objects, decider Decider, opts Options) *Clear
 	if opts.Workers <= 0 {
 		opts.Workers = 4
 	}
-	return &Clearer{targets: targets, objects: objects, decider: decider, opts: opts, now: time.Now, current: map[index.Source]string{}}
+	return &Clearer{targets: targets, objects: objects, decider: decider, opts: opts, now: time.Now}
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable.
@@ -135,9 +133,13 @@ func (c *Clearer) Pass(ctx context.Context) int {
 		if ctx.Err() != nil {
 			break
 		}
-		c.lock.Lock()
-		current := c.current[p.Source]
-		c.lock.Unlock()
+		// A resource whose objects cannot be cleared is not listed; an
+		// object cleared under the current fingerprint is not decided
+		// again.
+		current, ok := c.decider.ClearanceFingerprint(p.Source)
+		if !ok {
+			continue
+		}
 		now := c.now()
 		err := c.objects.ListObjects(ctx, p.Source, "", func(m kcp.Meta, raw []byte) bool {
 			return worthDeciding(m, raw, current, now) && !c.decider.Referenced(p.Source, m)
@@ -175,7 +177,7 @@ func worthDeciding(m kcp.Meta, raw []byte, current string, now time.Time) bool {
 	if err != nil {
 		return false
 	}
-	if current != "" && ledger.Clearance == inflight.Clearance(current, m.UID) {
+	if ledger.Clearance == inflight.Clearance(current, m.UID) {
 		return false
 	}
 	if ts, err := jsonparser.GetString(raw, "metadata", "creationTimestamp"); err != nil {
@@ -215,9 +217,6 @@ func (c *Clearer) clear(ctx context.Context, cand candidate) bool {
 	if !ok {
 		return false
 	}
-	c.lock.Lock()
-	c.current[cand.src] = fingerprint
-	c.lock.Unlock()
 	value := inflight.Clearance(fingerprint, cand.meta.UID)
 	if cand.ledger.Clearance == value {
 		return false

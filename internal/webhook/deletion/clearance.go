@@ -13,7 +13,9 @@ import (
 
 	"github.com/kcp-dev/logicalcluster/v3"
 
+	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
+	"github.com/opendefensecloud/dependency-controller/internal/registry"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 )
 
@@ -45,6 +47,26 @@ func (v *Validator) Clearance(ctx context.Context, provider logicalcluster.Name,
 	logger := log.FromContext(ctx).WithValues("resource", resource.GroupResource(), "namespace", obj.Namespace, "name", obj.Name)
 	_, d := v.protectAs(ctx, logger, req, obj, true)
 	return d.clearance, d.clearance != ""
+}
+
+// ClearanceFingerprint returns the clearance fingerprint of the objects of
+// target (a protected resource as its provider serves it) under the rules
+// the webhook holds now, and whether they can be cleared at all: every
+// dependent type that references them is labelled.
+func (v *Validator) ClearanceFingerprint(target index.Source) (string, bool) {
+	gr := target.Resource.GroupResource()
+	groups := v.groupByDependent(v.rules.Find(registry.Target{Cluster: target.Export.Cluster, Resource: gr}), "")
+	if len(groups) == 0 {
+		return "", false
+	}
+	schemes := make([]string, len(groups))
+	for i, g := range groups {
+		if g.scheme == "" {
+			return "", false
+		}
+		schemes[i] = g.scheme
+	}
+	return reflabels.ClearanceFingerprint(target.Export.Cluster.String(), gr, schemes), true
 }
 
 // clearanceFingerprint is the clearance fingerprint of the object of d:

@@ -8,7 +8,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/inflight"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
 )
@@ -58,9 +60,22 @@ func TestClearance(t *testing.T) {
 			if got != tt.want || ok != (tt.want != "") {
 				t.Errorf("Clearance = %q, %v; want %q", got, ok, tt.want)
 			}
+			if fp, ok := v.ClearanceFingerprint(index.Source{Export: kcp.ObjectKey{Cluster: provider}, Resource: vpcs}); fp != fingerprint || !ok {
+				t.Errorf("ClearanceFingerprint = %q, %v; want %q", fp, ok, fingerprint)
+			}
 			if len(deps.calls) != 0 || len(recs.recorded) != 0 {
 				t.Errorf("live reads %v, records %d; want none", deps.calls, len(recs.recorded))
 			}
 		})
+	}
+}
+
+// Objects of a resource with a dependent type that is not labelled cannot
+// be cleared.
+func TestClearanceFingerprintNeedsLabels(t *testing.T) {
+	rules := staticRules{vpcs.GroupResource(): {entry("p/vm", vms, "VirtualMachine", ".spec.vpcRef.name")}}
+	v := NewValidator(rules, loaded(true), &fakeDependents{}, WithHorizon(&fakeCurrency{}, &fakeActivation{}))
+	if fp, ok := v.ClearanceFingerprint(index.Source{Export: kcp.ObjectKey{Cluster: provider}, Resource: vpcs}); ok {
+		t.Errorf("ClearanceFingerprint = %q, true; want none", fp)
 	}
 }
