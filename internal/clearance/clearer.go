@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/kcp-dev/logicalcluster/v3"
@@ -84,21 +85,14 @@ func (c *Clearer) NeedLeaderElection() bool {
 	return true
 }
 
-// Start implements manager.Runnable: it clears until ctx is done.
+// Start implements manager.Runnable: it clears at once and then every
+// Interval after a pass ended, until ctx is done.
 func (c *Clearer) Start(ctx context.Context) error {
 	logger := log.FromContext(ctx).WithName("clearance")
 	ctx = log.IntoContext(ctx, logger)
 	logger.Info("Clearing unreferenced objects", "interval", c.opts.Interval)
-	ticker := time.NewTicker(c.opts.Interval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-ticker.C:
-			c.Pass(ctx)
-		}
-	}
+	wait.UntilWithContext(ctx, func(ctx context.Context) { c.Pass(ctx) }, c.opts.Interval)
+	return nil
 }
 
 // candidate is an object to decide, as listed.
