@@ -34,7 +34,6 @@ type vpc struct {
 	ledger  string
 	extra   map[string]any
 	rv      string
-	deleted bool
 }
 
 func (v vpc) json() []byte {
