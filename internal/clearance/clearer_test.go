@@ -29,11 +29,11 @@ var (
 // vpc is a VPC as listed: created age before now, with the ledger (none
 // if empty) and the extra metadata.
 type vpc struct {
-	name    string
-	age     time.Duration
-	ledger  string
-	extra   map[string]any
-	rv      string
+	name   string
+	age    time.Duration
+	ledger string
+	extra  map[string]any
+	rv     string
 }
 
 func (v vpc) json() []byte {
