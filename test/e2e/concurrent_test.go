@@ -41,13 +41,19 @@ type round struct {
 	deleteErr  error
 }
 
+// clearedRounds is how many times the concurrent race sends a VM's CREATE
+// and the DELETE of the cleared VPC it references at the same moment.
+const clearedRounds = 200
+
 // concurrentRace creates the VPCs of every round first (they exist when the
-// VMs' admission begins), then, 16 rounds at a time, sends each round's
+// VMs' admission begins; if cleared, it waits until the webhook has cleared
+// every one, so that kcp deletes them without calling the webhook unless
+// the VM's reference ended the clearance), then, 16 rounds at a time, sends each round's
 // CREATE of a VM that references its VPC and the DELETE of that VPC at the
-// same moment (the DELETE up to 20 ms later). No VPC may be deleted after a VM that references it was
+// same moment (the DELETE up to 20 ms later, 100 ms if cleared). No VPC may be deleted after a VM that references it was
 // stored: where both succeed, the VPC's deletion (the revision of the watch
 // event) must come before the VM's creation.
-func concurrentRace(ctx context.Context, prefix string, rounds int) {
+func concurrentRace(ctx context.Context, prefix string, rounds int, cleared bool) {
 	GinkgoHelper()
 	const workers = 16
 	deletedAt := watchDeletions([]logicalcluster.Path{consumerA, consumerB}, vpcs)
@@ -78,7 +84,27 @@ func concurrentRace(ctx context.Context, prefix string, rounds int) {
 	}
 	close(work)
 	wg.Wait()
+	if cleared {
+		By("waiting until the elected replica has cleared every VPC")
+		pending := append([]*round(nil), all...)
+		Eventually(func(g Gomega) {
+			var left []*round
+			for _, r := range pending {
+				got := vpc(r.vpc)
+				g.Expect(cli.Cluster(r.ws).Get(ctx, client.ObjectKey{Namespace: r.namespace, Name: r.vpc}, got)).To(Succeed())
+				if l := got.GetAnnotations()[depv1alpha1.AnnotationAdmittedReferences]; !strings.Contains(l, " c=") || !strings.HasSuffix(l, "/"+string(got.GetUID())) {
+					left = append(left, r)
+				}
+			}
+			pending = left
+			g.Expect(pending).To(BeEmpty(), "VPCs not cleared yet")
+		}).WithTimeout(4 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+	}
 
+	lagStep := time.Millisecond
+	if cleared {
+		lagStep = 5 * time.Millisecond
+	}
 	By("sending each VM's CREATE and its VPC's DELETE at the same moment")
 	start := time.Now()
 	work = make(chan int)
@@ -92,8 +118,11 @@ func concurrentRace(ctx context.Context, prefix string, rounds int) {
 				target := vpc(r.vpc)
 				target.SetNamespace(r.namespace)
 				// The DELETE leaves up to 20 ms after the CREATE, so that the
-				// rounds cover every interleaving of the two admissions.
-				lag := time.Duration(i%21) * time.Millisecond
+				// rounds cover every interleaving of the two admissions; up to
+				// 100 ms for a cleared VPC, whose DELETE kcp admits without
+				// calling the webhook, so that some leave after the VM's
+				// reference was recorded.
+				lag := time.Duration(i%21) * lagStep
 				gate := make(chan struct{})
 				var both sync.WaitGroup
 				both.Go(func() {

@@ -364,7 +364,7 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 	})
 
 	It(fmt.Sprintf("never deletes a VPC after a VM that references it was stored, in %d rounds of the VM's CREATE and the VPC's DELETE sent at the same moment", concurrentRounds), func(ctx context.Context) {
-		concurrentRace(ctx, "concurrent", concurrentRounds)
+		concurrentRace(ctx, "concurrent", concurrentRounds, false)
 	})
 
 	It("clears VPCs that nothing references: kcp deletes them without calling the webhook, a new reference ends a clearance, and a copied one is not kept", func(ctx context.Context) {
@@ -435,6 +435,10 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 		expectDeletable(ctx, consumerA, vpcs, "vpc-clear-2")
 		Expect(remove(ctx, consumerA, vms, "vm-uncleared")).To(Succeed())
 		expectDeletable(ctx, consumerA, vpcs, "vpc-uncleared")
+	})
+
+	It(fmt.Sprintf("never deletes a cleared VPC after a VM that references it was stored, in %d rounds of the VM's CREATE and the VPC's DELETE sent at the same moment", clearedRounds), func(ctx context.Context) {
+		concurrentRace(ctx, "cleared", clearedRounds, true)
 	})
 
 	It("never deletes a VPC that a VM in another namespace references, in 500 concurrent create-then-delete pairs", func(ctx context.Context) {
