@@ -39,7 +39,9 @@ type Objects interface {
 // Decider decides whether an object may be cleared, and under which
 // fingerprint; *deletion.Validator implements it.
 type Decider interface {
-	Clearance(ctx context.Context, provider logicalcluster.Name, resource schema.GroupVersionResource, raw []byte) (string, bool)
+	// Clearance returns the fingerprint the object (raw) may be cleared
+	// under, or why it may not.
+	Clearance(ctx context.Context, provider logicalcluster.Name, resource schema.GroupVersionResource, raw []byte) (string, string)
 	// ClearanceFingerprint returns the fingerprint the objects of target
 	// are cleared under now, and whether they can be cleared at all.
 	ClearanceFingerprint(target index.Source) (string, bool)
@@ -207,8 +209,10 @@ const (
 // clear decides a candidate and writes its clearance if it may be
 // cleared.
 func (c *Clearer) clear(ctx context.Context, cand candidate) bool {
-	fingerprint, ok := c.decider.Clearance(ctx, cand.provider, cand.src.Resource, cand.raw)
-	if !ok {
+	fingerprint, why := c.decider.Clearance(ctx, cand.provider, cand.src.Resource, cand.raw)
+	if fingerprint == "" {
+		log.FromContext(ctx).V(1).Info("Not clearing an object", "resource", cand.src.Resource.GroupResource(), "cluster", cand.meta.Cluster,
+			"namespace", cand.meta.Namespace, "name", cand.meta.Name, "why", why)
 		return false
 	}
 	value := inflight.Clearance(fingerprint, cand.meta.UID)

@@ -111,15 +111,15 @@ type fakeDecider struct {
 	decided     []string
 }
 
-func (d *fakeDecider) Clearance(_ context.Context, provider logicalcluster.Name, resource schema.GroupVersionResource, raw []byte) (string, bool) {
+func (d *fakeDecider) Clearance(_ context.Context, provider logicalcluster.Name, resource schema.GroupVersionResource, raw []byte) (string, string) {
 	m, _ := kcp.ReadMeta(raw)
 	d.lock.Lock()
 	defer d.lock.Unlock()
 	d.decided = append(d.decided, m.Name)
 	if provider != "provider" || resource != vpcs.Resource || d.notClear[m.Name] {
-		return "", false
+		return "", "not clearable"
 	}
-	return d.fingerprint, true
+	return d.fingerprint, ""
 }
 
 func (d *fakeDecider) ClearanceFingerprint(target index.Source) (string, bool) {

@@ -1,7 +1,9 @@
 package deletion
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,17 +26,21 @@ import (
 // cleared (see inflight.Ledger.Clearance): whether a DELETE of it would be
 // allowed now without a read, from its horizon (see WithHorizon), which
 // needs every reference to it tracked and no reference in flight. It
-// returns the clearance fingerprint under which the decision holds. It
-// decides as a dry run that allows only from the horizon: it reads
-// nothing live, records nothing and counts nothing in the metrics.
-func (v *Validator) Clearance(ctx context.Context, provider logicalcluster.Name, resource schema.GroupVersionResource, raw []byte) (string, bool) {
+// returns the clearance fingerprint under which the decision holds, or
+// why it may not be cleared. It decides as a dry run that allows only from
+// the horizon: it reads nothing live, records nothing and counts nothing in
+// the metrics.
+func (v *Validator) Clearance(ctx context.Context, provider logicalcluster.Name, resource schema.GroupVersionResource, raw []byte) (string, string) {
 	if v.horizon == nil || !v.readiness.Loaded() {
-		return "", false
+		return "", "the rules are not loaded"
 	}
 	ctx = webhook.WithProvider(ctx, provider)
 	obj, errResp := webhook.ReadSubject(ctx, raw, "object")
-	if errResp != nil || obj.Terminating || obj.SkipProtection || obj.DeletionRequested {
-		return "", false
+	switch {
+	case errResp != nil:
+		return "", "its metadata does not read"
+	case obj.Terminating || obj.SkipProtection || obj.DeletionRequested:
+		return "", "it is being deleted, its deletion is deferred, or it skips protection"
 	}
 	req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
 		Operation: admissionv1.Delete,
@@ -46,7 +52,14 @@ func (v *Validator) Clearance(ctx context.Context, provider logicalcluster.Name,
 	}}
 	logger := log.FromContext(ctx).WithValues("resource", resource.GroupResource(), "namespace", obj.Namespace, "name", obj.Name)
 	_, d := v.protectAs(ctx, logger, req, obj, true)
-	return d.clearance, d.clearance != ""
+	switch {
+	case d.clearance != "":
+		return d.clearance, ""
+	case d.notCleared != "":
+		return "", d.notCleared
+	default:
+		return "", fmt.Sprintf("its DELETE would be %s (via %s)", d.outcome, cmp.Or(d.via, "none"))
+	}
 }
 
 // ClearanceFingerprint returns the clearance fingerprint of the objects of

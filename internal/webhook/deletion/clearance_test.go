@@ -56,9 +56,9 @@ func TestClearance(t *testing.T) {
 			tt.setup(deps, cur)
 			recs := &fakeRecorder{}
 			v := NewValidator(tt.rules, loaded(true), deps, WithHorizon(cur, &fakeActivation{since: old}), WithRecorder(recs), WithTimeout(5*time.Second))
-			got, ok := v.Clearance(context.Background(), provider, vpcs, withLedger(t, tt.created, tt.ledger))
-			if got != tt.want || ok != (tt.want != "") {
-				t.Errorf("Clearance = %q, %v; want %q", got, ok, tt.want)
+			got, why := v.Clearance(context.Background(), provider, vpcs, withLedger(t, tt.created, tt.ledger))
+			if got != tt.want || (why == "") != (tt.want != "") {
+				t.Errorf("Clearance = %q, %q; want %q", got, why, tt.want)
 			}
 			if fp, ok := v.ClearanceFingerprint(index.Source{Export: kcp.ObjectKey{Cluster: provider}, Resource: vpcs}); fp != fingerprint || !ok {
 				t.Errorf("ClearanceFingerprint = %q, %v; want %q", fp, ok, fingerprint)

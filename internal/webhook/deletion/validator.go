@@ -1,6 +1,7 @@
 package deletion
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -194,8 +195,9 @@ type decision struct {
 	via     string
 	scanned int
 	// clearance is the clearance fingerprint of a DELETE allowed from the
-	// horizon alone, decided for a clearance (see Clearance).
-	clearance string
+	// horizon alone, decided for a clearance (see Clearance); notCleared
+	// says why a decision for a clearance did not allow from the horizon.
+	clearance, notCleared string
 }
 
 // observe counts a decision in the metrics with the time it took and, for
@@ -303,6 +305,7 @@ func (v *Validator) protectAs(ctx context.Context, logger logr.Logger, req admis
 			}
 			if inFlight {
 				d.inFlight, d.assessment, d.floor = true, a, h.Ledger.Floor
+				d.notCleared = "a reference to it may be in flight"
 			} else if ok, why := v.horizon.Current(ctx, d.denial.source, d.obj.Meta, d.horizonGroups(), a); ok {
 				if d.clearing {
 					return admission.Allowed(""), decision{outcome: webhook.DecisionAllowed, via: viaHorizon, clearance: d.clearanceFingerprint()}
@@ -311,7 +314,10 @@ func (v *Validator) protectAs(ctx context.Context, logger logr.Logger, req admis
 				return admission.Allowed(""), decision{outcome: webhook.DecisionAllowed, via: viaHorizon}
 			} else {
 				logger.V(2).Info("Not deciding from the horizon", "why", why)
+				d.notCleared = why
 			}
+		} else {
+			d.notCleared = "its ledger of admitted references does not parse"
 		}
 	}
 
@@ -319,7 +325,7 @@ func (v *Validator) protectAs(ctx context.Context, logger logr.Logger, req admis
 	// item of kcp's teardown only those the index may lack. A clearance is
 	// decided from the horizon alone.
 	if d.clearing {
-		return admission.Response{}, decision{}
+		return admission.Response{}, decision{notCleared: cmp.Or(d.notCleared, "no horizon")}
 	}
 	return v.confirm(ctx, d)
 }
@@ -341,8 +347,10 @@ type deletion struct {
 	assessment inflight.Assessment
 	floor      time.Time
 	// clearing is set when the decision is asked for a clearance (see
-	// Clearance): only an allowance from the horizon counts.
-	clearing bool
+	// Clearance): only an allowance from the horizon counts; notCleared
+	// says why the horizon did not allow.
+	clearing   bool
+	notCleared string
 }
 
 // query returns the confirming read of the dependents of g.
