@@ -28,7 +28,8 @@ func (c *Client) List(ctx context.Context, src index.Source, labelSelector strin
 
 // ListObjects lists as List does, and keeps the JSON of the objects for
 // which keep (if set) returns true until their shard's list completes:
-// visit gets it for those, nil for the others.
+// visit gets it for those, nil for the others. The router learns which
+// shard serves each workspace listed.
 func (c *Client) ListObjects(ctx context.Context, src index.Source, labelSelector string, keep func(kcp.Meta, []byte) bool, visit func(kcp.Meta, []byte) error) error {
 	shards, err := c.router.Shards(src, "")
 	if err != nil {
@@ -65,6 +66,15 @@ func (c *Client) ListObjects(ctx context.Context, src index.Source, labelSelecto
 		})
 		if err != nil {
 			return fmt.Errorf("failed to list %s through %s: %w", src, shard.URL(), err)
+		}
+		// The shard serves every workspace it listed objects of, which
+		// decisions that need the shard of a workspace learn from here.
+		var last logicalcluster.Name
+		for _, it := range items {
+			if it.meta.Cluster != last && !it.meta.Cluster.Empty() {
+				last = it.meta.Cluster
+				c.router.ReadThrough(src, last, shard.URL())
+			}
 		}
 		for _, it := range items {
 			if err := visit(it.meta, it.raw); err != nil {

@@ -52,6 +52,9 @@ type Router interface {
 	// Retry retries attempt within the deadline of ctx while it fails for
 	// a reason that clears by itself.
 	Retry(ctx context.Context, attempt func() error) error
+	// ReadThrough records that cluster was listed through the shard whose
+	// client's URL is url: that shard serves it.
+	ReadThrough(src index.Source, cluster logicalcluster.Name, url string)
 }
 
 // Client lists and writes objects of sources through the virtual

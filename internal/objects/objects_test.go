@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -120,6 +121,8 @@ type fakeRouter struct {
 
 	lock  sync.Mutex
 	known map[logicalcluster.Name]*vw.Client
+	// readThrough is what ReadThrough recorded: cluster -> shard URL.
+	readThrough map[logicalcluster.Name]string
 }
 
 // newFakeRouter returns a router over the given shards, which knows that
@@ -185,6 +188,15 @@ func (r *fakeRouter) OnShardOf(src index.Source, cluster logicalcluster.Name, do
 	return nil
 }
 
+func (r *fakeRouter) ReadThrough(_ index.Source, cluster logicalcluster.Name, url string) {
+	r.lock.Lock()
+	defer r.lock.Unlock()
+	if r.readThrough == nil {
+		r.readThrough = map[logicalcluster.Name]string{}
+	}
+	r.readThrough[cluster] = url
+}
+
 func (r *fakeRouter) Retry(_ context.Context, attempt func() error) error {
 	return attempt()
 }
@@ -208,6 +220,10 @@ func TestList(t *testing.T) {
 		if req := s.requested(); len(req) != 1 || req[0] != "/clusters/*/apis/compute.io/v1/virtualmachines?labelSelector=stale" {
 			t.Errorf("requests = %q", req)
 		}
+	}
+	// The router learns which shard serves each workspace listed.
+	if want := map[logicalcluster.Name]string{"c1": r.shards[0].URL(), "c2": r.shards[1].URL()}; !maps.Equal(r.readThrough, want) {
+		t.Errorf("read through %v, want %v", r.readThrough, want)
 	}
 	r.inspected = false
 	if err := c.List(context.Background(), testSource, "", func(kcp.Meta) error { return nil }); !errors.Is(err, route.ErrNotInspected) {

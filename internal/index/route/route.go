@@ -79,6 +79,16 @@ func (r *Router) Serving(src sources.Source, cluster logicalcluster.Name) (*vw.C
 	return c, true, nil
 }
 
+// ReadThrough records that the objects of src in cluster were listed
+// through the virtual workspace at url (the base URL of a shard's client):
+// that shard serves cluster, and requests for it go there from now on. A
+// logical cluster stays on its shard, so what is recorded stays true.
+func (r *Router) ReadThrough(src sources.Source, cluster logicalcluster.Name, url string) {
+	if w := r.watch(src); w != nil {
+		w.ReadThrough(cluster, url)
+	}
+}
+
 // ServingURL returns the URL of the virtual workspace of src on the shard
 // known to serve cluster, if the index knows it (see Serving).
 func (r *Router) ServingURL(src sources.Source, cluster logicalcluster.Name) (string, bool) {
