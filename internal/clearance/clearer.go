@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/buger/jsonparser"
@@ -111,16 +112,13 @@ type candidate struct {
 func (c *Clearer) Pass(ctx context.Context) int {
 	logger := log.FromContext(ctx)
 	work := make(chan candidate)
-	var cleared sync.WaitGroup
-	var lock sync.Mutex
-	n := 0
+	var workers sync.WaitGroup
+	var n atomic.Int64
 	for range c.opts.Workers {
-		cleared.Go(func() {
+		workers.Go(func() {
 			for cand := range work {
 				if c.clear(ctx, cand) {
-					lock.Lock()
-					n++
-					lock.Unlock()
+					n.Add(1)
 				}
 			}
 		})
@@ -156,14 +154,14 @@ func (c *Clearer) Pass(ctx context.Context) int {
 		}
 	}
 	close(work)
-	cleared.Wait()
-	return n
+	workers.Wait()
+	return int(n.Load())
 }
 
 // worthDeciding reports whether an object, as listed, may be clearable:
 // not being deleted, no deletion deferred or bypassed, a ledger that
-// parses, no clearance under current (the fingerprint its resource was
-// last cleared under), and old enough that nothing recorded on it can be
+// parses, no clearance under current (the fingerprint its resource is
+// cleared under now), and old enough that nothing recorded on it can be
 // in flight. The decision proper is the Decider's.
 func worthDeciding(m kcp.Meta, raw []byte, current string, now time.Time) bool {
 	if m.Terminating || m.DeletionRequested || m.SkipProtection || m.UID == "" {

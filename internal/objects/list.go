@@ -67,16 +67,14 @@ func (c *Client) ListObjects(ctx context.Context, src index.Source, labelSelecto
 		if err != nil {
 			return fmt.Errorf("failed to list %s through %s: %w", src, shard.URL(), err)
 		}
-		// The shard serves every workspace it listed objects of, which
-		// decisions that need the shard of a workspace learn from here.
 		var last logicalcluster.Name
 		for _, it := range items {
+			// The shard serves every workspace it listed objects of, which
+			// decisions that need the shard of a workspace learn from here.
 			if it.meta.Cluster != last && !it.meta.Cluster.Empty() {
 				last = it.meta.Cluster
 				c.router.ReadThrough(src, last, shard.URL())
 			}
-		}
-		for _, it := range items {
 			if err := visit(it.meta, it.raw); err != nil {
 				return err
 			}
