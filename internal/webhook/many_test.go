@@ -9,11 +9,13 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -24,6 +26,7 @@ import (
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/controllerserver"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook/references"
+	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookserver"
 	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
 )
@@ -256,6 +259,62 @@ var _ = Describe("Many references in one object", Ordered, func() {
 		Expect(err.Error()).To(ContainSubstring(fmt.Sprintf("would reference %d objects", limit+1)))
 		Expect(unstructured.SetNestedSlice(lb.Object, items[:10], "spec", "items")).To(Succeed())
 		Expect(cli.Cluster(m.consumer).Update(ctx, lb)).To(Succeed())
+	})
+
+	It("spares the check of new references the CREATEs whose references the labelling webhook recorded, checks the others, and refuses a reference to a VPC being deleted", func(ctx context.Context) {
+		By("the check of new references gets the condition once the rule tracks references")
+		Eventually(func(g Gomega) {
+			cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+			g.Expect(cli.Cluster(m.compute).Get(ctx, client.ObjectKey{Name: webhookconfig.Name}, cfg)).To(Succeed())
+			g.Expect(cfg.Webhooks).To(ContainElement(And(HaveField("Name", webhookconfig.ReferencesWebhookName),
+				HaveField("MatchConditions", ContainElement(HaveField("Name", webhookconfig.NotRecordedConditionName))))))
+		}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+		checks := func() float64 {
+			GinkgoHelper()
+			sum := 0.0
+			for _, outcome := range []string{"allowed", "denied", "error"} {
+				n, err := m.wh.Counter("dependency_webhook_reference_checks_total", map[string]string{"outcome": outcome})
+				Expect(err).NotTo(HaveOccurred())
+				sum += n
+			}
+			return sum
+		}
+
+		By("a CREATE whose reference is recorded is not checked again (once kcp's admission has the condition)")
+		i := 0
+		Eventually(func(g Gomega) {
+			before := checks()
+			i++
+			name := fmt.Sprintf("lb-recorded-%d", i)
+			g.Expect(cli.Cluster(m.consumer).Create(ctx, m.loadBalancer(name, 0, 2))).To(Succeed())
+			m.expectMarked(ctx, name, 0, 2)
+			g.Expect(checks()).To(Equal(before), "the check of new references was called for %s", name)
+		}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+
+		By("a CREATE that records nothing (its VPC does not exist) is checked, and warned about")
+		before := checks()
+		_, warnings, err := m.timedCreate(ctx, newObject(loadBalancerGVR, "default", "lb-missing", map[string]any{"items": []any{map[string]any{"vpc": "vpc-missing"}}}))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(warnings).To(ContainElement(ContainSubstring(`references vpcs "vpc-missing", which does not exist`)))
+		Expect(checks()).To(Equal(before + 1))
+
+		By("a dry run records nothing: it is checked")
+		before = checks()
+		_, _, err = m.timedCreate(ctx, m.loadBalancer("lb-dry", 0, 2), client.DryRunAll)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(checks()).To(Equal(before + 1))
+
+		By("a reference to a VPC being deleted is refused by the labelling webhook, as the check would")
+		doomed := newObject(vpcGVR, "default", "vpc-doomed", nil)
+		doomed.SetFinalizers([]string{"test.io/hold"})
+		Expect(cli.Cluster(m.consumer).Create(ctx, doomed)).To(Succeed())
+		DeferCleanup(func(ctx context.Context) {
+			Expect(client.IgnoreNotFound(cli.Cluster(m.consumer).Patch(ctx, newObject(vpcGVR, "default", "vpc-doomed", nil), client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))))).To(Succeed())
+		})
+		Expect(cli.Cluster(m.consumer).Delete(ctx, newObject(vpcGVR, "default", "vpc-doomed", nil))).To(Succeed())
+		err = cli.Cluster(m.consumer).Create(ctx, newObject(loadBalancerGVR, "default", "lb-late", map[string]any{"items": []any{map[string]any{"vpc": "vpc-doomed"}, map[string]any{"vpc": vpcName(0)}}}))
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring(`LoadBalancer "lb-late" cannot reference vpcs "vpc-doomed": it is being deleted`))
 	})
 
 	It("says on the rule which dependent comes close to the limit, and keeps the type labelled and its references tracked", func(ctx context.Context) {

@@ -356,3 +356,76 @@ func TestNotClearedCondition(t *testing.T) {
 		})
 	}
 }
+
+// matchWrite evaluates the condition on a write with op of resource
+// (through subresource, "" for none) on object and oldObject (nil: none),
+// a dry run or not, and returns whether the webhook is called.
+func (m matcher) matchWrite(op admission.Operation, resource schema.GroupVersionResource, subresource string, dryRun bool, object, oldObject map[string]any) (bool, error) {
+	var obj, old runtime.Object
+	if object != nil {
+		obj = &unstructured.Unstructured{Object: object}
+	}
+	if oldObject != nil {
+		old = &unstructured.Unstructured{Object: oldObject}
+	}
+	gvk := schema.GroupVersionKind{Group: resource.Group, Version: resource.Version, Kind: "Kind"}
+	attr := admission.NewAttributesRecord(obj, old, gvk, "default", "vm-a", resource, subresource, op, nil, dryRun, &user.DefaultInfo{Name: "alice"})
+	result := m.m.Match(context.Background(), &admission.VersionedAttributes{Attributes: attr, VersionedKind: gvk, VersionedObject: obj, VersionedOldObject: old}, nil, nil)
+	return result.Matches, result.Error
+}
+
+// The check of new references is spared a CREATE or UPDATE of a recorded
+// type only if it carries an admission id it did not carry before, on
+// every shape of labels.
+func TestNotRecordedCondition(t *testing.T) {
+	key := depv1alpha1.LabelAdmission
+	m := newMatcher(t, NotRecordedCondition([]schema.GroupResource{{Group: "compute.io", Resource: "disks"}, {Group: "compute.io", Resource: "virtualmachines"}}))
+	vms := schema.GroupVersionResource{Group: "compute.io", Version: "v1", Resource: "virtualmachines"}
+	id := func(v any) metadataShape { return metadataShape{value: map[string]any{key: v, "app": "x"}, set: true} }
+	none := metadataShape{}
+	type write struct {
+		name        string
+		op          admission.Operation
+		resource    schema.GroupVersionResource
+		subresource string
+		dryRun      bool
+		labels, old metadataShape
+		called      bool
+	}
+	tests := []write{
+		{name: "CREATE with an id", op: admission.Create, resource: vms, labels: id("0123456789abcdef"), called: false},
+		{name: "CREATE of the other recorded type", op: admission.Create, resource: schema.GroupVersionResource{Group: "compute.io", Version: "v2", Resource: "disks"}, labels: id("0123456789abcdef"), called: false},
+		{name: "CREATE without an id", op: admission.Create, resource: vms, labels: none, called: true},
+		{name: "CREATE with an empty id", op: admission.Create, resource: vms, labels: id(""), called: true},
+		{name: "CREATE with a null id", op: admission.Create, resource: vms, labels: id(nil), called: true},
+		{name: "CREATE of a type not recorded", op: admission.Create, resource: schema.GroupVersionResource{Group: "compute.io", Version: "v1", Resource: "gpus"}, labels: id("0123456789abcdef"), called: true},
+		{name: "CREATE of a type of that name in another group", op: admission.Create, resource: schema.GroupVersionResource{Group: "other.io", Version: "v1", Resource: "virtualmachines"}, labels: id("0123456789abcdef"), called: true},
+		{name: "UPDATE that sets a new id", op: admission.Update, resource: vms, labels: id("0123456789abcdef"), old: id("fedcba9876543210"), called: false},
+		{name: "UPDATE that sets a first id", op: admission.Update, resource: vms, labels: id("0123456789abcdef"), old: none, called: false},
+		{name: "UPDATE that keeps the id (recorded nothing)", op: admission.Update, resource: vms, labels: id("0123456789abcdef"), old: id("0123456789abcdef"), called: true},
+		{name: "UPDATE that removes the id", op: admission.Update, resource: vms, labels: none, old: id("0123456789abcdef"), called: true},
+		{name: "status UPDATE keeps the id", op: admission.Update, resource: vms, subresource: "status", labels: id("0123456789abcdef"), old: id("0123456789abcdef"), called: true},
+		{name: "dry-run CREATE (no id: the labelling webhook removed it)", op: admission.Create, resource: vms, dryRun: true, labels: none, called: true},
+	}
+	for _, s := range shapes(map[string]any{"app": "x"}) {
+		tests = append(tests,
+			write{name: "CREATE, labels " + s.name, op: admission.Create, resource: vms, labels: s, called: true},
+			write{name: "UPDATE with an id, old labels " + s.name, op: admission.Update, resource: vms, labels: id("0123456789abcdef"), old: s, called: false},
+		)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var old map[string]any
+			if tt.op == admission.Update {
+				old = object(tt.old, metadataShape{}, "10.0.0.0/16")
+			}
+			called, err := m.matchWrite(tt.op, tt.resource, tt.subresource, tt.dryRun, object(tt.labels, metadataShape{}, "10.0.0.0/16"), old)
+			if err != nil {
+				t.Fatalf("match: %v", err)
+			}
+			if called != tt.called {
+				t.Errorf("webhook called = %v, want %v", called, tt.called)
+			}
+		})
+	}
+}

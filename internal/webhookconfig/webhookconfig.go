@@ -84,6 +84,10 @@ const (
 	// NotClearedConditionName is the name of the match condition of the
 	// DELETE webhook (see NotClearedCondition).
 	NotClearedConditionName = "not-cleared"
+	// NotRecordedConditionName is the name of the match condition of the
+	// check of new references that spares it the writes whose new
+	// references the labelling webhook recorded (see NotRecordedCondition).
+	NotRecordedConditionName = "references-not-recorded"
 
 	// EndpointRecords follows the logical cluster in the URL of the guard
 	// of records (see EndpointURL).
@@ -164,6 +168,13 @@ type Workspace struct {
 	// webhook cleared them, sorted: those whose every rule reports
 	// ReferencesTracked=True and whose every dependent type is labelled.
 	Cleared []string
+	// Recorded are the dependent types whose labelling webhook records the
+	// references a write adds on the objects they name, and checks those
+	// objects as the check of new references does, sorted: those labelled
+	// whose every rule reports ReferencesTracked=True. kcp calls the check
+	// of new references for none of their writes that the labelling webhook
+	// recorded (see NotRecordedCondition).
+	Recorded []schema.GroupResource
 }
 
 // Labelled is a dependent type whose objects the webhook labels with what
@@ -272,6 +283,9 @@ func Desired(rules []depv1alpha1.DependencyRule, workspaces map[string]logicalcl
 		if l, ok := labelled(t.resource, rs); ok {
 			desired[t.cluster].Labelled = append(desired[t.cluster].Labelled, l)
 			schemes[t] = l.Scheme
+			if allTracked(rs) {
+				desired[t.cluster].Recorded = append(desired[t.cluster].Recorded, t.resource)
+			}
 		}
 	}
 	for p, dependents := range protections {
@@ -291,6 +305,7 @@ func Desired(rules []depv1alpha1.DependencyRule, workspaces map[string]logicalcl
 		ws.ReferenceFields = slices.Compact(ws.ReferenceFields)
 		slices.Sort(ws.Cleared)
 		ws.Cleared = slices.Compact(ws.Cleared)
+		slices.SortFunc(ws.Recorded, compareGR)
 		if slices.Contains(ws.ReferenceFields, "") {
 			// A path that does not parse (the schema rejects it): every
 			// UPDATE is checked.
@@ -302,6 +317,20 @@ func Desired(rules []depv1alpha1.DependencyRule, workspaces map[string]logicalcl
 		paths = append(paths, logicalcluster.NewPath(p))
 	}
 	return desired, paths
+}
+
+// allTracked reports whether every one of rules reports ReferencesTracked=True:
+// a webhook that records references wrote it, after its probes showed the
+// labelling webhook in effect on every shard. The check of new references
+// is spared a write only then, so that kcp calls the labelling webhook for
+// every write it spares (see NotRecordedCondition).
+func allTracked(rules []*depv1alpha1.DependencyRule) bool {
+	for _, rule := range rules {
+		if !meta.IsStatusConditionTrue(rule.Status.Conditions, depv1alpha1.ConditionReferencesTracked) {
+			return false
+		}
+	}
+	return len(rules) > 0
 }
 
 // clearance returns the clearance fingerprint of the protected resource of
@@ -433,6 +462,27 @@ func NotClearedCondition(fingerprints []string) string {
 	ledger := stringOf(annotationOf("oldObject", depv1alpha1.AnnotationAdmittedReferences))
 	uid := stringOf("oldObject.?metadata.?uid")
 	return "!(" + uid + " != '' && [" + strings.Join(quoted, ", ") + "].exists(f, " + ledger + ".endsWith(' c=' + f + '/' + " + uid + ")))"
+}
+
+// NotRecordedCondition returns the CEL expression of the match condition
+// of the check of new references that spares it a CREATE or UPDATE of one
+// of resources (see Workspace.Recorded) that carries an admission id it
+// did not carry before (api/v1alpha1.LabelAdmission). Only the labelling
+// webhook, which kcp calls for every such write, leaves an id there that
+// the write did not store before (it removes one it did not set), and it
+// sets one only when it recorded a reference on the object it names; it
+// then refused the write if that object, or any other the write adds a
+// reference to, is being deleted or its deletion is deferred, as the check
+// of new references would. A dry run, a write through a subresource and a
+// write that records nothing keep the id they had, and are checked.
+func NotRecordedCondition(resources []schema.GroupResource) string {
+	quoted := make([]string, len(resources))
+	for i, r := range resources {
+		quoted[i] = strconv.Quote(r.String())
+	}
+	id := func(obj string) string { return stringOf(metadataKeyOf(obj, "labels", depv1alpha1.LabelAdmission)) }
+	return "!([" + strings.Join(quoted, ", ") + "].exists(r, r == request.resource.resource + '.' + request.resource.group) && " +
+		id("object") + " != '' && (request.operation == 'CREATE' || " + id("object") + " != " + id("oldObject") + "))"
 }
 
 // stringOf returns the CEL expression of the optional value opt as a
@@ -582,7 +632,10 @@ func Validating(ws *Workspace, cluster logicalcluster.Name, opts Options) *admis
 		wh := webhook(ReferencesWebhookName, WebhookURL(opts.URL, cluster), opts.FailurePolicy,
 			rules(ws.Dependents, ws.StatusReferences, admissionregistrationv1.Create, admissionregistrationv1.Update), admissionregistrationv1.SideEffectClassNone)
 		if len(ws.ReferenceFields) > 0 {
-			wh.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: ReferencesConditionName, Expression: ReferencesCondition(ws.ReferenceFields)}}
+			wh.MatchConditions = append(wh.MatchConditions, admissionregistrationv1.MatchCondition{Name: ReferencesConditionName, Expression: ReferencesCondition(ws.ReferenceFields)})
+		}
+		if len(ws.Recorded) > 0 {
+			wh.MatchConditions = append(wh.MatchConditions, admissionregistrationv1.MatchCondition{Name: NotRecordedConditionName, Expression: NotRecordedCondition(ws.Recorded)})
 		}
 		cfg.Webhooks = append(cfg.Webhooks, wh)
 	}
@@ -749,37 +802,39 @@ func calls(add func(guarded), name string, rules []admissionregistrationv1.RuleW
 // a webhook from being called for an operation on a resource version that
 // it is called for now: whether the change takes protection away, which
 // for a labelling webhook means that writes could change references without
-// relabelling. A changed (first) match condition of any webhook counts
-// unless the new configuration has none: the text cannot tell a condition
-// that holds for fewer requests from one that holds for the same requests
-// on more object shapes (as after an upgrade), so either needs the proof
-// of a complete listing before it is written. A changed scheme of a
+// relabelling. A match condition of the new configuration that the
+// webhook does not have (by name and expression) counts: the text cannot
+// tell a condition that holds for fewer requests from one that holds for
+// the same requests on more object shapes (as after an upgrade), so
+// either needs the proof of a complete listing before it is written. A changed scheme of a
 // labelling webhook does not count: the webhook stops vouching for labels
 // of the old scheme. Changes of the client settings (URL, CA bundle,
 // timeout, failure policy) do not count.
 func Reduces(validating *admissionregistrationv1.ValidatingWebhookConfiguration, mutating *admissionregistrationv1.MutatingWebhookConfiguration, ws *Workspace) bool {
 	keep := map[guarded]bool{}
-	conditions := map[string]string{}
+	conditions := map[string][]admissionregistrationv1.MatchCondition{}
 	if ws != nil {
 		if cfg := Validating(ws, "", Options{}); cfg != nil {
 			for _, wh := range cfg.Webhooks {
 				calls(func(g guarded) { keep[g] = true }, wh.Name, wh.Rules)
-				if len(wh.MatchConditions) == 1 {
-					conditions[wh.Name] = wh.MatchConditions[0].Expression
+				if len(wh.MatchConditions) > 0 {
+					conditions[wh.Name] = wh.MatchConditions
 				}
 			}
 		}
 		if cfg := Mutating(ws, "", Options{}); cfg != nil {
 			for _, wh := range cfg.Webhooks {
 				calls(func(g guarded) { keep[g] = true }, wh.Name, wh.Rules)
-				conditions[wh.Name] = wh.MatchConditions[0].Expression
+				conditions[wh.Name] = wh.MatchConditions
 			}
 		}
 	}
 	reduced := false
 	check := func(name string, rules []admissionregistrationv1.RuleWithOperations, matchConditions []admissionregistrationv1.MatchCondition) {
-		if want, ok := conditions[name]; ok && (len(matchConditions) == 0 || matchConditions[0].Expression != want) {
-			reduced = true
+		for _, want := range conditions[name] {
+			if !slices.Contains(matchConditions, want) {
+				reduced = true
+			}
 		}
 		calls(func(g guarded) { reduced = reduced || !keep[g] }, name, rules)
 	}

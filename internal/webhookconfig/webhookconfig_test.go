@@ -1408,3 +1408,74 @@ func TestReducesClearance(t *testing.T) {
 		t.Error("changing the clearance fingerprint does not count as a reduction")
 	}
 }
+
+// A labelled dependent type is Recorded only while every rule of the type
+// reports ReferencesTracked=True (a webhook that records references found
+// the labelling webhook in effect); the check of new references then has
+// the match condition that spares it the writes the labelling webhook
+// recorded, after the condition that spares it UPDATEs of other fields.
+func TestDesiredRecorded(t *testing.T) {
+	workspaces := map[string]logicalcluster.Name{"root:c1": "c1", "root:net": "c-net"}
+	vpc := dep{"root:net", "net.io", "v1", "vpcs", ".spec.vpc"}
+	a := tracked(labelledRule(rule("c1", "a", vpc)), metav1.ConditionTrue)
+	disks := tracked(labelledRule(withDependent(rule("c1", "d", vpc), "compute.io", "compute.io", "v1", "disks")), metav1.ConditionTrue)
+	vms := gr("compute.io", "virtualmachines")
+	tests := []struct {
+		name  string
+		rules []depv1alpha1.DependencyRule
+		want  []schema.GroupResource
+	}{
+		{"one rule", []depv1alpha1.DependencyRule{a}, []schema.GroupResource{vms}},
+		{"two types, sorted", []depv1alpha1.DependencyRule{disks, a}, []schema.GroupResource{gr("compute.io", "disks"), vms}},
+		{"a second rule of the type untracked", []depv1alpha1.DependencyRule{a, tracked(labelledRule(rule("c1", "b", vpc)), metav1.ConditionFalse)}, nil},
+		{"a second rule of the type without the condition", []depv1alpha1.DependencyRule{a, labelledRule(rule("c1", "b", vpc))}, nil},
+		{"tracked but not labelled", []depv1alpha1.DependencyRule{tracked(rule("c1", "a", vpc), metav1.ConditionTrue)}, nil},
+		{"labelled, untracked", []depv1alpha1.DependencyRule{tracked(labelledRule(rule("c1", "a", vpc)), metav1.ConditionUnknown)}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, _ := Desired(tt.rules, workspaces)
+			if !slices.Equal(got["c1"].Recorded, tt.want) {
+				t.Fatalf("Recorded = %v, want %v", got["c1"].Recorded, tt.want)
+			}
+			var check *admissionregistrationv1.ValidatingWebhook
+			for _, wh := range Validating(got["c1"], "c1", Options{URL: "https://webhook"}).Webhooks {
+				if wh.Name == ReferencesWebhookName {
+					check = &wh
+				}
+			}
+			if check == nil {
+				t.Fatal("no check of new references")
+			}
+			want := []admissionregistrationv1.MatchCondition{{Name: ReferencesConditionName, Expression: ReferencesCondition([]string{"spec"})}}
+			if len(tt.want) > 0 {
+				want = append(want, admissionregistrationv1.MatchCondition{Name: NotRecordedConditionName, Expression: NotRecordedCondition(tt.want)})
+			}
+			if !slices.Equal(check.MatchConditions, want) {
+				t.Errorf("match conditions = %v, want %v", check.MatchConditions, want)
+			}
+		})
+	}
+}
+
+// Sparing the check of new references the recorded writes takes calls
+// away, so it needs the proof of a complete listing; taking it away does
+// not, nor does a webhook that has more conditions than the new
+// configuration.
+func TestReducesRecorded(t *testing.T) {
+	vms := []schema.GroupVersionResource{gvr("compute.io", "v1", "virtualmachines")}
+	ws := &Workspace{Dependents: vms, ReferenceFields: []string{"spec"}}
+	recorded := &Workspace{Dependents: vms, ReferenceFields: []string{"spec"}, Recorded: []schema.GroupResource{gr("compute.io", "virtualmachines")}}
+	if !Reduces(Validating(ws, "c", Options{}), nil, recorded) {
+		t.Error("adding the condition does not count as a reduction")
+	}
+	if Reduces(Validating(recorded, "c", Options{}), nil, ws) {
+		t.Error("removing the condition counts as a reduction")
+	}
+	if !Reduces(Validating(recorded, "c", Options{}), nil, &Workspace{Dependents: vms, ReferenceFields: []string{"spec"}, Recorded: []schema.GroupResource{gr("compute.io", "disks")}}) {
+		t.Error("changing the condition's resources does not count as a reduction")
+	}
+	if Reduces(Validating(recorded, "c", Options{}), nil, recorded) {
+		t.Error("an unchanged configuration counts as a reduction")
+	}
+}

@@ -48,6 +48,7 @@ func (a *assembly) recording(recs *replay.Records, verifier references.Verifier)
 		Timeout: a.opts.RequestTimeout,
 
 		MaxReferences: a.opts.MaxReferencesPerObject,
+		GracePeriod:   a.gracePeriod(),
 	}
 }
 

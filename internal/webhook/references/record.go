@@ -52,6 +52,9 @@ type Recording struct {
 	// (DefaultMaxReferences if 0 or less), as the ReferenceValidator checks
 	// it: a write past it is refused before anything is recorded.
 	MaxReferences int
+	// GracePeriod is the audit's grace period, for the warnings about
+	// references to objects that do not exist; 0 if unknown.
+	GracePeriod time.Duration
 }
 
 // WithRecording has the LabelMutator record, before it answers, every
@@ -59,8 +62,11 @@ type Recording struct {
 // objects at a time), and set the dependent's admission id
 // (api/v1alpha1.LabelAdmission); it refuses a new reference to an object
 // that is being deleted or whose deletion is deferred, and a write past the
-// limit of references, as the ReferenceValidator does. Without it, no
-// reference is recorded.
+// limit of references, and warns about references to objects that do not
+// exist, as the ReferenceValidator does: kcp spares the ReferenceValidator
+// the writes whose references it recorded (see
+// webhookconfig.NotRecordedCondition). Without it, no reference is
+// recorded.
 func WithRecording(r Recording) LabelOption {
 	if r.MaxReferences <= 0 {
 		r.MaxReferences = DefaultMaxReferences
@@ -147,6 +153,7 @@ func (m *LabelMutator) record(ctx context.Context, req admission.Request, obj *w
 	if i, err := each(ctx, len(refs.added), m.concurrency, func(ctx context.Context, i int) error {
 		if listed[i] && !found[i] {
 			m.metrics.ReferenceRecorded(RecordMissing)
+			outcomes[i].missing = true
 			return nil
 		}
 		var err error
@@ -157,14 +164,19 @@ func (m *LabelMutator) record(ctx context.Context, req admission.Request, obj *w
 	}
 	anyRecorded := false
 	var problems []string
-	for _, o := range outcomes {
+	var missing []reference
+	for i, o := range outcomes {
 		anyRecorded = anyRecorded || o.any
 		problems = append(problems, o.problems...)
+		if o.missing {
+			missing = append(missing, refs.added[i])
+		}
 	}
 	if len(problems) > 0 {
 		resp := denied(problems)
 		return "", nil, &resp
 	}
+	warnings = append(warnings, missingWarnings(req.Kind.Kind, name, obj.Namespace, missing, r.GracePeriod)...)
 	if !anyRecorded {
 		return previous, warnings, nil
 	}
@@ -178,6 +190,8 @@ type recorded struct {
 	// problems are the sentences that refuse it: an object it names is
 	// being deleted, or its deletion is deferred.
 	problems []string
+	// missing is set if it names no object that exists.
+	missing bool
 }
 
 // recordOne records the reference ref under the admission id on the
@@ -199,26 +213,40 @@ func (m *LabelMutator) recordOne(ctx context.Context, kind, name string, obj *we
 		}
 	}
 	var out recorded
+	exist := 0
 	for _, t := range targets {
 		res, err := r.Ledgers.Record(ctx, t, id, r.Landed(t.Source))
 		switch {
 		case err != nil && apierrors.IsForbidden(err) && untracked(guards, ref.target, now) && !errors.Is(err, inflight.ErrMayBeCleared):
 			m.metrics.ReferenceRecorded(RecordUntracked)
+			// Admitted unrecorded, but checked: kcp spares the
+			// ReferenceValidator a write with another reference recorded.
+			objs, err := r.Targets.Lookup(ctx, ref.target, obj.Cluster, t.Namespace, t.Name)
+			if err != nil {
+				return recorded{}, err
+			}
+			for _, o := range objs {
+				if p := problemOf(kind, name, obj.Namespace, ref, o, r.Records); p != "" {
+					out.problems = append(out.problems, p)
+				}
+			}
+			exist += len(objs)
 		case err != nil:
 			return recorded{}, err
 		case res.Missing:
 			m.metrics.ReferenceRecorded(RecordMissing)
-		case res.Object.Terminating:
-			m.metrics.ReferenceRecorded(RecordRefused)
-			out.problems = append(out.problems, fmt.Sprintf("%s %q cannot reference %s %s: it is being deleted", kind, name, ref.target.Resource.Resource, ref.describe(obj.Namespace)))
-		case res.Object.DeletionRequested && r.Records != nil && r.Records.Verify(ref.target.Resource.GroupResource(), res.Object) == nil:
-			m.metrics.ReferenceRecorded(RecordRefused)
-			out.problems = append(out.problems, deferredProblem(kind, name, ref, obj.Namespace))
 		default:
+			exist++
+			if p := problemOf(kind, name, obj.Namespace, ref, res.Object, r.Records); p != "" {
+				m.metrics.ReferenceRecorded(RecordRefused)
+				out.problems = append(out.problems, p)
+				continue
+			}
 			m.metrics.ReferenceRecorded(RecordRecorded)
 			out.any = true
 		}
 	}
+	out.missing = exist == 0
 	return out, nil
 }
 

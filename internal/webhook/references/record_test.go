@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -100,7 +101,10 @@ func TestLabelMutatorRecordsReferences(t *testing.T) {
 		dryRun     bool
 		ledgers    *fakeLedgers
 		tracking   registry.Tracking
+		targets    *fakeTargets
 		wantMarked []string
+		// wantWarning is in the warnings of an allowed write.
+		wantWarning string
 		wantLabel  string // "new", "old" or "" (none)
 		wantCode   int32
 		wantMsg    string
@@ -112,8 +116,12 @@ func TestLabelMutatorRecordsReferences(t *testing.T) {
 		{name: "an UPDATE that adds no reference keeps the id", op: admissionv1.Update, spec: vpcRef("vpc-a"), old: vpcRef("vpc-a"), oldID: "0123456789abcdef",
 			ledgers: &fakeLedgers{}, wantLabel: "old"},
 		{name: "a dry run records nothing", op: admissionv1.Create, spec: vpcRef("vpc-a"), dryRun: true, ledgers: &fakeLedgers{}},
-		{name: "a reference to a missing object records nothing", op: admissionv1.Create, spec: vpcRef("vpc-a"),
-			ledgers: &fakeLedgers{missing: map[string]bool{"default/vpc-a": true}}},
+		{name: "a reference to a missing object records nothing, with a warning", op: admissionv1.Create, spec: vpcRef("vpc-a"),
+			ledgers: &fakeLedgers{missing: map[string]bool{"default/vpc-a": true}}, wantWarning: `references vpcs "vpc-a", which does not exist; the reference is allowed`},
+		{name: "one reference recorded, one to a missing object: the id, and a warning about the other", op: admissionv1.Create,
+			spec:    map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}, "nics": []any{map[string]any{"vpc": "vpc-b"}}},
+			ledgers: &fakeLedgers{missing: map[string]bool{"default/vpc-b": true}}, wantMarked: []string{"default/vpc-a"}, wantLabel: "new",
+			wantWarning: `references vpcs "vpc-b", which does not exist`},
 		{name: "a reference to an object being deleted is refused", op: admissionv1.Create, spec: vpcRef("vpc-a"),
 			ledgers: &fakeLedgers{terminating: map[string]bool{"default/vpc-a": true}}, wantCode: http.StatusForbidden, wantMsg: `cannot reference vpcs "vpc-a": it is being deleted`},
 		{name: "a reference to an object whose deletion is deferred is refused", op: admissionv1.Create, spec: vpcRef("vpc-a"),
@@ -124,6 +132,15 @@ func TestLabelMutatorRecordsReferences(t *testing.T) {
 			ledgers: &fakeLedgers{err: apierrors.NewForbidden(vpcs.GroupResource(), "vpc-a", errors.New("no"))}},
 		{name: "no grant, the rule untracked for long: admitted unrecorded", op: admissionv1.Create, spec: vpcRef("vpc-a"), tracking: untrackedLong,
 			ledgers: &fakeLedgers{err: apierrors.NewForbidden(vpcs.GroupResource(), "vpc-a", errors.New("no"))}},
+		// kcp spares the check of new references a write whose id is new,
+		// so the labelling webhook checks what it cannot record.
+		{name: "no grant, the rule untracked for long, the object being deleted: refused", op: admissionv1.Create, spec: vpcRef("vpc-a"), tracking: untrackedLong,
+			ledgers:  &fakeLedgers{err: apierrors.NewForbidden(vpcs.GroupResource(), "vpc-a", errors.New("no"))},
+			targets:  &fakeTargets{objects: map[string]kcp.Meta{"consumer|default/vpc-a": {Namespace: "default", Name: "vpc-a", Terminating: true}}},
+			wantCode: http.StatusForbidden, wantMsg: `cannot reference vpcs "vpc-a": it is being deleted`},
+		{name: "no grant, the rule untracked for long, the object missing: admitted with a warning", op: admissionv1.Create, spec: vpcRef("vpc-a"), tracking: untrackedLong,
+			ledgers:     &fakeLedgers{err: apierrors.NewForbidden(vpcs.GroupResource(), "vpc-a", errors.New("no"))},
+			wantWarning: `references vpcs "vpc-a", which does not exist`},
 		{name: "no grant, the rule untracked a moment ago: refused, to be retried", op: admissionv1.Create, spec: vpcRef("vpc-a"), tracking: untrackedNow,
 			ledgers:  &fakeLedgers{err: apierrors.NewForbidden(vpcs.GroupResource(), "vpc-a", errors.New("no"))},
 			wantCode: http.StatusServiceUnavailable, wantMsg: "may not patch vpcs.network.io"},
@@ -135,8 +152,12 @@ func TestLabelMutatorRecordsReferences(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			guard := vmGuard(targetSource, ".spec.vpcRef.name", ".spec.nics[*].vpc")
 			guard.Tracking = tt.tracking
+			targets := tt.targets
+			if targets == nil {
+				targets = &fakeTargets{}
+			}
 			m := NewLabelMutator(labelling, loaded(true), nil, WithRecording(Recording{
-				Guards: staticGuards{vms.GroupResource(): {guard}}, Targets: &fakeTargets{}, Ledgers: tt.ledgers, IDs: ids,
+				Guards: staticGuards{vms.GroupResource(): {guard}}, Targets: targets, Ledgers: tt.ledgers, IDs: ids,
 				Landed: func(index.Source) inflight.Landed {
 					return func(string) (time.Time, bool) { return time.Time{}, false }
 				},
@@ -161,6 +182,9 @@ func TestLabelMutatorRecordsReferences(t *testing.T) {
 			}
 			if !resp.Allowed {
 				t.Fatalf("refused: %+v", resp.Result)
+			}
+			if tt.wantWarning != "" && !slices.ContainsFunc(resp.Warnings, func(w string) bool { return strings.Contains(w, tt.wantWarning) }) {
+				t.Errorf("warnings %q, want one with %q", resp.Warnings, tt.wantWarning)
 			}
 			var marked []string
 			for k := range tt.ledgers.marks {

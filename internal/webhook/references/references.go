@@ -317,23 +317,15 @@ func (v *ReferenceValidator) checkTargets(ctx context.Context, kind string, obj 
 		return webhook.Unavailable(fmt.Sprintf("could not check whether %s %q may reference %s %s (reading it failed: %v); retry",
 			kind, name, r.target.Resource.Resource, r.describe(obj.Namespace), err)), webhook.DecisionError
 	}
-	var problems, warnings []string
-	missing := 0
+	var problems []string
+	var missing []reference
 	for i, r := range added {
 		if len(read[i]) == 0 {
-			if missing++; missing <= maxWarnings {
-				warnings = append(warnings, v.missing(kind, name, obj.Namespace, r))
-			}
+			missing = append(missing, r)
 		}
 		for _, o := range read[i] {
-			if o.Terminating {
-				problems = append(problems, fmt.Sprintf("%s %q cannot reference %s %s: it is being deleted", kind, name, r.target.Resource.Resource, r.describe(obj.Namespace)))
-				break
-			}
-			if o.DeletionRequested && v.records != nil && v.records.Verify(r.target.Resource.GroupResource(), o) == nil {
-				// Otherwise a stack whose deletion is deferred could gain
-				// new dependents forever.
-				problems = append(problems, deferredProblem(kind, name, r, obj.Namespace))
+			if p := problemOf(kind, name, obj.Namespace, r, o, v.records); p != "" {
+				problems = append(problems, p)
 				break
 			}
 		}
@@ -341,24 +333,46 @@ func (v *ReferenceValidator) checkTargets(ctx context.Context, kind string, obj 
 	if len(problems) > 0 {
 		return denied(problems), webhook.DecisionDenied
 	}
-	if missing > maxWarnings {
-		warnings = append(warnings, fmt.Sprintf("%s %q references %d more objects that do not exist", kind, name, missing-maxWarnings))
+	return admission.Allowed("").WithWarnings(missingWarnings(kind, name, obj.Namespace, missing, v.grace)...), webhook.DecisionAllowed
+}
+
+// problemOf returns the sentence that refuses the reference r of the
+// dependent kind named name in namespace to the object o, "" if o may be
+// referenced: it is being deleted, or its deletion is deferred (a record
+// that verifies).
+func problemOf(kind, name, namespace string, r reference, o kcp.Meta, records Verifier) string {
+	switch {
+	case o.Terminating:
+		return fmt.Sprintf("%s %q cannot reference %s %s: it is being deleted", kind, name, r.target.Resource.Resource, r.describe(namespace))
+	case o.DeletionRequested && records != nil && records.Verify(r.target.Resource.GroupResource(), o) == nil:
+		// Otherwise a stack whose deletion is deferred could gain new
+		// dependents forever.
+		return deferredProblem(kind, name, r, namespace)
 	}
-	return admission.Allowed("").WithWarnings(warnings...), webhook.DecisionAllowed
+	return ""
 }
 
 // maxWarnings is how many references to objects that do not exist a write
 // is warned about by name.
 const maxWarnings = 10
 
-// missing is the warning about a reference r of the dependent to an object
-// that does not exist.
-func (v *ReferenceValidator) missing(kind, name, namespace string, r reference) string {
-	msg := fmt.Sprintf("%s %q references %s %s, which does not exist; the reference is allowed", kind, name, r.target.Resource.Resource, r.describe(namespace))
-	if v.grace > 0 {
-		msg += fmt.Sprintf(", and reported as dangling if it does not exist within %s", v.grace)
+// missingWarnings are the warnings about the references missing of the
+// dependent kind named name in namespace to objects that do not exist: one
+// for each of the first maxWarnings, and how many more. grace is the
+// audit's grace period (0: unknown).
+func missingWarnings(kind, name, namespace string, missing []reference, grace time.Duration) []string {
+	var warnings []string
+	for _, r := range missing[:min(len(missing), maxWarnings)] {
+		msg := fmt.Sprintf("%s %q references %s %s, which does not exist; the reference is allowed", kind, name, r.target.Resource.Resource, r.describe(namespace))
+		if grace > 0 {
+			msg += fmt.Sprintf(", and reported as dangling if it does not exist within %s", grace)
+		}
+		warnings = append(warnings, msg)
 	}
-	return msg
+	if len(missing) > maxWarnings {
+		warnings = append(warnings, fmt.Sprintf("%s %q references %d more objects that do not exist", kind, name, len(missing)-maxWarnings))
+	}
+	return warnings
 }
 
 // maxProblems is how many refused references a denial names; the rest are
