@@ -105,9 +105,9 @@ func TestLabelMutatorRecordsReferences(t *testing.T) {
 		wantMarked []string
 		// wantWarning is in the warnings of an allowed write.
 		wantWarning string
-		wantLabel  string // "new", "old" or "" (none)
-		wantCode   int32
-		wantMsg    string
+		wantLabel   string // "new", "old" or "" (none)
+		wantCode    int32
+		wantMsg     string
 	}{
 		{name: "a CREATE records its reference and gets an admission id", op: admissionv1.Create, spec: vpcRef("vpc-a"),
 			ledgers: &fakeLedgers{}, wantMarked: []string{"default/vpc-a"}, wantLabel: "new"},
