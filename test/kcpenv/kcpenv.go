@@ -71,6 +71,11 @@ type Env struct {
 	env *envtest.Environment
 }
 
+// ProfilerAddressEnv names the environment variable that, if set, has
+// Start run kcp with its Go profiler (net/http/pprof) at that address
+// (kcp's --profiler-address), e.g. for the measurements' CPU profiles.
+const ProfilerAddressEnv = "KCP_PROFILER_ADDRESS"
+
 // Start starts a single-shard kcp and returns it with an admin client.
 func Start() (*Env, error) {
 	assets := BinDir()
@@ -80,6 +85,9 @@ func Start() (*Env, error) {
 	}
 
 	env := &envtest.Environment{BinaryAssetsDirectory: assets}
+	if addr := os.Getenv(ProfilerAddressEnv); addr != "" {
+		env.Kcp.GetRootShard().Configure().Append("profiler-address", addr)
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("failed to start kcp from %s: %w", assets, err)

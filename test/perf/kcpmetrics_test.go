@@ -5,6 +5,10 @@ package perf
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -13,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
+	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
 	"github.com/opendefensecloud/dependency-controller/test/procenv"
 )
 
@@ -96,4 +101,41 @@ func (k kcpTimes) sinceOf(before kcpTimes, n int, unit string, resources ...stri
 		parts = append(parts, fmt.Sprintf("%s: %.2f per %s, %.1f ms each", key, count/float64(n), unit, 1000*(k.sum[key]-before.sum[key])/count))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// profileKCP, if kcp runs with its profiler (kcpenv.ProfilerAddressEnv)
+// and MEASURE_KCP_PROFILE names a directory, has kcp profile its CPU for
+// seconds from now and writes the profile there as <name>.pprof, for go
+// tool pprof: where kcp's time goes during a measurement.
+func (s *setup) profileKCP(ctx context.Context, t *testing.T, name string, seconds int) {
+	dir, addr := os.Getenv("MEASURE_KCP_PROFILE"), os.Getenv(kcpenv.ProfilerAddressEnv)
+	if dir == "" || addr == "" {
+		return
+	}
+	go func() {
+		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, seconds)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			t.Logf("kcp's CPU profile: %v", err)
+			return
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Logf("kcp's CPU profile: %v", err)
+			return
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("%s: %s", url, resp.Status)
+		}
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, name+".pprof"), body, 0o644)
+		}
+		if err != nil {
+			t.Logf("kcp's CPU profile: %v", err)
+			return
+		}
+		t.Logf("kcp's CPU profile for %ds: %s", seconds, filepath.Join(dir, name+".pprof"))
+	}()
 }

@@ -183,6 +183,7 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, nsN int) []stri
 			t.Fatalf("kubectl get vpcs -n %s: %v\n%s", ns, err, tail(out))
 		}
 		kcp0 := s.kcpTimes(ctx, t)
+		s.profileKCP(ctx, t, ns, 3)
 		start := time.Now()
 		out, err := exec.CommandContext(ctx, s.kubectl[0], append(s.kubectl[1:], "delete", "vpcs", "--all", "-n", ns, "--wait=false")...).CombinedOutput()
 		took := time.Since(start)

@@ -97,6 +97,9 @@ func (s *setup) deleteStack(ctx context.Context, t *testing.T, n int, p *protect
 	deletedAt := s.watchDeletions(t, ns)
 
 	kcp0 := s.kcpTimes(ctx, t)
+	if p != nil {
+		s.profileKCP(ctx, t, fmt.Sprintf("stack-%d", n), 30)
+	}
 	start := time.Now()
 	var gone []string
 	waitGone := func(l stackLevel) {
