@@ -379,7 +379,7 @@ func (m matcher) matchWrite(op admission.Operation, resource schema.GroupVersion
 // every shape of labels.
 func TestNotRecordedCondition(t *testing.T) {
 	key := depv1alpha1.LabelAdmission
-	m := newMatcher(t, NotRecordedCondition([]schema.GroupResource{{Group: "compute.io", Resource: "disks"}, {Group: "compute.io", Resource: "virtualmachines"}}))
+	m := newMatcher(t, NotRecordedCondition([]schema.GroupResource{{Resource: "widgets"}, {Group: "compute.io", Resource: "disks"}, {Group: "compute.io", Resource: "virtualmachines"}}))
 	vms := schema.GroupVersionResource{Group: "compute.io", Version: "v1", Resource: "virtualmachines"}
 	id := func(v any) metadataShape { return metadataShape{value: map[string]any{key: v, "app": "x"}, set: true} }
 	none := metadataShape{}
@@ -395,6 +395,7 @@ func TestNotRecordedCondition(t *testing.T) {
 	tests := []write{
 		{name: "CREATE with an id", op: admission.Create, resource: vms, labels: id("0123456789abcdef"), called: false},
 		{name: "CREATE of the other recorded type", op: admission.Create, resource: schema.GroupVersionResource{Group: "compute.io", Version: "v2", Resource: "disks"}, labels: id("0123456789abcdef"), called: false},
+		{name: "CREATE of a recorded type of the core group", op: admission.Create, resource: schema.GroupVersionResource{Version: "v1", Resource: "widgets"}, labels: id("0123456789abcdef"), called: false},
 		{name: "CREATE without an id", op: admission.Create, resource: vms, labels: none, called: true},
 		{name: "CREATE with an empty id", op: admission.Create, resource: vms, labels: id(""), called: true},
 		{name: "CREATE with a null id", op: admission.Create, resource: vms, labels: id(nil), called: true},

@@ -478,7 +478,7 @@ func NotClearedCondition(fingerprints []string) string {
 func NotRecordedCondition(resources []schema.GroupResource) string {
 	quoted := make([]string, len(resources))
 	for i, r := range resources {
-		quoted[i] = strconv.Quote(r.String())
+		quoted[i] = strconv.Quote(r.Resource + "." + r.Group)
 	}
 	id := func(obj string) string { return stringOf(metadataKeyOf(obj, "labels", depv1alpha1.LabelAdmission)) }
 	return "!([" + strings.Join(quoted, ", ") + "].exists(r, r == request.resource.resource + '.' + request.resource.group) && " +
@@ -806,9 +806,9 @@ func calls(add func(guarded), name string, rules []admissionregistrationv1.RuleW
 // webhook does not have (by name and expression) counts: the text cannot
 // tell a condition that holds for fewer requests from one that holds for
 // the same requests on more object shapes (as after an upgrade), so
-// either needs the proof of a complete listing before it is written. A changed scheme of a
-// labelling webhook does not count: the webhook stops vouching for labels
-// of the old scheme. Changes of the client settings (URL, CA bundle,
+// either needs the proof of a complete listing before it is written. A
+// changed scheme of a labelling webhook does not count: the webhook stops
+// vouching for labels of the old scheme. Changes of the client settings (URL, CA bundle,
 // timeout, failure policy) do not count.
 func Reduces(validating *admissionregistrationv1.ValidatingWebhookConfiguration, mutating *admissionregistrationv1.MutatingWebhookConfiguration, ws *Workspace) bool {
 	keep := map[guarded]bool{}
