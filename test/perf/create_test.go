@@ -29,10 +29,6 @@ import (
 // covers the labels it manages) but not the check of new references (whose
 // match condition covers only the fields references lie in). An UPDATE of
 // another label calls neither.
-// settle is how long the CREATEs with the rule wait after the rule tracks
-// references, for the work that starts then to end.
-const settle = 10 * time.Second
-
 func (s *setup) creates(ctx context.Context, t *testing.T) []string {
 	const ns = "create"
 	s.createNamespace(ctx, t, ns)
@@ -82,9 +78,6 @@ func (s *setup) creates(ctx context.Context, t *testing.T) []string {
 		_, after := calls()
 		return after == before, nil
 	}))
-	// The controller and the elected replica act on the new condition
-	// (configurations, the first clearance pass); let them settle.
-	time.Sleep(settle)
 	labelled0, checked0 := calls()
 	kcp0 = s.kcpTimes(ctx, t)
 	guarded := measure(t, create)

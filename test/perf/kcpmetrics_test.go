@@ -106,13 +106,17 @@ func (k kcpTimes) sinceOf(before kcpTimes, n int, unit string, resources ...stri
 // profileKCP, if kcp runs with its profiler (kcpenv.ProfilerAddressEnv)
 // and MEASURE_KCP_PROFILE names a directory, has kcp profile its CPU for
 // seconds from now and writes the profile there as <name>.pprof, for go
-// tool pprof: where kcp's time goes during a measurement.
+// tool pprof: where kcp's time goes during a measurement. The test waits
+// for the profile before it completes.
 func (s *setup) profileKCP(ctx context.Context, t *testing.T, name string, seconds int) {
 	dir, addr := os.Getenv("MEASURE_KCP_PROFILE"), os.Getenv(kcpenv.ProfilerAddressEnv)
 	if dir == "" || addr == "" {
 		return
 	}
+	done := make(chan struct{})
+	t.Cleanup(func() { <-done })
 	go func() {
+		defer close(done)
 		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, seconds)
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
