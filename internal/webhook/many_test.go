@@ -298,6 +298,14 @@ var _ = Describe("Many references in one object", Ordered, func() {
 		Expect(warnings).To(ContainElement(ContainSubstring(`references vpcs "vpc-missing", which does not exist`)))
 		Expect(checks()).To(Equal(before + 1))
 
+		By("an admission id a user sets on a CREATE that records nothing is removed: it is checked")
+		before = checks()
+		forged := newObject(loadBalancerGVR, "default", "lb-forged", map[string]any{"items": []any{map[string]any{"vpc": "vpc-missing"}}})
+		forged.SetLabels(map[string]string{depv1alpha1.LabelAdmission: "0123456789abcdef0123456789abcdef"})
+		Expect(cli.Cluster(m.consumer).Create(ctx, forged)).To(Succeed())
+		Expect(forged.GetLabels()).NotTo(HaveKey(depv1alpha1.LabelAdmission))
+		Expect(checks()).To(Equal(before + 1))
+
 		By("a dry run records nothing: it is checked")
 		before = checks()
 		_, _, err = m.timedCreate(ctx, m.loadBalancer("lb-dry", 0, 2), client.DryRunAll)
