@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -38,8 +39,8 @@ const (
 
 var seriesLabel = regexp.MustCompile(`(\w+)="([^"]*)"`)
 
-// kcpTimes reads kcp's metrics.
-func (s *setup) kcpTimes(ctx context.Context, t *testing.T) kcpTimes {
+// kcpMetrics reads kcp's metrics.
+func (s *setup) kcpMetrics(ctx context.Context, t *testing.T) map[string]float64 {
 	cfg := rest.CopyConfig(s.env.Config)
 	cfg.APIPath = "/"
 	cfg.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
@@ -47,8 +48,13 @@ func (s *setup) kcpTimes(ctx context.Context, t *testing.T) kcpTimes {
 	must(t, err)
 	body, err := c.Get().AbsPath("/clusters/root/metrics").DoRaw(ctx)
 	must(t, err)
+	return procenv.ParseMetrics(string(body))
+}
+
+// kcpTimes reads kcp's metrics.
+func (s *setup) kcpTimes(ctx context.Context, t *testing.T) kcpTimes {
 	out := kcpTimes{sum: map[string]float64{}, count: map[string]float64{}}
-	for series, v := range procenv.ParseMetrics(string(body)) {
+	for series, v := range s.kcpMetrics(ctx, t) {
 		name, labels, _ := strings.Cut(series, "{")
 		l := map[string]string{}
 		for _, m := range seriesLabel.FindAllStringSubmatch(labels, -1) {
@@ -142,4 +148,33 @@ func (s *setup) profileKCP(ctx context.Context, t *testing.T, name string, secon
 		}
 		t.Logf("kcp's CPU profile for %ds: %s", seconds, filepath.Join(dir, name+".pprof"))
 	}()
+}
+
+// cpuTimes is the CPU time that kcp, the webhook and the controller have
+// used so far, in seconds.
+type cpuTimes struct {
+	at                       time.Time
+	kcp, webhook, controller float64
+}
+
+// cpuTimes reads the CPU time used by kcp (process_cpu_seconds_total of its
+// metrics), the webhook and the controller (their /proc/<pid>/stat).
+func (s *setup) cpuTimes(ctx context.Context, t *testing.T) cpuTimes {
+	kcp, ok := s.kcpMetrics(ctx, t)["process_cpu_seconds_total"]
+	if !ok {
+		t.Fatal("no process_cpu_seconds_total in kcp's metrics")
+	}
+	webhook, err := procenv.CPU(s.webhook.Pid())
+	must(t, err)
+	controller, err := procenv.CPU(s.controller.Pid())
+	must(t, err)
+	return cpuTimes{at: time.Now(), kcp: kcp, webhook: webhook, controller: controller}
+}
+
+// since describes the CPU used since before, in cores (CPU seconds per
+// second of wall time).
+func (c cpuTimes) since(before cpuTimes) string {
+	wall := c.at.Sub(before.at).Seconds()
+	return fmt.Sprintf("kcp %.2f cores, the webhook %.2f, the controller %.2f (over %.1f s)",
+		(c.kcp-before.kcp)/wall, (c.webhook-before.webhook)/wall, (c.controller-before.controller)/wall, wall)
 }

@@ -96,7 +96,7 @@ func (s *setup) deleteStack(ctx context.Context, t *testing.T, n int, p *protect
 	}
 	deletedAt := s.watchDeletions(t, ns)
 
-	kcp0 := s.kcpTimes(ctx, t)
+	kcp0, cpu0 := s.kcpTimes(ctx, t), s.cpuTimes(ctx, t)
 	if p != nil {
 		s.profileKCP(ctx, t, fmt.Sprintf("stack-%d", n), 30)
 	}
@@ -135,7 +135,7 @@ func (s *setup) deleteStack(ctx context.Context, t *testing.T, n int, p *protect
 		}
 	}
 	took := time.Since(start)
-	t.Logf("stack of %d per level in %s deleted in %s; VMs, Subnets, VPCs gone after %s s", n, ns, took.Round(time.Millisecond), strings.Join(gone, ", "))
+	t.Logf("stack of %d per level in %s deleted in %s; VMs, Subnets, VPCs gone after %s s; CPU used: %s", n, ns, took.Round(time.Millisecond), strings.Join(gone, ", "), s.cpuTimes(ctx, t).since(cpu0))
 	t.Logf("what kcp served while %s was deleted: %s", ns, s.kcpTimes(ctx, t).sinceOf(kcp0, 3*n, "object"))
 	checkDependencyOrder(ctx, t, n, deletedAt)
 	return took, strings.Join(gone, " / ")

@@ -10,6 +10,7 @@
 package procenv
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -344,6 +345,36 @@ func RSS(pid int) (float64, error) {
 	}
 	kb, err := strconv.ParseInt(string(m[1]), 10, 64)
 	return float64(kb << 10), err
+}
+
+// CPU returns the CPU time a process has used so far, user and system, in
+// seconds (from /proc/<pid>/stat, in clock ticks of 1/100 s as Linux
+// reports them to user space).
+func CPU(pid int) (float64, error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name, in parentheses, may hold spaces: the fields after
+	// it start with the state (field 3); utime and stime are fields 14 and
+	// 15.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("unexpected /proc/%d/stat: %q", pid, stat)
+	}
+	fields := strings.Fields(string(stat[i+1:]))
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("unexpected /proc/%d/stat: %q", pid, stat)
+	}
+	var ticks float64
+	for _, f := range fields[11:13] {
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			return 0, fmt.Errorf("unexpected /proc/%d/stat: %q: %w", pid, stat, err)
+		}
+		ticks += v
+	}
+	return ticks / 100, nil
 }
 
 // FreeAddr returns a free address on 127.0.0.1.
