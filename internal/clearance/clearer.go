@@ -58,6 +58,13 @@ type Options struct {
 	Interval time.Duration
 	// Workers is how many clearances are written at once (default 4).
 	Workers int
+	// FullEvery is how often a pass lists every protected object (the
+	// first pass, and then every FullEvery-th; default 10). The other
+	// passes list only the objects not labelled cleared under the
+	// current fingerprint (api/v1alpha1.LabelCleared), so that objects
+	// cleared before cost kcp nothing; a full pass clears an object whose
+	// label was set by someone else, or kept by an older webhook's write.
+	FullEvery int
 	// Metrics, if set, counts the clearances written.
 	Metrics *Metrics
 }
@@ -70,6 +77,8 @@ type Clearer struct {
 	decider Decider
 	opts    Options
 	now     func() time.Time
+	// passes counts the passes started.
+	passes atomic.Int64
 }
 
 // New returns a Clearer of the objects of targets.
@@ -79,6 +88,9 @@ func New(targets Targets, objects Objects, decider Decider, opts Options) *Clear
 	}
 	if opts.Workers <= 0 {
 		opts.Workers = 4
+	}
+	if opts.FullEvery <= 0 {
+		opts.FullEvery = 10
 	}
 	return &Clearer{targets: targets, objects: objects, decider: decider, opts: opts, now: time.Now}
 }
@@ -105,19 +117,28 @@ type candidate struct {
 	meta     kcp.Meta
 	raw      []byte
 	ledger   inflight.Ledger
+	// label: the object is cleared under fingerprint, and only the label
+	// that says so is to be written.
+	label       bool
+	fingerprint string
 }
 
 // Pass lists the objects of every protected resource and clears those
-// that may be cleared; it returns how many it cleared.
+// that may be cleared; it returns how many it cleared. The first pass and
+// every Options.FullEvery-th list every object, the others only those not
+// labelled cleared under the current fingerprint.
 func (c *Clearer) Pass(ctx context.Context) int {
 	logger := log.FromContext(ctx)
+	full := (c.passes.Add(1)-1)%int64(c.opts.FullEvery) == 0
 	work := make(chan candidate)
 	var workers sync.WaitGroup
 	var n atomic.Int64
 	for range c.opts.Workers {
 		workers.Go(func() {
 			for cand := range work {
-				if c.clear(ctx, cand) {
+				if cand.label {
+					c.label(ctx, cand)
+				} else if c.clear(ctx, cand) {
 					n.Add(1)
 				}
 			}
@@ -129,21 +150,27 @@ func (c *Clearer) Pass(ctx context.Context) int {
 		}
 		// A resource whose objects cannot be cleared is not listed; an
 		// object cleared under the current fingerprint is not decided
-		// again.
+		// again, only labelled if it is not.
 		current, ok := c.decider.ClearanceFingerprint(p.Source)
 		if !ok {
 			continue
 		}
+		selector := ""
+		if !full {
+			selector = depv1alpha1.LabelCleared + "!=" + current
+		}
 		now := c.now()
-		err := c.objects.ListObjects(ctx, p.Source, "", func(m kcp.Meta, raw []byte) bool {
-			return worthDeciding(m, raw, current, now) && !c.decider.Referenced(p.Source, m)
+		err := c.objects.ListObjects(ctx, p.Source, selector, func(m kcp.Meta, raw []byte) bool {
+			return unlabelled(m, raw, current) || worthDeciding(m, raw, current, now) && !c.decider.Referenced(p.Source, m)
 		}, func(m kcp.Meta, raw []byte) error {
 			if raw == nil {
 				return nil
 			}
 			ledger, _ := inflight.LedgerOf(raw)
+			cand := candidate{src: p.Source, provider: p.Target.Cluster, meta: m, raw: raw, ledger: ledger,
+				label: unlabelled(m, raw, current), fingerprint: current}
 			select {
-			case work <- candidate{src: p.Source, provider: p.Target.Cluster, meta: m, raw: raw, ledger: ledger}:
+			case work <- cand:
 			case <-ctx.Done():
 				return ctx.Err()
 			}
@@ -156,6 +183,21 @@ func (c *Clearer) Pass(ctx context.Context) int {
 	close(work)
 	workers.Wait()
 	return int(n.Load())
+}
+
+// unlabelled reports whether an object, as listed, is cleared under
+// current but lacks the label that says so (cleared by a release before
+// the label, or the label was removed by someone else).
+func unlabelled(m kcp.Meta, raw []byte, current string) bool {
+	if m.Terminating || m.UID == "" {
+		return false
+	}
+	ledger, err := inflight.LedgerOf(raw)
+	if err != nil || ledger.Clearance != inflight.Clearance(current, m.UID) {
+		return false
+	}
+	label, _ := jsonparser.GetString(raw, "metadata", "labels", depv1alpha1.LabelCleared)
+	return label != current
 }
 
 // worthDeciding reports whether an object, as listed, may be clearable:
@@ -202,6 +244,9 @@ const (
 	ResultChanged = "changed"
 	// ResultFailed: the write failed otherwise.
 	ResultFailed = "failed"
+	// ResultLabelled: an object cleared before got the label that says
+	// so, and is left out of the listings from then on.
+	ResultLabelled = "labelled"
 )
 
 // clear decides a candidate and writes its clearance if it may be
@@ -219,7 +264,7 @@ func (c *Clearer) clear(ctx context.Context, cand candidate) bool {
 	}
 	ledger := cand.ledger
 	ledger.Clearance = value
-	body, err := patchBody(cand.meta.ResourceVersion, ledger)
+	body, err := patchBody(cand.meta.ResourceVersion, fingerprint, &ledger)
 	if err == nil {
 		_, err = c.objects.Patch(ctx, cand.src, cand.meta.Cluster, cand.meta.Namespace, cand.meta.Name, types.MergePatchType, body)
 	}
@@ -239,14 +284,40 @@ func (c *Clearer) clear(ctx context.Context, cand candidate) bool {
 	return false
 }
 
-// patchBody is the merge patch that sets the ledger, with resourceVersion
-// as a precondition: the clearance holds only for the state it was
-// decided on.
-func patchBody(resourceVersion string, ledger inflight.Ledger) ([]byte, error) {
-	return json.Marshal(map[string]any{"metadata": map[string]any{
+// label writes the label that says a candidate is cleared, with the
+// listed resourceVersion as a precondition: a reference recorded since
+// (which ended the clearance) makes it fail, and the next pass decides the
+// object again.
+func (c *Clearer) label(ctx context.Context, cand candidate) {
+	body, err := patchBody(cand.meta.ResourceVersion, cand.fingerprint, nil)
+	if err == nil {
+		_, err = c.objects.Patch(ctx, cand.src, cand.meta.Cluster, cand.meta.Namespace, cand.meta.Name, types.MergePatchType, body)
+	}
+	switch {
+	case err == nil:
+		c.opts.Metrics.written(ResultLabelled)
+	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+		c.opts.Metrics.written(ResultChanged)
+	default:
+		c.opts.Metrics.written(ResultFailed)
+		log.FromContext(ctx).Error(err, "Failed to label a cleared object", "resource", cand.src.Resource.GroupResource(), "cluster", cand.meta.Cluster,
+			"namespace", cand.meta.Namespace, "name", cand.meta.Name)
+	}
+}
+
+// patchBody is the merge patch that sets the label that says the object is
+// cleared under fingerprint and, if set, the ledger, with resourceVersion
+// as a precondition: the clearance holds only for the state it was decided
+// on.
+func patchBody(resourceVersion, fingerprint string, ledger *inflight.Ledger) ([]byte, error) {
+	metadata := map[string]any{
 		"resourceVersion": resourceVersion,
-		"annotations":     map[string]string{depv1alpha1.AnnotationAdmittedReferences: ledger.String()},
-	}})
+		"labels":          map[string]string{depv1alpha1.LabelCleared: fingerprint},
+	}
+	if ledger != nil {
+		metadata["annotations"] = map[string]string{depv1alpha1.AnnotationAdmittedReferences: ledger.String()}
+	}
+	return json.Marshal(map[string]any{"metadata": metadata})
 }
 
 // Metrics are the Clearer's Prometheus metrics, a prometheus.Collector. A
@@ -259,7 +330,7 @@ type Metrics struct {
 func NewMetrics() *Metrics {
 	return &Metrics{writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "dependency_webhook_clearances_total",
-		Help: "Clearances written on unreferenced protected objects, whose DELETE kcp then admits without calling the webhook, by result: cleared, changed (the object changed since it was listed; decided again at the next pass) or failed.",
+		Help: "Clearances written on unreferenced protected objects, whose DELETE kcp then admits without calling the webhook, by result: cleared, labelled (an object cleared before got the label that leaves it out of later listings), changed (the object changed since it was listed; decided again at the next pass) or failed.",
 	}, []string{"result"})}
 }
 

@@ -3,6 +3,8 @@ package clearance
 import (
 	"context"
 	"encoding/json"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -50,21 +52,30 @@ func (v vpc) json() []byte {
 	return raw
 }
 
-// fakeObjects lists vpcs and records the patches; a patch of a VPC whose
+// fakeObjects lists vpcs, as kcp does with a label selector of the form
+// key!=value, and records the patches (the ledger and the label that says
+// the object is cleared they write); a patch of a VPC whose
 // resourceVersion changed is a conflict.
 type fakeObjects struct {
-	lock    sync.Mutex
-	vpcs    []vpc
-	patches map[string]string
-	changed map[string]bool
+	lock      sync.Mutex
+	vpcs      []vpc
+	patches   map[string]string
+	labels    map[string]string
+	selectors []string
+	changed   map[string]bool
 }
 
-func (f *fakeObjects) ListObjects(_ context.Context, src index.Source, _ string, keep func(kcp.Meta, []byte) bool, visit func(kcp.Meta, []byte) error) error {
+func (f *fakeObjects) ListObjects(_ context.Context, src index.Source, selector string, keep func(kcp.Meta, []byte) bool, visit func(kcp.Meta, []byte) error) error {
+	f.selectors = append(f.selectors, selector)
+	key, value, filtered := strings.Cut(selector, "!=")
 	for _, v := range f.vpcs {
 		raw := v.json()
 		m, err := kcp.ReadMeta(raw)
 		if err != nil {
 			return err
+		}
+		if labels, _ := v.extra["labels"].(map[string]any); filtered && labels[key] == value {
+			continue
 		}
 		if !keep(m, raw) {
 			raw = nil
@@ -88,6 +99,7 @@ func (f *fakeObjects) Patch(_ context.Context, _ index.Source, _ logicalcluster.
 	var p struct {
 		Metadata struct {
 			ResourceVersion string            `json:"resourceVersion"`
+			Labels          map[string]string `json:"labels"`
 			Annotations     map[string]string `json:"annotations"`
 		} `json:"metadata"`
 	}
@@ -95,9 +107,12 @@ func (f *fakeObjects) Patch(_ context.Context, _ index.Source, _ logicalcluster.
 		return nil, apierrors.NewBadRequest("no resourceVersion precondition")
 	}
 	if f.patches == nil {
-		f.patches = map[string]string{}
+		f.patches, f.labels = map[string]string{}, map[string]string{}
 	}
-	f.patches[name] = p.Metadata.Annotations[depv1alpha1.AnnotationAdmittedReferences]
+	if ledger, ok := p.Metadata.Annotations[depv1alpha1.AnnotationAdmittedReferences]; ok {
+		f.patches[name] = ledger
+	}
+	f.labels[name] = p.Metadata.Labels[depv1alpha1.LabelCleared]
 	return body, nil
 }
 
@@ -150,18 +165,25 @@ func TestPass(t *testing.T) {
 		{name: "referenced", age: time.Hour, rv: "11"},
 		{name: "not-clearable", age: time.Hour, rv: "12"},
 		{name: "changed", age: time.Hour, rv: "13"},
+		{name: "cleared-labelled", age: time.Hour, ledger: inflight.Ledger{Clearance: inflight.Clearance("fp", "uid-cleared-labelled")}.String(),
+			extra: map[string]any{"labels": map[string]any{depv1alpha1.LabelCleared: "fp"}}, rv: "14"},
+		// Labelled by someone else, or kept by an older webhook's write of
+		// a reference: a full pass clears it.
+		{name: "labelled", age: time.Hour, extra: map[string]any{"labels": map[string]any{depv1alpha1.LabelCleared: "fp"}}, rv: "15"},
 	}, changed: map[string]bool{"changed": true}}
 	decider := &fakeDecider{fingerprint: "fp", referenced: map[string]bool{"referenced": true}, notClear: map[string]bool{"not-clearable": true}}
-	c := New(protections{{Target: registry.Target{Cluster: "provider", Resource: vpcs.Resource.GroupResource()}, Source: vpcs}}, objs, decider, Options{Workers: 3, Metrics: NewMetrics()})
+	c := New(protections{{Target: registry.Target{Cluster: "provider", Resource: vpcs.Resource.GroupResource()}, Source: vpcs}}, objs, decider,
+		Options{Workers: 3, FullEvery: 2, Metrics: NewMetrics()})
 	c.now = func() time.Time { return now }
 
-	if n := c.Pass(context.Background()); n != 3 {
-		t.Errorf("Pass cleared %d objects, want 3", n)
+	if n := c.Pass(context.Background()); n != 4 {
+		t.Errorf("Pass cleared %d objects, want 4", n)
 	}
 	want := map[string]string{
 		"old":            inflight.Ledger{Clearance: inflight.Clearance("fp", "uid-old")}.String(),
 		"old-marked":     inflight.Ledger{Clearance: inflight.Clearance("fp", "uid-old-marked")}.With().String(),
 		"cleared-before": inflight.Ledger{Clearance: inflight.Clearance("fp", "uid-cleared-before")}.String(),
+		"labelled":       inflight.Ledger{Clearance: inflight.Clearance("fp", "uid-labelled")}.String(),
 	}
 	// The marks a clearance does not fold stay.
 	l, _ := inflight.Parse(mark(2 * time.Minute))
@@ -175,6 +197,12 @@ func TestPass(t *testing.T) {
 	if len(objs.patches) != len(want) {
 		t.Errorf("patched %v, want only %v", objs.patches, want)
 	}
+	// Every clearance is written with the label, and an object cleared
+	// under the current fingerprint without it gets the label alone.
+	wantLabels := map[string]string{"old": "fp", "old-marked": "fp", "cleared-before": "fp", "labelled": "fp", "cleared": "fp"}
+	if !maps.Equal(objs.labels, wantLabels) {
+		t.Errorf("labels written %v, want %v", objs.labels, wantLabels)
+	}
 
 	// What carries a clearance under the current fingerprint is not
 	// decided again.
@@ -182,6 +210,18 @@ func TestPass(t *testing.T) {
 		if name == "cleared" {
 			t.Errorf("%s, cleared under the current fingerprint, was decided", name)
 		}
+	}
+
+	// The next pass lists only the objects not labelled cleared under the
+	// current fingerprint; the one after lists every object again.
+	objs.patches, objs.labels, decider.decided = nil, nil, nil
+	c.Pass(context.Background())
+	c.Pass(context.Background())
+	if want := []string{"", depv1alpha1.LabelCleared + "!=fp", ""}; !slices.Equal(objs.selectors, want) {
+		t.Errorf("listed with the selectors %q, want %q", objs.selectors, want)
+	}
+	if n := len(slices.DeleteFunc(slices.Clone(decider.decided), func(name string) bool { return name != "labelled" })); n != 1 {
+		t.Errorf("the object labelled cleared without a clearance was decided %d times in a filtered and a full pass (%v), want once", n, decider.decided)
 	}
 
 	// Objects that cannot be cleared (a dependent type not labelled) are

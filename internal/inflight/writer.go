@@ -311,15 +311,19 @@ func stateOf(raw []byte, now time.Time) (*state, error) {
 }
 
 // patchBody is the merge patch that sets the ledger, with resourceVersion
-// as a precondition.
+// as a precondition. It removes the label that says the object is cleared
+// (api/v1alpha1.LabelCleared): the ledger it writes carries no clearance,
+// so the clearer's next listing includes the object again.
 func patchBody(resourceVersion string, ledger Ledger) ([]byte, error) {
 	type metadata struct {
-		ResourceVersion string            `json:"resourceVersion"`
-		Annotations     map[string]string `json:"annotations"`
+		ResourceVersion string             `json:"resourceVersion"`
+		Labels          map[string]*string `json:"labels"`
+		Annotations     map[string]string  `json:"annotations"`
 	}
 	return json.Marshal(struct {
 		Metadata metadata `json:"metadata"`
-	}{metadata{ResourceVersion: resourceVersion, Annotations: map[string]string{depv1alpha1.AnnotationAdmittedReferences: ledger.String()}}})
+	}{metadata{ResourceVersion: resourceVersion, Labels: map[string]*string{depv1alpha1.LabelCleared: nil},
+		Annotations: map[string]string{depv1alpha1.AnnotationAdmittedReferences: ledger.String()}}})
 }
 
 // LedgerOf reads the ledger of an object from its JSON; an object without

@@ -29,7 +29,10 @@ type fakeObject struct {
 	rv          int
 	ledger      string
 	terminating bool
-	patchDelay  time.Duration
+	// cleared is the value of the label that says the object is cleared
+	// (api/v1alpha1.LabelCleared); empty: none.
+	cleared    string
+	patchDelay time.Duration
 	patches     int
 	gets        int
 	// conflicts is how many patches are answered with a conflict (another
@@ -45,6 +48,9 @@ func (o *fakeObject) json() []byte {
 	}
 	if o.terminating {
 		meta["deletionTimestamp"] = "2026-11-27T00:00:00Z"
+	}
+	if o.cleared != "" {
+		meta["labels"] = map[string]string{depv1alpha1.LabelCleared: o.cleared}
 	}
 	raw, _ := json.Marshal(map[string]any{"metadata": meta})
 	return raw
@@ -75,8 +81,9 @@ func (o *fakeObject) Patch(_ context.Context, _ index.Source, _ logicalcluster.N
 	}
 	var p struct {
 		Metadata struct {
-			ResourceVersion string            `json:"resourceVersion"`
-			Annotations     map[string]string `json:"annotations"`
+			ResourceVersion string             `json:"resourceVersion"`
+			Labels          map[string]*string `json:"labels"`
+			Annotations     map[string]string  `json:"annotations"`
 		} `json:"metadata"`
 	}
 	if err := json.Unmarshal(body, &p); err != nil {
@@ -91,6 +98,12 @@ func (o *fakeObject) Patch(_ context.Context, _ index.Source, _ logicalcluster.N
 		return nil, apierrors.NewConflict(vpcs, "vpc-a", fmt.Errorf("the object has been modified"))
 	}
 	o.ledger = p.Metadata.Annotations[depv1alpha1.AnnotationAdmittedReferences]
+	if v, ok := p.Metadata.Labels[depv1alpha1.LabelCleared]; ok {
+		o.cleared = ""
+		if v != nil {
+			o.cleared = *v
+		}
+	}
 	o.rv++
 	return o.json(), nil
 }
@@ -189,12 +202,15 @@ func TestWriterMissingAndTerminating(t *testing.T) {
 // unrecorded.
 func TestWriterClearance(t *testing.T) {
 	cleared := Ledger{Clearance: Clearance("ab", "u1")}.String()
-	obj := &fakeObject{exists: true, ledger: cleared}
+	obj := &fakeObject{exists: true, ledger: cleared, cleared: "ab"}
 	if _, err := NewWriter(obj, Options{}).Record(context.Background(), target, NewIDs(nil).New("vm", time.Now()), none); err != nil {
 		t.Fatal(err)
 	}
 	if l := obj.stored(t); l.Clearance != "" || len(l.Marks) != 1 {
 		t.Errorf("stored %s; want the mark and no clearance", l)
+	}
+	if obj.cleared != "" {
+		t.Errorf("the label %s is %q after a reference was recorded; want it removed", depv1alpha1.LabelCleared, obj.cleared)
 	}
 
 	forbidden := apierrors.NewForbidden(vpcs, "vpc-a", fmt.Errorf("no patch"))

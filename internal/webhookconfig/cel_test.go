@@ -159,6 +159,7 @@ func TestConditionsOnEveryShape(t *testing.T) {
 		map[string]any{ref: ""}, map[string]any{ref: "x"}, map[string]any{depv1alpha1.LabelReferencesScheme: "s1"},
 		map[string]any{depv1alpha1.LabelAdmission: "a1", "team": "blue"}, map[string]any{"team": "red"},
 		map[string]any{depv1alpha1.LabelDeletionRequested: "true"}, map[string]any{depv1alpha1.LabelDeletionRequested: "yes", ref: ""},
+		map[string]any{depv1alpha1.LabelCleared: "0123456789abcdef"},
 	)
 	annotations := shapes(
 		map[string]any{"note": "x"},
@@ -213,7 +214,8 @@ func TestConditionsOnEveryShape(t *testing.T) {
 			want: func(op admission.Operation, _ string, obj, old map[string]any) bool {
 				if op == admission.Create {
 					_, set := keyOf(obj, "annotations", depv1alpha1.AnnotationAdmittedReferences)
-					return set
+					_, cleared := keyOf(obj, "labels", depv1alpha1.LabelCleared)
+					return set || cleared
 				}
 				return differs(obj, old, "annotations", depv1alpha1.AnnotationAdmittedReferences)
 			}},

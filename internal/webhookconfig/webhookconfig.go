@@ -536,11 +536,15 @@ func metadataMapOf(obj, field string) string {
 
 // AdmittedCondition returns the CEL expression of the match condition of
 // the guard of the ledger of admitted references: a CREATE that sets the
-// annotation, or an UPDATE that sets, changes or removes it. Any other
-// write keeps the ledger, so kcp need not call the guard for it.
+// annotation or the label that says the object is cleared
+// (api/v1alpha1.LabelCleared), or an UPDATE that sets, changes or removes
+// the annotation. Any other write keeps the ledger (the label is a hint
+// that an UPDATE may change: it can only delay a clearance), so kcp need
+// not call the guard for it.
 func AdmittedCondition() string {
 	key := depv1alpha1.AnnotationAdmittedReferences
-	return "request.operation == 'CREATE' ? " + annotationOf("object", key) + ".hasValue() : " + annotationOf("object", key) + " != " + annotationOf("oldObject", key)
+	return "request.operation == 'CREATE' ? " + annotationOf("object", key) + ".hasValue() || " + metadataKeyOf("object", "labels", depv1alpha1.LabelCleared) + ".hasValue() : " +
+		annotationOf("object", key) + " != " + annotationOf("oldObject", key)
 }
 
 // NotWebhookLedgerCondition returns the CEL expression of the match

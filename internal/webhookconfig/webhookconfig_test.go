@@ -966,7 +966,8 @@ func TestConditionText(t *testing.T) {
 		{
 			name: "admitted references",
 			got:  AdmittedCondition(),
-			want: `request.operation == 'CREATE' ? ` + admitted("object") + `.hasValue() : ` + admitted("object") + ` != ` + admitted("oldObject"),
+			want: `request.operation == 'CREATE' ? ` + admitted("object") + `.hasValue() || object.?metadata.?labels[?"` + depv1alpha1.LabelCleared + `"].hasValue() : ` +
+				admitted("object") + ` != ` + admitted("oldObject"),
 		},
 		{
 			name: "not the webhook's own ledger",

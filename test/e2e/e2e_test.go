@@ -386,6 +386,11 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 			g.Expect(cli.Cluster(consumerA).Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, got)).To(Succeed())
 			return got.GetAnnotations()[depv1alpha1.AnnotationAdmittedReferences], string(got.GetUID())
 		}
+		label := func(g Gomega, name string) string {
+			got := vpc(name)
+			g.Expect(cli.Cluster(consumerA).Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, got)).To(Succeed())
+			return got.GetLabels()[depv1alpha1.LabelCleared]
+		}
 		cleared := map[string]string{}
 		Eventually(func(g Gomega) {
 			for _, name := range []string{"vpc-clear-1", "vpc-clear-2"} {
@@ -398,20 +403,27 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 			l, _ := ledger(g, "vpc-uncleared")
 			g.Expect(l).NotTo(ContainSubstring(" c="))
 		}).WithTimeout(5 * time.Second).WithPolling(time.Second).Should(Succeed())
-
-		By("a copied clearance is not kept: the guard keeps the ledger the webhook wrote")
-		_, uncleared := ledger(Default, "vpc-uncleared")
 		fingerprint, _, _ := strings.Cut(cleared["vpc-clear-1"][strings.LastIndex(cleared["vpc-clear-1"], " c=")+len(" c="):], "/")
+		By("a cleared VPC is labelled with the fingerprint, so that the next listings leave it out")
+		for _, name := range []string{"vpc-clear-1", "vpc-clear-2"} {
+			Expect(label(Default, name)).To(Equal(fingerprint), name)
+		}
+		Expect(label(Default, "vpc-uncleared")).To(BeEmpty())
+
+		By("a copied clearance is not kept: the guard keeps the ledger the webhook wrote, and the label alone clears nothing")
+		_, uncleared := ledger(Default, "vpc-uncleared")
 		forged := fmt.Sprintf("v1 f=0 l=0 c=%s/%s", fingerprint, uncleared)
-		Expect(mergePatch(ctx, consumerA, vpc("vpc-uncleared"), fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, depv1alpha1.AnnotationAdmittedReferences, forged))).To(Succeed())
+		Expect(mergePatch(ctx, consumerA, vpc("vpc-uncleared"), fmt.Sprintf(`{"metadata":{"labels":{%q:%q},"annotations":{%q:%q}}}`,
+			depv1alpha1.LabelCleared, fingerprint, depv1alpha1.AnnotationAdmittedReferences, forged))).To(Succeed())
 		l, _ := ledger(Default, "vpc-uncleared")
 		Expect(l).NotTo(Equal(forged))
 		expectDenied(ctx, consumerA, vpcs, "vpc-uncleared", "VirtualMachine/default/vm-uncleared")
 
-		By("a new reference ends the clearance before the VM is stored: the DELETE is denied")
+		By("a new reference ends the clearance, and removes the label, before the VM is stored: the DELETE is denied")
 		create(ctx, consumerA, vm("vm-clear-2", "vpc-clear-2"))
 		l, _ = ledger(Default, "vpc-clear-2")
 		Expect(l).NotTo(ContainSubstring(" c="))
+		Expect(label(Default, "vpc-clear-2")).To(BeEmpty())
 		expectDenied(ctx, consumerA, vpcs, "vpc-clear-2", "VirtualMachine/default/vm-clear-2")
 
 		By("with the webhook down, kcp deletes the cleared VPC without calling it, and refuses the DELETE of one not cleared")

@@ -75,7 +75,22 @@ func (g *LedgerGuard) handle(ctx context.Context, req admission.Request) (admiss
 			return admission.Errored(http.StatusBadRequest, fmt.Errorf("failed to read the old object's annotations: %w", err)), ""
 		}
 	}
+	// A CREATE does not keep the label that says the object is cleared
+	// (from an exported object re-applied): the new object is not.
+	var ops []jsonpatch.JsonPatchOperation
+	var warnings []string
+	if req.Operation == admissionv1.Create {
+		if _, typ, _, err := jsonparser.Get(req.Object.Raw, "metadata", "labels", depv1alpha1.LabelCleared); err == nil && typ != jsonparser.Null {
+			ops = append(ops, jsonpatch.NewOperation("remove", "/metadata/labels/"+escapeKey(depv1alpha1.LabelCleared), nil))
+			warnings = append(warnings, fmt.Sprintf("the label %s is managed by the dependency webhook and was removed (drop it from the manifest)", depv1alpha1.LabelCleared))
+		}
+	}
 	if set == was && value == stored {
+		if len(ops) > 0 {
+			resp := admission.Patched("", ops...)
+			resp.Warnings = warnings
+			return resp, ""
+		}
 		return admission.Allowed(""), ""
 	}
 	if set && req.Operation == admissionv1.Update {
@@ -92,8 +107,8 @@ func (g *LedgerGuard) handle(ctx context.Context, req admission.Request) (admiss
 			}
 		}
 	}
-	resp := admission.Patched("", annotationPatch(req.Object.Raw, key, stored, was, set))
-	resp.Warnings = []string{fmt.Sprintf("the annotation %s is managed by the dependency webhook, which records there the references to this object it admitted; the stored value was kept (drop it from the manifest)", key)}
+	resp := admission.Patched("", append(ops, annotationPatch(req.Object.Raw, key, stored, was, set))...)
+	resp.Warnings = append(warnings, fmt.Sprintf("the annotation %s is managed by the dependency webhook, which records there the references to this object it admitted; the stored value was kept (drop it from the manifest)", key))
 	return resp, LedgerKept
 }
 
@@ -118,7 +133,7 @@ func annotation(raw []byte, key string) (string, bool, error) {
 // raw, which has (set) or lacks the annotation key, the annotation key with
 // value if want, or none.
 func annotationPatch(raw []byte, key, value string, want, set bool) jsonpatch.JsonPatchOperation {
-	path := "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(key, "~", "~0"), "/", "~1")
+	path := "/metadata/annotations/" + escapeKey(key)
 	switch {
 	case !want:
 		return jsonpatch.NewOperation("remove", path, nil)
@@ -129,6 +144,11 @@ func annotationPatch(raw []byte, key, value string, want, set bool) jsonpatch.Js
 	default:
 		return jsonpatch.NewOperation("add", "/metadata/annotations", map[string]string{key: value})
 	}
+}
+
+// escapeKey escapes a label or annotation key for a JSON patch path.
+func escapeKey(key string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(key, "~", "~0"), "/", "~1")
 }
 
 // hasAnnotations reports whether the object raw has an annotations object

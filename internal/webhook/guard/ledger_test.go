@@ -34,6 +34,21 @@ func vpcLedger(t *testing.T, annotations map[string]any, null bool) []byte {
 	return raw
 }
 
+// withLabels returns the object raw with labels.
+func withLabels(t *testing.T, raw []byte, labels map[string]any) []byte {
+	t.Helper()
+	var obj map[string]any
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		t.Fatal(err)
+	}
+	obj["metadata"].(map[string]any)["labels"] = labels
+	out, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func TestLedgerGuard(t *testing.T) {
 	const key = depv1alpha1.AnnotationAdmittedReferences
 	const stored = "v1 f=0 l=0 0123456789abcdef@1764212000000"
@@ -47,7 +62,20 @@ func TestLedgerGuard(t *testing.T) {
 		want      map[string]any // the annotations after the patch; nil: unpatched
 		wantPatch bool
 		wantOut   string
+		// wantLabels, if set, are the labels after the patch.
+		wantLabels map[string]any
+		// warnings is how many warnings a patched write gets; 0: one.
+		warnings int
 	}{
+		{name: "a CREATE with the label that says cleared loses it", op: admissionv1.Create, user: alice,
+			obj:  withLabels(t, vpcLedger(t, map[string]any{"note": "x"}, false), map[string]any{depv1alpha1.LabelCleared: "0123456789abcdef", "app": "a"}),
+			want: map[string]any{"note": "x"}, wantPatch: true, wantLabels: map[string]any{"app": "a"}},
+		{name: "a CREATE with a ledger and the label that says cleared loses both", op: admissionv1.Create, user: alice,
+			obj:  withLabels(t, vpcLedger(t, map[string]any{key: stored}, false), map[string]any{depv1alpha1.LabelCleared: "0123456789abcdef"}),
+			want: map[string]any{}, wantPatch: true, wantOut: LedgerKept, wantLabels: map[string]any{}, warnings: 2},
+		{name: "an UPDATE that sets the label that says cleared passes (a hint only)", op: admissionv1.Update, user: alice,
+			obj: withLabels(t, vpcLedger(t, map[string]any{key: stored}, false), map[string]any{depv1alpha1.LabelCleared: "0123456789abcdef"}),
+			old: vpcLedger(t, map[string]any{key: stored}, false)},
 		{name: "a CREATE with a ledger gets none", op: admissionv1.Create, user: alice,
 			obj: vpcLedger(t, map[string]any{key: stored, "note": "x"}, false), want: map[string]any{"note": "x"}, wantPatch: true, wantOut: LedgerKept},
 		{name: "an UPDATE that removes the ledger keeps it", op: admissionv1.Update, user: alice,
@@ -107,6 +135,7 @@ func TestLedgerGuard(t *testing.T) {
 			}
 			var got struct {
 				Metadata struct {
+					Labels      map[string]any `json:"labels"`
 					Annotations map[string]any `json:"annotations"`
 				} `json:"metadata"`
 			}
@@ -118,8 +147,15 @@ func TestLedgerGuard(t *testing.T) {
 			if string(want) != string(have) {
 				t.Errorf("annotations after the patch %s, want %s", have, want)
 			}
-			if len(resp.Warnings) != 1 {
-				t.Errorf("warnings %v, want one", resp.Warnings)
+			if tt.wantLabels != nil {
+				want, _ := json.Marshal(tt.wantLabels)
+				have, _ := json.Marshal(got.Metadata.Labels)
+				if string(want) != string(have) {
+					t.Errorf("labels after the patch %s, want %s", have, want)
+				}
+			}
+			if warnings := max(tt.warnings, 1); len(resp.Warnings) != warnings {
+				t.Errorf("warnings %v, want %d", resp.Warnings, warnings)
 			}
 		})
 	}
