@@ -95,6 +95,9 @@ type queue struct {
 type state struct {
 	resourceVersion string
 	ledger          Ledger
+	// cleared: the object carries the label that says it is cleared
+	// (api/v1alpha1.LabelCleared), which the write removes.
+	cleared bool
 }
 
 type request struct {
@@ -255,7 +258,7 @@ func (w *Writer) write(ctx context.Context, t Target, known *state, batch []*req
 			}
 		}
 		ledger := known.ledger.With(marks...).Compact(w.now(), landed, w.opts.MaxMarks)
-		body, err := patchBody(known.resourceVersion, ledger)
+		body, err := patchBody(known.resourceVersion, ledger, known.cleared)
 		if err != nil {
 			return Result{}, nil, err
 		}
@@ -307,23 +310,28 @@ func stateOf(raw []byte, now time.Time) (*state, error) {
 	if err != nil {
 		ledger = Ledger{Floor: ms(now)}
 	}
-	return &state{resourceVersion: meta.ResourceVersion, ledger: ledger}, nil
+	_, typ, _, err := jsonparser.Get(raw, "metadata", "labels", depv1alpha1.LabelCleared)
+	return &state{resourceVersion: meta.ResourceVersion, ledger: ledger, cleared: err == nil && typ != jsonparser.Null}, nil
 }
 
 // patchBody is the merge patch that sets the ledger, with resourceVersion
-// as a precondition. It removes the label that says the object is cleared
-// (api/v1alpha1.LabelCleared): the ledger it writes carries no clearance,
-// so the clearer's next listing includes the object again.
-func patchBody(resourceVersion string, ledger Ledger) ([]byte, error) {
+// as a precondition. If uncleared, it removes the label that says the
+// object is cleared (api/v1alpha1.LabelCleared), which the state it starts
+// from carries: the ledger it writes carries no clearance, so the
+// clearer's next listing includes the object again.
+func patchBody(resourceVersion string, ledger Ledger, uncleared bool) ([]byte, error) {
 	type metadata struct {
 		ResourceVersion string             `json:"resourceVersion"`
-		Labels          map[string]*string `json:"labels"`
+		Labels          map[string]*string `json:"labels,omitempty"`
 		Annotations     map[string]string  `json:"annotations"`
+	}
+	m := metadata{ResourceVersion: resourceVersion, Annotations: map[string]string{depv1alpha1.AnnotationAdmittedReferences: ledger.String()}}
+	if uncleared {
+		m.Labels = map[string]*string{depv1alpha1.LabelCleared: nil}
 	}
 	return json.Marshal(struct {
 		Metadata metadata `json:"metadata"`
-	}{metadata{ResourceVersion: resourceVersion, Labels: map[string]*string{depv1alpha1.LabelCleared: nil},
-		Annotations: map[string]string{depv1alpha1.AnnotationAdmittedReferences: ledger.String()}}})
+	}{m})
 }
 
 // LedgerOf reads the ledger of an object from its JSON; an object without

@@ -33,8 +33,8 @@ type fakeObject struct {
 	// (api/v1alpha1.LabelCleared); empty: none.
 	cleared    string
 	patchDelay time.Duration
-	patches     int
-	gets        int
+	patches    int
+	gets       int
 	// conflicts is how many patches are answered with a conflict (another
 	// writer got there first) before one is applied.
 	conflicts int
@@ -346,5 +346,28 @@ func TestWriterPrime(t *testing.T) {
 	}
 	if obj.gets != 1 || obj.patches != 2 {
 		t.Errorf("%d reads and %d writes; want the second write to start from the first's outcome, without a conflict", obj.gets, obj.patches)
+	}
+}
+
+// The write of a ledger removes the label that says the object is cleared
+// where the object carries it, and leaves the labels alone otherwise (a
+// merge patch of a null label would leave an empty map of labels behind).
+func TestPatchBodyLabel(t *testing.T) {
+	for _, uncleared := range []bool{true, false} {
+		body, err := patchBody("7", Ledger{}, uncleared)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p struct {
+			Metadata map[string]json.RawMessage `json:"metadata"`
+		}
+		if err := json.Unmarshal(body, &p); err != nil {
+			t.Fatal(err)
+		}
+		labels, ok := p.Metadata["labels"]
+		want := `{"` + depv1alpha1.LabelCleared + `":null}`
+		if uncleared && string(labels) != want || !uncleared && ok {
+			t.Errorf("patchBody(uncleared=%v) = %s; want labels %s", uncleared, body, map[bool]string{true: want, false: "absent"}[uncleared])
+		}
 	}
 }
