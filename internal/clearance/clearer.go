@@ -51,6 +51,14 @@ type Decider interface {
 	Referenced(target index.Source, obj kcp.Meta) bool
 }
 
+// Generations tell whether the index's contents changed: the indexed
+// dependents and the watched protected objects (the elected replica's
+// audit watches them).
+type Generations interface {
+	// Generation grows with every change of the index's contents.
+	Generation() uint64
+}
+
 // Options configure a Clearer.
 type Options struct {
 	// Interval is how often the protected objects are listed (default
@@ -65,6 +73,9 @@ type Options struct {
 	// cleared before cost kcp nothing; a full pass clears an object whose
 	// label was set by someone else, or kept by an older webhook's write.
 	FullEvery int
+	// Index, if set, tells whether the index changed since a listing (see
+	// Clearer.Pass); *index.Index implements it.
+	Index Generations
 	// Metrics, if set, counts the clearances written.
 	Metrics *Metrics
 }
@@ -79,6 +90,39 @@ type Clearer struct {
 	now     func() time.Time
 	// passes counts the passes started.
 	passes atomic.Int64
+	// listings are the last listing of each protected resource, for the
+	// passes that need not list it again.
+	lock     sync.Mutex
+	listings map[index.Source]*listing
+}
+
+// listing is what a pass found when it listed one protected resource:
+// enough to tell whether the next pass may leave it out.
+type listing struct {
+	// generation is the index's generation when the listing began.
+	generation uint64
+	// fingerprint is the fingerprint the resource was cleared under.
+	fingerprint string
+	// due is the earliest time an object left out for its age (created,
+	// or a reference recorded on it, less than MaxInFlight before) becomes
+	// worth deciding; zero if there is none.
+	due time.Time
+	// again is set if an object may be clearable at the next pass for a
+	// reason the index does not show: the decision said not yet (the
+	// index not current past the object's horizon), or a write failed or
+	// met a change.
+	again atomic.Bool
+}
+
+// current reports whether the next pass may leave the resource out: the
+// index has not changed since the listing, the fingerprint is the same, no
+// object left out for its age is due, and nothing asked to list again.
+// What a listing leaves out otherwise (an object being deleted, deferred,
+// bypassed, referenced or cleared) changes only with a change the index
+// sees (a dependent, the objects that exist), or with a write of the object
+// that a full pass finds.
+func (l *listing) current(generation uint64, fingerprint string, now time.Time) bool {
+	return l.generation == generation && l.fingerprint == fingerprint && !l.again.Load() && (l.due.IsZero() || now.Before(l.due))
 }
 
 // New returns a Clearer of the objects of targets.
@@ -121,12 +165,16 @@ type candidate struct {
 	// that says so is to be written.
 	label       bool
 	fingerprint string
+	// listing is the listing the candidate comes from.
+	listing *listing
 }
 
 // Pass lists the objects of every protected resource and clears those
 // that may be cleared; it returns how many it cleared. The first pass and
 // every Options.FullEvery-th list every object, the others only those not
-// labelled cleared under the current fingerprint.
+// labelled cleared under the current fingerprint, and, with Options.Index,
+// only the resources whose last listing is no longer current (see
+// listing.current): a quiet system is not listed at all.
 func (c *Clearer) Pass(ctx context.Context) int {
 	logger := log.FromContext(ctx)
 	full := (c.passes.Add(1)-1)%int64(c.opts.FullEvery) == 0
@@ -136,10 +184,15 @@ func (c *Clearer) Pass(ctx context.Context) int {
 	for range c.opts.Workers {
 		workers.Go(func() {
 			for cand := range work {
-				if cand.label {
-					c.label(ctx, cand)
-				} else if c.clear(ctx, cand) {
+				switch {
+				case cand.label:
+					if !c.label(ctx, cand) {
+						cand.listing.again.Store(true)
+					}
+				case c.clear(ctx, cand):
 					n.Add(1)
+				default:
+					cand.listing.again.Store(true)
 				}
 			}
 		})
@@ -155,20 +208,37 @@ func (c *Clearer) Pass(ctx context.Context) int {
 		if !ok {
 			continue
 		}
+		now := c.now()
+		l := &listing{fingerprint: current}
+		if c.opts.Index != nil {
+			l.generation = c.opts.Index.Generation()
+			c.lock.Lock()
+			last := c.listings[p.Source]
+			c.lock.Unlock()
+			if !full && last != nil && last.current(l.generation, current, now) {
+				continue
+			}
+		}
 		selector := ""
 		if !full {
 			selector = depv1alpha1.LabelCleared + "!=" + current
 		}
-		now := c.now()
 		err := c.objects.ListObjects(ctx, p.Source, selector, func(m kcp.Meta, raw []byte) bool {
-			return unlabelled(m, raw, current) || worthDeciding(m, raw, current, now) && !c.decider.Referenced(p.Source, m)
+			if unlabelled(m, raw, current) {
+				return true
+			}
+			due, ok := dueAt(m, raw, current)
+			if ok && now.Before(due) && (l.due.IsZero() || due.Before(l.due)) {
+				l.due = due
+			}
+			return ok && !now.Before(due) && !c.decider.Referenced(p.Source, m)
 		}, func(m kcp.Meta, raw []byte) error {
 			if raw == nil {
 				return nil
 			}
 			ledger, _ := inflight.LedgerOf(raw)
 			cand := candidate{src: p.Source, provider: p.Target.Cluster, meta: m, raw: raw, ledger: ledger,
-				label: unlabelled(m, raw, current), fingerprint: current}
+				label: unlabelled(m, raw, current), fingerprint: current, listing: l}
 			select {
 			case work <- cand:
 			case <-ctx.Done():
@@ -176,9 +246,18 @@ func (c *Clearer) Pass(ctx context.Context) int {
 			}
 			return nil
 		})
-		if err != nil && ctx.Err() == nil {
-			logger.Error(err, "Failed to list protected objects to clear", "resource", p.Source)
+		if err != nil {
+			if ctx.Err() == nil {
+				logger.Error(err, "Failed to list protected objects to clear", "resource", p.Source)
+			}
+			l.again.Store(true)
 		}
+		c.lock.Lock()
+		if c.listings == nil {
+			c.listings = map[index.Source]*listing{}
+		}
+		c.listings[p.Source] = l
+		c.lock.Unlock()
 	}
 	close(work)
 	workers.Wait()
@@ -206,32 +285,48 @@ func unlabelled(m kcp.Meta, raw []byte, current string) bool {
 // cleared under now), and old enough that nothing recorded on it can be
 // in flight. The decision proper is the Decider's.
 func worthDeciding(m kcp.Meta, raw []byte, current string, now time.Time) bool {
+	due, ok := dueAt(m, raw, current)
+	return ok && !now.Before(due)
+}
+
+// dueAt returns from when an object, as listed, is worth deciding (see
+// worthDeciding), and false if it is not at any time as it is.
+func dueAt(m kcp.Meta, raw []byte, current string) (time.Time, bool) {
 	if m.Terminating || m.DeletionRequested || m.SkipProtection || m.UID == "" {
-		return false
+		return time.Time{}, false
 	}
 	ledger, err := inflight.LedgerOf(raw)
 	if err != nil {
-		return false
+		return time.Time{}, false
 	}
 	if ledger.Clearance == inflight.Clearance(current, m.UID) {
-		return false
+		return time.Time{}, false
 	}
-	if ts, err := jsonparser.GetString(raw, "metadata", "creationTimestamp"); err != nil {
-		return false
-	} else if created, err := time.Parse(time.RFC3339, ts); err != nil || now.Before(created.Add(time.Second+inflight.MaxInFlight)) {
-		return false
+	ts, err := jsonparser.GetString(raw, "metadata", "creationTimestamp")
+	if err != nil {
+		return time.Time{}, false
 	}
-	if !ledger.Floor.IsZero() && now.Before(ledger.Floor.Add(inflight.MaxInFlight)) {
-		return false
+	created, err := time.Parse(time.RFC3339, ts)
+	if err != nil {
+		return time.Time{}, false
+	}
+	due := created.Add(time.Second + inflight.MaxInFlight)
+	if !ledger.Floor.IsZero() {
+		due = later(due, ledger.Floor.Add(inflight.MaxInFlight))
 	}
 	// A young mark may have landed already, but the decision would wait
 	// for one that has not: it is decided once it cannot be in flight.
 	for _, mark := range ledger.Marks {
-		if now.Before(mark.At.Add(inflight.MaxInFlight)) {
-			return false
-		}
+		due = later(due, mark.At.Add(inflight.MaxInFlight))
 	}
-	return true
+	return due, true
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // Results of writing a clearance, the values of the result label of
@@ -288,7 +383,7 @@ func (c *Clearer) clear(ctx context.Context, cand candidate) bool {
 // listed resourceVersion as a precondition: a reference recorded since
 // (which ended the clearance) makes it fail, and the next pass decides the
 // object again.
-func (c *Clearer) label(ctx context.Context, cand candidate) {
+func (c *Clearer) label(ctx context.Context, cand candidate) bool {
 	body, err := patchBody(cand.meta.ResourceVersion, cand.fingerprint, nil)
 	if err == nil {
 		_, err = c.objects.Patch(ctx, cand.src, cand.meta.Cluster, cand.meta.Namespace, cand.meta.Name, types.MergePatchType, body)
@@ -296,6 +391,7 @@ func (c *Clearer) label(ctx context.Context, cand candidate) {
 	switch {
 	case err == nil:
 		c.opts.Metrics.written(ResultLabelled)
+		return true
 	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
 		c.opts.Metrics.written(ResultChanged)
 	default:
@@ -303,6 +399,7 @@ func (c *Clearer) label(ctx context.Context, cand candidate) {
 		log.FromContext(ctx).Error(err, "Failed to label a cleared object", "resource", cand.src.Resource.GroupResource(), "cluster", cand.meta.Cluster,
 			"namespace", cand.meta.Namespace, "name", cand.meta.Name)
 	}
+	return false
 }
 
 // patchBody is the merge patch that sets the label that says the object is

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -230,4 +231,48 @@ func TestPass(t *testing.T) {
 	if n := c.Pass(context.Background()); n != 0 || len(decider.decided) != 0 {
 		t.Errorf("Pass cleared %d, decided %v; want nothing", n, decider.decided)
 	}
+}
+
+// generation is a fake index generation.
+type generation struct{ n atomic.Uint64 }
+
+func (g *generation) Generation() uint64 { return g.n.Load() }
+
+// A pass lists a resource again only when its last listing may be out of
+// date: the index changed, an object left out for its age is due, or an
+// object was not cleared for a reason the index does not show.
+func TestPassListsOnlyWhenSomethingChanged(t *testing.T) {
+	objs := &fakeObjects{vpcs: []vpc{
+		{name: "old", age: time.Hour, rv: "1"},
+		{name: "young", age: 30 * time.Second, rv: "2"},
+		{name: "referenced", age: time.Hour, rv: "3"},
+	}}
+	decider := &fakeDecider{fingerprint: "fp", referenced: map[string]bool{"referenced": true}, notClear: map[string]bool{}}
+	gen := &generation{}
+	c := New(protections{{Target: registry.Target{Cluster: "provider", Resource: vpcs.Resource.GroupResource()}, Source: vpcs}}, objs, decider,
+		Options{FullEvery: 100, Index: gen})
+	at := now
+	c.now = func() time.Time { return at }
+	pass := func(step string, listed bool) {
+		t.Helper()
+		before := len(objs.selectors)
+		c.Pass(context.Background())
+		if got := len(objs.selectors) > before; got != listed {
+			t.Errorf("%s: listed %v, want %v", step, got, listed)
+		}
+	}
+	pass("the first pass", true)
+	pass("nothing changed", false)
+	gen.n.Add(1)
+	pass("the index changed", true)
+	pass("nothing changed since", false)
+	at = now.Add(40 * time.Second) // the young VPC is old enough now
+	decider.notClear["young"] = true
+	pass("an object left out for its age is due", true)
+	pass("the decision said not yet", true)
+	decider.notClear["young"] = false
+	pass("the decision said not yet, again", true)
+	pass("everything cleared or referenced", false)
+	decider.fingerprint = "fp2"
+	pass("the fingerprint changed", true)
 }

@@ -80,3 +80,12 @@ func (ix *Index) Holders(src Source, fn func(paths []fieldpath.Reference, h *Hol
 func (ix *Index) Contents() <-chan struct{} {
 	return ix.contents
 }
+
+// Generation grows with every change of the index's contents: the indexed
+// dependents (added, updated, removed, or listed again) and, while they are
+// watched (WatchTargets), the sets of objects of the protected types (one
+// added or removed, a shard listed or dropped). Equal values mean none of
+// these changed in between.
+func (ix *Index) Generation() uint64 {
+	return ix.generation.Load()
+}

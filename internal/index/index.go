@@ -41,6 +41,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -167,6 +168,9 @@ type Index struct {
 	// WatchTargets).
 	contents     chan struct{}
 	watchTargets bool
+	// generation counts the changes that signal contents (see
+	// Generation).
+	generation atomic.Uint64
 }
 
 // New returns an index that reads with the credentials of cfg: endpoint
@@ -297,6 +301,7 @@ func (ix *Index) updated() {
 }
 
 func (ix *Index) contentChanged() {
+	ix.generation.Add(1)
 	select {
 	case ix.contents <- struct{}{}:
 	default:
