@@ -279,18 +279,13 @@ func unlabelled(m kcp.Meta, raw []byte, current string) bool {
 	return label != current
 }
 
-// worthDeciding reports whether an object, as listed, may be clearable:
-// not being deleted, no deletion deferred or bypassed, a ledger that
-// parses, no clearance under current (the fingerprint its resource is
-// cleared under now), and old enough that nothing recorded on it can be
-// in flight. The decision proper is the Decider's.
-func worthDeciding(m kcp.Meta, raw []byte, current string, now time.Time) bool {
-	due, ok := dueAt(m, raw, current)
-	return ok && !now.Before(due)
-}
-
-// dueAt returns from when an object, as listed, is worth deciding (see
-// worthDeciding), and false if it is not at any time as it is.
+// dueAt returns from when an object, as listed, may be clearable: it is
+// not being deleted, has no deletion deferred or bypassed, a ledger that
+// parses and no clearance under current (the fingerprint its resource is
+// cleared under now); and it is old enough that nothing recorded on it can
+// be in flight (from the time returned on). It returns false if the
+// object is not worth deciding at any time as it is. The decision proper
+// is the Decider's.
 func dueAt(m kcp.Meta, raw []byte, current string) (time.Time, bool) {
 	if m.Terminating || m.DeletionRequested || m.SkipProtection || m.UID == "" {
 		return time.Time{}, false
