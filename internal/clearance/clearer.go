@@ -354,45 +354,37 @@ func (c *Clearer) clear(ctx context.Context, cand candidate) bool {
 	}
 	ledger := cand.ledger
 	ledger.Clearance = value
-	body, err := patchBody(cand.meta.ResourceVersion, fingerprint, &ledger)
-	if err == nil {
-		_, err = c.objects.Patch(ctx, cand.src, cand.meta.Cluster, cand.meta.Namespace, cand.meta.Name, types.MergePatchType, body)
-	}
-	switch {
-	case err == nil:
-		c.opts.Metrics.written(ResultCleared)
-		log.FromContext(ctx).V(1).Info("Cleared an unreferenced object", "resource", cand.src.Resource.GroupResource(), "cluster", cand.meta.Cluster,
-			"namespace", cand.meta.Namespace, "name", cand.meta.Name, "fingerprint", fingerprint)
-		return true
-	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-		c.opts.Metrics.written(ResultChanged)
-	default:
-		c.opts.Metrics.written(ResultFailed)
-		log.FromContext(ctx).Error(err, "Failed to clear an unreferenced object", "resource", cand.src.Resource.GroupResource(), "cluster", cand.meta.Cluster,
-			"namespace", cand.meta.Namespace, "name", cand.meta.Name)
-	}
-	return false
+	return c.write(ctx, cand, fingerprint, &ledger, ResultCleared)
 }
 
-// label writes the label that says a candidate is cleared, with the
-// listed resourceVersion as a precondition: a reference recorded since
-// (which ended the clearance) makes it fail, and the next pass decides the
-// object again.
+// label writes the label that says a candidate is cleared (see write).
 func (c *Clearer) label(ctx context.Context, cand candidate) bool {
-	body, err := patchBody(cand.meta.ResourceVersion, cand.fingerprint, nil)
+	return c.write(ctx, cand, cand.fingerprint, nil, ResultLabelled)
+}
+
+// write writes the label that says a candidate is cleared under
+// fingerprint and, if set, its ledger, with the listed resourceVersion as
+// a precondition: an object that changed since (a reference recorded,
+// which ended the clearance) is decided again at the next pass. It counts
+// the write as done (ResultCleared or ResultLabelled), changed or failed,
+// and reports whether it was written.
+func (c *Clearer) write(ctx context.Context, cand candidate, fingerprint string, ledger *inflight.Ledger, done string) bool {
+	body, err := patchBody(cand.meta.ResourceVersion, fingerprint, ledger)
 	if err == nil {
 		_, err = c.objects.Patch(ctx, cand.src, cand.meta.Cluster, cand.meta.Namespace, cand.meta.Name, types.MergePatchType, body)
 	}
+	logger := log.FromContext(ctx).WithValues("resource", cand.src.Resource.GroupResource(), "cluster", cand.meta.Cluster,
+		"namespace", cand.meta.Namespace, "name", cand.meta.Name, "fingerprint", fingerprint)
 	switch {
 	case err == nil:
-		c.opts.Metrics.written(ResultLabelled)
+		c.opts.Metrics.written(done)
+		logger.V(1).Info("Cleared an unreferenced object", "result", done)
 		return true
 	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
 		c.opts.Metrics.written(ResultChanged)
 	default:
 		c.opts.Metrics.written(ResultFailed)
-		log.FromContext(ctx).Error(err, "Failed to label a cleared object", "resource", cand.src.Resource.GroupResource(), "cluster", cand.meta.Cluster,
-			"namespace", cand.meta.Namespace, "name", cand.meta.Name)
+		logger.Error(err, "Failed to clear an unreferenced object", "result", done)
 	}
 	return false
 }
