@@ -92,7 +92,7 @@ func newFakeIndex() *fakeIndex {
 		},
 		paths:   map[index.Source][]fieldpath.Reference{vms: {vpcInNS, vpcRef, routerAt}, gateways: {gwVPC}},
 		stores:  map[index.Source]*store.Store{vms: store.New(nil), gateways: store.New(nil)},
-		sets:    map[index.Source]*targets.Set{vpcs: targets.New(nil), routers: targets.New(nil)},
+		sets:    map[index.Source]*targets.Set{vpcs: targets.New(nil, nil), routers: targets.New(nil, nil)},
 		unknown: map[index.Source]bool{}, contents: make(chan struct{}, 1),
 	}
 	for _, s := range ix.sets {

@@ -91,8 +91,8 @@ type Clearer struct {
 	// passes counts the passes started.
 	passes atomic.Int64
 	// listings are the last listing of each protected resource, for the
-	// passes that need not list it again.
-	lock     sync.Mutex
+	// passes that need not list it again; only Pass uses them, and passes
+	// do not overlap.
 	listings map[index.Source]*listing
 }
 
@@ -119,8 +119,8 @@ type listing struct {
 // object left out for its age is due, and nothing asked to list again.
 // What a listing leaves out otherwise (an object being deleted, deferred,
 // bypassed, referenced or cleared) changes only with a change the index
-// sees (a dependent, the objects that exist), or with a write of the object
-// that a full pass finds.
+// counts (a dependent that came, changed or went; an object that came), or
+// with a write of the object that a full pass finds.
 func (l *listing) current(generation uint64, fingerprint string, now time.Time) bool {
 	return l.generation == generation && l.fingerprint == fingerprint && !l.again.Load() && (l.due.IsZero() || now.Before(l.due))
 }
@@ -178,6 +178,7 @@ type candidate struct {
 func (c *Clearer) Pass(ctx context.Context) int {
 	logger := log.FromContext(ctx)
 	full := (c.passes.Add(1)-1)%int64(c.opts.FullEvery) == 0
+	listings := map[index.Source]*listing{}
 	work := make(chan candidate)
 	var workers sync.WaitGroup
 	var n atomic.Int64
@@ -212,10 +213,9 @@ func (c *Clearer) Pass(ctx context.Context) int {
 		l := &listing{fingerprint: current}
 		if c.opts.Index != nil {
 			l.generation = c.opts.Index.Generation()
-			c.lock.Lock()
 			last := c.listings[p.Source]
-			c.lock.Unlock()
 			if !full && last != nil && last.current(l.generation, current, now) {
+				listings[p.Source] = last
 				continue
 			}
 		}
@@ -252,13 +252,12 @@ func (c *Clearer) Pass(ctx context.Context) int {
 			}
 			l.again.Store(true)
 		}
-		c.lock.Lock()
-		if c.listings == nil {
-			c.listings = map[index.Source]*listing{}
-		}
-		c.listings[p.Source] = l
-		c.lock.Unlock()
+		listings[p.Source] = l
 	}
+	// The listings of resources that are no longer protected, or whose
+	// objects cannot be cleared now, are forgotten: such a resource is
+	// listed again once they can.
+	c.listings = listings
 	close(work)
 	workers.Wait()
 	return int(n.Load())

@@ -275,4 +275,9 @@ func TestPassListsOnlyWhenSomethingChanged(t *testing.T) {
 	pass("everything cleared or referenced", false)
 	decider.fingerprint = "fp2"
 	pass("the fingerprint changed", true)
+	pass("nothing changed since", false)
+	decider.fingerprint = ""
+	pass("the objects cannot be cleared now", false)
+	decider.fingerprint = "fp2"
+	pass("they can again, under the same fingerprint", true)
 }

@@ -81,11 +81,12 @@ func (ix *Index) Contents() <-chan struct{} {
 	return ix.contents
 }
 
-// Generation grows with every change of the index's contents: the indexed
-// dependents (added, updated, removed, or listed again) and, while they are
-// watched (WatchTargets), the sets of objects of the protected types (one
-// added or removed, a shard listed or dropped). Equal values mean none of
-// these changed in between.
+// Generation grows with every change of the indexed dependents (added,
+// updated, removed, or listed again) and, while they are watched
+// (WatchTargets), with every object of a protected type that may have
+// appeared (one added, or a shard listed). Equal values mean none of these
+// happened in between; an object of a protected type that went does not
+// count, for it can make no object clearable.
 func (ix *Index) Generation() uint64 {
 	return ix.generation.Load()
 }

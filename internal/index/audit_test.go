@@ -72,7 +72,7 @@ func TestExisting(t *testing.T) {
 	})
 	t.Run("targets", func(t *testing.T) {
 		w := newFakeWatch(State{Phase: PhaseSynced})
-		w.targets = targets.New(nil)
+		w.targets = targets.New(nil, nil)
 		ix := newTestIndex(t, w, Options{})
 		if err := w.targets.ForShard("https://shard-1", func() {}).Replace([]any{dependent(t, nil, "c1", "default/vpc-a", `{}`, false)}, "1"); err != nil {
 			t.Fatal(err)

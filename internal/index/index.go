@@ -168,8 +168,8 @@ type Index struct {
 	// WatchTargets).
 	contents     chan struct{}
 	watchTargets bool
-	// generation counts the changes that signal contents (see
-	// Generation).
+	// generation counts the changes of the dependents and the objects
+	// added to the sets of targets (see Generation).
 	generation atomic.Uint64
 }
 
@@ -211,7 +211,7 @@ func New(cfg *rest.Config, frontProxy string, opts Options) (*Index, error) {
 		ClusterClients: front, FrontProxy: frontProxy, Clients: ix.clients,
 		PollInterval: opts.PollInterval, Identity: opts.Identity, Notify: ix.notify, Changed: ix.updated,
 		Shards: opts.Shards, SampleInterval: opts.SampleInterval, WatchTimeout: opts.WatchTimeout,
-		AdmissionMemory: opts.AdmissionMemory, SampleFailed: ix.metrics.sampleFailed, TargetsChanged: ix.contentChanged,
+		AdmissionMemory: opts.AdmissionMemory, SampleFailed: ix.metrics.sampleFailed, TargetsChanged: ix.contentChanged, TargetsAdded: ix.targetsAdded,
 	}
 	ix.reads = live.New(ix.readScope, ix.catchUp, opts.ReadTimeout)
 	return ix, nil
@@ -293,6 +293,7 @@ func (ix *Index) notify() {
 }
 
 func (ix *Index) updated() {
+	ix.generation.Add(1)
 	select {
 	case ix.updates <- struct{}{}:
 	default:
@@ -300,8 +301,13 @@ func (ix *Index) updated() {
 	ix.contentChanged()
 }
 
-func (ix *Index) contentChanged() {
+// targetsAdded counts an object that may have been added to a set of
+// targets.
+func (ix *Index) targetsAdded() {
 	ix.generation.Add(1)
+}
+
+func (ix *Index) contentChanged() {
 	select {
 	case ix.contents <- struct{}{}:
 	default:

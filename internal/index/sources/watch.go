@@ -66,6 +66,10 @@ type Config struct {
 	// TargetsChanged, if set, is called after the objects in a watch's
 	// set of targets changed (see Watch.SetWatchTargets).
 	TargetsChanged func()
+	// TargetsAdded, if set, is called after an object may have been added
+	// to a watch's set of targets (one added, or a shard listed), before
+	// TargetsChanged.
+	TargetsAdded func()
 }
 
 // onShards keeps the endpoint URLs that are on one of shards (all if there
@@ -139,7 +143,7 @@ func NewWatch(src Source, paths []fieldpath.Reference, cfg Config) *Watch {
 	st := store.New(cfg.Changed)
 	st.SetAdmissionMemory(cfg.AdmissionMemory)
 	return &Watch{
-		src: src, paths: paths, cfg: cfg, store: st, targets: targets.New(cfg.TargetsChanged), done: make(chan struct{}), poke: make(chan struct{}, 1),
+		src: src, paths: paths, cfg: cfg, store: st, targets: targets.New(cfg.TargetsChanged, cfg.TargetsAdded), done: make(chan struct{}), poke: make(chan struct{}, 1),
 		state:  State{Phase: PhaseSyncing, Message: fmt.Sprintf("Reading the APIExport %q", src.Export.Name)},
 		shards: map[string]*shardWatch{}, readThrough: map[logicalcluster.Name]string{},
 	}

@@ -90,12 +90,23 @@ type Set struct {
 	// changed, if not nil, is called without the lock after an object was
 	// added or removed, or a shard listed or dropped.
 	changed func()
+	// added, if not nil, is called without the lock after an object was
+	// added or a shard listed, before changed.
+	added func()
 }
 
 // New returns an empty set that calls changed (if not nil) after every
-// change of its contents.
-func New(changed func()) *Set {
-	return &Set{shards: map[string]*shard{}, changed: changed}
+// change of its contents, and added (if not nil) after every change that
+// may have added an object: one added, or a shard listed.
+func New(changed, added func()) *Set {
+	return &Set{shards: map[string]*shard{}, changed: changed, added: added}
+}
+
+func (s *Set) notifyAdded() {
+	if s.added != nil {
+		s.added()
+	}
+	s.notify()
 }
 
 func (s *Set) notify() {
@@ -194,7 +205,7 @@ func (s *shardStore) Add(obj any) error {
 	added := sh.add(o)
 	s.set.lock.Unlock()
 	if added {
-		s.set.notify()
+		s.set.notifyAdded()
 	}
 	return nil
 }
@@ -237,7 +248,7 @@ func (s *shardStore) Replace(list []any, _ string) error {
 	s.set.shards[s.shard] = sh
 	s.set.lock.Unlock()
 	s.synced()
-	s.set.notify()
+	s.set.notifyAdded()
 	return nil
 }
 

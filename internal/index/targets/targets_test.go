@@ -97,10 +97,10 @@ func TestSet(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var notified, synced atomic.Int32
-			s := New(func() { notified.Add(1) })
+			var notified, added, synced atomic.Int32
+			s := New(func() { notified.Add(1) }, func() { added.Add(1) })
 			for i, st := range tt.steps {
-				before := notified.Load()
+				before, addedBefore := notified.Load(), added.Load()
 				rs := s.ForShard(st.shard, func() { synced.Add(1) })
 				var err error
 				switch st.do {
@@ -129,6 +129,12 @@ func TestSet(t *testing.T) {
 				if got := notified.Load() != before; got != st.notified {
 					t.Errorf("step %d (%s): notified = %v, want %v", i, st.do, got, st.notified)
 				}
+				// Only a change that may add an object counts as added: an
+				// object that goes makes no other clearable.
+				wantAdded := st.notified && st.do != "delete" && st.do != "drop"
+				if got := added.Load() != addedBefore; got != wantAdded {
+					t.Errorf("step %d (%s): added = %v, want %v", i, st.do, got, wantAdded)
+				}
 				if s.Len() != st.len {
 					t.Errorf("step %d (%s): Len() = %d, want %d", i, st.do, s.Len(), st.len)
 				}
@@ -149,7 +155,7 @@ func TestSet(t *testing.T) {
 // The reflector hands the store only what it decoded; anything else is an
 // error, not a panic.
 func TestSetRefusesOtherObjects(t *testing.T) {
-	rs := New(nil).ForShard("https://shard-1", func() {})
+	rs := New(nil, nil).ForShard("https://shard-1", func() {})
 	if err := rs.Add("not an object"); err == nil {
 		t.Error("Add accepted a string")
 	}
@@ -189,7 +195,7 @@ func BenchmarkSetMemory(b *testing.B) {
 	const n = 10_000
 	for range b.N {
 		before := heapInUse()
-		s := New(nil)
+		s := New(nil, nil)
 		peak := func() uint64 {
 			list := targetsOf(n)
 			defer runtime.KeepAlive(list)
@@ -209,7 +215,7 @@ func BenchmarkSetMemory(b *testing.B) {
 // BenchmarkSetHas is the cost of one lookup in a set of 10,000 targets.
 func BenchmarkSetHas(b *testing.B) {
 	list := targetsOf(10_000)
-	s := New(nil)
+	s := New(nil, nil)
 	if err := s.ForShard("https://shard-1", func() {}).Replace(list, "1"); err != nil {
 		b.Fatal(err)
 	}
