@@ -274,7 +274,7 @@ func unlabelled(m kcp.Meta, raw []byte, current string) bool {
 	if err != nil || ledger.Clearance != inflight.Clearance(current, m.UID) {
 		return false
 	}
-	label, _ := jsonparser.GetString(raw, "metadata", "labels", depv1alpha1.LabelCleared)
+	label, _ := inflight.ClearedLabel(raw)
 	return label != current
 }
 

@@ -310,8 +310,8 @@ func stateOf(raw []byte, now time.Time) (*state, error) {
 	if err != nil {
 		ledger = Ledger{Floor: ms(now)}
 	}
-	_, typ, _, err := jsonparser.Get(raw, "metadata", "labels", depv1alpha1.LabelCleared)
-	return &state{resourceVersion: meta.ResourceVersion, ledger: ledger, cleared: err == nil && typ != jsonparser.Null}, nil
+	_, cleared := ClearedLabel(raw)
+	return &state{resourceVersion: meta.ResourceVersion, ledger: ledger, cleared: cleared}, nil
 }
 
 // patchBody is the merge patch that sets the ledger, with resourceVersion
@@ -332,6 +332,24 @@ func patchBody(resourceVersion string, ledger Ledger, uncleared bool) ([]byte, e
 	return json.Marshal(struct {
 		Metadata metadata `json:"metadata"`
 	}{m})
+}
+
+// ClearedLabel reads the label that says an object is cleared
+// (api/v1alpha1.LabelCleared) from its JSON: its value, and whether the
+// object carries it (not absent, not null).
+func ClearedLabel(raw []byte) (string, bool) {
+	value, typ, _, err := jsonparser.Get(raw, "metadata", "labels", depv1alpha1.LabelCleared)
+	if err != nil || typ == jsonparser.Null {
+		return "", false
+	}
+	if typ != jsonparser.String {
+		return "", true
+	}
+	s, err := jsonparser.ParseString(value)
+	if err != nil {
+		return "", true
+	}
+	return s, true
 }
 
 // LedgerOf reads the ledger of an object from its JSON; an object without

@@ -80,7 +80,7 @@ func (g *LedgerGuard) handle(ctx context.Context, req admission.Request) (admiss
 	var ops []jsonpatch.JsonPatchOperation
 	var warnings []string
 	if req.Operation == admissionv1.Create {
-		if _, typ, _, err := jsonparser.Get(req.Object.Raw, "metadata", "labels", depv1alpha1.LabelCleared); err == nil && typ != jsonparser.Null {
+		if _, labelled := inflight.ClearedLabel(req.Object.Raw); labelled {
 			ops = append(ops, jsonpatch.NewOperation("remove", "/metadata/labels/"+escapeKey(depv1alpha1.LabelCleared), nil))
 			warnings = append(warnings, fmt.Sprintf("the label %s is managed by the dependency webhook and was removed (drop it from the manifest)", depv1alpha1.LabelCleared))
 		}
