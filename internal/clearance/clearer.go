@@ -23,6 +23,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/inflight"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook/deletion/teardown"
 )
 
 // Targets lists the protected resources; *registry.Registry implements it.
@@ -59,6 +60,13 @@ type Generations interface {
 	Generation() uint64
 }
 
+// Namespaces tell whether a namespace is being deleted, as kcp says, asking
+// it through the virtual workspace of src and remembering the answer;
+// *objects.Client implements it.
+type Namespaces interface {
+	NamespaceTerminating(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace string) (bool, error)
+}
+
 // Options configure a Clearer.
 type Options struct {
 	// Interval is how often the protected objects are listed (default
@@ -76,6 +84,13 @@ type Options struct {
 	// Index, if set, tells whether the index changed since a listing (see
 	// Clearer.Pass); *index.Index implements it.
 	Index Generations
+	// Namespaces, if set, tells the objects that a teardown under way is
+	// about to delete (their namespace, or for a cluster-scoped object
+	// their workspace, is being deleted): those are neither cleared nor
+	// labelled, since the teardown makes the write useless and the
+	// webhook decides its items from the index. Where kcp cannot tell (the
+	// provider's APIExport does not claim events), objects are cleared.
+	Namespaces Namespaces
 	// Metrics, if set, counts the clearances written.
 	Metrics *Metrics
 }
@@ -180,12 +195,14 @@ func (c *Clearer) Pass(ctx context.Context) int {
 	full := (c.passes.Add(1)-1)%int64(c.opts.FullEvery) == 0
 	listings := map[index.Source]*listing{}
 	work := make(chan candidate)
+	unknown := &namespaces{}
 	var workers sync.WaitGroup
 	var n atomic.Int64
 	for range c.opts.Workers {
 		workers.Go(func() {
 			for cand := range work {
 				switch {
+				case c.doomed(ctx, cand, unknown):
 				case cand.label:
 					if !c.label(ctx, cand) {
 						cand.listing.again.Store(true)
@@ -261,6 +278,59 @@ func (c *Clearer) Pass(ctx context.Context) int {
 	close(work)
 	workers.Wait()
 	return int(n.Load())
+}
+
+// namespaces are the namespaces of which kcp could not tell in a pass
+// whether they are being deleted; they are not asked again in the pass.
+type namespaces struct {
+	lock sync.Mutex
+	keys map[kcp.ObjectKey]bool
+}
+
+func (n *namespaces) has(key kcp.ObjectKey) bool {
+	n.lock.Lock()
+	defer n.lock.Unlock()
+	return n.keys[key]
+}
+
+func (n *namespaces) add(key kcp.ObjectKey) {
+	n.lock.Lock()
+	defer n.lock.Unlock()
+	if n.keys == nil {
+		n.keys = map[kcp.ObjectKey]bool{}
+	}
+	n.keys[key] = true
+}
+
+// doomed reports whether a teardown under way is about to delete cand:
+// its namespace, or for a cluster-scoped object its workspace (whose
+// namespace teardown.WorkspaceNamespace is deleted only with it), is being
+// deleted. Options.Namespaces remembers its answers (a namespace being
+// deleted for minutes, one that is not for seconds); a namespace of which
+// kcp cannot tell, noted in unknown, is asked once per pass.
+func (c *Clearer) doomed(ctx context.Context, cand candidate, unknown *namespaces) bool {
+	if c.opts.Namespaces == nil {
+		return false
+	}
+	namespace := cand.meta.Namespace
+	if namespace == "" {
+		namespace = teardown.WorkspaceNamespace
+	}
+	key := kcp.ObjectKey{Cluster: cand.meta.Cluster, Name: namespace}
+	if unknown.has(key) {
+		return false
+	}
+	terminating, err := c.opts.Namespaces.NamespaceTerminating(ctx, cand.src, cand.meta.Cluster, namespace)
+	if err != nil {
+		unknown.add(key)
+		log.FromContext(ctx).V(1).Info("Clearing without knowing whether the namespace is being deleted", "cluster", cand.meta.Cluster, "namespace", namespace, "error", err.Error())
+		return false
+	}
+	if terminating {
+		log.FromContext(ctx).V(1).Info("Not clearing an object that a teardown is about to delete", "resource", cand.src.Resource.GroupResource(),
+			"cluster", cand.meta.Cluster, "namespace", cand.meta.Namespace, "name", cand.meta.Name)
+	}
+	return terminating
 }
 
 // unlabelled reports whether an object, as listed, is cleared under

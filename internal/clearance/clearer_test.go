@@ -3,6 +3,7 @@ package clearance
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"maps"
 	"slices"
 	"strings"
@@ -32,11 +33,13 @@ var (
 // vpc is a VPC as listed: created age before now, with the ledger (none
 // if empty) and the extra metadata.
 type vpc struct {
-	name   string
-	age    time.Duration
-	ledger string
-	extra  map[string]any
-	rv     string
+	name string
+	// namespace is "default" if empty, none if "-".
+	namespace string
+	age       time.Duration
+	ledger    string
+	extra     map[string]any
+	rv        string
 }
 
 func (v vpc) json() []byte {
@@ -44,7 +47,14 @@ func (v vpc) json() []byte {
 	if v.ledger != "" {
 		annotations[depv1alpha1.AnnotationAdmittedReferences] = v.ledger
 	}
-	meta := map[string]any{"name": v.name, "namespace": "default", "uid": "uid-" + v.name, "resourceVersion": v.rv,
+	namespace := v.namespace
+	switch namespace {
+	case "":
+		namespace = "default"
+	case "-":
+		namespace = ""
+	}
+	meta := map[string]any{"name": v.name, "namespace": namespace, "uid": "uid-" + v.name, "resourceVersion": v.rv,
 		"creationTimestamp": now.Add(-v.age).Format(time.RFC3339), "annotations": annotations}
 	for k, val := range v.extra {
 		meta[k] = val
@@ -280,4 +290,64 @@ func TestPassListsOnlyWhenSomethingChanged(t *testing.T) {
 	pass("the objects cannot be cleared now", false)
 	decider.fingerprint = "fp2"
 	pass("they can again, under the same fingerprint", true)
+}
+
+// fakeNamespaces says which namespaces are being deleted, and that it
+// cannot tell of those in unknown; it counts the questions.
+type fakeNamespaces struct {
+	lock        sync.Mutex
+	terminating map[string]bool
+	unknown     map[string]bool
+	asked       map[string]int
+}
+
+func (f *fakeNamespaces) NamespaceTerminating(_ context.Context, src index.Source, cluster logicalcluster.Name, namespace string) (bool, error) {
+	f.lock.Lock()
+	defer f.lock.Unlock()
+	key := cluster.String() + "/" + namespace
+	f.asked[key]++
+	if src != vpcs {
+		return false, errors.New("asked through the wrong virtual workspace")
+	}
+	if f.unknown[key] {
+		return false, errors.New("the export does not claim events")
+	}
+	return f.terminating[key], nil
+}
+
+// The objects that a teardown under way is about to delete are neither
+// cleared nor labelled: the teardown makes the write useless. Where kcp
+// cannot tell, objects are cleared, and it is asked once per pass.
+func TestPassLeavesTeardownsAlone(t *testing.T) {
+	clearedLedger := func(name string) string {
+		return inflight.Ledger{Clearance: inflight.Clearance("fp", types.UID("uid-"+name))}.String()
+	}
+	objs := &fakeObjects{vpcs: []vpc{
+		{name: "kept", age: time.Hour, rv: "1"},
+		{name: "doomed", namespace: "doomed", age: time.Hour, rv: "2"},
+		{name: "doomed-cleared", namespace: "doomed", age: time.Hour, ledger: clearedLedger("doomed-cleared"), rv: "3"},
+		{name: "unknown-1", namespace: "unknown", age: time.Hour, rv: "4"},
+		{name: "unknown-2", namespace: "unknown", age: time.Hour, rv: "5"},
+		{name: "cluster-scoped", namespace: "-", age: time.Hour, rv: "6"},
+	}}
+	decider := &fakeDecider{fingerprint: "fp", referenced: map[string]bool{}, notClear: map[string]bool{}}
+	ns := &fakeNamespaces{terminating: map[string]bool{"consumer/doomed": true}, unknown: map[string]bool{"consumer/unknown": true}, asked: map[string]int{}}
+	c := New(protections{{Target: registry.Target{Cluster: "provider", Resource: vpcs.Resource.GroupResource()}, Source: vpcs}}, objs, decider,
+		Options{Namespaces: ns, Metrics: NewMetrics()})
+	c.now = func() time.Time { return now }
+	if n := c.Pass(context.Background()); n != 4 {
+		t.Errorf("Pass cleared %d objects, want 4", n)
+	}
+	want := map[string]string{"kept": "fp", "unknown-1": "fp", "unknown-2": "fp", "cluster-scoped": "fp"}
+	if !maps.Equal(objs.labels, want) {
+		t.Errorf("labels written %v, want %v", objs.labels, want)
+	}
+	if slices.Contains(decider.decided, "doomed") {
+		t.Errorf("an object of a namespace being deleted was decided: %v", decider.decided)
+	}
+	// A cluster-scoped object is deleted with its workspace: asked of the
+	// workspace's namespace default.
+	if wantAsked := map[string]int{"consumer/default": 2, "consumer/doomed": 2, "consumer/unknown": 1}; !maps.Equal(ns.asked, wantAsked) {
+		t.Errorf("asked %v, want %v", ns.asked, wantAsked)
+	}
 }

@@ -99,17 +99,22 @@ func (c *Client) NamespaceTerminating(ctx context.Context, src index.Source, clu
 }
 
 // remembered returns what NamespaceTerminating learned of key, if it is
-// still valid at now, and forgets what has expired.
+// still valid at now, and now and then forgets what has expired.
 func (c *Client) remembered(key namespaceKey, now time.Time) (namespaceState, bool) {
 	c.lock.Lock()
 	defer c.lock.Unlock()
 	s, ok := c.namespaces[key]
-	for k, old := range c.namespaces {
-		if now.Sub(old.at) >= terminatingTTL {
-			delete(c.namespaces, k)
+	// Forgetting walks every answer: at most once a minute, as the
+	// clearer asks once for every object it is about to clear.
+	if now.Sub(c.swept) >= time.Minute {
+		c.swept = now
+		for k, old := range c.namespaces {
+			if now.Sub(old.at) >= terminatingTTL {
+				delete(c.namespaces, k)
+			}
 		}
 	}
-	return s, ok && (s.terminating || now.Sub(s.at) < notTerminatingTTL)
+	return s, ok && now.Sub(s.at) < terminatingTTL && (s.terminating || now.Sub(s.at) < notTerminatingTTL)
 }
 
 // existed reports whether NamespaceTerminating found namespace key active

@@ -68,6 +68,8 @@ type Client struct {
 	// found each namespace active last.
 	namespaces map[namespaceKey]namespaceState
 	active     map[namespaceKey]time.Time
+	// swept is when expired namespaces were last forgotten.
+	swept time.Time
 }
 
 // New returns a Client that routes its requests with router.

@@ -253,6 +253,52 @@ func TestNamespaceTerminating(t *testing.T) {
 	}
 }
 
+// An answer is asked again once it expired, whether or not it was
+// forgotten yet: a namespace found active after 2s, one found being
+// deleted after 10 minutes.
+func TestNamespaceTerminatingExpires(t *testing.T) {
+	terminating := status(http.StatusForbidden, "Forbidden", `[{"reason":"NamespaceTerminating","message":"namespace is being terminated"}]`)
+	shard := &fakeShard{clusters: map[string]string{"c1": `{"items":[]}`}}
+	c := New(newFakeRouter(t, -1, shard))
+	now := time.Unix(1000, 0)
+	c.now = func() time.Time { return now }
+	ctx := context.Background()
+	asks := func(step string, want int) {
+		t.Helper()
+		if got := len(shard.requested()); got != want {
+			t.Errorf("%s: %d dry-run Events, want %d", step, got, want)
+		}
+	}
+	ask := func(namespace string) bool {
+		t.Helper()
+		terminating, err := c.NamespaceTerminating(ctx, testSource, "c1", namespace)
+		if err != nil {
+			t.Fatalf("NamespaceTerminating(%s): %v", namespace, err)
+		}
+		return terminating
+	}
+	ask("active")
+	shard.created = terminating
+	ask("doomed")
+	asks("asked", 2)
+	now = now.Add(time.Second)
+	ask("active")
+	ask("doomed")
+	asks("remembered", 2)
+	now = now.Add(notTerminatingTTL)
+	ask("active")
+	ask("doomed")
+	asks("an active namespace expired", 3)
+	now = now.Add(terminatingTTL - notTerminatingTTL - 2*time.Second) // a second before it expires
+	if !ask("doomed") {
+		t.Errorf("a namespace being deleted was forgotten within %s", terminatingTTL)
+	}
+	asks("a namespace being deleted, remembered", 3)
+	now = now.Add(time.Second)
+	ask("doomed")
+	asks("a namespace being deleted expired", 4)
+}
+
 // A namespace found active before and gone now was deleted since: kcp
 // deletes a workspace's namespace default only with the workspace. One
 // never found active, or a 404 about something else, tells nothing.

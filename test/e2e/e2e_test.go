@@ -419,6 +419,16 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 		Expect(l).NotTo(Equal(forged))
 		expectDenied(ctx, consumerA, vpcs, "vpc-uncleared", "VirtualMachine/default/vm-uncleared")
 
+		By("a cleared VPC exported and applied again as a new object keeps neither the clearance nor the label")
+		copied := vpc("vpc-clear-copy")
+		copied.SetLabels(map[string]string{depv1alpha1.LabelCleared: fingerprint})
+		copied.SetAnnotations(map[string]string{depv1alpha1.AnnotationAdmittedReferences: cleared["vpc-clear-1"]})
+		create(ctx, consumerA, copied)
+		Expect(label(Default, "vpc-clear-copy")).To(BeEmpty())
+		l, _ = ledger(Default, "vpc-clear-copy")
+		Expect(l).NotTo(ContainSubstring(" c="))
+		Expect(remove(ctx, consumerA, vpcs, "vpc-clear-copy")).To(Succeed())
+
 		By("a new reference ends the clearance, and removes the label, before the VM is stored: the DELETE is denied")
 		create(ctx, consumerA, vm("vm-clear-2", "vpc-clear-2"))
 		l, _ = ledger(Default, "vpc-clear-2")
