@@ -67,6 +67,15 @@ type Namespaces interface {
 	NamespaceTerminating(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace string) (bool, error)
 }
 
+// Teardowns tell which objects kcp's teardowns were deleting lately, as
+// their items to the DELETE webhook showed; *deletion.Validator implements
+// it.
+type Teardowns interface {
+	// TearingDown reports whether kcp is deleting every object of resource
+	// in namespace (empty for cluster-scoped objects) of cluster.
+	TearingDown(cluster logicalcluster.Name, namespace string, resource schema.GroupResource) bool
+}
+
 // Options configure a Clearer.
 type Options struct {
 	// Interval is how often the protected objects are listed (default
@@ -84,12 +93,15 @@ type Options struct {
 	// Index, if set, tells whether the index changed since a listing (see
 	// Clearer.Pass); *index.Index implements it.
 	Index Generations
-	// Namespaces, if set, tells the objects that a teardown under way is
-	// about to delete (their namespace, or for a cluster-scoped object
-	// their workspace, is being deleted): those are neither cleared nor
-	// labelled, since the teardown makes the write useless and the
-	// webhook decides its items from the index. Where kcp cannot tell (the
-	// provider's APIExport does not claim events), objects are cleared.
+	// Teardowns and Namespaces, if set, tell the objects that a teardown
+	// under way is about to delete: kcp's teardown sent the DELETE webhook
+	// an item of their resource in their namespace lately, or kcp says
+	// their namespace (for a cluster-scoped object, their workspace) is
+	// being deleted. Those are neither cleared nor labelled, since the
+	// teardown makes the write useless and the webhook decides its items
+	// from the index. Where neither tells (no item yet, and the provider's
+	// APIExport does not claim events), objects are cleared.
+	Teardowns  Teardowns
 	Namespaces Namespaces
 	// Metrics, if set, counts the clearances written.
 	Metrics *Metrics
@@ -303,12 +315,19 @@ func (n *namespaces) add(key kcp.ObjectKey) {
 }
 
 // doomed reports whether a teardown under way is about to delete cand:
-// its namespace, or for a cluster-scoped object its workspace (whose
-// namespace teardown.WorkspaceNamespace is deleted only with it), is being
-// deleted. Options.Namespaces remembers its answers (a namespace being
-// deleted for minutes, one that is not for seconds); a namespace of which
-// kcp cannot tell, noted in unknown, is asked once per pass.
+// kcp's teardown sent the webhook an item of its resource in its namespace
+// lately (Options.Teardowns), or its namespace, or for a cluster-scoped
+// object its workspace (whose namespace teardown.WorkspaceNamespace is
+// deleted only with it), is being deleted. Options.Namespaces remembers
+// its answers (a namespace being deleted for minutes, one that is not for
+// seconds); a namespace of which kcp cannot tell, noted in unknown, is
+// asked once per pass.
 func (c *Clearer) doomed(ctx context.Context, cand candidate, unknown *namespaces) bool {
+	if c.opts.Teardowns != nil && c.opts.Teardowns.TearingDown(cand.meta.Cluster, cand.meta.Namespace, cand.src.Resource.GroupResource()) {
+		log.FromContext(ctx).V(1).Info("Not clearing an object that a teardown is deleting", "resource", cand.src.Resource.GroupResource(),
+			"cluster", cand.meta.Cluster, "namespace", cand.meta.Namespace, "name", cand.meta.Name)
+		return true
+	}
 	if c.opts.Namespaces == nil {
 		return false
 	}

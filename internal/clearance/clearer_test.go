@@ -315,9 +315,19 @@ func (f *fakeNamespaces) NamespaceTerminating(_ context.Context, src index.Sourc
 	return f.terminating[key], nil
 }
 
+// tearingDown is a fake of the resources and namespaces whose objects kcp's
+// teardowns were deleting lately.
+type tearingDown map[string]bool
+
+func (td tearingDown) TearingDown(cluster logicalcluster.Name, namespace string, resource schema.GroupResource) bool {
+	return td[cluster.String()+"/"+namespace+"/"+resource.String()]
+}
+
 // The objects that a teardown under way is about to delete are neither
-// cleared nor labelled: the teardown makes the write useless. Where kcp
-// cannot tell, objects are cleared, and it is asked once per pass.
+// cleared nor labelled: the teardown makes the write useless. The items of
+// a teardown tell it without asking kcp, even where kcp cannot tell (no
+// events claim); otherwise kcp is asked, once per pass where it cannot
+// tell, and the objects are cleared then.
 func TestPassLeavesTeardownsAlone(t *testing.T) {
 	clearedLedger := func(name string) string {
 		return inflight.Ledger{Clearance: inflight.Clearance("fp", types.UID("uid-"+name))}.String()
@@ -329,11 +339,12 @@ func TestPassLeavesTeardownsAlone(t *testing.T) {
 		{name: "unknown-1", namespace: "unknown", age: time.Hour, rv: "4"},
 		{name: "unknown-2", namespace: "unknown", age: time.Hour, rv: "5"},
 		{name: "cluster-scoped", namespace: "-", age: time.Hour, rv: "6"},
+		{name: "torn", namespace: "torn", age: time.Hour, rv: "7"},
 	}}
 	decider := &fakeDecider{fingerprint: "fp", referenced: map[string]bool{}, notClear: map[string]bool{}}
-	ns := &fakeNamespaces{terminating: map[string]bool{"consumer/doomed": true}, unknown: map[string]bool{"consumer/unknown": true}, asked: map[string]int{}}
+	ns := &fakeNamespaces{terminating: map[string]bool{"consumer/doomed": true}, unknown: map[string]bool{"consumer/unknown": true, "consumer/torn": true}, asked: map[string]int{}}
 	c := New(protections{{Target: registry.Target{Cluster: "provider", Resource: vpcs.Resource.GroupResource()}, Source: vpcs}}, objs, decider,
-		Options{Namespaces: ns, Metrics: NewMetrics()})
+		Options{Teardowns: tearingDown{"consumer/torn/vpcs.net.io": true, "consumer/doomed/subnets.net.io": true}, Namespaces: ns, Metrics: NewMetrics()})
 	c.now = func() time.Time { return now }
 	if n := c.Pass(context.Background()); n != 4 {
 		t.Errorf("Pass cleared %d objects, want 4", n)
@@ -342,8 +353,8 @@ func TestPassLeavesTeardownsAlone(t *testing.T) {
 	if !maps.Equal(objs.labels, want) {
 		t.Errorf("labels written %v, want %v", objs.labels, want)
 	}
-	if slices.Contains(decider.decided, "doomed") {
-		t.Errorf("an object of a namespace being deleted was decided: %v", decider.decided)
+	if slices.Contains(decider.decided, "doomed") || slices.Contains(decider.decided, "torn") {
+		t.Errorf("an object that a teardown deletes was decided: %v", decider.decided)
 	}
 	// A cluster-scoped object is deleted with its workspace: asked of the
 	// workspace's namespace default.

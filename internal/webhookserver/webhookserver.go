@@ -256,7 +256,7 @@ func (a *assembly) serve(ctx context.Context) ([]manager.Runnable, error) {
 	}
 	writers = append(writers, audit.New(a.reg, a.ix, a.objects, resolved, audit.Options{GracePeriod: a.gracePeriod(), Metrics: a.auditMetrics}))
 	if a.opts.ClearanceInterval > 0 {
-		writers = append(writers, clearance.New(a.reg, a.objects, deletions, clearance.Options{Interval: a.opts.ClearanceInterval, Index: a.ix, Namespaces: a.objects, Metrics: a.clearanceMetrics}))
+		writers = append(writers, clearance.New(a.reg, a.objects, deletions, clearance.Options{Interval: a.opts.ClearanceInterval, Index: a.ix, Teardowns: deletions, Namespaces: a.objects, Metrics: a.clearanceMetrics}))
 	}
 	if recs != nil {
 		writers = append(writers, replay.New(a.reg, a.ix, a.objects, recs, deletions, replay.Options{Interval: a.opts.ReplayInterval, Metrics: a.replayMetrics}))

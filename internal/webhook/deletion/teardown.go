@@ -157,6 +157,14 @@ func (v *Validator) referenceInFlight(d *deletion) bool {
 	return len(a.InFlight) > 0 || a.FloorInFlight
 }
 
+// TearingDown reports whether an item of kcp's teardowns of an object of
+// resource in namespace (empty for a cluster-scoped one) of cluster reached
+// this webhook within teardown.UnderwayFor: kcp is deleting every such
+// object. The clearer leaves those alone.
+func (v *Validator) TearingDown(cluster logicalcluster.Name, namespace string, resource schema.GroupResource) bool {
+	return v.underway.Deleting(cluster, namespace, resource)
+}
+
 // scope returns what a teardown under way in the workspace of d deletes,
 // asking kcp through the virtual workspace of the protected resource.
 func (v *Validator) scope(d *deletion) *teardown.Scope {

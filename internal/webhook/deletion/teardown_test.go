@@ -1001,3 +1001,31 @@ func TestTeardownWithoutTheNamespaceProbe(t *testing.T) {
 		t.Errorf("%d Events, want none", len(events.events))
 	}
 }
+
+// An item of kcp's teardown tells the clearer that every object of its
+// resource in its namespace is being deleted; a user's DELETE, or an item
+// of an unprotected resource, tells nothing.
+func TestTeardownItemsTellTheClearer(t *testing.T) {
+	deps := &fakeDependents{states: map[schema.GroupVersionResource]index.State{routers: {Phase: index.PhaseSynced, Namespaced: false}}}
+	v := NewValidator(cycleRules, loaded(true), deps)
+	ctx := webhook.WithProvider(context.Background(), provider)
+	v.Handle(ctx, deleteRequest(vpcs, consumer, "kept", "vpc-a", nil))
+	v.Handle(ctx, teardownItem(deleteRequest(vpcs, consumer, "torn", "vpc-b", nil)))
+	tests := []struct {
+		namespace string
+		resource  schema.GroupResource
+		want      bool
+	}{
+		{"torn", vpcs.GroupResource(), true},
+		{"kept", vpcs.GroupResource(), false},
+		{"torn", vms.GroupResource(), false},
+	}
+	for _, tt := range tests {
+		if got := v.TearingDown(consumer, tt.namespace, tt.resource); got != tt.want {
+			t.Errorf("TearingDown(%s, %s) = %v, want %v", tt.namespace, tt.resource, got, tt.want)
+		}
+	}
+	if v.TearingDown("other", "torn", vpcs.GroupResource()) {
+		t.Error("a teardown in one workspace tells of another")
+	}
+}

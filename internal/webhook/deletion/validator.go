@@ -119,7 +119,10 @@ type Validator struct {
 	// teardowns that wait for objects outside them.
 	cycles *cycles.Breaker
 	waits  *teardown.Waits
-	now    func() time.Time
+	// underway remembers the resources whose objects kcp's teardowns were
+	// deleting lately, for the clearer (see TearingDown).
+	underway *teardown.Underway
+	now      func() time.Time
 }
 
 // Option configures a Validator.
@@ -155,7 +158,7 @@ func WithNamespaces(n Namespaces) Option {
 // readiness reports them loaded, and finds dependents in dependents.
 func NewValidator(rules RuleFinder, readiness webhook.Readiness, dependents Dependents, opts ...Option) *Validator {
 	v := &Validator{rules: rules, readiness: readiness, dependents: dependents, maxBlockers: DefaultMaxBlockers, now: time.Now,
-		waits: teardown.NewWaits()}
+		waits: teardown.NewWaits(), underway: teardown.NewUnderway()}
 	for _, o := range opts {
 		o(v)
 	}
@@ -281,6 +284,9 @@ func (v *Validator) protectAs(ctx context.Context, logger logr.Logger, req admis
 		self:   selfRef{target: target, namespace: obj.Namespace, name: obj.Name, uid: obj.UID},
 		groups: v.groupByDependent(entries, obj.Namespace), clearing: clearing}
 	d.denial = denial{logger: logger, req: req, target: target, obj: obj, source: entries[0].Target, deferrable: v.recorder != nil && !d.teardown && !clearing}
+	if d.teardown {
+		v.underway.Saw(obj.Cluster, obj.Namespace, target)
+	}
 
 	// 6. Dependents in the index that reference the object deny at once,
 	// unless the object is where kcp's teardown breaks a cycle.

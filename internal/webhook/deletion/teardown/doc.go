@@ -4,7 +4,9 @@
 // that reference an object, directly or through others (Explore), its
 // strongly connected components (Graph.Component, Tarjan's algorithm),
 // which objects a teardown under way deletes (Scope, from what kcp says
-// about namespaces), and the components broken a moment ago (Broken).
+// about namespaces), the components broken a moment ago (Broken), and the
+// resources whose objects kcp's teardowns were deleting lately (Underway,
+// from the items themselves).
 //
 // A cycle may be broken only where every object that references an object
 // of it, directly or through others, is deleted by a teardown under way:

@@ -1,0 +1,52 @@
+package teardown
+
+import (
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kcp-dev/logicalcluster/v3"
+)
+
+// An item tells that its resource in its namespace of its workspace is
+// being deleted, for UnderwayFor after the last item; what expired is
+// forgotten.
+func TestUnderway(t *testing.T) {
+	vpcs, subnets := schema.GroupResource{Group: "net.io", Resource: "vpcs"}, schema.GroupResource{Group: "net.io", Resource: "subnets"}
+	u := NewUnderway()
+	now := time.Unix(1000, 0)
+	u.now = func() time.Time { return now }
+	u.Saw("c1", "doomed", vpcs)
+	u.Saw("c1", "", vpcs)
+	tests := []struct {
+		cluster, namespace string
+		resource           schema.GroupResource
+		want               bool
+	}{
+		{"c1", "doomed", vpcs, true},
+		{"c1", "", vpcs, true},
+		{"c1", "doomed", subnets, false},
+		{"c1", "other", vpcs, false},
+		{"c2", "doomed", vpcs, false},
+	}
+	for _, tt := range tests {
+		if got := u.Deleting(logicalcluster.Name(tt.cluster), tt.namespace, tt.resource); got != tt.want {
+			t.Errorf("Deleting(%s, %q, %s) = %v, want %v", tt.cluster, tt.namespace, tt.resource, got, tt.want)
+		}
+	}
+	now = now.Add(UnderwayFor - time.Second)
+	u.Saw("c1", "doomed", vpcs) // kcp retries the items
+	now = now.Add(time.Second)
+	if !u.Deleting("c1", "doomed", vpcs) {
+		t.Error("a teardown whose items came again was forgotten")
+	}
+	if u.Deleting("c1", "", vpcs) {
+		t.Errorf("a teardown without items for %s still counts", UnderwayFor)
+	}
+	now = now.Add(UnderwayFor)
+	u.Saw("c2", "other", subnets)
+	if len(u.seen) != 1 {
+		t.Errorf("%d entries kept, want only the one seen last", len(u.seen))
+	}
+}
