@@ -11,9 +11,9 @@
 // with the object's resourceVersion as a precondition, so that it holds
 // for exactly the state it was decided on. The DELETE webhook's match
 // condition (webhookconfig.NotClearedCondition) then lets kcp delete the
-// object without calling the webhook. It leaves alone the objects of a
-// namespace, or a workspace, that kcp says is being deleted: the teardown
-// deletes them a moment later.
+// object without calling the webhook. It leaves alone the objects that a
+// teardown is deleting, as its items to the webhook or kcp's answer about
+// their namespace tell: they are gone a moment later.
 //
 // Why that is sound: only the webhook writes the ledger (its guard keeps
 // the stored one on every other write and drops it from a CREATE), and the
