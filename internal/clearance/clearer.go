@@ -93,6 +93,9 @@ type Options struct {
 	// Index, if set, tells whether the index changed since a listing (see
 	// Clearer.Pass); *index.Index implements it.
 	Index Generations
+	// Settle is how long the index must not have changed before a pass
+	// begins, waiting at most Interval (default 2s; see Clearer.settle).
+	Settle time.Duration
 	// Teardowns and Namespaces, if set, tell the objects that a teardown
 	// under way is about to delete: kcp's teardown sent the DELETE webhook
 	// an item of their resource in their namespace lately, or kcp says
@@ -163,6 +166,9 @@ func New(targets Targets, objects Objects, decider Decider, opts Options) *Clear
 	if opts.FullEvery <= 0 {
 		opts.FullEvery = 10
 	}
+	if opts.Settle <= 0 {
+		opts.Settle = 2 * time.Second
+	}
 	return &Clearer{targets: targets, objects: objects, decider: decider, opts: opts, now: time.Now}
 }
 
@@ -177,8 +183,38 @@ func (c *Clearer) Start(ctx context.Context) error {
 	logger := log.FromContext(ctx).WithName("clearance")
 	ctx = log.IntoContext(ctx, logger)
 	logger.Info("Clearing unreferenced objects", "interval", c.opts.Interval)
-	wait.UntilWithContext(ctx, func(ctx context.Context) { c.Pass(ctx) }, c.opts.Interval)
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
+		c.settle(ctx)
+		c.Pass(ctx)
+	}, c.opts.Interval)
 	return nil
+}
+
+// settle waits, with Options.Index, until the index has not changed for
+// Options.Settle, at most Options.Interval: a pass then does not run while
+// dependents are going in bulk (a teardown, or a stack deleted from the
+// top), whose targets are usually deleted next, so that it does not clear
+// objects a moment before they go. The items of a teardown's protected
+// types, which follow its dependents, tell the pass to leave those alone
+// (see doomed).
+func (c *Clearer) settle(ctx context.Context) {
+	if c.opts.Index == nil {
+		return
+	}
+	last, quiet := c.opts.Index.Generation(), time.Duration(0)
+	tick := c.opts.Settle / 4
+	for waited := time.Duration(0); quiet < c.opts.Settle && waited < c.opts.Interval; waited += tick {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(tick):
+		}
+		if g := c.opts.Index.Generation(); g != last {
+			last, quiet = g, 0
+			continue
+		}
+		quiet += tick
+	}
 }
 
 // candidate is an object to decide, as listed.

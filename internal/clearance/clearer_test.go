@@ -362,3 +362,38 @@ func TestPassLeavesTeardownsAlone(t *testing.T) {
 		t.Errorf("asked %v, want %v", ns.asked, wantAsked)
 	}
 }
+
+// A pass waits until the index has been quiet for Settle, and no longer
+// than Interval while it keeps changing.
+func TestSettle(t *testing.T) {
+	// Generous upper bounds: a loaded machine delays the ticks.
+	const settle, interval, slack = 40 * time.Millisecond, 2 * time.Second, time.Second
+	tests := []struct {
+		name        string
+		changing    time.Duration
+		least, most time.Duration
+	}{
+		{name: "quiet", least: settle, most: slack},
+		{name: "changing for a while", changing: 150 * time.Millisecond, least: 150*time.Millisecond + settle, most: 150*time.Millisecond + slack},
+		{name: "changing throughout", changing: 2 * interval, least: interval, most: interval + slack},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			gen := &generation{}
+			c := New(protections{}, &fakeObjects{}, &fakeDecider{}, Options{Index: gen, Settle: settle, Interval: interval})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			start := time.Now()
+			go func() {
+				for time.Since(start) < tt.changing && ctx.Err() == nil {
+					gen.n.Add(1)
+					time.Sleep(2 * time.Millisecond)
+				}
+			}()
+			c.settle(ctx)
+			if took := time.Since(start); took < tt.least || took > tt.most {
+				t.Errorf("settled after %s, want between %s and %s", took, tt.least, tt.most)
+			}
+		})
+	}
+}
