@@ -243,14 +243,16 @@ func (c *Clearer) Pass(ctx context.Context) int {
 	full := (c.passes.Add(1)-1)%int64(c.opts.FullEvery) == 0
 	listings := map[index.Source]*listing{}
 	work := make(chan candidate)
-	unknown := &namespaces{}
+	// The namespaces of which kcp could not tell in this pass whether they
+	// are being deleted (kcp.ObjectKey); they are not asked again.
+	var unknown sync.Map
 	var workers sync.WaitGroup
 	var n atomic.Int64
 	for range c.opts.Workers {
 		workers.Go(func() {
 			for cand := range work {
 				switch {
-				case c.doomed(ctx, cand, unknown):
+				case c.doomed(ctx, cand, &unknown):
 				case cand.label:
 					if !c.label(ctx, cand) {
 						cand.listing.again.Store(true)
@@ -328,28 +330,6 @@ func (c *Clearer) Pass(ctx context.Context) int {
 	return int(n.Load())
 }
 
-// namespaces are the namespaces of which kcp could not tell in a pass
-// whether they are being deleted; they are not asked again in the pass.
-type namespaces struct {
-	lock sync.Mutex
-	keys map[kcp.ObjectKey]bool
-}
-
-func (n *namespaces) has(key kcp.ObjectKey) bool {
-	n.lock.Lock()
-	defer n.lock.Unlock()
-	return n.keys[key]
-}
-
-func (n *namespaces) add(key kcp.ObjectKey) {
-	n.lock.Lock()
-	defer n.lock.Unlock()
-	if n.keys == nil {
-		n.keys = map[kcp.ObjectKey]bool{}
-	}
-	n.keys[key] = true
-}
-
 // doomed reports whether a teardown under way is about to delete cand:
 // kcp's teardown sent the webhook an item of its resource in its namespace
 // lately (Options.Teardowns), or its namespace, or for a cluster-scoped
@@ -358,10 +338,11 @@ func (n *namespaces) add(key kcp.ObjectKey) {
 // its answers (a namespace being deleted for minutes, one that is not for
 // seconds); a namespace of which kcp cannot tell, noted in unknown, is
 // asked once per pass.
-func (c *Clearer) doomed(ctx context.Context, cand candidate, unknown *namespaces) bool {
+func (c *Clearer) doomed(ctx context.Context, cand candidate, unknown *sync.Map) bool {
+	logger := log.FromContext(ctx).WithValues("resource", cand.src.Resource.GroupResource(), "cluster", cand.meta.Cluster,
+		"namespace", cand.meta.Namespace, "name", cand.meta.Name)
 	if c.opts.Teardowns != nil && c.opts.Teardowns.TearingDown(cand.meta.Cluster, cand.meta.Namespace, cand.src.Resource.GroupResource()) {
-		log.FromContext(ctx).V(1).Info("Not clearing an object that a teardown is deleting", "resource", cand.src.Resource.GroupResource(),
-			"cluster", cand.meta.Cluster, "namespace", cand.meta.Namespace, "name", cand.meta.Name)
+		logger.V(1).Info("Not clearing an object that a teardown is deleting", "by", "its items")
 		return true
 	}
 	if c.opts.Namespaces == nil {
@@ -372,18 +353,16 @@ func (c *Clearer) doomed(ctx context.Context, cand candidate, unknown *namespace
 		namespace = teardown.WorkspaceNamespace
 	}
 	key := kcp.ObjectKey{Cluster: cand.meta.Cluster, Name: namespace}
-	if unknown.has(key) {
+	if _, ok := unknown.Load(key); ok {
 		return false
 	}
 	terminating, err := c.opts.Namespaces.NamespaceTerminating(ctx, cand.src, cand.meta.Cluster, namespace)
-	if err != nil {
-		unknown.add(key)
-		log.FromContext(ctx).V(1).Info("Clearing without knowing whether the namespace is being deleted", "cluster", cand.meta.Cluster, "namespace", namespace, "error", err.Error())
-		return false
-	}
-	if terminating {
-		log.FromContext(ctx).V(1).Info("Not clearing an object that a teardown is about to delete", "resource", cand.src.Resource.GroupResource(),
-			"cluster", cand.meta.Cluster, "namespace", cand.meta.Namespace, "name", cand.meta.Name)
+	switch {
+	case err != nil:
+		unknown.Store(key, struct{}{})
+		logger.V(1).Info("Clearing without knowing whether the namespace is being deleted", "error", err.Error())
+	case terminating:
+		logger.V(1).Info("Not clearing an object that a teardown is deleting", "by", "kcp")
 	}
 	return terminating
 }

@@ -14,9 +14,8 @@ import (
 // forgotten.
 func TestUnderway(t *testing.T) {
 	vpcs, subnets := schema.GroupResource{Group: "net.io", Resource: "vpcs"}, schema.GroupResource{Group: "net.io", Resource: "subnets"}
-	u := NewUnderway()
 	now := time.Unix(1000, 0)
-	u.now = func() time.Time { return now }
+	u := newUnderway(clockFunc(func() time.Time { return now }))
 	u.Saw("c1", "doomed", vpcs)
 	u.Saw("c1", "", vpcs)
 	tests := []struct {
@@ -46,7 +45,12 @@ func TestUnderway(t *testing.T) {
 	}
 	now = now.Add(UnderwayFor)
 	u.Saw("c2", "other", subnets)
-	if len(u.seen) != 1 {
-		t.Errorf("%d entries kept, want only the one seen last", len(u.seen))
+	if kept := u.seen.Keys(); len(kept) != 1 {
+		t.Errorf("%d entries kept, want only the one seen last", len(kept))
 	}
 }
+
+// clockFunc is a cache.Clock that reads the time from a function.
+type clockFunc func() time.Time
+
+func (f clockFunc) Now() time.Time { return f() }
