@@ -58,10 +58,36 @@ type namespaceState struct {
 // found active for existedTTL.
 func (c *Client) NamespaceTerminating(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace string) (bool, error) {
 	key := namespaceKey{cluster, namespace}
-	now := c.now()
-	if s, ok := c.remembered(key, now); ok {
+	if s, ok := c.remembered(key, c.now()); ok {
 		return s.terminating, nil
 	}
+	// Callers that ask about one namespace through one export at once
+	// share a probe (the clearer's workers, a teardown's items): it runs
+	// on its own deadline, so a caller that gives up ends no other's.
+	probe := c.probes.DoChan(src.Export.String()+"|"+cluster.String()+"|"+namespace, func() (any, error) {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeTimeout)
+		defer cancel()
+		return c.probeNamespace(pctx, src, key)
+	})
+	select {
+	case <-ctx.Done():
+		return false, fmt.Errorf("cannot tell whether namespace %s of logical cluster %s is being deleted: %w", namespace, cluster, ctx.Err())
+	case r := <-probe:
+		if r.Err != nil {
+			return false, r.Err
+		}
+		return r.Val.(bool), nil
+	}
+}
+
+// probeTimeout bounds a probe that NamespaceTerminating's callers share.
+const probeTimeout = 10 * time.Second
+
+// probeNamespace asks kcp whether the namespace of key is being deleted
+// (see NamespaceTerminating) and remembers the answer.
+func (c *Client) probeNamespace(ctx context.Context, src index.Source, key namespaceKey) (bool, error) {
+	cluster, namespace := key.cluster, key.namespace
+	now := c.now()
 	body, err := probeEvent(namespace)
 	if err != nil {
 		return false, err

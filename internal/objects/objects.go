@@ -27,6 +27,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
+
 	"github.com/kcp-dev/logicalcluster/v3"
 
 	"github.com/opendefensecloud/dependency-controller/internal/index"
@@ -70,6 +72,9 @@ type Client struct {
 	active     map[namespaceKey]time.Time
 	// swept is when expired namespaces were last forgotten.
 	swept time.Time
+	// probes are the probes of namespaces in flight (see
+	// NamespaceTerminating).
+	probes singleflight.Group
 }
 
 // New returns a Client that routes its requests with router.

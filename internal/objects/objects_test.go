@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -383,4 +384,65 @@ func TestReviewAccessWithoutTheExport(t *testing.T) {
 	if _, err := New(r).ReviewAccess(context.Background(), testSource, "c1", spec); !errors.Is(err, ErrNoAccessReview) || !strings.Contains(err.Error(), "apiexportendpointslices") {
 		t.Errorf("ReviewAccess() = %v", err)
 	}
+}
+
+// Callers that ask about one namespace at once share one dry-run Event,
+// and one that gives up while waiting ends no other's wait.
+func TestNamespaceProbesShared(t *testing.T) {
+	release := make(chan struct{})
+	shard := &fakeShard{clusters: map[string]string{"c1": `{"items":[]}`}, created: func(w http.ResponseWriter) {
+		<-release
+		status(http.StatusForbidden, "Forbidden", `[{"reason":"NamespaceTerminating","message":"namespace is being terminated"}]`)(w)
+	}}
+	c := New(newFakeRouter(t, -1, shard))
+	const callers = 8
+	var clock atomic.Int32
+	c.now = func() time.Time {
+		clock.Add(1)
+		return time.Now()
+	}
+	gaveUp, giveUp := context.WithCancel(context.Background())
+	results := make(chan error, callers+1)
+	for i := range callers + 1 {
+		ctx := context.Background()
+		if i == 0 {
+			ctx = gaveUp
+		}
+		go func() {
+			terminating, err := c.NamespaceTerminating(ctx, testSource, "c1", "doomed")
+			if err == nil && !terminating {
+				err = errors.New("not terminating")
+			}
+			results <- err
+		}()
+	}
+	// Every caller has looked for a remembered answer (one look at the
+	// clock each), and the probe (one more) waits for release.
+	if err := wait(func() bool { return clock.Load() == callers+2 && len(shard.requested()) == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	giveUp()
+	if err := <-results; !errors.Is(err, context.Canceled) {
+		t.Errorf("the caller that gave up got %v, want context.Canceled", err)
+	}
+	close(release)
+	for range callers {
+		if err := <-results; err != nil {
+			t.Errorf("NamespaceTerminating() of a namespace being deleted: %v", err)
+		}
+	}
+	if got := shard.requested(); len(got) != 1 {
+		t.Errorf("%d dry-run Events for %d callers at once, want 1: %v", len(got), callers+1, got)
+	}
+}
+
+// wait polls cond for up to 5s.
+func wait(cond func() bool) error {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return nil
+		}
+	}
+	return errors.New("timed out")
 }
