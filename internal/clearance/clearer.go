@@ -291,10 +291,11 @@ func (c *Clearer) Pass(ctx context.Context) int {
 			selector = depv1alpha1.LabelCleared + "!=" + current
 		}
 		err := c.objects.ListObjects(ctx, p.Source, selector, func(m kcp.Meta, raw []byte) bool {
-			if unlabelled(m, raw, current) {
+			o := newListed(m, raw)
+			if o.unlabelled(current) {
 				return true
 			}
-			due, ok := dueAt(m, raw, current)
+			due, ok := o.dueAt(current)
 			if ok && now.Before(due) && (l.due.IsZero() || due.Before(l.due)) {
 				l.due = due
 			}
@@ -303,9 +304,9 @@ func (c *Clearer) Pass(ctx context.Context) int {
 			if raw == nil {
 				return nil
 			}
-			ledger, _ := inflight.LedgerOf(raw)
-			cand := candidate{src: p.Source, provider: p.Target.Cluster, meta: m, raw: raw, ledger: ledger,
-				label: unlabelled(m, raw, current), fingerprint: current, listing: l}
+			o := newListed(m, raw)
+			cand := candidate{src: p.Source, provider: p.Target.Cluster, meta: m, raw: raw, ledger: o.ledger,
+				label: o.unlabelled(current), fingerprint: current, listing: l}
 			select {
 			case work <- cand:
 			case <-ctx.Done():
@@ -367,18 +368,33 @@ func (c *Clearer) doomed(ctx context.Context, cand candidate, unknown *sync.Map)
 	return terminating
 }
 
+// listed is an object as listed, with its ledger read once.
+type listed struct {
+	meta kcp.Meta
+	raw  []byte
+	// ledger is the object's ledger; ledgerErr why it does not parse.
+	ledger    inflight.Ledger
+	ledgerErr error
+}
+
+func newListed(m kcp.Meta, raw []byte) listed {
+	l := listed{meta: m, raw: raw}
+	l.ledger, l.ledgerErr = inflight.LedgerOf(raw)
+	return l
+}
+
 // unlabelled reports whether an object, as listed, is cleared under
 // current but lacks the label that says so (cleared by a release before
 // the label, or the label was removed by someone else).
-func unlabelled(m kcp.Meta, raw []byte, current string) bool {
+func (o listed) unlabelled(current string) bool {
+	m := o.meta
 	if m.Terminating || m.UID == "" {
 		return false
 	}
-	ledger, err := inflight.LedgerOf(raw)
-	if err != nil || ledger.Clearance != inflight.Clearance(current, m.UID) {
+	if o.ledgerErr != nil || o.ledger.Clearance != inflight.Clearance(current, m.UID) {
 		return false
 	}
-	label, _ := inflight.ClearedLabel(raw)
+	label, _ := inflight.ClearedLabel(o.raw)
 	return label != current
 }
 
@@ -389,18 +405,15 @@ func unlabelled(m kcp.Meta, raw []byte, current string) bool {
 // be in flight (from the time returned on). It returns false if the
 // object is not worth deciding at any time as it is. The decision proper
 // is the Decider's.
-func dueAt(m kcp.Meta, raw []byte, current string) (time.Time, bool) {
-	if m.Terminating || m.DeletionRequested || m.SkipProtection || m.UID == "" {
-		return time.Time{}, false
-	}
-	ledger, err := inflight.LedgerOf(raw)
-	if err != nil {
+func (o listed) dueAt(current string) (time.Time, bool) {
+	m, ledger := o.meta, o.ledger
+	if m.Terminating || m.DeletionRequested || m.SkipProtection || m.UID == "" || o.ledgerErr != nil {
 		return time.Time{}, false
 	}
 	if ledger.Clearance == inflight.Clearance(current, m.UID) {
 		return time.Time{}, false
 	}
-	ts, err := jsonparser.GetString(raw, "metadata", "creationTimestamp")
+	ts, err := jsonparser.GetString(o.raw, "metadata", "creationTimestamp")
 	if err != nil {
 		return time.Time{}, false
 	}
