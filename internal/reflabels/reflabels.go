@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/go-openapi/jsonpointer"
 	"gomodules.xyz/jsonpatch/v2"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -252,18 +253,13 @@ func Patch(current, want map[string]string) []jsonpatch.JsonPatchOperation {
 	}
 	for _, k := range slices.Sorted(maps.Keys(current)) {
 		if _, ok := want[k]; Managed(k) && !ok {
-			ops = append(ops, jsonpatch.NewOperation("remove", "/metadata/labels/"+escape(k), nil))
+			ops = append(ops, jsonpatch.NewOperation("remove", "/metadata/labels/"+jsonpointer.Escape(k), nil))
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(want)) {
 		if v, ok := current[k]; !ok || v != want[k] {
-			ops = append(ops, jsonpatch.NewOperation("add", "/metadata/labels/"+escape(k), want[k]))
+			ops = append(ops, jsonpatch.NewOperation("add", "/metadata/labels/"+jsonpointer.Escape(k), want[k]))
 		}
 	}
 	return ops
-}
-
-// escape escapes a map key for a JSON pointer (RFC 6901).
-func escape(key string) string {
-	return strings.ReplaceAll(strings.ReplaceAll(key, "~", "~0"), "/", "~1")
 }

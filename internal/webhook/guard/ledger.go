@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/go-openapi/jsonpointer"
 	"gomodules.xyz/jsonpatch/v2"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -81,7 +82,7 @@ func (g *LedgerGuard) handle(ctx context.Context, req admission.Request) (admiss
 	var warnings []string
 	if req.Operation == admissionv1.Create {
 		if _, labelled := inflight.ClearedLabel(req.Object.Raw); labelled {
-			ops = append(ops, jsonpatch.NewOperation("remove", "/metadata/labels/"+escapeKey(depv1alpha1.LabelCleared), nil))
+			ops = append(ops, jsonpatch.NewOperation("remove", "/metadata/labels/"+jsonpointer.Escape(depv1alpha1.LabelCleared), nil))
 			warnings = append(warnings, fmt.Sprintf("the label %s is managed by the dependency webhook and was removed (drop it from the manifest)", depv1alpha1.LabelCleared))
 		}
 	}
@@ -133,7 +134,7 @@ func annotation(raw []byte, key string) (string, bool, error) {
 // raw, which has (set) or lacks the annotation key, the annotation key with
 // value if want, or none.
 func annotationPatch(raw []byte, key, value string, want, set bool) jsonpatch.JsonPatchOperation {
-	path := "/metadata/annotations/" + escapeKey(key)
+	path := "/metadata/annotations/" + jsonpointer.Escape(key)
 	switch {
 	case !want:
 		return jsonpatch.NewOperation("remove", path, nil)
@@ -144,11 +145,6 @@ func annotationPatch(raw []byte, key, value string, want, set bool) jsonpatch.Js
 	default:
 		return jsonpatch.NewOperation("add", "/metadata/annotations", map[string]string{key: value})
 	}
-}
-
-// escapeKey escapes a label or annotation key for a JSON patch path.
-func escapeKey(key string) string {
-	return strings.ReplaceAll(strings.ReplaceAll(key, "~", "~0"), "/", "~1")
 }
 
 // hasAnnotations reports whether the object raw has an annotations object
