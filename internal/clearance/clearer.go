@@ -286,11 +286,13 @@ func (c *Clearer) Pass(ctx context.Context) int {
 				continue
 			}
 		}
-		selector := ""
+		selector, kind := "", ListingFull
 		if !full {
-			selector = depv1alpha1.LabelCleared + "!=" + current
+			selector, kind = depv1alpha1.LabelCleared+"!="+current, ListingUncleared
 		}
+		listed := 0
 		err := c.objects.ListObjects(ctx, p.Source, selector, func(m kcp.Meta, raw []byte) bool {
+			listed++
 			o := newListed(m, raw)
 			if o.unlabelled(current) {
 				return true
@@ -314,6 +316,7 @@ func (c *Clearer) Pass(ctx context.Context) int {
 			}
 			return nil
 		})
+		c.opts.Metrics.listedObjects(kind, listed)
 		if err != nil {
 			if ctx.Err() == nil {
 				logger.Error(err, "Failed to list protected objects to clear", "resource", p.Source)
@@ -524,24 +527,55 @@ func patchBody(resourceVersion, fingerprint string, ledger *inflight.Ledger) ([]
 // nil *Metrics records nothing.
 type Metrics struct {
 	writes *prometheus.CounterVec
+	listed *prometheus.CounterVec
 }
+
+// Kinds of listing, the values of the listing label of
+// dependency_webhook_clearance_listed_objects_total.
+const (
+	// ListingFull: every object of a protected resource (the first pass
+	// and every Options.FullEvery-th).
+	ListingFull = "full"
+	// ListingUncleared: the objects not labelled cleared under the
+	// current fingerprint.
+	ListingUncleared = "uncleared"
+)
 
 // NewMetrics creates the metrics.
 func NewMetrics() *Metrics {
-	return &Metrics{writes: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "dependency_webhook_clearances_total",
-		Help: "Clearances written on unreferenced protected objects, whose DELETE kcp then admits without calling the webhook, by result: cleared, labelled (an object cleared before got the label that leaves it out of later listings), changed (the object changed since it was listed; decided again at the next pass) or failed.",
-	}, []string{"result"})}
+	return &Metrics{
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dependency_webhook_clearances_total",
+			Help: "Clearances written on unreferenced protected objects, whose DELETE kcp then admits without calling the webhook, by result: cleared, labelled (an object cleared before got the label that leaves it out of later listings), changed (the object changed since it was listed; decided again at the next pass) or failed.",
+		}, []string{"result"}),
+		listed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dependency_webhook_clearance_listed_objects_total",
+			Help: "Protected objects that the clearer listed through the virtual workspaces (a wildcard LIST per protected resource and shard, in the passes whose listing was not current), by listing: full (every object; the first pass and every tenth) or uncleared (those not labelled cleared under the current fingerprint, referenced ones included).",
+		}, []string{"listing"}),
+	}
 }
 
 // Describe implements prometheus.Collector.
-func (m *Metrics) Describe(ch chan<- *prometheus.Desc) { m.writes.Describe(ch) }
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	m.writes.Describe(ch)
+	m.listed.Describe(ch)
+}
 
 // Collect implements prometheus.Collector.
-func (m *Metrics) Collect(ch chan<- prometheus.Metric) { m.writes.Collect(ch) }
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.writes.Collect(ch)
+	m.listed.Collect(ch)
+}
 
 func (m *Metrics) written(result string) {
 	if m != nil {
 		m.writes.WithLabelValues(result).Inc()
+	}
+}
+
+// listedObjects counts n objects listed by a listing of the given kind.
+func (m *Metrics) listedObjects(listing string, n int) {
+	if m != nil && n > 0 {
+		m.listed.WithLabelValues(listing).Add(float64(n))
 	}
 }

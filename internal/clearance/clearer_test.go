@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -395,5 +397,49 @@ func TestSettle(t *testing.T) {
 				t.Errorf("settled after %s, want between %s and %s", took, tt.least, tt.most)
 			}
 		})
+	}
+}
+
+// The clearer counts the objects it lists, by listing: every object in a
+// full pass, those not labelled cleared under the current fingerprint in
+// the others (referenced ones included), none where its listing is current.
+func TestPassCountsWhatItLists(t *testing.T) {
+	objs := &fakeObjects{vpcs: []vpc{
+		{name: "old", age: time.Hour, rv: "1"},
+		{name: "referenced", age: time.Hour, rv: "2"},
+		{name: "cleared-labelled", age: time.Hour, ledger: inflight.Ledger{Clearance: inflight.Clearance("fp", "uid-cleared-labelled")}.String(),
+			extra: map[string]any{"labels": map[string]any{depv1alpha1.LabelCleared: "fp"}}, rv: "3"},
+	}}
+	decider := &fakeDecider{fingerprint: "fp", referenced: map[string]bool{"referenced": true}, notClear: map[string]bool{}}
+	metrics := NewMetrics()
+	var gen generation
+	c := New(protections{{Target: registry.Target{Cluster: "provider", Resource: vpcs.Resource.GroupResource()}, Source: vpcs}}, objs, decider,
+		Options{Workers: 1, FullEvery: 10, Metrics: metrics, Index: &gen})
+	c.now = func() time.Time { return now }
+	listed := func(listing string) float64 {
+		return testutil.ToFloat64(metrics.listed.WithLabelValues(listing))
+	}
+	tests := []struct {
+		step                string
+		change              bool
+		wantFull, wantOther float64
+	}{
+		// The first pass lists every object.
+		{step: "first pass", wantFull: 3},
+		// "old" was cleared and labelled (the fake keeps the object as it
+		// was, so a listing returns it again); nothing changed since.
+		{step: "nothing changed", wantFull: 3},
+		// The index changed: the objects not labelled cleared are listed,
+		// the referenced one included.
+		{step: "the index changed", change: true, wantFull: 3, wantOther: 2},
+	}
+	for _, tt := range tests {
+		if tt.change {
+			gen.n.Add(1)
+		}
+		c.Pass(context.Background())
+		if got, other := listed(ListingFull), listed(ListingUncleared); got != tt.wantFull || other != tt.wantOther {
+			t.Errorf("%s: listed %v in full passes and %v in others, want %v and %v", tt.step, got, other, tt.wantFull, tt.wantOther)
+		}
 	}
 }

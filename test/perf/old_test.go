@@ -70,6 +70,9 @@ func (s *setup) waitTracked(ctx context.Context, t *testing.T, p *protection) ti
 // object cleared is deleted by kcp without calling the webhook.
 const clearancesWritten = `dependency_webhook_clearances_total{result="cleared"}`
 
+// clearerListed counts the protected objects the clearer listed.
+const clearerListed = "dependency_webhook_clearance_listed_objects_total"
+
 // clearanceWait bounds how long the deletion of old objects waits for
 // their clearances: the webhook lists the protected objects every 30s.
 const clearanceWait = 2 * time.Minute
@@ -182,7 +185,7 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, nsN int) []stri
 		if out, err := exec.CommandContext(ctx, s.kubectl[0], append(s.kubectl[1:], "get", "vpcs", "-n", ns, "--field-selector=metadata.name=none")...).CombinedOutput(); err != nil {
 			t.Fatalf("kubectl get vpcs -n %s: %v\n%s", ns, err, tail(out))
 		}
-		kcp0, cpu0 := s.kcpTimes(ctx, t), s.cpuTimes(ctx, t)
+		kcp0, cpu0, listed0 := s.kcpTimes(ctx, t), s.cpuTimes(ctx, t), s.sum(t, clearerListed)
 		s.profileKCP(ctx, t, ns, 3)
 		start := time.Now()
 		out, err := exec.CommandContext(ctx, s.kubectl[0], append(s.kubectl[1:], "delete", "vpcs", "--all", "-n", ns, "--wait=false")...).CombinedOutput()
@@ -194,7 +197,7 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, nsN int) []stri
 			t.Fatalf("kubectl delete vpcs --all -n %s deleted %d of %d:\n%s", ns, deleted, allN, tail(out))
 		}
 		cpu = append(cpu, s.cpuTimes(ctx, t).since(cpu0))
-		kcpTimes = append(kcpTimes, s.kcpTimes(ctx, t).since(kcp0, allN, "DELETE"))
+		kcpTimes = append(kcpTimes, fmt.Sprintf("%s; the clearer listed %.0f objects meanwhile", s.kcpTimes(ctx, t).since(kcp0, allN, "DELETE"), s.sum(t, clearerListed)-listed0))
 		return took
 	}
 	deleteNamespace := func(ns string) time.Duration {
