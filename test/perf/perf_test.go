@@ -41,7 +41,8 @@
 //     the webhook decided the items of the namespace deletion; then the
 //     same of old objects (created more than oldAge before):
 //     kubectl delete --all of 1,000 VPCs no longer referenced
-//     (MEASURE_OLD_ALL_N), and a namespace of 2,000 VPCs and VMs
+//     (MEASURE_OLD_ALL_N; without the rule once before it and once after,
+//     against the drift of kcp's state over a run), and a namespace of 2,000 VPCs and VMs
 //     referencing them (MEASURE_OLD_NS_N), with the rule once where the
 //     consumer accepted the network provider's events claim and once where
 //     it rejected it;
