@@ -17,6 +17,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
 	"github.com/kcp-dev/logicalcluster/v3"
@@ -418,7 +419,9 @@ func TestNamespaceProbesShared(t *testing.T) {
 	}
 	// Every caller has looked for a remembered answer (one look at the
 	// clock each), and the probe (one more) waits for release.
-	if err := wait(func() bool { return clock.Load() == callers+2 && len(shard.requested()) == 1 }); err != nil {
+	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return clock.Load() == callers+2 && len(shard.requested()) == 1, nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(50 * time.Millisecond)
@@ -435,14 +438,4 @@ func TestNamespaceProbesShared(t *testing.T) {
 	if got := shard.requested(); len(got) != 1 {
 		t.Errorf("%d dry-run Events for %d callers at once, want 1: %v", len(got), callers+1, got)
 	}
-}
-
-// wait polls cond for up to 5s.
-func wait(cond func() bool) error {
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if cond() {
-			return nil
-		}
-	}
-	return errors.New("timed out")
 }
