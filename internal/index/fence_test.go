@@ -38,10 +38,11 @@ func (s *versionShard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, `{"kind":"VirtualMachineList","metadata":{"resourceVersion":%q},"items":[]}`, rv)
 }
 
-func (s *versionShard) set(rv string, code int) {
+// set answers every LIST at rv from now on, without failing.
+func (s *versionShard) set(rv string) {
 	s.lock.Lock()
 	defer s.lock.Unlock()
-	s.rv, s.status = rv, code
+	s.rv, s.status = rv, 0
 }
 
 func (s *versionShard) requested() []string {
@@ -168,7 +169,7 @@ func TestFencedDeclines(t *testing.T) {
 			if tt.setup != nil {
 				tt.setup(ix, w)
 			}
-			fenced, err := ix.Fenced(context.Background(), tt.q)
+			fenced, err := ix.Fenced(context.Background(), tt.q, time.Now())
 			if fenced || err != nil {
 				t.Errorf("Fenced() = %v, %v; want false", fenced, err)
 			}
@@ -183,15 +184,17 @@ func TestFencedDeclines(t *testing.T) {
 
 // The first call for a scope takes a fence (a LIST of at most one object,
 // without a selector) and waits up to fenceWait for the index to pass it;
-// later calls reuse it, without waiting, until it is fenceTTL old.
+// later calls of teardowns that had begun by then reuse it, without
+// waiting, however far apart they come; a teardown that begins later takes
+// its own.
 func TestFencedTakesAFenceAndReusesIt(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("an index already past the fence", func(t *testing.T) {
 		shard := &versionShard{rv: "100"}
-		ix, w, _ := fencedIndex(t, shard)
+		ix, w, c := fencedIndex(t, shard)
 		progressTo(t, w, "100")
-		if fenced, err := ix.Fenced(ctx, fenceQuery); !fenced || err != nil {
+		if fenced, err := ix.Fenced(ctx, fenceQuery, c.now()); !fenced || err != nil {
 			t.Errorf("Fenced() = %v, %v; want true", fenced, err)
 		}
 		if r := shard.requested(); !slices.Equal(r, []string{fenceRequest}) {
@@ -201,81 +204,85 @@ func TestFencedTakesAFenceAndReusesIt(t *testing.T) {
 
 	t.Run("an index one version behind the fence", func(t *testing.T) {
 		shard := &versionShard{rv: "100"}
-		ix, w, _ := fencedIndex(t, shard)
+		ix, w, c := fencedIndex(t, shard)
 		progressTo(t, w, "99")
-		if fenced, err := ix.Fenced(ctx, fenceQuery); fenced || err != nil {
+		if fenced, err := ix.Fenced(ctx, fenceQuery, c.now()); fenced || err != nil {
 			t.Errorf("Fenced() = %v, %v; want false", fenced, err)
 		}
 	})
 
 	t.Run("an index that passes the fence while the first call waits", func(t *testing.T) {
 		shard := &versionShard{rv: "100"}
-		ix, w, _ := fencedIndex(t, shard)
+		ix, w, c := fencedIndex(t, shard)
 		s := progressTo(t, w, "90")
 		go func() {
 			time.Sleep(fenceWait / 4)
 			s.(cache.ResourceVersionUpdater).UpdateResourceVersion("101")
 		}()
-		if fenced, err := ix.Fenced(ctx, fenceQuery); !fenced || err != nil {
+		if fenced, err := ix.Fenced(ctx, fenceQuery, c.now()); !fenced || err != nil {
 			t.Errorf("Fenced() = %v, %v; want true", fenced, err)
 		}
 	})
 
-	t.Run("an index that does not pass the fence", func(t *testing.T) {
+	t.Run("an index that passes the fence later", func(t *testing.T) {
 		shard := &versionShard{rv: "100"}
 		ix, w, c := fencedIndex(t, shard)
 		s := progressTo(t, w, "90")
-
-		// The first call waits for the index, in vain.
-		start := time.Now()
-		fenced, err := ix.Fenced(ctx, fenceQuery)
-		if took := time.Since(start); fenced || err != nil || took < fenceWait {
-			t.Errorf("first call: Fenced() = %v, %v after %v; want false after waiting %v", fenced, err, took, fenceWait)
-		}
-		if r := shard.requested(); !slices.Equal(r, []string{fenceRequest}) {
-			t.Errorf("requests %q, want one LIST with limit=1: %q", r, fenceRequest)
-		}
-
-		// Another call within fenceTTL reuses the fence and does not wait.
-		c.advance(fenceTTL / 2)
-		start = time.Now()
-		fenced, err = ix.Fenced(ctx, fenceQuery)
-		if took := time.Since(start); fenced || err != nil || took >= fenceWait {
-			t.Errorf("second call: Fenced() = %v, %v after %v; want false at once", fenced, err, took)
-		}
-		if r := shard.requested(); len(r) != 1 {
-			t.Errorf("the second call took a new fence: %q", r)
+		begun := c.now()
+		call := func(step string, begun time.Time, want bool, wantWait bool, wantRequests int) {
+			t.Helper()
+			start := time.Now()
+			fenced, err := ix.Fenced(ctx, fenceQuery, begun)
+			took := time.Since(start)
+			if fenced != want || err != nil {
+				t.Errorf("%s: Fenced() = %v, %v; want %v", step, fenced, err, want)
+			}
+			if waited := took >= fenceWait; waited != wantWait {
+				t.Errorf("%s: took %v, want waiting %v: %v", step, took, fenceWait, wantWait)
+			}
+			if r := shard.requested(); len(r) != wantRequests {
+				t.Errorf("%s: requests %q, want %d fences", step, r, wantRequests)
+			}
 		}
 
-		// Once the index passes the fence, so does the next call, without
-		// reading.
+		// The first item of a teardown takes a fence and waits for the
+		// index, in vain; the next one reuses the fence and does not wait.
+		call("first item", begun, false, true, 1)
+		c.advance(time.Second)
+		call("second item", begun, false, false, 1)
+
+		// Once the index passes the fence, so do the items of the
+		// teardown, without reading, however long kcp backs off between
+		// them (up to a minute).
 		s.(cache.ResourceVersionUpdater).UpdateResourceVersion("100")
-		if fenced, err := ix.Fenced(ctx, fenceQuery); !fenced || err != nil {
-			t.Errorf("after the index passed the fence: Fenced() = %v, %v; want true", fenced, err)
-		}
-		if r := shard.requested(); len(r) != 1 {
-			t.Errorf("a call within fenceTTL took a new fence: %q", r)
-		}
+		c.advance(20 * time.Second)
+		call("item after 20 s", begun, true, false, 1)
+		c.advance(time.Minute)
+		call("item after another minute", begun, true, false, 1)
 
-		// A fence fenceTTL old is taken anew: the new one is ahead of the
-		// index again, and the first call for it waits.
-		shard.set("150", 0)
-		c.advance(fenceTTL / 2)
-		start = time.Now()
-		fenced, err = ix.Fenced(ctx, fenceQuery)
-		if took := time.Since(start); fenced || err != nil || took < fenceWait {
-			t.Errorf("after fenceTTL: Fenced() = %v, %v after %v; want false after waiting", fenced, err, took)
-		}
-		if r := shard.requested(); !slices.Equal(r, []string{fenceRequest, fenceRequest}) {
-			t.Errorf("requests %q, want a second fence", r)
-		}
+		// A teardown that began after the fence was taken takes its own,
+		// ahead of the index again, and waits; the items of the first
+		// teardown keep the fence the index passed.
+		shard.set("150")
+		later := c.now()
+		call("first item of a later teardown", later, false, true, 2)
+		call("item of the first teardown", begun, true, false, 2)
+		call("second item of the later teardown", later, false, false, 2)
 		s.(cache.ResourceVersionUpdater).UpdateResourceVersion("150")
-		if fenced, err := ix.Fenced(ctx, fenceQuery); !fenced || err != nil {
-			t.Errorf("after the index passed the new fence: Fenced() = %v, %v; want true", fenced, err)
-		}
-		if r := shard.requested(); len(r) != 2 {
-			t.Errorf("requests %q, want two fences", r)
-		}
+		call("item of the later teardown once the index passed its fence", later, true, false, 2)
+
+		// A relist from an older version takes the index back behind both
+		// fences: neither teardown is fenced until it passes them again.
+		progressTo(t, w, "95")
+		call("item of the first teardown after a relist", begun, false, false, 2)
+		call("item of the later teardown after a relist", later, false, false, 2)
+
+		// Fences are forgotten fenceMemory after they were taken: an item
+		// then takes a new one.
+		progressTo(t, w, "200")
+		c.advance(fenceMemory)
+		shard.set("210")
+		call("item after fenceMemory", begun, false, true, 3)
 	})
 }
 
@@ -289,7 +296,7 @@ func TestFencesAreByScope(t *testing.T) {
 	other := fenceQuery
 	other.Namespace = "other"
 	for _, q := range []Query{fenceQuery, other, fenceQuery, other} {
-		if fenced, err := ix.Fenced(ctx, q); !fenced || err != nil {
+		if fenced, err := ix.Fenced(ctx, q, c.now()); !fenced || err != nil {
 			t.Errorf("Fenced(%s) = %v, %v; want true", q.Namespace, fenced, err)
 		}
 	}
@@ -298,15 +305,15 @@ func TestFencesAreByScope(t *testing.T) {
 		t.Errorf("requests %q, want one fence per namespace %q", r, want)
 	}
 	w.setState(State{Phase: PhaseSynced, Namespaced: false})
-	if fenced, err := ix.Fenced(ctx, fenceQuery); !fenced || err != nil {
+	if fenced, err := ix.Fenced(ctx, fenceQuery, c.now()); !fenced || err != nil {
 		t.Errorf("Fenced() of cluster-scoped dependents = %v, %v; want true", fenced, err)
 	}
 	if r := shard.requested(); len(r) != 3 || r[2] != "/clusters/c1/apis/compute.io/v1/virtualmachines?limit=1" {
 		t.Errorf("requests %q, want a fence of the whole cluster", r)
 	}
-	// Fences fenceTTL old are forgotten.
-	c.advance(fenceTTL)
-	if _, err := ix.Fenced(ctx, other); err != nil {
+	// Fences fenceMemory old are forgotten.
+	c.advance(fenceMemory)
+	if _, err := ix.Fenced(ctx, other, c.now()); err != nil {
 		t.Fatal(err)
 	}
 	ix.lock.Lock()
@@ -322,17 +329,17 @@ func TestFencesAreByScope(t *testing.T) {
 func TestFencedFailsWhenTheFenceCannotBeTaken(t *testing.T) {
 	ctx := context.Background()
 	shard := &versionShard{rv: "100", status: http.StatusInternalServerError}
-	ix, w, _ := fencedIndex(t, shard)
+	ix, w, c := fencedIndex(t, shard)
 	progressTo(t, w, "200")
-	if fenced, err := ix.Fenced(ctx, fenceQuery); fenced || err == nil {
+	if fenced, err := ix.Fenced(ctx, fenceQuery, c.now()); fenced || err == nil {
 		t.Errorf("Fenced() with a failing LIST = %v, %v; want an error", fenced, err)
 	}
-	shard.set("abc", 0)
-	if fenced, err := ix.Fenced(ctx, fenceQuery); fenced || err == nil {
+	shard.set("abc")
+	if fenced, err := ix.Fenced(ctx, fenceQuery, c.now()); fenced || err == nil {
 		t.Errorf("Fenced() with a resourceVersion that is not a number = %v, %v; want an error", fenced, err)
 	}
-	shard.set("100", 0)
-	if fenced, err := ix.Fenced(ctx, fenceQuery); !fenced || err != nil {
+	shard.set("100")
+	if fenced, err := ix.Fenced(ctx, fenceQuery, c.now()); !fenced || err != nil {
 		t.Errorf("Fenced() once the LIST succeeds = %v, %v; want true", fenced, err)
 	}
 	if r := shard.requested(); len(r) != 3 {

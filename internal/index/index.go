@@ -159,7 +159,7 @@ type Index struct {
 	desired map[Source][]fieldpath.Reference
 	watches map[Source]*running
 	// fences are the teardown fences of scopes (see Fenced).
-	fences  map[live.Scope]fence
+	fences  map[live.Scope]fences
 	fencing map[live.Scope]chan struct{}
 	changed chan struct{}
 	updates chan struct{}
@@ -198,7 +198,7 @@ func New(cfg *rest.Config, frontProxy string, opts Options) (*Index, error) {
 		opts:     opts,
 		desired:  map[Source][]fieldpath.Reference{},
 		watches:  map[Source]*running{},
-		fences:   map[live.Scope]fence{},
+		fences:   map[live.Scope]fences{},
 		fencing:  map[live.Scope]chan struct{}{},
 		changed:  make(chan struct{}, 1),
 		updates:  make(chan struct{}, 1),

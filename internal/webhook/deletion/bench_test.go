@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -33,7 +34,7 @@ func (b *benchDependents) Hits(index.Source, []fieldpath.Reference, logicalclust
 	return b.hits
 }
 
-func (b *benchDependents) Fenced(context.Context, index.Query) (bool, error) {
+func (b *benchDependents) Fenced(context.Context, index.Query, time.Time) (bool, error) {
 	return true, nil
 }
 

@@ -93,7 +93,7 @@ func (g *groups) HoldsReferrers(ctx context.Context, scope *teardown.Scope, n cy
 		}
 		local = false
 		q := index.Query{Source: dg.src, Paths: dg.paths, Cluster: n.Meta.Cluster, Namespace: dg.namespace, Name: n.Meta.Name, Target: n.Resource, Scheme: dg.scheme}
-		fenced, err := g.v.dependents.Fenced(ctx, q)
+		fenced, err := g.v.dependents.Fenced(ctx, q, scope.Begun)
 		if err != nil || !fenced {
 			why := fmt.Sprintf("the index has caught up with the teardown for every %s that may reference %s", dg.kind, n)
 			if err != nil {
@@ -168,12 +168,15 @@ func (v *Validator) TearingDown(cluster logicalcluster.Name, namespace string, r
 // scope returns what a teardown under way in the workspace of d deletes,
 // asking kcp through the virtual workspace of the protected resource.
 func (v *Validator) scope(d *deletion) *teardown.Scope {
-	if v.namespaces == nil {
-		return teardown.NewScope(nil)
+	var probe teardown.Probe
+	if v.namespaces != nil {
+		probe = func(ctx context.Context, namespace string) (bool, error) {
+			return v.namespaces.NamespaceTerminating(ctx, d.denial.source, d.obj.Cluster, namespace)
+		}
 	}
-	return teardown.NewScope(func(ctx context.Context, namespace string) (bool, error) {
-		return v.namespaces.NamespaceTerminating(ctx, d.denial.source, d.obj.Cluster, namespace)
-	})
+	s := teardown.NewScope(probe)
+	s.Begun = d.begun
+	return s
 }
 
 // denyTeardown denies an item of kcp's teardown. Unless the note says

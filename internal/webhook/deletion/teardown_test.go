@@ -49,8 +49,11 @@ type fencingDependents struct {
 	*fakeDependents
 	fenceErr map[schema.GroupVersionResource]error
 	fenced   []string
-	nsErr    error
-	nsAsked  []string
+	// begun are the moments the calls of Fenced said the teardown had
+	// begun by.
+	begun   []time.Time
+	nsErr   error
+	nsAsked []string
 }
 
 func (f *fencingDependents) NamespaceTerminating(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace string) (bool, error) {
@@ -61,12 +64,13 @@ func (f *fencingDependents) NamespaceTerminating(ctx context.Context, src index.
 	return f.fakeDependents.NamespaceTerminating(ctx, src, cluster, namespace)
 }
 
-func (f *fencingDependents) Fenced(ctx context.Context, q index.Query) (bool, error) {
+func (f *fencingDependents) Fenced(ctx context.Context, q index.Query, begun time.Time) (bool, error) {
 	f.fenced = append(f.fenced, q.Source.Resource.Resource)
+	f.begun = append(f.begun, begun)
 	if err := f.fenceErr[q.Source.Resource]; err != nil {
 		return false, err
 	}
-	return f.fakeDependents.Fenced(ctx, q)
+	return f.fakeDependents.Fenced(ctx, q, begun)
 }
 
 func vmRefs(vpc string) map[string]any { return map[string]any{"vpcRef": map[string]any{"name": vpc}} }
@@ -318,6 +322,41 @@ func TestTeardownConfirmsWhatTheIndexIsNotFencedFor(t *testing.T) {
 				t.Errorf("decisions{outcome=%q,via=%q} = %v of %d series, want the only one, 1", outcome, tt.wantVia, got, n)
 			}
 		})
+	}
+}
+
+// The fences of a teardown's items are taken from its first item on: kcp
+// sends the items again and again, backing off up to a minute, and each
+// must be able to use the fence the first one took, so every item of one
+// teardown (a resource in a namespace of a workspace) says the same moment
+// it had begun by, and another teardown a later one.
+func TestTeardownFencesFromItsFirstItem(t *testing.T) {
+	rules := staticRules{vpcs.GroupResource(): {entry("provider/vm", vms, "VirtualMachine", ".spec.vpcRef.name")}}
+	deps := &fencingDependents{fakeDependents: &fakeDependents{}}
+	v := NewValidator(rules, loaded(true), deps, WithNamespaces(deps), WithMetrics(newMetrics()))
+	ctx := webhook.WithProvider(context.Background(), provider)
+	items := []admission.Request{
+		teardownItem(deleteRequest(vpcs, consumer, "default", "vpc-a", nil)),
+		teardownItem(deleteRequest(vpcs, consumer, "default", "vpc-b", nil)),
+		teardownItem(deleteRequest(vpcs, consumer, "default", "vpc-a", nil)),
+		teardownItem(deleteRequest(vpcs, consumer, "other", "vpc-c", nil)),
+	}
+	for i, req := range items {
+		if resp := v.Handle(ctx, req); !resp.Allowed {
+			t.Fatalf("item %d denied: %+v", i, resp.Result)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if len(deps.begun) != len(items) {
+		t.Fatalf("Fenced was called %d times, want once per item (%d)", len(deps.begun), len(items))
+	}
+	for i := 1; i < 3; i++ {
+		if !deps.begun[i].Equal(deps.begun[0]) {
+			t.Errorf("item %d of the teardown of default says it began by %v, the first %v", i, deps.begun[i], deps.begun[0])
+		}
+	}
+	if !deps.begun[3].After(deps.begun[0]) {
+		t.Errorf("the first item of the teardown of other says it began by %v, not after the first item of default's (%v)", deps.begun[3], deps.begun[0])
 	}
 }
 

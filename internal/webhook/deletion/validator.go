@@ -74,9 +74,9 @@ type Dependents interface {
 	// itself within the deadline of ctx.
 	Confirm(ctx context.Context, q index.Query) ([]kcp.Meta, int, error)
 	// Fenced reports whether the index holds every dependent of the
-	// query's source that existed when the teardown of its scope was under
-	// way (see index.Index.Fenced).
-	Fenced(ctx context.Context, q index.Query) (bool, error)
+	// query's source that existed when a teardown began, which it had by
+	// begun (see index.Index.Fenced).
+	Fenced(ctx context.Context, q index.Query, begun time.Time) (bool, error)
 	// Serves returns an error wrapping index.ErrNotServed if the webhook
 	// reads only some shards and the workspace cluster, which binds the
 	// export of src, is on none of them.
@@ -285,7 +285,7 @@ func (v *Validator) protectAs(ctx context.Context, logger logr.Logger, req admis
 		groups: v.groupByDependent(entries, obj.Namespace), clearing: clearing}
 	d.denial = denial{logger: logger, req: req, target: target, obj: obj, source: entries[0].Target, deferrable: v.recorder != nil && !d.teardown && !clearing}
 	if d.teardown {
-		v.underway.Saw(obj.Cluster, obj.Namespace, target)
+		d.begun = v.underway.Saw(obj.Cluster, obj.Namespace, target)
 	}
 
 	// 6. Dependents in the index that reference the object deny at once,
@@ -345,7 +345,10 @@ type deletion struct {
 	self     selfRef
 	groups   []*dependentGroup
 	teardown bool
-	denial   denial
+	// begun is, for an item of kcp's teardown, when the first item of the
+	// teardown reached the webhook: it had begun by then.
+	begun  time.Time
+	denial denial
 	// inFlight is set when a reference to the object may be in flight
 	// (assessment says which, floor is the ledger's): the DELETE is refused
 	// where it would be allowed.
@@ -492,7 +495,7 @@ func (v *Validator) fromIndexOnly(ctx context.Context, d *deletion, g *dependent
 	if terminating && v.dependents.State(g.src).Namespaced && !slices.ContainsFunc(g.paths, fieldpath.Reference.CrossesNamespaces) {
 		return true
 	}
-	fenced, err := v.dependents.Fenced(ctx, q)
+	fenced, err := v.dependents.Fenced(ctx, q, d.begun)
 	if err != nil {
 		d.logger.V(1).Info("Cannot fence the index for an item of kcp's teardown; reading live", "dependent", g.src, "error", err.Error())
 	}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -84,7 +85,7 @@ func (f *fakeDependents) encode(o map[string]any) []byte {
 }
 
 // Fenced reports the index caught up unless the resource is unfenced.
-func (f *fakeDependents) Fenced(_ context.Context, q index.Query) (bool, error) {
+func (f *fakeDependents) Fenced(_ context.Context, q index.Query, _ time.Time) (bool, error) {
 	return !f.unfenced[q.Source.Resource], nil
 }
 

@@ -3,6 +3,7 @@ package teardown
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // WorkspaceNamespace is the namespace whose deletion tells that the whole
@@ -27,6 +28,12 @@ type Probe func(ctx context.Context, namespace string) (bool, error)
 // APIBinding's deletion deletes the objects of its own resources only, and
 // cannot be told apart here: no object is taken to be deleted by it.
 type Scope struct {
+	// Begun is a moment by which the teardown of the item being decided
+	// had begun: when its first item reached the webhook. The index
+	// proves that it holds every dependent that existed then (see
+	// index.Index.Fenced).
+	Begun time.Time
+
 	probe   Probe
 	answers map[string]answer
 }

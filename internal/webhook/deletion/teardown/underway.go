@@ -1,10 +1,12 @@
 package teardown
 
 import (
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/cache"
+	"k8s.io/utils/clock"
 
 	"github.com/kcp-dev/logicalcluster/v3"
 )
@@ -35,6 +37,10 @@ type underwayKey struct {
 // says so. It is safe for concurrent use, and it holds at most
 // underwayMax entries, each for UnderwayFor after its last item.
 type Underway struct {
+	clock cache.Clock
+	// lock makes a teardown's first item the one whose time is kept.
+	lock sync.Mutex
+	// seen holds when the first item of each teardown under way came.
 	seen *cache.LRUExpireCache
 }
 
@@ -45,19 +51,30 @@ func NewUnderway() *Underway {
 
 // newUnderway returns an Underway that reads the time from clock (the
 // system's if nil).
-func newUnderway(clock cache.Clock) *Underway {
-	if clock == nil {
-		return &Underway{seen: cache.NewLRUExpireCache(underwayMax)}
+func newUnderway(c cache.Clock) *Underway {
+	if c == nil {
+		c = clock.RealClock{}
 	}
-	return &Underway{seen: cache.NewLRUExpireCacheWithClock(underwayMax, clock)}
+	return &Underway{clock: c, seen: cache.NewLRUExpireCacheWithClock(underwayMax, c)}
 }
 
 // Saw notes an item of a teardown: an object of resource in namespace of
-// cluster.
-func (u *Underway) Saw(cluster logicalcluster.Name, namespace string, resource schema.GroupResource) {
+// cluster. It returns when the first item of the teardown came (this one,
+// or one seen before within UnderwayFor of the next): the teardown had
+// begun by then, whichever item of it is asked about, however long kcp
+// backs off between them.
+func (u *Underway) Saw(cluster logicalcluster.Name, namespace string, resource schema.GroupResource) (begun time.Time) {
+	k := underwayKey{cluster, namespace, resource}
+	u.lock.Lock()
+	defer u.lock.Unlock()
+	begun = u.clock.Now()
+	if first, ok := u.seen.Get(k); ok {
+		begun = first.(time.Time)
+	}
 	// The cache keeps an entry up to and including its expiry; it ends
 	// UnderwayFor after the item.
-	u.seen.Add(underwayKey{cluster, namespace, resource}, struct{}{}, UnderwayFor-time.Nanosecond)
+	u.seen.Add(k, begun, UnderwayFor-time.Nanosecond)
+	return begun
 }
 
 // Deleting reports whether a teardown sent an item of resource in

@@ -50,6 +50,33 @@ func TestUnderway(t *testing.T) {
 	}
 }
 
+// Saw returns when the first item of a teardown came, for every later item
+// of it, until the teardown is forgotten; then an item begins a new one.
+func TestUnderwaySawReturnsTheFirstItem(t *testing.T) {
+	vpcs := schema.GroupResource{Group: "net.io", Resource: "vpcs"}
+	start := time.Unix(1000, 0)
+	now := start
+	u := newUnderway(clockFunc(func() time.Time { return now }))
+	steps := []struct {
+		after     time.Duration
+		namespace string
+		want      time.Time
+	}{
+		{0, "doomed", start},
+		{time.Second, "doomed", start},
+		{time.Minute, "doomed", start}, // kcp backs off up to a minute
+		{UnderwayFor - time.Second, "doomed", start},
+		{0, "other", start.Add(time.Second + time.Minute + UnderwayFor - time.Second)},
+		{UnderwayFor, "doomed", start.Add(time.Second + time.Minute + 2*UnderwayFor - time.Second)},
+	}
+	for i, s := range steps {
+		now = now.Add(s.after)
+		if got := u.Saw("c1", s.namespace, vpcs); !got.Equal(s.want) {
+			t.Errorf("step %d: Saw(%s) = %v, want %v", i, s.namespace, got, s.want)
+		}
+	}
+}
+
 // clockFunc is a cache.Clock that reads the time from a function.
 type clockFunc func() time.Time
 
