@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"net/url"
+	"strconv"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/kcp-dev/logicalcluster/v3"
 
@@ -13,13 +17,23 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/vw"
 )
 
+// listPage bounds the objects of one page of a listing, so that neither
+// kcp nor the webhook holds a shard's whole list in one response; a list
+// whose next page has expired starts again at most listRestarts times.
+const (
+	listPage     = 500
+	listRestarts = 3
+)
+
 // List lists the objects of src in every workspace that binds its
 // APIExport, on every shard, through the shards' virtual workspaces, and
 // calls visit with the metadata of each; only objects matching
-// labelSelector if it is not empty. The list of each shard is streamed and
-// only the metadata of its objects is kept until it completes (so that a
-// retried list visits each object once); it is retried within the deadline
-// of ctx while it fails for a reason that clears by itself. A shard that
+// labelSelector if it is not empty. The list of each shard is read in
+// pages of at most listPage objects, which all read the state of the first
+// (a consistent LIST), each streamed; only the metadata of its objects is
+// kept until the last page (so that a retried list visits each object
+// once). It is retried from the first page within the deadline of ctx
+// while a page fails for a reason that clears by itself. A shard that
 // fails otherwise fails the listing (visit may have been called for the
 // objects of other shards by then).
 func (c *Client) List(ctx context.Context, src index.Source, labelSelector string, visit func(kcp.Meta) error) error {
@@ -35,9 +49,9 @@ func (c *Client) ListObjects(ctx context.Context, src index.Source, labelSelecto
 	if err != nil {
 		return err
 	}
-	var params url.Values
+	first := url.Values{"limit": {strconv.Itoa(listPage)}}
 	if labelSelector != "" {
-		params = url.Values{"labelSelector": {labelSelector}}
+		first.Set("labelSelector", labelSelector)
 	}
 	type item struct {
 		meta kcp.Meta
@@ -50,19 +64,31 @@ func (c *Client) ListObjects(ctx context.Context, src index.Source, labelSelecto
 		var items []item
 		err := c.router.Retry(ctx, func() error {
 			items = items[:0]
-			_, err := shard.List(ctx, path, params, func(raw []byte) error {
-				m, err := kcp.ReadMeta(raw)
-				if err != nil {
-					return fmt.Errorf("failed to read an object of %s: %w", src, err)
+			params, restarts := maps.Clone(first), 0
+			for {
+				meta, err := shard.ListPage(ctx, path, params, func(raw []byte) error {
+					m, err := kcp.ReadMeta(raw)
+					if err != nil {
+						return fmt.Errorf("failed to read an object of %s: %w", src, err)
+					}
+					it := item{meta: m}
+					if keep != nil && keep(m, raw) {
+						it.raw = bytes.Clone(raw)
+					}
+					items = append(items, it)
+					return nil
+				})
+				if apierrors.IsResourceExpired(err) && params.Has("continue") && restarts < listRestarts {
+					// kcp compacted the version of the first page away:
+					// the list starts again at the current one.
+					items, params, restarts = items[:0], maps.Clone(first), restarts+1
+					continue
 				}
-				it := item{meta: m}
-				if keep != nil && keep(m, raw) {
-					it.raw = bytes.Clone(raw)
+				if err != nil || meta.Continue == "" {
+					return err
 				}
-				items = append(items, it)
-				return nil
-			})
-			return err
+				params.Set("continue", meta.Continue)
+			}
 		})
 		if err != nil {
 			return fmt.Errorf("failed to list %s through %s: %w", src, shard.URL(), err)

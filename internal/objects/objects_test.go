@@ -1,6 +1,7 @@
 package objects
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -219,7 +221,7 @@ func TestList(t *testing.T) {
 		t.Errorf("List() visited %v, %v; want %v", got, err, want)
 	}
 	for _, s := range []*fakeShard{shard1, shard2} {
-		if req := s.requested(); len(req) != 1 || req[0] != "/clusters/*/apis/compute.io/v1/virtualmachines?labelSelector=stale" {
+		if req := s.requested(); len(req) != 1 || req[0] != "/clusters/*/apis/compute.io/v1/virtualmachines?labelSelector=stale&limit=500" {
 			t.Errorf("requests = %q", req)
 		}
 	}
@@ -231,6 +233,126 @@ func TestList(t *testing.T) {
 	if err := c.List(context.Background(), testSource, "", func(kcp.Meta) error { return nil }); !errors.Is(err, route.ErrNotInspected) {
 		t.Errorf("List() before the export was read: %v", err)
 	}
+}
+
+// pagedShard serves a wildcard list of n objects in pages of the limit
+// asked for; the continue token is the index of the next object. The
+// pages in expire answer 410 Expired instead, once each.
+type pagedShard struct {
+	n      int
+	expire map[string]bool
+
+	lock     sync.Mutex
+	requests []string
+}
+
+func (s *pagedShard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	s.lock.Lock()
+	s.requests = append(s.requests, q.Get("continue"))
+	expired := s.expire[q.Get("continue")]
+	delete(s.expire, q.Get("continue"))
+	s.lock.Unlock()
+	if expired {
+		status(http.StatusGone, "Expired", "")(w)
+		return
+	}
+	from, _ := strconv.Atoi(cmp.Or(q.Get("continue"), "0"))
+	limit, _ := strconv.Atoi(q.Get("limit"))
+	to := min(s.n, from+limit)
+	next := ""
+	if to < s.n {
+		next = strconv.Itoa(to)
+	}
+	items := make([]string, 0, to-from)
+	for i := from; i < to; i++ {
+		items = append(items, fmt.Sprintf(`{"metadata":{"name":"vm-%04d","namespace":"default","annotations":{"kcp.io/cluster":"c1"}}}`, i))
+	}
+	fmt.Fprintf(w, `{"metadata":{"resourceVersion":"10","continue":%q},"items":[%s]}`, next, strings.Join(items, ","))
+}
+
+// routerTo returns a router over one shard that h serves.
+func routerTo(t *testing.T, h http.Handler) *fakeRouter {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	c, err := vw.NewClient(&rest.Config{}, srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fakeRouter{inspected: true, known: map[logicalcluster.Name]*vw.Client{}, shards: []*vw.Client{c}}
+}
+
+// A shard's list is read in pages of listPage objects; a page whose
+// continue token expired starts the list again, and what the pages before
+// it read is visited once, after the last page.
+func TestListPages(t *testing.T) {
+	tests := []struct {
+		name   string
+		expire []string
+		// want are the continue tokens of the pages asked for.
+		want    []string
+		wantErr bool
+	}{
+		{name: "three pages", want: []string{"", "500", "1000"}},
+		{name: "the second page expired", expire: []string{"500"}, want: []string{"", "500", "", "500", "1000"}},
+		{name: "the third page expired", expire: []string{"1000"}, want: []string{"", "500", "1000", "", "500", "1000"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			shard := &pagedShard{n: 2*listPage + 7, expire: map[string]bool{}}
+			for _, e := range tt.expire {
+				shard.expire[e] = true
+			}
+			c := New(routerTo(t, shard))
+			seen := map[string]int{}
+			kept := 0
+			err := c.ListObjects(context.Background(), testSource, "", func(m kcp.Meta, _ []byte) bool {
+				return m.Name == "vm-0003"
+			}, func(m kcp.Meta, raw []byte) error {
+				seen[m.Name]++
+				if raw != nil {
+					kept++
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(seen) != shard.n {
+				t.Errorf("visited %d objects, want %d", len(seen), shard.n)
+			}
+			for name, n := range seen {
+				if n != 1 {
+					t.Errorf("%s visited %d times", name, n)
+				}
+			}
+			if kept != 1 {
+				t.Errorf("%d objects came with their JSON, want the one kept", kept)
+			}
+			if !slices.Equal(shard.requests, tt.want) {
+				t.Errorf("pages asked for %q, want %q", shard.requests, tt.want)
+			}
+		})
+	}
+
+	t.Run("pages that keep expiring fail the listing", func(t *testing.T) {
+		shard := &pagedShard{n: 2 * listPage, expire: map[string]bool{}}
+		r := routerTo(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			shard.lock.Lock()
+			shard.expire["500"] = true
+			shard.lock.Unlock()
+			shard.ServeHTTP(w, r)
+		}))
+		visited := 0
+		err := New(r).List(context.Background(), testSource, "", func(kcp.Meta) error { visited++; return nil })
+		if !apierrors.IsResourceExpired(err) {
+			t.Errorf("List() = %v, want the expiry", err)
+		}
+		if visited != 0 || len(shard.requests) != 2*(listRestarts+1) {
+			t.Errorf("visited %d objects in %d pages, want none in %d", visited, len(shard.requests), 2*(listRestarts+1))
+		}
+	})
 }
 
 // Whether a namespace is being deleted is asked with a dry-run Event on the

@@ -743,6 +743,44 @@ var _ = Describe("kcp", Ordered, ContinueOnFailure, func() {
 		Expect(names(list)).NotTo(ContainElements(gold))
 	})
 
+	// internal/objects (List): the clearer lists a protected resource in
+	// every workspace with a wildcard LIST through the virtual workspace,
+	// in pages.
+	It("serves a wildcard LIST through the APIExport virtual workspace in pages, with limit and continue, every object of every consumer workspace once", func(ctx SpecContext) {
+		var want []string
+		for i, ws := range consumers {
+			for j := range 6 {
+				name := fmt.Sprintf("paged-%d", j)
+				Expect(cli.Cluster(ws).Create(ctx, widget("default", name, nil))).To(Succeed())
+				want = append(want, consumerClusters[i].String()+"/"+name)
+			}
+		}
+		all := resourceIn(vwConfig(vwURL, vwUser, logicalcluster.Name("*")), widgetGVR, "")
+		var got []string
+		pages := 0
+		opts := metav1.ListOptions{Limit: 5}
+		for {
+			list, err := all.List(ctx, opts)
+			Expect(err).NotTo(HaveOccurred())
+			pages++
+			Expect(len(list.Items)).To(BeNumerically("<=", 5), "page %d", pages)
+			for _, item := range list.Items {
+				got = append(got, logicalcluster.From(&item).String()+"/"+item.GetName())
+			}
+			if list.GetContinue() == "" {
+				break
+			}
+			opts.Continue = list.GetContinue()
+		}
+		Expect(pages).To(BeNumerically(">=", 3), "12 objects or more in pages of 5")
+		Expect(got).To(ContainElements(want))
+		seen := map[string]bool{}
+		for _, item := range got {
+			Expect(seen[item]).To(BeFalse(), "%s listed twice", item)
+			seen[item] = true
+		}
+	})
+
 	// docs/architecture.md#workspaces ("Consent": apiexports/content),
 	// docs/architecture.md#deferred-deletion-replay (patch and delete with
 	// preconditions, 409 when out of date) and docs/architecture.md#records
