@@ -16,6 +16,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,6 +28,7 @@ import (
 	tenancyv1alpha1 "github.com/kcp-dev/sdk/apis/tenancy/v1alpha1"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/controller"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
 )
@@ -248,10 +250,13 @@ func expectConfigurationsConverge(ctx context.Context) {
 }
 
 // superviseLikeADeployment starts the controller and the webhook again if
-// they exited, as their Deployments would. (The controller exits when it
-// cannot renew its leader election lease for a while, e.g. while kcp
-// restarts, so that it never writes without holding the lease.)
-func superviseLikeADeployment() {
+// they exited, as their Deployments would, and waits until the controller
+// holds its leader election lease, renewed after since. (The controller
+// exits when it cannot renew its lease for a while, e.g. while kcp
+// restarts, so that it never writes without holding the lease: some
+// seconds after kcp is back, a controller that looks ready may still
+// exit.)
+func superviseLikeADeployment(ctx context.Context, since time.Time) {
 	GinkgoHelper()
 	for _, p := range []*kcpenv.Process{controllerProc, webhookProc} {
 		Eventually(func() error {
@@ -261,7 +266,20 @@ func superviseLikeADeployment() {
 					return err
 				}
 			}
-			return p.Ready()
+			if err := p.Ready(); err != nil {
+				return err
+			}
+			if p != controllerProc {
+				return nil
+			}
+			lease := &coordinationv1.Lease{}
+			if err := cli.Cluster(depCtrl).Get(ctx, client.ObjectKey{Namespace: "default", Name: controller.ControllerName}, lease); err != nil {
+				return err
+			}
+			if renewed := lease.Spec.RenewTime; renewed == nil || renewed.Time.Before(since) {
+				return fmt.Errorf("the controller's lease was last renewed at %v, before %v", renewed, since)
+			}
+			return nil
 		}).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(Succeed(), "%s log:\n%s", p.Name, p.LogTail(40))
 	}
 }
@@ -306,7 +324,7 @@ func faultScenarios() {
 		start := time.Now()
 		Expect(topo.Restart(ctx)).To(Succeed())
 		GinkgoWriter.Printf("kcp back after %s\n", time.Since(start).Round(time.Second))
-		superviseLikeADeployment()
+		superviseLikeADeployment(ctx, time.Now())
 		expectProtectedAgain(ctx, targets[0])
 		expectProtectedAgain(ctx, targets[len(targets)-1])
 		time.Sleep(3 * time.Second)
