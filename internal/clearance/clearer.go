@@ -35,6 +35,7 @@ type Targets interface {
 // virtual workspace; *objects.Client implements it.
 type Objects interface {
 	ListObjects(ctx context.Context, src index.Source, labelSelector string, keep func(kcp.Meta, []byte) bool, visit func(kcp.Meta, []byte) error) error
+	ListObjectsIn(ctx context.Context, src index.Source, cluster logicalcluster.Name, labelSelector string, keep func(kcp.Meta, []byte) bool, visit func(kcp.Meta, []byte) error) error
 	Patch(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, pt types.PatchType, body []byte) ([]byte, error)
 }
 
@@ -58,6 +59,9 @@ type Decider interface {
 type Generations interface {
 	// Generation grows with every change of the index's contents.
 	Generation() uint64
+	// ChangedClusters returns the workspaces whose contents changed after
+	// generation g, if it knows them and there are at most most.
+	ChangedClusters(g uint64, most int) ([]logicalcluster.Name, bool)
 }
 
 // Namespaces tell whether a namespace is being deleted, as kcp says, asking
@@ -124,35 +128,6 @@ type Clearer struct {
 	// passes that need not list it again; only Pass uses them, and passes
 	// do not overlap.
 	listings map[index.Source]*listing
-}
-
-// listing is what a pass found when it listed one protected resource:
-// enough to tell whether the next pass may leave it out.
-type listing struct {
-	// generation is the index's generation when the listing began.
-	generation uint64
-	// fingerprint is the fingerprint the resource was cleared under.
-	fingerprint string
-	// due is the earliest time an object left out for its age (created,
-	// or a reference recorded on it, less than MaxInFlight before) becomes
-	// worth deciding; zero if there is none.
-	due time.Time
-	// again is set if an object may be clearable at the next pass for a
-	// reason the index does not show: the decision said not yet (the
-	// index not current past the object's horizon), or a write failed or
-	// met a change.
-	again atomic.Bool
-}
-
-// current reports whether the next pass may leave the resource out: the
-// index has not changed since the listing, the fingerprint is the same, no
-// object left out for its age is due, and nothing asked to list again.
-// What a listing leaves out otherwise (an object being deleted, deferred,
-// bypassed, referenced or cleared) changes only with a change the index
-// counts (a dependent that came, changed or went; an object that came), or
-// with a write of the object that a full pass finds.
-func (l *listing) current(generation uint64, fingerprint string, now time.Time) bool {
-	return l.generation == generation && l.fingerprint == fingerprint && !l.again.Load() && (l.due.IsZero() || now.Before(l.due))
 }
 
 // New returns a Clearer of the objects of targets.
@@ -237,9 +212,10 @@ type candidate struct {
 // every Options.FullEvery-th list every object, the others only those not
 // labelled cleared under the current fingerprint, and, with Options.Index,
 // only the resources whose last listing is no longer current (see
-// listing.current): a quiet system is not listed at all.
+// listing.current), and of those only the workspaces that changed where
+// the index knows them (see listing.scope): a quiet system is not listed
+// at all.
 func (c *Clearer) Pass(ctx context.Context) int {
-	logger := log.FromContext(ctx)
 	full := (c.passes.Add(1)-1)%int64(c.opts.FullEvery) == 0
 	listings := map[index.Source]*listing{}
 	work := make(chan candidate)
@@ -255,12 +231,12 @@ func (c *Clearer) Pass(ctx context.Context) int {
 				case c.doomed(ctx, cand, &unknown):
 				case cand.label:
 					if !c.label(ctx, cand) {
-						cand.listing.again.Store(true)
+						cand.listing.listAgain(cand.meta.Cluster)
 					}
 				case c.clear(ctx, cand):
 					n.Add(1)
 				default:
-					cand.listing.again.Store(true)
+					cand.listing.listAgain(cand.meta.Cluster)
 				}
 			}
 		})
@@ -269,61 +245,9 @@ func (c *Clearer) Pass(ctx context.Context) int {
 		if ctx.Err() != nil {
 			break
 		}
-		// A resource whose objects cannot be cleared is not listed; an
-		// object cleared under the current fingerprint is not decided
-		// again, only labelled if it is not.
-		current, ok := c.decider.ClearanceFingerprint(p.Source)
-		if !ok {
-			continue
+		if l := c.list(ctx, p, full, work); l != nil {
+			listings[p.Source] = l
 		}
-		now := c.now()
-		l := &listing{fingerprint: current}
-		if c.opts.Index != nil {
-			l.generation = c.opts.Index.Generation()
-			last := c.listings[p.Source]
-			if !full && last != nil && last.current(l.generation, current, now) {
-				listings[p.Source] = last
-				continue
-			}
-		}
-		selector, kind := "", ListingFull
-		if !full {
-			selector, kind = depv1alpha1.LabelCleared+"!="+current, ListingUncleared
-		}
-		listed := 0
-		err := c.objects.ListObjects(ctx, p.Source, selector, func(m kcp.Meta, raw []byte) bool {
-			listed++
-			o := newListed(m, raw)
-			if o.unlabelled(current) {
-				return true
-			}
-			due, ok := o.dueAt(current)
-			if ok && now.Before(due) && (l.due.IsZero() || due.Before(l.due)) {
-				l.due = due
-			}
-			return ok && !now.Before(due) && !c.decider.Referenced(p.Source, m)
-		}, func(m kcp.Meta, raw []byte) error {
-			if raw == nil {
-				return nil
-			}
-			o := newListed(m, raw)
-			cand := candidate{src: p.Source, provider: p.Target.Cluster, meta: m, raw: raw, ledger: o.ledger,
-				label: o.unlabelled(current), fingerprint: current, listing: l}
-			select {
-			case work <- cand:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			return nil
-		})
-		c.opts.Metrics.listedObjects(kind, listed)
-		if err != nil {
-			if ctx.Err() == nil {
-				logger.Error(err, "Failed to list protected objects to clear", "resource", p.Source)
-			}
-			l.again.Store(true)
-		}
-		listings[p.Source] = l
 	}
 	// The listings of resources that are no longer protected, or whose
 	// objects cannot be cleared now, are forgotten: such a resource is
@@ -332,6 +256,96 @@ func (c *Clearer) Pass(ctx context.Context) int {
 	close(work)
 	workers.Wait()
 	return int(n.Load())
+}
+
+// list lists the objects of the protected resource p, as the pass says
+// (see Pass): every object in a full pass; otherwise, unless its last
+// listing is current, the objects not labelled cleared under the current
+// fingerprint, in the workspaces that changed if that is known (see
+// listing.scope) or in every one. It sends the candidates to work, and
+// returns the resource's listing: the last one if it was current, nil if
+// its objects cannot be cleared now.
+func (c *Clearer) list(ctx context.Context, p registry.Protection, full bool, work chan<- candidate) *listing {
+	logger := log.FromContext(ctx)
+	// A resource whose objects cannot be cleared is not listed; an
+	// object cleared under the current fingerprint is not decided
+	// again, only labelled if it is not.
+	current, ok := c.decider.ClearanceFingerprint(p.Source)
+	if !ok {
+		return nil
+	}
+	now := c.now()
+	var (
+		l        = newListing(0, current)
+		scope    []logicalcluster.Name
+		scoped   bool
+		selector string
+		kind     = ListingFull
+	)
+	if c.opts.Index != nil {
+		l.generation = c.opts.Index.Generation()
+		last := c.listings[p.Source]
+		if !full && last != nil {
+			if last.current(l.generation, current, now) {
+				return last
+			}
+			if scope, scoped = last.scope(c.opts.Index.ChangedClusters, current, now); scoped {
+				l.inherit(last, scope)
+			}
+		}
+	}
+	if !full {
+		selector, kind = depv1alpha1.LabelCleared+"!="+current, ListingUncleared
+	}
+	listed := 0
+	keep := func(m kcp.Meta, raw []byte) bool {
+		listed++
+		o := newListed(m, raw)
+		if o.unlabelled(current) {
+			return true
+		}
+		due, ok := o.dueAt(current)
+		if ok && now.Before(due) {
+			l.noteDue(m.Cluster, due)
+		}
+		return ok && !now.Before(due) && !c.decider.Referenced(p.Source, m)
+	}
+	visit := func(m kcp.Meta, raw []byte) error {
+		if raw == nil {
+			return nil
+		}
+		o := newListed(m, raw)
+		cand := candidate{src: p.Source, provider: p.Target.Cluster, meta: m, raw: raw, ledger: o.ledger,
+			label: o.unlabelled(current), fingerprint: current, listing: l}
+		select {
+		case work <- cand:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	}
+	if !scoped {
+		if err := c.objects.ListObjects(ctx, p.Source, selector, keep, visit); err != nil {
+			if ctx.Err() == nil {
+				logger.Error(err, "Failed to list protected objects to clear", "resource", p.Source)
+			}
+			l.listAgain("")
+		}
+	} else {
+		// Only the workspaces in which something changed, one by one.
+		kind = ListingWorkspaces
+		for _, cluster := range scope {
+			if err := c.objects.ListObjectsIn(ctx, p.Source, cluster, selector, keep, visit); err != nil {
+				if ctx.Err() != nil {
+					break
+				}
+				logger.Error(err, "Failed to list protected objects to clear", "resource", p.Source, "cluster", cluster)
+				l.listAgain(cluster)
+			}
+		}
+	}
+	c.opts.Metrics.listedObjects(kind, listed)
+	return l
 }
 
 // doomed reports whether a teardown under way is about to delete cand:
@@ -537,8 +551,12 @@ const (
 	// and every Options.FullEvery-th).
 	ListingFull = "full"
 	// ListingUncleared: the objects not labelled cleared under the
-	// current fingerprint.
+	// current fingerprint, in every workspace.
 	ListingUncleared = "uncleared"
+	// ListingWorkspaces: the objects not labelled cleared under the
+	// current fingerprint, in the workspaces in which the index changed
+	// (see listing.scope), one LIST each.
+	ListingWorkspaces = "workspaces"
 )
 
 // NewMetrics creates the metrics.
@@ -550,7 +568,7 @@ func NewMetrics() *Metrics {
 		}, []string{"result"}),
 		listed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dependency_webhook_clearance_listed_objects_total",
-			Help: "Protected objects that the clearer listed through the virtual workspaces (a wildcard LIST per protected resource and shard, in the passes whose listing was not current), by listing: full (every object; the first pass and every tenth) or uncleared (those not labelled cleared under the current fingerprint, referenced ones included).",
+			Help: "Protected objects that the clearer listed through the virtual workspaces (in the passes whose listing was not current), by listing: full (every object, a wildcard LIST per protected resource and shard; the first pass and every tenth), uncleared (those not labelled cleared under the current fingerprint, referenced ones included, a wildcard LIST per protected resource and shard) or workspaces (the same, only in the workspaces in which dependents or protected objects changed, a LIST per workspace).",
 		}, []string{"listing"}),
 	}
 }

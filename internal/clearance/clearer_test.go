@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -36,6 +37,8 @@ var (
 // if empty) and the extra metadata.
 type vpc struct {
 	name string
+	// cluster is "consumer" if empty.
+	cluster string
 	// namespace is "default" if empty, none if "-".
 	namespace string
 	age       time.Duration
@@ -45,7 +48,11 @@ type vpc struct {
 }
 
 func (v vpc) json() []byte {
-	annotations := map[string]any{logicalcluster.AnnotationKey: "consumer"}
+	cluster := v.cluster
+	if cluster == "" {
+		cluster = "consumer"
+	}
+	annotations := map[string]any{logicalcluster.AnnotationKey: cluster}
 	if v.ledger != "" {
 		annotations[depv1alpha1.AnnotationAdmittedReferences] = v.ledger
 	}
@@ -76,16 +83,36 @@ type fakeObjects struct {
 	labels    map[string]string
 	selectors []string
 	changed   map[string]bool
+	// scoped are the listings of one workspace, as cluster:selector;
+	// those of the workspaces in failIn fail.
+	scoped []string
+	failIn map[logicalcluster.Name]bool
 }
 
-func (f *fakeObjects) ListObjects(_ context.Context, src index.Source, selector string, keep func(kcp.Meta, []byte) bool, visit func(kcp.Meta, []byte) error) error {
+func (f *fakeObjects) ListObjects(_ context.Context, _ index.Source, selector string, keep func(kcp.Meta, []byte) bool, visit func(kcp.Meta, []byte) error) error {
 	f.selectors = append(f.selectors, selector)
+	return f.list("", selector, keep, visit)
+}
+
+func (f *fakeObjects) ListObjectsIn(_ context.Context, _ index.Source, cluster logicalcluster.Name, selector string, keep func(kcp.Meta, []byte) bool, visit func(kcp.Meta, []byte) error) error {
+	f.scoped = append(f.scoped, cluster.String()+":"+selector)
+	if f.failIn[cluster] {
+		return apierrors.NewServiceUnavailable("boom")
+	}
+	return f.list(cluster, selector, keep, visit)
+}
+
+// list lists the VPCs of cluster (every one if empty).
+func (f *fakeObjects) list(cluster logicalcluster.Name, selector string, keep func(kcp.Meta, []byte) bool, visit func(kcp.Meta, []byte) error) error {
 	key, value, filtered := strings.Cut(selector, "!=")
 	for _, v := range f.vpcs {
 		raw := v.json()
 		m, err := kcp.ReadMeta(raw)
 		if err != nil {
 			return err
+		}
+		if !cluster.Empty() && m.Cluster != cluster {
+			continue
 		}
 		if labels, _ := v.extra["labels"].(map[string]any); filtered && labels[key] == value {
 			continue
@@ -245,10 +272,97 @@ func TestPass(t *testing.T) {
 	}
 }
 
-// generation is a fake index generation.
+// generation is a fake index generation, which does not know the
+// workspaces that changed.
 type generation struct{ n atomic.Uint64 }
 
 func (g *generation) Generation() uint64 { return g.n.Load() }
+
+func (g *generation) ChangedClusters(uint64, int) ([]logicalcluster.Name, bool) { return nil, false }
+
+// changeLog is a fake index generation that knows the workspace of every
+// change ("" for any).
+type changeLog struct{ changes []logicalcluster.Name }
+
+func (l *changeLog) Generation() uint64 { return uint64(len(l.changes)) }
+
+func (l *changeLog) ChangedClusters(g uint64, most int) ([]logicalcluster.Name, bool) {
+	var out []logicalcluster.Name
+	for _, c := range l.changes[g:] {
+		if c.Empty() {
+			return nil, false
+		}
+		if !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	return out, len(out) <= most
+}
+
+// A pass that is neither full nor current lists only the workspaces in
+// which the index changed, those with an object left out for its age that
+// is due, and those to list again; every workspace where the index cannot
+// tell, or where more than scopedMax changed.
+func TestPassListsOnlyTheWorkspacesThatChanged(t *testing.T) {
+	objs := &fakeObjects{vpcs: []vpc{
+		{name: "old-1", cluster: "c1", age: time.Hour, rv: "1"},
+		{name: "ref-1", cluster: "c1", age: time.Hour, rv: "2"},
+		{name: "ref-2", cluster: "c2", age: time.Hour, rv: "3"},
+		{name: "young-2", cluster: "c2", age: 30 * time.Second, rv: "4"},
+		{name: "ref-3", cluster: "c3", age: time.Hour, rv: "5"},
+	}, failIn: map[logicalcluster.Name]bool{}}
+	decider := &fakeDecider{fingerprint: "fp", referenced: map[string]bool{"ref-1": true, "ref-2": true, "ref-3": true}, notClear: map[string]bool{}}
+	metrics := NewMetrics()
+	log := &changeLog{}
+	c := New(protections{{Target: registry.Target{Cluster: "provider", Resource: vpcs.Resource.GroupResource()}, Source: vpcs}}, objs, decider,
+		Options{Workers: 1, FullEvery: 100, Index: log, Metrics: metrics})
+	at := now
+	c.now = func() time.Time { return at }
+	uncleared := depv1alpha1.LabelCleared + "!=fp"
+	pass := func(step string, wantWildcard []string, wantScoped ...string) {
+		t.Helper()
+		objs.selectors, objs.scoped = nil, nil
+		c.Pass(context.Background())
+		if !slices.Equal(objs.selectors, wantWildcard) {
+			t.Errorf("%s: listed every workspace with %q, want %q", step, objs.selectors, wantWildcard)
+		}
+		if !slices.Equal(objs.scoped, wantScoped) {
+			t.Errorf("%s: listed the workspaces %q, want %q", step, objs.scoped, wantScoped)
+		}
+	}
+	pass("the first pass", []string{""})
+	pass("nothing changed", nil)
+	log.changes = append(log.changes, "c1", "c1")
+	pass("a dependent changed in c1", nil, "c1:"+uncleared)
+	if got := testutil.ToFloat64(metrics.listed.WithLabelValues(ListingWorkspaces)); got != 2 {
+		t.Errorf("counted %v objects listed in workspaces, want the 2 of c1", got)
+	}
+	pass("nothing changed since", nil)
+	at = now.Add(40 * time.Second) // young-2 is old enough now
+	decider.notClear["young-2"] = true
+	pass("an object of c2 left out for its age is due", nil, "c2:"+uncleared)
+	decider.notClear["young-2"] = false
+	log.changes = append(log.changes, "c3")
+	pass("the decision said not yet in c2, and c3 changed", nil, "c2:"+uncleared, "c3:"+uncleared)
+	pass("everything cleared or referenced", nil)
+	if _, ok := objs.patches["young-2"]; !ok {
+		t.Errorf("young-2 was not cleared: %v", objs.patches)
+	}
+	objs.failIn["c3"] = true
+	log.changes = append(log.changes, "c3")
+	pass("the listing of c3 fails", nil, "c3:"+uncleared)
+	objs.failIn["c3"] = false
+	pass("a workspace whose listing failed is listed again", nil, "c3:"+uncleared)
+	log.changes = append(log.changes, "c1", "")
+	pass("a change of any workspace", []string{uncleared})
+	for i := range scopedMax + 1 {
+		log.changes = append(log.changes, logicalcluster.Name(fmt.Sprintf("w%d", i)))
+	}
+	pass("more workspaces changed than are listed one by one", []string{uncleared})
+	decider.fingerprint = "fp2"
+	log.changes = append(log.changes, "c1")
+	pass("the fingerprint changed", []string{depv1alpha1.LabelCleared + "!=fp2"})
+}
 
 // A pass lists a resource again only when its last listing may be out of
 // date: the index changed, an object left out for its age is due, or an

@@ -88,5 +88,5 @@ func (ix *Index) Contents() <-chan struct{} {
 // happened in between; an object of a protected type that went does not
 // count, for it can make no object clearable.
 func (ix *Index) Generation() uint64 {
-	return ix.generation.Load()
+	return ix.changes.generation.Load()
 }

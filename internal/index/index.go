@@ -41,7 +41,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -168,9 +167,10 @@ type Index struct {
 	// WatchTargets).
 	contents     chan struct{}
 	watchTargets bool
-	// generation counts the changes of the dependents and the objects
-	// added to the sets of targets (see Generation).
-	generation atomic.Uint64
+	// changes counts the changes of the dependents and the objects
+	// added to the sets of targets (see Generation), and remembers their
+	// workspaces (see ChangedClusters).
+	changes changes
 }
 
 // New returns an index that reads with the credentials of cfg: endpoint
@@ -292,8 +292,8 @@ func (ix *Index) notify() {
 	}
 }
 
-func (ix *Index) updated() {
-	ix.generation.Add(1)
+func (ix *Index) updated(cluster logicalcluster.Name) {
+	ix.changes.record(cluster)
 	select {
 	case ix.updates <- struct{}{}:
 	default:
@@ -303,8 +303,8 @@ func (ix *Index) updated() {
 
 // targetsAdded counts an object that may have been added to a set of
 // targets.
-func (ix *Index) targetsAdded() {
-	ix.generation.Add(1)
+func (ix *Index) targetsAdded(cluster logicalcluster.Name) {
+	ix.changes.record(cluster)
 }
 
 func (ix *Index) contentChanged() {

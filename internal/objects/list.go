@@ -49,61 +49,106 @@ func (c *Client) ListObjects(ctx context.Context, src index.Source, labelSelecto
 	if err != nil {
 		return err
 	}
+	path := vw.ResourcePath(logicalcluster.Wildcard, src.Resource, "")
+	for _, shard := range shards {
+		items, err := c.listShard(ctx, shard, src, path, labelSelector, keep)
+		if err != nil {
+			return fmt.Errorf("failed to list %s through %s: %w", src, shard.URL(), err)
+		}
+		if err := c.visitListed(src, shard, items, visit); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ListObjectsIn lists as ListObjects does, only the objects of src in the
+// workspace cluster, through the shard that serves it. It lists nothing
+// in a workspace that no shard serves (one that no longer binds the
+// export).
+func (c *Client) ListObjectsIn(ctx context.Context, src index.Source, cluster logicalcluster.Name, labelSelector string, keep func(kcp.Meta, []byte) bool, visit func(kcp.Meta, []byte) error) error {
+	path := vw.ResourcePath(cluster.Path(), src.Resource, "")
+	var (
+		items []item
+		from  *vw.Client
+	)
+	err := c.router.OnShardOf(src, cluster, func(shard *vw.Client, _ index.State) error {
+		listed, err := c.listShard(ctx, shard, src, path, labelSelector, keep)
+		if err == nil {
+			items, from = listed, shard
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("failed to list %s in %s: %w", src, cluster, err)
+	}
+	if from == nil {
+		return nil
+	}
+	return c.visitListed(src, from, items, visit)
+}
+
+// item is an object listed: its metadata, and its JSON if it was kept.
+type item struct {
+	meta kcp.Meta
+	raw  []byte
+}
+
+// listShard lists the objects at path on shard in pages (see List), and
+// returns them once the last page is read; it keeps the JSON of those for
+// which keep (if set) returns true.
+func (c *Client) listShard(ctx context.Context, shard *vw.Client, src index.Source, path []string, labelSelector string, keep func(kcp.Meta, []byte) bool) ([]item, error) {
 	first := url.Values{"limit": {strconv.Itoa(listPage)}}
 	if labelSelector != "" {
 		first.Set("labelSelector", labelSelector)
 	}
-	type item struct {
-		meta kcp.Meta
-		raw  []byte
-	}
-	path := vw.ResourcePath(logicalcluster.Wildcard, src.Resource, "")
-	for _, shard := range shards {
-		// A retry lists the shard again from the start: the objects of an
-		// attempt are visited only once it has completed.
-		var items []item
-		err := c.router.Retry(ctx, func() error {
-			items = items[:0]
-			params, restarts := maps.Clone(first), 0
-			for {
-				meta, err := shard.ListPage(ctx, path, params, func(raw []byte) error {
-					m, err := kcp.ReadMeta(raw)
-					if err != nil {
-						return fmt.Errorf("failed to read an object of %s: %w", src, err)
-					}
-					it := item{meta: m}
-					if keep != nil && keep(m, raw) {
-						it.raw = bytes.Clone(raw)
-					}
-					items = append(items, it)
-					return nil
-				})
-				if apierrors.IsResourceExpired(err) && params.Has("continue") && restarts < listRestarts {
-					// kcp compacted the version of the first page away:
-					// the list starts again at the current one.
-					items, params, restarts = items[:0], maps.Clone(first), restarts+1
-					continue
+	// A retry lists the shard again from the start: the objects of an
+	// attempt are visited only once it has completed.
+	var items []item
+	err := c.router.Retry(ctx, func() error {
+		items = items[:0]
+		params, restarts := maps.Clone(first), 0
+		for {
+			meta, err := shard.ListPage(ctx, path, params, func(raw []byte) error {
+				m, err := kcp.ReadMeta(raw)
+				if err != nil {
+					return fmt.Errorf("failed to read an object of %s: %w", src, err)
 				}
-				if err != nil || meta.Continue == "" {
-					return err
+				it := item{meta: m}
+				if keep != nil && keep(m, raw) {
+					it.raw = bytes.Clone(raw)
 				}
-				params.Set("continue", meta.Continue)
+				items = append(items, it)
+				return nil
+			})
+			if apierrors.IsResourceExpired(err) && params.Has("continue") && restarts < listRestarts {
+				// kcp compacted the version of the first page away: the
+				// list starts again at the current one.
+				items, params, restarts = items[:0], maps.Clone(first), restarts+1
+				continue
 			}
-		})
-		if err != nil {
-			return fmt.Errorf("failed to list %s through %s: %w", src, shard.URL(), err)
-		}
-		var last logicalcluster.Name
-		for _, it := range items {
-			// The shard serves every workspace it listed objects of, which
-			// decisions that need the shard of a workspace learn from here.
-			if it.meta.Cluster != last && !it.meta.Cluster.Empty() {
-				last = it.meta.Cluster
-				c.router.ReadThrough(src, last, shard.URL())
-			}
-			if err := visit(it.meta, it.raw); err != nil {
+			if err != nil || meta.Continue == "" {
 				return err
 			}
+			params.Set("continue", meta.Continue)
+		}
+	})
+	return items, err
+}
+
+// visitListed calls visit with the objects that shard listed, and tells the
+// router that the shard serves their workspaces.
+func (c *Client) visitListed(src index.Source, shard *vw.Client, items []item, visit func(kcp.Meta, []byte) error) error {
+	var last logicalcluster.Name
+	for _, it := range items {
+		// The shard serves every workspace it listed objects of, which
+		// decisions that need the shard of a workspace learn from here.
+		if it.meta.Cluster != last && !it.meta.Cluster.Empty() {
+			last = it.meta.Cluster
+			c.router.ReadThrough(src, last, shard.URL())
+		}
+		if err := visit(it.meta, it.raw); err != nil {
+			return err
 		}
 	}
 	return nil

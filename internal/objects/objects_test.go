@@ -235,6 +235,45 @@ func TestList(t *testing.T) {
 	}
 }
 
+// A workspace's objects are listed through the shard that serves it,
+// found as the router finds it; a workspace no shard serves has none.
+func TestListObjectsIn(t *testing.T) {
+	vm := func(cluster, name string) string {
+		return fmt.Sprintf(`{"metadata":{"name":%q,"namespace":"default","annotations":{"kcp.io/cluster":%q}}}`, name, cluster)
+	}
+	shard1 := &fakeShard{clusters: map[string]string{"c2": `{"items":[` + vm("c2", "vm-2") + `]}`}}
+	shard2 := &fakeShard{clusters: map[string]string{"c1": `{"items":[` + vm("c1", "vm-1") + `,` + vm("c1", "vm-3") + `]}`}}
+	r := newFakeRouter(t, -1, shard1, shard2)
+	c := New(r)
+	var got []string
+	err := c.ListObjectsIn(context.Background(), testSource, "c1", "stale", func(m kcp.Meta, _ []byte) bool {
+		return m.Name == "vm-3"
+	}, func(m kcp.Meta, raw []byte) error {
+		got = append(got, fmt.Sprintf("%s/%s kept=%v", m.Cluster, m.Name, raw != nil))
+		return nil
+	})
+	if want := []string{"c1/vm-1 kept=false", "c1/vm-3 kept=true"}; err != nil || !slices.Equal(got, want) {
+		t.Errorf("ListObjectsIn(c1) visited %v, %v; want %v", got, err, want)
+	}
+	want := "/clusters/c1/apis/compute.io/v1/virtualmachines?labelSelector=stale&limit=500"
+	if req := shard1.requested(); !slices.Equal(req, []string{want}) {
+		t.Errorf("shard 1 was asked %q, want %q (answered 403)", req, want)
+	}
+	if req := shard2.requested(); !slices.Equal(req, []string{want}) {
+		t.Errorf("shard 2 was asked %q, want %q", req, want)
+	}
+	if r.readThrough["c1"] != r.shards[1].URL() {
+		t.Errorf("read through %v, want c1 on shard 2", r.readThrough)
+	}
+	got = nil
+	if err := c.ListObjectsIn(context.Background(), testSource, "c3", "", nil, func(m kcp.Meta, _ []byte) error {
+		got = append(got, m.Name)
+		return nil
+	}); err != nil || len(got) != 0 {
+		t.Errorf("ListObjectsIn(c3), which no shard serves, visited %v, %v", got, err)
+	}
+}
+
 // pagedShard serves a wildcard list of n objects in pages of the limit
 // asked for; the continue token is the index of the next object. The
 // pages in expire answer 410 Expired instead, once each.

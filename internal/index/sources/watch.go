@@ -41,8 +41,9 @@ type Config struct {
 	// Notify is called whenever the state of a watch may have changed.
 	Notify func()
 	// Changed, if set, is called after the dependents in a watch's store
-	// changed (added, updated, removed, or listed again).
-	Changed func()
+	// changed (added, updated, removed, or listed again), with the cluster
+	// whose dependents changed (empty after a listing: any of them).
+	Changed func(cluster logicalcluster.Name)
 	// Shards, if set, are the base URLs of the shards to read: an endpoint
 	// of an APIExportEndpointSlice is read only if its URL starts with one
 	// of them. Empty: every shard.
@@ -67,9 +68,9 @@ type Config struct {
 	// set of targets changed (see Watch.SetWatchTargets).
 	TargetsChanged func()
 	// TargetsAdded, if set, is called after an object may have been added
-	// to a watch's set of targets (one added, or a shard listed), before
-	// TargetsChanged.
-	TargetsAdded func()
+	// to a watch's set of targets (one added, with its cluster, or a shard
+	// listed, with none), before TargetsChanged.
+	TargetsAdded func(cluster logicalcluster.Name)
 }
 
 // onShards keeps the endpoint URLs that are on one of shards (all if there

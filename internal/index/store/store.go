@@ -128,8 +128,9 @@ type Store struct {
 	shardOf map[logicalcluster.Name]string
 	// count is the number of objects of each cluster that has any.
 	count map[logicalcluster.Name]int
-	// changed, if not nil, is called after every change, without the lock.
-	changed func()
+	// changed, if not nil, is called after every change, without the lock,
+	// with the cluster whose dependents changed (empty: any of them).
+	changed func(cluster logicalcluster.Name)
 
 	// plock guards progress and samples, by shard URL.
 	plock    sync.Mutex
@@ -142,17 +143,18 @@ type Store struct {
 }
 
 // New returns an empty store that calls changed (if not nil) after every
-// change of its contents.
-func New(changed func()) *Store {
+// change of its contents, with the cluster whose dependents changed (empty
+// after a complete list of a shard: any of them).
+func New(changed func(cluster logicalcluster.Name)) *Store {
 	return &Store{objects: map[string]map[objKey]*entry{}, refs: map[refKey][]*entry{}, shardOf: map[logicalcluster.Name]string{},
 		count: map[logicalcluster.Name]int{}, changed: changed, progress: map[string]*progress{}, samples: map[string]*samples{}, now: time.Now,
 		admissions: admissions{memory: DefaultAdmissionMemory, first: map[uint64]int64{}}}
 }
 
-// notify calls the changed hook.
-func (s *Store) notify() {
+// notify calls the changed hook for cluster (empty: any).
+func (s *Store) notify(cluster logicalcluster.Name) {
 	if s.changed != nil {
-		s.changed()
+		s.changed(cluster)
 	}
 }
 
@@ -488,7 +490,7 @@ func (s *shardStore) Add(obj any) error {
 	s.store.lock.Unlock()
 	s.stored.Store(true)
 	s.store.admitted(o.Admission)
-	s.store.notify()
+	s.store.notify(o.Cluster)
 	return nil
 }
 
@@ -508,7 +510,7 @@ func (s *shardStore) Delete(obj any) error {
 	s.store.lock.Unlock()
 	s.stored.Store(true)
 	s.store.admitted(o.Admission)
-	s.store.notify()
+	s.store.notify(o.Cluster)
 	return nil
 }
 
@@ -537,7 +539,7 @@ func (s *shardStore) Replace(list []any, resourceVersion string) error {
 	s.store.setProgress(s.shard, resourceVersion, true, true)
 	s.store.admitted(ids...)
 	s.synced()
-	s.store.notify()
+	s.store.notify("")
 	return nil
 }
 

@@ -484,3 +484,29 @@ func TestLargest(t *testing.T) {
 		})
 	}
 }
+
+// Every change calls the changed hook with the workspace of the dependent
+// that changed; a complete list of a shard, which may change any, with
+// none.
+func TestChangedNamesTheWorkspace(t *testing.T) {
+	paths := []fieldpath.Reference{vpcRef}
+	var got []string
+	s := New(func(cluster logicalcluster.Name) { got = append(got, cluster.String()) })
+	rs := s.ForShard("shard-1", func() {})
+	vm1 := dependent(t, paths, "c1", "default/vm-1", `{"vpcRef":{"name":"vpc-a"}}`, false)
+	vm2 := dependent(t, paths, "c2", "default/vm-2", `{"vpcRef":{"name":"vpc-a"}}`, false)
+	steps := []func() error{
+		func() error { return rs.Replace([]any{vm1}, "10") },
+		func() error { return rs.Add(vm2) },
+		func() error { return rs.Update(vm1) },
+		func() error { return rs.Delete(vm2) },
+	}
+	for i, step := range steps {
+		if err := step(); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+	}
+	if want := []string{"", "c2", "c1", "c2"}; !slices.Equal(got, want) {
+		t.Errorf("changed called with %q, want %q", got, want)
+	}
+}

@@ -91,20 +91,22 @@ type Set struct {
 	// added or removed, or a shard listed or dropped.
 	changed func()
 	// added, if not nil, is called without the lock after an object was
-	// added or a shard listed, before changed.
-	added func()
+	// added (with its cluster) or a shard listed (with none), before
+	// changed.
+	added func(cluster logicalcluster.Name)
 }
 
 // New returns an empty set that calls changed (if not nil) after every
 // change of its contents, and added (if not nil) after every change that
-// may have added an object: one added, or a shard listed.
-func New(changed, added func()) *Set {
+// may have added an object: one added (with its cluster), or a shard
+// listed (with none: any cluster).
+func New(changed func(), added func(cluster logicalcluster.Name)) *Set {
 	return &Set{shards: map[string]*shard{}, changed: changed, added: added}
 }
 
-func (s *Set) notifyAdded() {
+func (s *Set) notifyAdded(cluster logicalcluster.Name) {
 	if s.added != nil {
-		s.added()
+		s.added(cluster)
 	}
 	s.notify()
 }
@@ -205,7 +207,7 @@ func (s *shardStore) Add(obj any) error {
 	added := sh.add(o)
 	s.set.lock.Unlock()
 	if added {
-		s.set.notifyAdded()
+		s.set.notifyAdded(o.Cluster)
 	}
 	return nil
 }
@@ -248,7 +250,7 @@ func (s *shardStore) Replace(list []any, _ string) error {
 	s.set.shards[s.shard] = sh
 	s.set.lock.Unlock()
 	s.synced()
-	s.set.notifyAdded()
+	s.set.notifyAdded("")
 	return nil
 }
 

@@ -98,7 +98,8 @@ func TestSet(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var notified, added, synced atomic.Int32
-			s := New(func() { notified.Add(1) }, func() { added.Add(1) })
+			var addedIn logicalcluster.Name
+			s := New(func() { notified.Add(1) }, func(cluster logicalcluster.Name) { added.Add(1); addedIn = cluster })
 			for i, st := range tt.steps {
 				before, addedBefore := notified.Load(), added.Load()
 				rs := s.ForShard(st.shard, func() { synced.Add(1) })
@@ -134,6 +135,16 @@ func TestSet(t *testing.T) {
 				wantAdded := st.notified && st.do != "delete" && st.do != "drop"
 				if got := added.Load() != addedBefore; got != wantAdded {
 					t.Errorf("step %d (%s): added = %v, want %v", i, st.do, got, wantAdded)
+				}
+				// An object added names its workspace; a complete list
+				// may add to any.
+				if wantIn := logicalcluster.Name(""); wantAdded {
+					if st.do != "replace" {
+						wantIn = st.objs[0].Cluster
+					}
+					if addedIn != wantIn {
+						t.Errorf("step %d (%s): added in %q, want %q", i, st.do, addedIn, wantIn)
+					}
 				}
 				if s.Len() != st.len {
 					t.Errorf("step %d (%s): Len() = %d, want %d", i, st.do, s.Len(), st.len)
