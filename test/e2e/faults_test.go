@@ -30,6 +30,7 @@ import (
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/controller"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
+	"github.com/opendefensecloud/dependency-controller/internal/webhookserver"
 	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
 )
 
@@ -250,38 +251,45 @@ func expectConfigurationsConverge(ctx context.Context) {
 }
 
 // superviseLikeADeployment starts the controller and the webhook again if
-// they exited, as their Deployments would, and waits until the controller
-// holds its leader election lease, renewed after since. (The controller
-// exits when it cannot renew its lease for a while, e.g. while kcp
-// restarts, so that it never writes without holding the lease: some
-// seconds after kcp is back, a controller that looks ready may still
-// exit.)
+// they exited, as their Deployments would, and waits until each holds its
+// leader election lease, renewed after since. (Each exits when it cannot
+// renew its lease for a while, e.g. while kcp restarts, so that it never
+// writes without holding the lease: some seconds after kcp is back, a
+// process that looks ready may still exit.)
 func superviseLikeADeployment(ctx context.Context, since time.Time) {
 	GinkgoHelper()
-	for _, p := range []*kcpenv.Process{controllerProc, webhookProc} {
+	for _, p := range []struct {
+		proc  *kcpenv.Process
+		lease string
+	}{{controllerProc, controller.ControllerName}, {webhookProc, webhookserver.LeaseName}} {
 		Eventually(func() error {
-			if !p.Running() {
-				GinkgoWriter.Printf("%s had exited (%s); starting it again, as its Deployment would\n", p.Name, lastLine(p.LogTail(3)))
-				if err := p.Start(); err != nil {
+			if !p.proc.Running() {
+				GinkgoWriter.Printf("%s had exited (%s); starting it again, as its Deployment would\n", p.proc.Name, lastLine(p.proc.LogTail(3)))
+				if err := p.proc.Start(); err != nil {
 					return err
 				}
 			}
-			if err := p.Ready(); err != nil {
+			if err := p.proc.Ready(); err != nil {
 				return err
 			}
-			if p != controllerProc {
-				return nil
-			}
-			lease := &coordinationv1.Lease{}
-			if err := cli.Cluster(depCtrl).Get(ctx, client.ObjectKey{Namespace: "default", Name: controller.ControllerName}, lease); err != nil {
-				return err
-			}
-			if renewed := lease.Spec.RenewTime; renewed == nil || renewed.Time.Before(since) {
-				return fmt.Errorf("the controller's lease was last renewed at %v, before %v", renewed, since)
-			}
-			return nil
-		}).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(Succeed(), "%s log:\n%s", p.Name, p.LogTail(40))
+			return leaseRenewedSince(ctx, p.lease, since)
+		}).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(Succeed(), "%s log:\n%s", p.proc.Name, p.proc.LogTail(40))
 	}
+}
+
+// leaseRenewedSince returns an error unless a lease of the dep-ctrl
+// workspace named name (or name-<shard>) was renewed after since.
+func leaseRenewedSince(ctx context.Context, name string, since time.Time) error {
+	leases := &coordinationv1.LeaseList{}
+	if err := cli.Cluster(depCtrl).List(ctx, leases, client.InNamespace("default")); err != nil {
+		return err
+	}
+	for _, l := range leases.Items {
+		if (l.Name == name || strings.HasPrefix(l.Name, name+"-")) && l.Spec.RenewTime != nil && !l.Spec.RenewTime.Before(&metav1.MicroTime{Time: since}) {
+			return nil
+		}
+	}
+	return fmt.Errorf("no lease %s renewed since %s", name, since.Format(time.RFC3339Nano))
 }
 
 func lastLine(s string) string {
