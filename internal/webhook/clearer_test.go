@@ -31,7 +31,7 @@ type clearerListings struct {
 }
 
 func (r *clearerListings) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+	return kcpenv.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		q := req.URL.Query()
 		_, rest, ok := strings.Cut(req.URL.Path, "/clusters/")
 		if req.Method == http.MethodGet && ok && strings.HasSuffix(rest, "/apis/network.test.io/v1/vpcs") && q.Get("limit") == "500" {
@@ -61,10 +61,6 @@ func (r *clearerListings) take() []string {
 	r.clusters = nil
 	return out
 }
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 var _ = Describe("The clearer", Ordered, func() {
 	var (

@@ -29,7 +29,7 @@ var errBroken = errors.New("connection broken by the test")
 
 // Wrap wraps a transport.
 func (b *WatchBreaker) Wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+	return RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		if !strings.Contains(req.URL.Path, b.Match) {
 			return rt.RoundTrip(req)
 		}
@@ -86,6 +86,9 @@ func (b *breakableBody) Close() error {
 	return b.ReadCloser.Close()
 }
 
-type roundTripperFunc func(*http.Request) (*http.Response, error)
+// RoundTripperFunc is an http.RoundTripper made of a function: what a
+// test wraps a client's transport with (see rest.Config.WrapTransport).
+type RoundTripperFunc func(*http.Request) (*http.Response, error)
 
-func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+// RoundTrip implements http.RoundTripper.
+func (f RoundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
