@@ -121,6 +121,15 @@ var _ = Describe("The clearer", Ordered, func() {
 		listed := listings.take()
 		Expect(listed).To(ContainElement(clusterA), "the workspace in which VMs came")
 		Expect(listed).NotTo(ContainElement(clusterB), "a workspace in which nothing changed")
-		Expect(listed).NotTo(ContainElement("*"), "every workspace, for a change in one")
+		// A relist of the index (a watch that expired) changes any
+		// workspace, and the pass after it lists every one; more than one
+		// such pass means the passes did not list by workspace.
+		wildcard := 0
+		for _, c := range listed {
+			if c == "*" {
+				wildcard++
+			}
+		}
+		Expect(wildcard).To(BeNumerically("<=", 1), "every workspace listed for changes in one: %v", listed)
 	})
 })
