@@ -41,6 +41,14 @@ type fences struct {
 	newest, passed fence
 }
 
+// pass notes that the index passed f, if it is later than the fence noted
+// as passed.
+func (fs *fences) pass(f fence) {
+	if f.at.After(fs.passed.at) {
+		fs.passed = f
+	}
+}
+
 // Fenced reports whether the index holds every dependent of the query's
 // source in its scope (see Confirm) that existed when a teardown began:
 // begun is a moment by which it had begun (when the caller saw its first
@@ -109,7 +117,7 @@ func (ix *Index) fence(ctx context.Context, scope live.Scope, shard string, begu
 		for s, fs := range ix.fences {
 			if now.Sub(fs.newest.at) >= fenceMemory {
 				delete(ix.fences, s)
-			} else if now.Sub(fs.passed.at) >= fenceMemory {
+			} else if !fs.passed.at.IsZero() && now.Sub(fs.passed.at) >= fenceMemory {
 				fs.passed = fence{}
 				ix.fences[s] = fs
 			}
@@ -136,7 +144,7 @@ func (ix *Index) fence(ctx context.Context, scope live.Scope, shard string, begu
 			if err == nil {
 				fs := ix.fences[scope]
 				if fs.newest.shard == shard && passes(fs.newest) {
-					fs.passed = fs.newest
+					fs.pass(fs.newest)
 				}
 				fs.newest = f
 				ix.fences[scope] = fs
@@ -157,8 +165,8 @@ func (ix *Index) fence(ctx context.Context, scope live.Scope, shard string, begu
 func (ix *Index) passedFence(scope live.Scope, f fence) {
 	ix.lock.Lock()
 	defer ix.lock.Unlock()
-	if fs, ok := ix.fences[scope]; ok && f.at.After(fs.passed.at) {
-		fs.passed = f
+	if fs, ok := ix.fences[scope]; ok {
+		fs.pass(f)
 		ix.fences[scope] = fs
 	}
 }
