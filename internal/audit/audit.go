@@ -80,6 +80,10 @@ type Options struct {
 	// Metrics, if set, is where the number of dangling references is
 	// reported.
 	Metrics *Metrics
+	// Reader, if set, reads an object that a reference names and its set
+	// of targets lacks before the reference counts as dangling (see
+	// confirm); without it, such a reference is dangling.
+	Reader Reader
 }
 
 // Auditor finds and reports dangling references; see the package
@@ -99,6 +103,9 @@ type Auditor struct {
 	findings map[refKey]*finding
 	// checkedOnce are the pairs checked since the Auditor started.
 	checkedOnce map[pair]bool
+	// hidden are objects missing from their set of targets that a read
+	// found to exist, and when (see confirm).
+	hidden map[targetObject]time.Time
 }
 
 // New returns an Auditor of the references that the rules of rules make,
@@ -120,7 +127,7 @@ func New(rules Rules, ix Index, events Eventer, write ConditionWriter, opts Opti
 		opts.MaxEvents = DefaultMaxEvents
 	}
 	return &Auditor{rules: rules, ix: ix, events: events, write: write, opts: opts, now: time.Now,
-		findings: map[refKey]*finding{}, checkedOnce: map[pair]bool{}}
+		findings: map[refKey]*finding{}, checkedOnce: map[pair]bool{}, hidden: map[targetObject]time.Time{}}
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable.
@@ -172,7 +179,7 @@ func (a *Auditor) next(now time.Time) time.Duration {
 // pass detects dangling references and reports them.
 func (a *Auditor) pass(ctx context.Context) {
 	now := a.now()
-	d := a.detect(now)
+	d := a.detect(ctx, now)
 	dangling := a.dangling(now)
 	a.opts.Metrics.set(d.sources, dangling)
 	a.report(ctx, d, now)

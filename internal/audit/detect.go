@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -92,6 +93,9 @@ type finding struct {
 	evented bool
 	// rendered is its sample, once rendered.
 	rendered string
+	// confirmed is when a read last found the object missing (see
+	// confirm).
+	confirmed time.Time
 }
 
 // dependentString renders the dependent as Kind/namespace/name, or
@@ -219,7 +223,7 @@ func targetsKnown(src index.Source, state index.State, known bool) (reason, why 
 // exist, and updates a.findings: a reference found missing keeps the time
 // it was first found so, one found resolved is dropped, and one whose
 // pair could not be checked in this pass is kept as it was.
-func (a *Auditor) detect(now time.Time) detection {
+func (a *Auditor) detect(ctx context.Context, now time.Time) detection {
 	var out detection
 	bySource := map[index.Source][]*check{}
 	statusOf := map[kcp.ObjectKey]*ruleStatus{}
@@ -244,7 +248,7 @@ func (a *Auditor) detect(now time.Time) detection {
 	}
 
 	present, checked := map[pair]bool{}, map[pair]bool{}
-	found := map[refKey]*finding{}
+	found, missing := map[refKey]*finding{}, map[targetObject]*suspect{}
 	for src, checks := range bySource {
 		depState := a.ix.State(src)
 		depOK, depReason, depWhy := dependentsKnown(src, depState)
@@ -268,12 +272,13 @@ func (a *Auditor) detect(now time.Time) detection {
 		if len(ready) == 0 {
 			continue
 		}
-		a.checkSource(src, ready, found, now)
+		a.checkSource(src, ready, missing)
 		for _, c := range ready {
 			checked[pair{dependent: src, target: targetType{export: c.target.Export, resource: c.target.Resource.GroupResource()}}] = true
 			statusOf[c.rule].checked = true
 		}
 	}
+	a.confirm(ctx, missing, found, now)
 	for k, f := range a.findings {
 		if _, ok := found[k]; ok {
 			continue
@@ -290,8 +295,9 @@ func (a *Auditor) detect(now time.Time) detection {
 }
 
 // checkSource checks the references of the indexed dependents of src at
-// the paths of checks, adding those to objects that do not exist to found.
-func (a *Auditor) checkSource(src index.Source, checks []*check, found map[refKey]*finding, now time.Time) {
+// the paths of checks, adding those to objects missing from their set of
+// targets to missing.
+func (a *Auditor) checkSource(src index.Source, checks []*check, missing map[targetObject]*suspect) {
 	var byPath [][]*check
 	a.ix.Holders(src, func(paths []fieldpath.Reference, h *index.Holder) {
 		if byPath == nil {
@@ -312,7 +318,9 @@ func (a *Auditor) checkSource(src index.Source, checks []*check, found map[refKe
 					continue
 				}
 				k.dependent = src
-				a.found(found, k, c, h, now)
+				meta := h.Meta()
+				k.uid = meta.UID
+				suspectOf(missing, k, c, meta)
 			}
 		}
 	})
@@ -341,11 +349,10 @@ func (c *check) lookup(h *index.Holder, r index.Held) (refKey, bool) {
 	return k, c.exist.Has(k.cluster, k.targetNamespace, r.Name)
 }
 
-// found records in found that the reference k, which h holds under the
-// rule of c, names no object: as a.findings had it, or new since now.
-func (a *Auditor) found(found map[refKey]*finding, k refKey, c *check, h *index.Holder, now time.Time) {
-	meta := h.Meta()
-	k.uid = meta.UID
+// found records in found that the reference k, which the dependent with
+// metadata meta holds under the rule of c, names no object: as a.findings
+// had it, or new since now. It returns the finding.
+func (a *Auditor) found(found map[refKey]*finding, k refKey, c *check, meta kcp.Meta, now time.Time) *finding {
 	f, ok := found[k]
 	if !ok {
 		if prev, seen := a.findings[k]; seen {
@@ -359,6 +366,7 @@ func (a *Auditor) found(found map[refKey]*finding, k refKey, c *check, h *index.
 	if !slices.Contains(f.rules, c.rule) {
 		f.rules = append(f.rules, c.rule)
 	}
+	return f
 }
 
 // samples renders at most n of findings, sorted, and how many more there

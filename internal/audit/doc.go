@@ -10,13 +10,15 @@
 // types themselves, the Auditor has the index watch their objects (their
 // cluster, namespace and name only, through the protected provider's
 // APIExport virtual workspace with the read access it grants; see
-// index.Index.WatchTargets), and for those that are, the index's store
-// holds them anyway. After changes of the index (at most every
-// Options.Debounce), when the grace period of a missing object ends, and
-// every Options.Interval, a pass checks each
-// reference of each rule against those sets: map lookups, no request to
-// kcp. A reference whose object has been missing for the grace period is
-// reported:
+// index.Index.WatchTargets), those labelled cleared left out, and for
+// those that are, the index's store holds them anyway. After changes of
+// the index (at most every Options.Debounce), when the grace period of a
+// missing object ends, and every Options.Interval, a pass checks each
+// reference of each rule against those sets: map lookups. An object that
+// a reference names and its set lacks is read before the reference counts
+// as missing (see Auditor.confirm): the cleared label that kept it out is
+// a hint that anyone may set. A reference whose object has been missing
+// for the grace period is reported:
 //
 //   - on each rule, the condition ReferencesResolved (True, AllResolved;
 //     False, Dangling, with the number of its dangling references and a
@@ -35,6 +37,7 @@
 // which Events it recorded) starts afresh on a newly elected replica, which
 // writes no premature True meanwhile.
 //
-// It makes no request on the admission path, reads nothing from kcp for a
-// pass, and writes nothing on dependents.
+// It makes no request on the admission path, reads from kcp only objects
+// that their sets lack (at most once per grace period each), and writes
+// nothing on dependents.
 package audit

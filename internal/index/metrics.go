@@ -128,7 +128,7 @@ func newSourceCollector(sources func() []SourceStatus) sourceCollector {
 			"Number of dependent objects of each source in the webhook's index; 0 for a type that is only protected.",
 			[]string{"export", "resource", "version"}, nil),
 		targets: prometheus.NewDesc("dependency_webhook_source_watched_targets",
-			"Number of objects of each protected type that the webhook watches for the audit of dangling references (their cluster, namespace and name only); 0 for a type that is a dependent type (its index serves the audit) and on replicas that do not run the audit.",
+			"Number of objects of each protected type that the webhook watches for the audit of dangling references (their cluster, namespace and name only), those labelled cleared left out; 0 for a type that is a dependent type (its index serves the audit) and on replicas that do not run the audit.",
 			[]string{"export", "resource", "version"}, nil),
 		currency: prometheus.NewDesc("dependency_webhook_index_currency_age_seconds",
 			"Age of the currency of each indexed source on its least current shard: how long ago the latest moment was before which everything kcp stored of the source is in the webhook's index (a few seconds when all is well; +Inf while it is not known: not synced, a broken watch, no sample yet).",

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -134,6 +135,45 @@ var _ = Describe("Dangling references", Ordered, func() {
 		Consistently(func(g Gomega) {
 			g.Expect(danglingEvents(ctx, g, "vm-dangling")).To(HaveLen(1))
 		}).WithTimeout(3 * time.Second).WithPolling(time.Second).Should(Succeed())
+	})
+
+	It("leaves a VPC labelled cleared out of its watch, and reads it before it would report a VM referencing it", func(ctx context.Context) {
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-labelled", nil))
+		create(ctx, consumer, newObject(vmGVR, "default", "vm-labelled", vmRef("vpc-labelled")))
+		targets := func(g Gomega) float64 {
+			n, err := wh.Gauge("dependency_webhook_source_watched_targets", map[string]string{"resource": "vpcs.network.test.io"})
+			g.Expect(err).NotTo(HaveOccurred())
+			return n
+		}
+		var watched float64
+		Eventually(func(g Gomega) {
+			watched = targets(g)
+			g.Expect(watched).To(BeNumerically(">=", 2), "the VPCs are watched")
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		exists := func() float64 {
+			GinkgoHelper()
+			n, err := wh.Counter("dependency_webhook_audit_reads_total", map[string]string{"result": "exists"})
+			Expect(err).NotTo(HaveOccurred())
+			return n
+		}
+		read := exists()
+
+		By("labelling the referenced VPC cleared, as anyone who may update it can: the watch leaves it out")
+		vpc := newObject(vpcGVR, "default", "vpc-labelled", nil)
+		Expect(cli.Cluster(consumer).Patch(ctx, vpc, client.RawPatch(types.MergePatchType,
+			[]byte(`{"metadata":{"labels":{"`+depv1alpha1.LabelCleared+`":"forged"}}}`)))).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(targets(g)).To(Equal(watched - 1))
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+
+		By("the audit reads it, finds it, and reports nothing past the grace period")
+		Eventually(exists).WithTimeout(timeout).WithPolling(interval).Should(BeNumerically(">", read))
+		Consistently(func(g Gomega) {
+			c := resolved(ctx, g)
+			g.Expect(c.Status).To(Equal(metav1.ConditionTrue), c.Message)
+			g.Expect(danglingEvents(ctx, g, "vm-labelled")).To(BeEmpty())
+		}).WithTimeout(grace + 10*time.Second).WithPolling(time.Second).Should(Succeed())
+		Expect(dangling()).To(Equal(0.0))
 	})
 
 	It("warns on a CREATE of a VM that names a missing VPC, and admits it", func(ctx context.Context) {

@@ -254,7 +254,7 @@ func (a *assembly) serve(ctx context.Context) ([]manager.Runnable, error) {
 	if a.opts.ShardName == "" {
 		resolved = conditions.NewWriter(a.mgr, audit.FieldOwner)
 	}
-	writers = append(writers, audit.New(a.reg, a.ix, a.objects, resolved, audit.Options{GracePeriod: a.gracePeriod(), Metrics: a.auditMetrics}))
+	writers = append(writers, audit.New(a.reg, a.ix, a.objects, resolved, audit.Options{GracePeriod: a.gracePeriod(), Metrics: a.auditMetrics, Reader: a.objects}))
 	if a.opts.ClearanceInterval > 0 {
 		writers = append(writers, clearance.New(a.reg, a.objects, deletions, clearance.Options{Interval: a.opts.ClearanceInterval, Index: a.ix, Teardowns: deletions, Namespaces: a.objects, Metrics: a.clearanceMetrics}))
 	}

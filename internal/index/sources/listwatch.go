@@ -34,6 +34,8 @@ type listWatch struct {
 	client *vw.Client
 	gvr    schema.GroupVersionResource
 	paths  []fieldpath.Reference
+	// labelSelector, if set, selects the objects listed and watched.
+	labelSelector string
 	// timeout, if set, replaces the timeout the reflector asks a watch for
 	// (see timeoutSeconds).
 	timeout    time.Duration
@@ -68,6 +70,9 @@ func (lw *listWatch) ListWithContext(ctx context.Context, options metav1.ListOpt
 	if options.ResourceVersionMatch != "" {
 		params.Set("resourceVersionMatch", string(options.ResourceVersionMatch))
 	}
+	if lw.labelSelector != "" {
+		params.Set("labelSelector", lw.labelSelector)
+	}
 	rv, err := lw.client.List(ctx, vw.ResourcePath(logicalcluster.Wildcard, lw.gvr, ""), params, func(item []byte) error {
 		o, err := store.Decode(item, lw.paths)
 		if err != nil {
@@ -97,6 +102,9 @@ func (lw *listWatch) WatchWithContext(ctx context.Context, options metav1.ListOp
 	}
 	if timeout := lw.timeoutSeconds(options.TimeoutSeconds); timeout != nil {
 		params.Set("timeoutSeconds", strconv.FormatInt(*timeout, 10))
+	}
+	if lw.labelSelector != "" {
+		params.Set("labelSelector", lw.labelSelector)
 	}
 	body, err := lw.client.Get(ctx, vw.ResourcePath(logicalcluster.Wildcard, lw.gvr, ""), params)
 	if err != nil {

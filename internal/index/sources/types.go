@@ -7,7 +7,7 @@
 // only its metadata and the strings at the paths. A protected type that is
 // no dependent type is only inspected, and, for the audit of dangling
 // references, its objects are watched the same way into a set of targets
-// (Watch.SetWatchTargets).
+// (Watch.SetWatchTargets): those not labelled cleared (TargetsSelector).
 //
 // A state that would take protection away (access revoked, export or
 // resource gone, a shard dropped) applies only once several inspections in
@@ -21,9 +21,21 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 )
+
+// TargetsSelector selects the objects that a set of targets holds: those
+// not labelled cleared (api/v1alpha1.LabelCleared). An object that nothing
+// references is cleared and so labelled, and kcp deletes it without
+// calling the webhook; selected by this label, the watch of targets leaves
+// out its deletion too, which kcp would otherwise decode and encode for
+// the webhook, one event per object. An object comes back with a reference
+// recorded on it, which removes the label. The label is a hint that anyone
+// may set, so a reference to an object missing from the set is read
+// before the audit takes it to be dangling (see package audit).
+const TargetsSelector = "!" + depv1alpha1.LabelCleared
 
 // Source identifies one dependent (or protected) type as its provider serves
 // it: the APIExport (in the workspace of the rules that name it) and the

@@ -476,7 +476,8 @@ func (s *shardWatch) status() (synced, listed bool, err error) {
 // ensureShards runs a reflector for each URL (if run is set) and stops
 // those of other shards. The reflectors of an indexed source feed its
 // store; those of a source without paths its set of targets, with only
-// the objects' metadata. Callers hold the lock.
+// the metadata of the objects that TargetsSelector selects. Callers hold
+// the lock.
 func (w *Watch) ensureShards(ctx context.Context, urls []string, run bool) {
 	for u, s := range w.shards {
 		if !run || !slices.Contains(urls, u) {
@@ -517,6 +518,7 @@ func (w *Watch) ensureShards(ctx context.Context, urls []string, run bool) {
 		rs, what := w.store.ForShard(u, listed), "dependents "
 		if !w.indexed() {
 			rs, what = w.targets.ForShard(u, listed), "targets "
+			lw.labelSelector = TargetsSelector
 		}
 		reflector := cache.NewReflectorWithOptions(lw, &store.Object{}, rs, cache.ReflectorOptions{
 			Name:            what + w.src.String() + " on " + u,

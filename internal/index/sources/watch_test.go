@@ -7,12 +7,14 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"k8s.io/client-go/rest"
 
+	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath/fieldpathtest"
 	"github.com/opendefensecloud/dependency-controller/internal/index/store"
@@ -143,9 +145,34 @@ type fakeVW struct {
 	items   string
 	lists   atomic.Int32
 	watches atomic.Int32
+
+	lock sync.Mutex
+	// selectors are the label selectors of the requests served, as
+	// "list <selector>" and "watch <selector>".
+	selectors []string
+}
+
+// selected reports whether every request served had the label selector
+// want, and whether there were a list and a watch among them.
+func (s *fakeVW) selected(want string) bool {
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	for _, sel := range s.selectors {
+		if sel != "list "+want && sel != "watch "+want {
+			return false
+		}
+	}
+	return slices.Contains(s.selectors, "list "+want) && slices.Contains(s.selectors, "watch "+want)
 }
 
 func (s *fakeVW) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	verb := "list "
+	if r.URL.Query().Get("watch") == "true" {
+		verb = "watch "
+	}
+	s.lock.Lock()
+	s.selectors = append(s.selectors, verb+r.URL.Query().Get("labelSelector"))
+	s.lock.Unlock()
 	if r.URL.Query().Get("watch") == "true" {
 		s.watches.Add(1)
 		w.WriteHeader(http.StatusOK)
@@ -199,6 +226,9 @@ func TestReflectorsIndexEveryShard(t *testing.T) {
 		t.Errorf("Len() = %d, want 3", w.Store().Len())
 	}
 	waitFor(t, func() bool { return shard1.watches.Load() > 0 && shard2.watches.Load() > 0 })
+	if !shard1.selected("") || !shard2.selected("") {
+		t.Errorf("the dependents were listed or watched with a label selector: %v, %v", shard1.selectors, shard2.selectors)
+	}
 
 	// Shard 2 dropped out of the endpoint slice.
 	w.lock.Lock()
@@ -294,7 +324,8 @@ func vpcItem(cluster, namespace, name string) string {
 // A source without paths keeps no store; with SetWatchTargets it watches
 // its objects on every shard into its set of targets, which knows every
 // object once each shard has listed, and forgets a shard that is dropped.
-// Turned off, its reflectors stop and the set is emptied. Its state does
+// It lists and watches only the objects not labelled cleared. Turned off,
+// its reflectors stop and the set is emptied. Its state does
 // not depend on the targets' reflectors.
 func TestTargetsOfEveryShard(t *testing.T) {
 	shard1 := &fakeVW{items: vpcItem("c1", "default", "vpc-a")}
@@ -332,6 +363,10 @@ func TestTargetsOfEveryShard(t *testing.T) {
 		t.Errorf("state = %+v; the state of a source without paths does not follow its targets", state)
 	}
 	waitFor(t, func() bool { return shard1.watches.Load() > 0 && shard2.watches.Load() > 0 })
+	// Objects labelled cleared are left out, their deletions too.
+	if want := "!" + depv1alpha1.LabelCleared; !shard1.selected(want) || !shard2.selected(want) {
+		t.Errorf("the targets were listed or watched with other label selectors than %q: %v, %v", want, shard1.selectors, shard2.selectors)
+	}
 
 	// Shard 2 dropped out of the endpoint slice.
 	w.lock.Lock()
