@@ -124,7 +124,7 @@ dependency_webhook_source_indexed_dependents{export="9q1z/network.io",resource="
 	}
 	// The objects of protected types watched for the audit.
 	const wantTargets = `
-# HELP dependency_webhook_source_watched_targets Number of objects of each protected type that the webhook watches for the audit of dangling references (their cluster, namespace and name only); 0 for a type that is a dependent type (its index serves the audit) and on replicas that do not run the audit.
+# HELP dependency_webhook_source_watched_targets Number of objects of each protected type that the webhook watches for the audit of dangling references (their cluster, namespace and name only), those labelled cleared left out; 0 for a type that is a dependent type (its index serves the audit) and on replicas that do not run the audit.
 # TYPE dependency_webhook_source_watched_targets gauge
 dependency_webhook_source_watched_targets{export="2x7c/compute.io",resource="disks.compute.io",version="v1"} 0
 dependency_webhook_source_watched_targets{export="2x7c/compute.io",resource="virtualmachines.compute.io",version="v1"} 0

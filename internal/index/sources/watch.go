@@ -52,11 +52,11 @@ type Config struct {
 	// sampled, for the store's currency (see store.Currency). Zero: never,
 	// and the currency is never known.
 	SampleInterval time.Duration
-	// WatchTimeout is the shortest timeout a watch asks for (see
-	// listWatch.timeout): kcp sends a bookmark 2 s before a watch times
-	// out, so the store's progress follows the shard every WatchTimeout or
-	// so even when nothing of its resource changes. Zero: client-go's, 5
-	// to 10 minutes.
+	// WatchTimeout is the shortest timeout a watch of dependents asks for
+	// (see listWatch.timeout): kcp sends a bookmark 2 s before a watch
+	// times out, so the store's progress follows the shard every
+	// WatchTimeout or so even when nothing of its resource changes. Zero,
+	// and for the watches of targets: client-go's, 5 to 10 minutes.
 	WatchTimeout time.Duration
 	// AdmissionMemory is how long the store remembers the admission ids it
 	// has seen (see store.SetAdmissionMemory).
@@ -519,6 +519,10 @@ func (w *Watch) ensureShards(ctx context.Context, urls []string, run bool) {
 		if !w.indexed() {
 			rs, what = w.targets.ForShard(u, listed), "targets "
 			lw.labelSelector = TargetsSelector
+			// A set of targets needs no progress through bookmarks (see
+			// Config.WatchTimeout): its watch asks for the reflector's
+			// timeout, and is not made again every few seconds.
+			lw.timeout = 0
 		}
 		reflector := cache.NewReflectorWithOptions(lw, &store.Object{}, rs, cache.ReflectorOptions{
 			Name:            what + w.src.String() + " on " + u,

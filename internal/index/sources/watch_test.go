@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -148,8 +149,17 @@ type fakeVW struct {
 
 	lock sync.Mutex
 	// selectors are the label selectors of the requests served, as
-	// "list <selector>" and "watch <selector>".
+	// "list <selector>" and "watch <selector>"; timeouts the timeouts
+	// that the watches asked for, in seconds.
 	selectors []string
+	timeouts  []int
+}
+
+// watchTimeouts returns the timeouts that the watches asked for.
+func (s *fakeVW) watchTimeouts() []int {
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	return slices.Clone(s.timeouts)
 }
 
 // selected reports whether every request served had the label selector
@@ -172,6 +182,9 @@ func (s *fakeVW) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.lock.Lock()
 	s.selectors = append(s.selectors, verb+r.URL.Query().Get("labelSelector"))
+	if timeout, err := strconv.Atoi(r.URL.Query().Get("timeoutSeconds")); err == nil && verb == "watch " {
+		s.timeouts = append(s.timeouts, timeout)
+	}
 	s.lock.Unlock()
 	if r.URL.Query().Get("watch") == "true" {
 		s.watches.Add(1)
@@ -199,7 +212,7 @@ func TestReflectorsIndexEveryShard(t *testing.T) {
 	defer srv2.Close()
 	var notified atomic.Int32
 	w := NewWatch(testSource, []fieldpath.Reference{fieldpathtest.MustParse(".spec.vpc")}, Config{
-		Clients: vw.NewClients(&rest.Config{}), PollInterval: time.Second, Notify: func() { notified.Add(1) },
+		Clients: vw.NewClients(&rest.Config{}), PollInterval: time.Second, Notify: func() { notified.Add(1) }, WatchTimeout: time.Second,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -228,6 +241,10 @@ func TestReflectorsIndexEveryShard(t *testing.T) {
 	waitFor(t, func() bool { return shard1.watches.Load() > 0 && shard2.watches.Load() > 0 })
 	if !shard1.selected("") || !shard2.selected("") {
 		t.Errorf("the dependents were listed or watched with a label selector: %v, %v", shard1.selectors, shard2.selectors)
+	}
+	// Short watches, whose bookmarks move the store's progress on.
+	if got := shard1.watchTimeouts(); len(got) == 0 || got[0] != 1 {
+		t.Errorf("the dependents' watch asked for timeouts %v, want 1 s (WatchTimeout)", got)
 	}
 
 	// Shard 2 dropped out of the endpoint slice.
@@ -266,7 +283,7 @@ func TestAShardThatFailsKeepsTheWatchSyncing(t *testing.T) {
 	defer srvFail.Close()
 	var notified atomic.Int32
 	w := NewWatch(testSource, []fieldpath.Reference{fieldpathtest.MustParse(".spec.vpc")}, Config{
-		Clients: vw.NewClients(&rest.Config{}), PollInterval: time.Second, Notify: func() { notified.Add(1) },
+		Clients: vw.NewClients(&rest.Config{}), PollInterval: time.Second, Notify: func() { notified.Add(1) }, WatchTimeout: time.Second,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -324,7 +341,8 @@ func vpcItem(cluster, namespace, name string) string {
 // A source without paths keeps no store; with SetWatchTargets it watches
 // its objects on every shard into its set of targets, which knows every
 // object once each shard has listed, and forgets a shard that is dropped.
-// It lists and watches only the objects not labelled cleared. Turned off,
+// It lists and watches only the objects not labelled cleared, with
+// client-go's watch timeout. Turned off,
 // its reflectors stop and the set is emptied. Its state does
 // not depend on the targets' reflectors.
 func TestTargetsOfEveryShard(t *testing.T) {
@@ -334,7 +352,7 @@ func TestTargetsOfEveryShard(t *testing.T) {
 	defer srv1.Close()
 	defer srv2.Close()
 	var changed atomic.Int32
-	w := NewWatch(testSource, nil, Config{Clients: vw.NewClients(&rest.Config{}), PollInterval: time.Second, TargetsChanged: func() { changed.Add(1) }})
+	w := NewWatch(testSource, nil, Config{Clients: vw.NewClients(&rest.Config{}), PollInterval: time.Second, WatchTimeout: time.Second, TargetsChanged: func() { changed.Add(1) }})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	urls := []string{srv1.URL, srv2.URL}
@@ -366,6 +384,11 @@ func TestTargetsOfEveryShard(t *testing.T) {
 	// Objects labelled cleared are left out, their deletions too.
 	if want := "!" + depv1alpha1.LabelCleared; !shard1.selected(want) || !shard2.selected(want) {
 		t.Errorf("the targets were listed or watched with other label selectors than %q: %v, %v", want, shard1.selectors, shard2.selectors)
+	}
+	// The targets need no bookmarks: the reflector's timeout, 5 to 10
+	// minutes, not WatchTimeout.
+	if got := shard1.watchTimeouts(); len(got) == 0 || got[0] < 300 {
+		t.Errorf("the targets' watch asked for timeouts %v, want client-go's (at least 300 s)", got)
 	}
 
 	// Shard 2 dropped out of the endpoint slice.
