@@ -48,7 +48,7 @@
 //     it rejected it;
 //   - stack: a three-level stack of 1,000 objects per level
 //     (MEASURE_STACK_N) deleted in one go under Replay rules, against an
-//     ordered deletion without rules.
+//     ordered deletion without rules once before it and once after.
 //
 // The webhook looks for unlabelled dependents every 30s, as in production
 // (procenv's 2s would add a wildcard LIST of every dependent every 2s to the
