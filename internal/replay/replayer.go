@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -125,6 +126,17 @@ type Replayer struct {
 
 	lock    sync.Mutex
 	pending map[key]deferred
+	// deleted are the objects that replays deleted (or found gone) since
+	// the last listing began, each with the generation of its deletion (see
+	// list).
+	deleted    map[key]deletion
+	generation uint64
+}
+
+// deletion is an object that a replay deleted, or found gone.
+type deletion struct {
+	generation uint64
+	uid        types.UID
 }
 
 // New returns a Replayer of the deferred deletions of targets, which waits
@@ -141,7 +153,8 @@ func New(targets Targets, ix Index, objs Objects, records *Records, references R
 	if opts.Timeout <= 0 {
 		opts.Timeout = 30 * time.Second
 	}
-	return &Replayer{targets: targets, index: ix, objects: objs, records: records, references: references, opts: opts, pending: map[key]deferred{}}
+	return &Replayer{targets: targets, index: ix, objects: objs, records: records, references: references, opts: opts,
+		pending: map[key]deferred{}, deleted: map[key]deletion{}}
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable.
@@ -203,9 +216,14 @@ func (r *Replayer) Start(ctx context.Context) error {
 // that verify, of resources that a rule with the Replay deletion policy
 // protects, are kept to be replayed; every other one is removed, with an
 // Event on its object. A resource that cannot be listed keeps what was
-// known of it.
+// known of it. An object that a replay deleted while the listing was under
+// way is not kept again: kcp may have served the listing before the
+// deletion, and replaying it again would only find it gone.
 func (r *Replayer) list(ctx context.Context) {
 	logger := log.FromContext(ctx)
+	r.lock.Lock()
+	since := r.generation
+	r.lock.Unlock()
 	selector := depv1alpha1.LabelDeletionRequested
 	found := map[key]deferred{}
 	listed := map[index.Source]bool{}
@@ -255,8 +273,13 @@ func (r *Replayer) list(ctx context.Context) {
 		}
 	}
 	for k, d := range found {
+		if gone, ok := r.deleted[k]; ok && gone.generation > since && gone.uid == d.meta.UID {
+			continue
+		}
 		r.pending[k] = d
 	}
+	// The next listing begins after every deletion so far.
+	clear(r.deleted)
 }
 
 // Reasons of the Events on objects whose record the Replayer removed.
@@ -366,7 +389,7 @@ func (r *Replayer) replay(ctx context.Context, k key) (string, error) {
 			}
 			switch {
 			case found == nil || found.Terminating:
-				r.drop(k)
+				r.gone(k, obj.UID)
 				return ResultDeleted, nil
 			case !found.DeletionRequested || r.records.Verify(k.src.Resource.GroupResource(), *found) != nil:
 				// Cancelled, or the record changed into one that does not
@@ -385,7 +408,7 @@ func (r *Replayer) replay(ctx context.Context, k key) (string, error) {
 		err := r.objects.Delete(ctx, k.src, k.cluster, k.namespace, k.name, opts)
 		switch {
 		case err == nil, apierrors.IsNotFound(err):
-			r.drop(k)
+			r.gone(k, obj.UID)
 			logger.V(1).Info("Replayed a deferred deletion")
 			return ResultDeleted, nil
 		case apierrors.IsConflict(err) && listed:
@@ -434,4 +457,14 @@ func (r *Replayer) drop(k key) {
 	r.lock.Lock()
 	defer r.lock.Unlock()
 	delete(r.pending, k)
+}
+
+// gone forgets a deferred deletion whose object, of UID uid, a replay
+// deleted or found gone, and remembers it for the listing under way.
+func (r *Replayer) gone(k key, uid types.UID) {
+	r.lock.Lock()
+	defer r.lock.Unlock()
+	delete(r.pending, k)
+	r.generation++
+	r.deleted[k] = deletion{generation: r.generation, uid: uid}
 }

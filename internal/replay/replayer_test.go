@@ -57,9 +57,17 @@ type fakeIndex struct {
 	// Events recorded, by object name.
 	removed []string
 	events  map[string]string
-	// lookups counts the live reads of each object.
-	lookups map[string]int
-	updates chan struct{}
+	// lookups counts the live reads of each object, and deleteCalls the
+	// DELETEs sent for each.
+	lookups     map[string]int
+	deleteCalls map[string]int
+	updates     chan struct{}
+	// onList, if set, is called by the n-th List once it has read the
+	// objects, before it visits them; onDelete by Delete before it looks
+	// at the object.
+	onList    func(n int)
+	onDelete  func(name string)
+	listCalls int
 }
 
 // now is the clock of the replayer tests.
@@ -75,7 +83,7 @@ func newKeyring(t *testing.T, id string) *records.Keyring {
 }
 
 func newFakeIndex(t *testing.T) *fakeIndex {
-	return &fakeIndex{keys: newKeyring(t, "key-1"), objects: map[string]*object{}, events: map[string]string{}, lookups: map[string]int{}, updates: make(chan struct{}, 1)}
+	return &fakeIndex{keys: newKeyring(t, "key-1"), objects: map[string]*object{}, events: map[string]string{}, lookups: map[string]int{}, deleteCalls: map[string]int{}, updates: make(chan struct{}, 1)}
 }
 
 // recordOf returns the record annotation of an object (the lock is held).
@@ -115,7 +123,7 @@ func (f *fakeIndex) List(_ context.Context, src index.Source, selector string, v
 		return fmt.Errorf("unexpected list of %s with %q", src, selector)
 	}
 	f.lock.Lock()
-	defer f.lock.Unlock()
+	var listed []kcp.Meta
 	for name, o := range f.objects {
 		if !o.requested {
 			continue
@@ -127,8 +135,18 @@ func (f *fakeIndex) List(_ context.Context, src index.Source, selector string, v
 		}})
 		m, err := kcp.ReadMeta(raw)
 		if err != nil {
+			f.lock.Unlock()
 			return err
 		}
+		listed = append(listed, m)
+	}
+	f.listCalls++
+	n, onList := f.listCalls, f.onList
+	f.lock.Unlock()
+	if onList != nil {
+		onList(n)
+	}
+	for _, m := range listed {
 		if err := visit(m); err != nil {
 			return err
 		}
@@ -196,8 +214,12 @@ func (f *fakeIndex) Event(_ context.Context, src index.Source, kind string, obj 
 }
 
 func (f *fakeIndex) Delete(_ context.Context, _ index.Source, _ logicalcluster.Name, _, name string, opts metav1.DeleteOptions) error {
+	if f.onDelete != nil {
+		f.onDelete(name)
+	}
 	f.lock.Lock()
 	defer f.lock.Unlock()
+	f.deleteCalls[name]++
 	o, ok := f.objects[name]
 	if !ok {
 		return apierrors.NewNotFound(vpcs.Resource.GroupResource(), name)
@@ -269,6 +291,24 @@ func newRecords(ix *fakeIndex, keyring *records.Keyring) *Records {
 	return &Records{Patcher: ix, Keys: records.StaticKeys(keyring), Now: func() time.Time { return now }}
 }
 
+// run starts r and returns a function that stops it and waits until it
+// has stopped.
+func run(t *testing.T, r *Replayer) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := r.Start(ctx); err != nil {
+			t.Errorf("Start: %v", err)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
 func TestReplayer(t *testing.T) {
 	ix := newFakeIndex(t)
 	ix.set("free", &object{uid: "u1", rv: "1", requested: true, policy: "Foreground"})
@@ -281,18 +321,7 @@ func TestReplayer(t *testing.T) {
 
 	m := NewMetrics()
 	r := New(replaying, ix, ix, newRecords(ix, ix.keys), ix, Options{Interval: time.Hour, Workers: 2, Metrics: m})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := r.Start(ctx); err != nil {
-			t.Errorf("Start: %v", err)
-		}
-	}()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	defer run(t, r)()
 
 	// An unreferenced recorded object is deleted with the policy of its
 	// request; one that was refused is tried again.
@@ -508,4 +537,47 @@ type patcherFunc func(ctx context.Context, src index.Source, cluster logicalclus
 
 func (f patcherFunc) Patch(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, pt types.PatchType, body []byte) ([]byte, error) {
 	return nil, f(ctx, src, cluster, namespace, name, pt, body)
+}
+
+// A listing that kcp served before a replay deleted its object, and that
+// the Replayer reads after the replay finished, does not bring the
+// deletion back: nothing sends a second DELETE to find the object gone.
+func TestReplayerListingDoesNotBringBackAFinishedDeletion(t *testing.T) {
+	ix := newFakeIndex(t)
+	ix.set("racing", &object{uid: "u1", rv: "1", requested: true})
+	m := NewMetrics()
+	listed := make(chan struct{})
+	// The first replay of "racing" waits until the second listing has
+	// read the objects; that listing goes on only once the replay has
+	// finished (its result counted).
+	ix.onDelete = func(string) { <-listed }
+	ix.onList = func(n int) {
+		if n != 2 {
+			return
+		}
+		close(listed)
+		deadline := time.Now().Add(10 * time.Second)
+		for results(m.replays, ResultDeleted) < 1 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	r := New(replaying, ix, ix, newRecords(ix, ix.keys), ix, Options{Interval: time.Hour, Workers: 2, Metrics: m})
+	defer run(t, r)()
+
+	// A change of the index asks for the second listing.
+	ix.update("racing", func(*object) {})
+	eventually(t, "the second listing", func() bool {
+		ix.lock.Lock()
+		defer ix.lock.Unlock()
+		return ix.listCalls >= 2
+	})
+	eventually(t, "racing to be deleted", func() bool { return !ix.has("racing") })
+	// Time for the replay of a deletion the listing brought back.
+	time.Sleep(500 * time.Millisecond)
+	ix.lock.Lock()
+	calls := ix.deleteCalls["racing"]
+	ix.lock.Unlock()
+	if calls != 1 || results(m.replays, ResultDeleted) != 1 {
+		t.Errorf("sent %d DELETEs of racing and counted %d deleted, want 1 and 1", calls, results(m.replays, ResultDeleted))
+	}
 }
