@@ -126,17 +126,9 @@ type Replayer struct {
 
 	lock    sync.Mutex
 	pending map[key]deferred
-	// deleted are the objects that replays deleted (or found gone) since
-	// the last listing began, each with the generation of its deletion (see
-	// list).
-	deleted    map[key]deletion
-	generation uint64
-}
-
-// deletion is an object that a replay deleted, or found gone.
-type deletion struct {
-	generation uint64
-	uid        types.UID
+	// deleted are the UIDs of the objects that replays deleted (or found
+	// gone) since the last listing began (see list).
+	deleted map[key]types.UID
 }
 
 // New returns a Replayer of the deferred deletions of targets, which waits
@@ -154,7 +146,7 @@ func New(targets Targets, ix Index, objs Objects, records *Records, references R
 		opts.Timeout = 30 * time.Second
 	}
 	return &Replayer{targets: targets, index: ix, objects: objs, records: records, references: references, opts: opts,
-		pending: map[key]deferred{}, deleted: map[key]deletion{}}
+		pending: map[key]deferred{}, deleted: map[key]types.UID{}}
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable.
@@ -222,7 +214,7 @@ func (r *Replayer) Start(ctx context.Context) error {
 func (r *Replayer) list(ctx context.Context) {
 	logger := log.FromContext(ctx)
 	r.lock.Lock()
-	since := r.generation
+	clear(r.deleted)
 	r.lock.Unlock()
 	selector := depv1alpha1.LabelDeletionRequested
 	found := map[key]deferred{}
@@ -273,13 +265,11 @@ func (r *Replayer) list(ctx context.Context) {
 		}
 	}
 	for k, d := range found {
-		if gone, ok := r.deleted[k]; ok && gone.generation > since && gone.uid == d.meta.UID {
+		if uid, ok := r.deleted[k]; ok && uid == d.meta.UID {
 			continue
 		}
 		r.pending[k] = d
 	}
-	// The next listing begins after every deletion so far.
-	clear(r.deleted)
 }
 
 // Reasons of the Events on objects whose record the Replayer removed.
@@ -465,6 +455,5 @@ func (r *Replayer) gone(k key, uid types.UID) {
 	r.lock.Lock()
 	defer r.lock.Unlock()
 	delete(r.pending, k)
-	r.generation++
-	r.deleted[k] = deletion{generation: r.generation, uid: uid}
+	r.deleted[k] = uid
 }
