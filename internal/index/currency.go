@@ -39,6 +39,24 @@ func (ix *Index) Currency(src Source, cluster logicalcluster.Name) (time.Time, b
 	return shardCurrency(w, shard)
 }
 
+// Progressed reports whether the index holds every dependent of src in
+// cluster that kcp stored at a resourceVersion of at most rv (a revision of
+// the etcd of the shard that serves cluster, shared by all its objects):
+// whether that shard's reflector has stored everything up to rv. It is
+// false wherever Currency is not known.
+func (ix *Index) Progressed(src Source, cluster logicalcluster.Name, rv uint64) bool {
+	w := ix.watch(src)
+	if w == nil || rv == 0 {
+		return false
+	}
+	shard, known := w.Serving(cluster)
+	if _, current := shardCurrency(w, shard); !known || !current {
+		return false
+	}
+	stored, _, ok := w.Store().Progress(shard)
+	return ok && stored >= rv
+}
+
 // shardCurrency returns the currency of the watch of a source on one shard
 // (see Currency), if it is known.
 func shardCurrency(w watch, shard string) (time.Time, bool) {

@@ -18,7 +18,8 @@ import (
 // only while the source is synced and the shard's reflector has listed,
 // its watch is not broken and it has passed a sample: on a quiet shard the
 // samples the reflector has not passed do not count, on a busy one (or
-// after a bookmark) they do.
+// after a bookmark) they do. Where the currency is known, the index has
+// progressed up to the last version its reflector stored or passed.
 func TestCurrency(t *testing.T) {
 	const shard1, shard2 = "https://shard-1", "https://shard-2"
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -46,11 +47,12 @@ func TestCurrency(t *testing.T) {
 		setup   func(t *testing.T, w *fakeWatch)
 		want    int
 		wantOK  bool
+		wantRV  uint64
 	}{
 		{name: "quiet: the samples after the list do not count", setup: func(t *testing.T, w *fakeWatch) {
 			listed(t, w.store, shard1, "100")
 			samples(w.store, shard1)
-		}, want: 1, wantOK: true},
+		}, want: 1, wantOK: true, wantRV: 100},
 		{name: "busy: an event passes them", setup: func(t *testing.T, w *fakeWatch) {
 			r := listed(t, w.store, shard1, "100")
 			samples(w.store, shard1)
@@ -58,12 +60,12 @@ func TestCurrency(t *testing.T) {
 				t.Fatal(err)
 			}
 			r.(cache.ResourceVersionUpdater).UpdateResourceVersion("115")
-		}, want: 3, wantOK: true},
+		}, want: 3, wantOK: true, wantRV: 115},
 		{name: "quiet, after a bookmark", setup: func(t *testing.T, w *fakeWatch) {
 			r := listed(t, w.store, shard1, "100")
 			samples(w.store, shard1)
 			r.(cache.ResourceVersionUpdater).UpdateResourceVersion("120")
-		}, want: 5, wantOK: true},
+		}, want: 5, wantOK: true, wantRV: 120},
 		{name: "no sample passed yet", setup: func(t *testing.T, w *fakeWatch) {
 			listed(t, w.store, shard1, "90")
 			samples(w.store, shard1)
@@ -99,12 +101,12 @@ func TestCurrency(t *testing.T) {
 			if err := r.Add(dependent(t, w.paths, "c1", "default/vm-1", `{}`, false)); err != nil {
 				t.Fatal(err)
 			}
-		}, want: 1, wantOK: true},
+		}, want: 1, wantOK: true, wantRV: 105},
 		{name: "a workspace read through a shard", urls: []string{shard1, shard2}, cluster: "c3", setup: func(t *testing.T, w *fakeWatch) {
 			listed(t, w.store, shard1, "110")
 			samples(w.store, shard1)
 			w.ReadThrough("c3", shard1)
-		}, want: 3, wantOK: true},
+		}, want: 3, wantOK: true, wantRV: 110},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -131,9 +133,18 @@ func TestCurrency(t *testing.T) {
 			if ok != tt.wantOK || (ok && !got.Equal(at(tt.want))) {
 				t.Errorf("Currency() = %s, %v; want %s, %v", got, ok, at(tt.want), tt.wantOK)
 			}
+			switch {
+			case tt.wantOK && (!ix.Progressed(testSource, cluster, tt.wantRV) || ix.Progressed(testSource, cluster, tt.wantRV+1)):
+				t.Errorf("Progressed(%d) = %v, Progressed(%d) = %v; want true, false", tt.wantRV, ix.Progressed(testSource, cluster, tt.wantRV), tt.wantRV+1, ix.Progressed(testSource, cluster, tt.wantRV+1))
+			case !tt.wantOK && ix.Progressed(testSource, cluster, 1):
+				t.Error("Progressed(1) = true where the currency is not known")
+			}
 			other := Source{Export: testSource.Export, Resource: schema.GroupVersionResource{Group: "compute.io", Version: "v1", Resource: "disks"}}
 			if _, ok := ix.Currency(other, cluster); ok {
 				t.Error("a source the index does not watch has a currency")
+			}
+			if ix.Progressed(other, cluster, 1) {
+				t.Error("a source the index does not watch has progressed")
 			}
 		})
 	}

@@ -263,6 +263,13 @@ type Assessment struct {
 	// dependent whose reference the ledger covers and that has landed (see
 	// Assess).
 	Horizon time.Time
+	// Recorded is the horizon of what the ledger records: Horizon without
+	// the object's creation. A dependent that the index lacks once it is
+	// current past Recorded, and that references the object, was admitted
+	// while the object did not exist (it left no mark) and was stored after
+	// the object's last write, if the index has also passed the object's
+	// revision (see horizon.Judge.Current).
+	Recorded time.Time
 	// InFlight are the named references that have not landed and may still
 	// be in flight, oldest first.
 	InFlight []Mark
@@ -297,17 +304,15 @@ func (a Assessment) Retry(floor time.Time) time.Time {
 // Named references that landed need nothing more: the index that saw them
 // holds their dependents (or has seen them change since). Those younger
 // than MaxInFlight that have not landed are in flight, and so is Floor
-// while it is younger than MaxInFlight.
+// while it is younger than MaxInFlight. Recorded is the horizon without
+// its first term.
 func (l Ledger) Assess(now, created time.Time, landed Landed) Assessment {
 	var a Assessment
-	if !created.IsZero() {
-		a.Horizon = created.Add(time.Second + MaxInFlight)
-	}
 	if !l.Floor.IsZero() {
-		a.Horizon = later(a.Horizon, l.Floor.Add(MaxInFlight))
+		a.Recorded = l.Floor.Add(MaxInFlight)
 		a.FloorInFlight = now.Before(l.Floor.Add(MaxInFlight))
 	}
-	a.Horizon = later(a.Horizon, l.Landed)
+	a.Recorded = later(a.Recorded, l.Landed)
 	for _, m := range l.Marks {
 		if _, ok := landed(m.ID); ok {
 			continue
@@ -316,7 +321,11 @@ func (l Ledger) Assess(now, created time.Time, landed Landed) Assessment {
 			a.InFlight = append(a.InFlight, m)
 			continue
 		}
-		a.Horizon = later(a.Horizon, m.At.Add(MaxInFlight))
+		a.Recorded = later(a.Recorded, m.At.Add(MaxInFlight))
+	}
+	a.Horizon = a.Recorded
+	if !created.IsZero() {
+		a.Horizon = later(a.Horizon, created.Add(time.Second+MaxInFlight))
 	}
 	return a
 }

@@ -175,6 +175,7 @@ func TestAssess(t *testing.T) {
 		now           time.Time
 		seen          map[string]time.Time
 		wantHorizon   time.Time
+		wantRecorded  time.Time
 		wantInFlight  []string
 		wantFloorBusy bool
 	}{
@@ -196,19 +197,28 @@ func TestAssess(t *testing.T) {
 		},
 		{
 			name: "an old unlanded mark moves the horizon", created: created, now: at(2 * MaxInFlight),
-			ledger:      Ledger{Marks: []Mark{{id(1), at(0)}}},
-			wantHorizon: at(MaxInFlight),
+			ledger:       Ledger{Marks: []Mark{{id(1), at(0)}}},
+			wantHorizon:  at(MaxInFlight),
+			wantRecorded: at(MaxInFlight),
 		},
 		{
 			name: "floors", created: created, now: at(MaxInFlight + time.Second),
-			ledger:      Ledger{Floor: at(0), Landed: at(3 * MaxInFlight)},
-			wantHorizon: at(3 * MaxInFlight),
+			ledger:       Ledger{Floor: at(0), Landed: at(3 * MaxInFlight)},
+			wantHorizon:  at(3 * MaxInFlight),
+			wantRecorded: at(3 * MaxInFlight),
 		},
 		{
 			name: "a recent floor may be in flight", created: created, now: at(time.Second),
 			ledger:        Ledger{Floor: at(0)},
 			wantHorizon:   at(MaxInFlight),
+			wantRecorded:  at(MaxInFlight),
 			wantFloorBusy: true,
+		},
+		{
+			name: "a young object: the creation is the horizon, not what the ledger records", created: at(-time.Second), now: at(0),
+			ledger:       Ledger{Marks: []Mark{{id(1), at(-2 * MaxInFlight)}}, Landed: at(-3 * MaxInFlight)},
+			wantHorizon:  at(MaxInFlight),
+			wantRecorded: at(-MaxInFlight),
 		},
 		{
 			name: "no creation time", now: at(0),
@@ -219,6 +229,9 @@ func TestAssess(t *testing.T) {
 			a := tt.ledger.Assess(tt.now, tt.created, landedAt(tt.seen))
 			if !a.Horizon.Equal(tt.wantHorizon) {
 				t.Errorf("Horizon = %v, want %v", a.Horizon, tt.wantHorizon)
+			}
+			if !a.Recorded.Equal(tt.wantRecorded) {
+				t.Errorf("Recorded = %v, want %v", a.Recorded, tt.wantRecorded)
 			}
 			var ids []string
 			for _, m := range a.InFlight {

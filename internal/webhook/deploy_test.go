@@ -97,7 +97,7 @@ func consent(ctx context.Context, ws, depCtrl logicalcluster.Path, provider stri
 	grant, err := kcpenv.ReadYAMLFile(filepath.Join(kcpenv.RepoRoot(), "config/samples", provider, "webhook-access.yaml"))
 	Expect(err).NotTo(HaveOccurred())
 	if withCreate {
-		grantCreate(grant)
+		grantVerb(grant, "create")
 	}
 	Expect(kcpenv.Apply(ctx, cli.Cluster(ws), grant...)).To(Succeed())
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -962,11 +963,58 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		Expect(tenant.Create(ctx, newObject(vpcGVR, "default", "vpc-gw-settled-2", map[string]any{"gatewayVM": "vm-settled"}))).To(Succeed())
 		expectDenied(ctx, consumer, vmGVR, "default", "vm-settled", "VPC/default/vpc-gw-settled-2")
 	})
+
+	// Runs after the spec above, so the references of vpc-gateways have
+	// been tracked for longer than MaxInFlight.
+	It("decides the replay of a young VM's deferred deletion from the VM's revision, without reading its dependents", func(ctx context.Context) {
+		setPolicy := func(ctx context.Context, policy depv1alpha1.DeletionPolicy) {
+			GinkgoHelper()
+			Eventually(func() error {
+				r := &depv1alpha1.DependencyRule{}
+				if err := cli.Cluster(network).Get(ctx, client.ObjectKey{Name: "vpc-gateways"}, r); err != nil {
+					return err
+				}
+				r.Spec.DeletionPolicy = policy
+				return cli.Cluster(network).Update(ctx, r)
+			}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		}
+		By("the compute provider consenting to deferred deletion (delete on its export's content) and vpc-gateways deferring deletions")
+		grant, err := kcpenv.ReadYAMLFile(filepath.Join(kcpenv.RepoRoot(), "config/samples/compute-provider/webhook-access.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		grantVerb(grant, "create")
+		grantVerb(grant, "delete")
+		Expect(kcpenv.Apply(ctx, cli.Cluster(compute), grant...)).To(Succeed())
+		setPolicy(ctx, depv1alpha1.DeletionPolicyReplay)
+		DeferCleanup(func(ctx context.Context) { setPolicy(ctx, "") })
+		create(ctx, consumer, newObject(vmGVR, "default", "vm-young", nil))
+		created := get(ctx, vmGVR, "vm-young").GetCreationTimestamp().Time
+		Expect(tenant.Create(ctx, newObject(vpcGVR, "default", "vpc-gw-young", map[string]any{"gatewayVM": "vm-young"}))).To(Succeed())
+		Eventually(func(g Gomega) {
+			err := deleteObject(ctx, cli.Cluster(consumer), vmGVR, "default", "vm-young", client.DryRunAll)
+			g.Expect(err).To(HaveOccurred())
+			g.Expect(err.Error()).To(ContainSubstring("its deletion would be deferred"))
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed(), "the webhook has not taken the Replay policy up")
+
+		By("deleting the VM while the VPC names it: deferred")
+		err = deleteObject(ctx, cli.Cluster(consumer), vmGVR, "default", "vm-young")
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "deleting vm-young: %v", err)
+		Expect(err.Error()).To(ContainSubstring("its deletion is deferred"))
+		revision, err := wh.Decisions("allowed", "revision")
+		Expect(err).NotTo(HaveOccurred())
+
+		By("deleting the VPC: the replay deletes the VM, created moments before, decided from its revision")
+		Expect(deleteObject(ctx, cli.Cluster(consumer), vpcGVR, "default", "vpc-gw-young")).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(cli.Cluster(consumer).Get(ctx, client.ObjectKey{Namespace: "default", Name: "vm-young"}, newObject(vmGVR, "default", "vm-young", nil)))
+		}).WithTimeout(timeout).WithPolling(interval).Should(BeTrue(), "vm-young was not deleted")
+		Expect(time.Since(created)).To(BeNumerically("<", inflight.MaxInFlight), "vm-young outlived the creation's term of its horizon: the horizon could have decided")
+		Expect(wh.Decisions("allowed", "revision")).To(Equal(revision+1), "the replay was not decided from the VM's revision")
+	})
 })
 
-// grantCreate adds create to the rule on apiexports/content of the sample
+// grantVerb adds verb to the rule on apiexports/content of the sample
 // grant objs.
-func grantCreate(objs []*unstructured.Unstructured) {
+func grantVerb(objs []*unstructured.Unstructured, verb string) {
 	GinkgoHelper()
 	for _, obj := range objs {
 		rules, _, err := unstructured.NestedSlice(obj.Object, "rules")
@@ -974,7 +1022,7 @@ func grantCreate(objs []*unstructured.Unstructured) {
 		for _, r := range rules {
 			rule := r.(map[string]any)
 			if resources, _ := rule["resources"].([]any); len(resources) == 1 && resources[0] == "apiexports/content" {
-				rule["verbs"] = append(rule["verbs"].([]any), "create")
+				rule["verbs"] = append(rule["verbs"].([]any), verb)
 			}
 		}
 		if len(rules) > 0 {

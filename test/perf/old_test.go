@@ -114,14 +114,14 @@ func later(a, b time.Time) time.Time {
 // (dependency_webhook_decisions_total, every outcome), and the refusals
 // while a reference was in flight.
 type decided struct {
-	teardown, horizon, live, index, inFlight float64
+	teardown, horizon, revision, live, index, inFlight float64
 }
 
 // decisions returns the webhook's counts of DELETE decisions.
 func (s *setup) decisions(t *testing.T) decided {
 	const name = "dependency_webhook_decisions_total"
 	via := func(v string) float64 { return s.sum(t, name, `via="`+v+`"`) }
-	return decided{teardown: via("teardown"), horizon: via("horizon"), live: via("live"), index: via("index"),
+	return decided{teardown: via("teardown"), horizon: via("horizon"), revision: via("revision"), live: via("live"), index: via("index"),
 		inFlight: s.sum(t, name, `outcome="in-flight"`)}
 }
 
@@ -130,6 +130,13 @@ func (s *setup) decisions(t *testing.T) decided {
 func (d decided) since(before decided) string {
 	return fmt.Sprintf("%.0f / %.0f / %.0f / %.0f / %.0f", d.teardown-before.teardown, d.horizon-before.horizon,
 		d.live-before.live, d.index-before.index, d.inFlight-before.inFlight)
+}
+
+// sinceAll is since with the decisions via revision: "teardown / horizon /
+// revision / live / index / in-flight".
+func (d decided) sinceAll(before decided) string {
+	return fmt.Sprintf("%.0f / %.0f / %.0f / %.0f / %.0f / %.0f", d.teardown-before.teardown, d.horizon-before.horizon,
+		d.revision-before.revision, d.live-before.live, d.index-before.index, d.inFlight-before.inFlight)
 }
 
 // whyNotHorizon describes what the webhook's decision of the allowed DELETE
@@ -200,10 +207,21 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, nsN int) []stri
 		kcpTimes = append(kcpTimes, fmt.Sprintf("%s; the clearer listed %.0f objects meanwhile", s.kcpTimes(ctx, t).since(kcp0, allN, "DELETE"), s.sum(t, clearerListed)-listed0))
 		return took
 	}
+	// What kcp and the webhook spent on each namespace deletion.
+	var nsCosts []string
+	const decidedSum, decidedCount = "dependency_webhook_decision_duration_seconds_sum", "dependency_webhook_decision_duration_seconds_count"
 	deleteNamespace := func(ns string) time.Duration {
+		cpu0, kcp0, sum0, count0 := s.cpuTimes(ctx, t), s.kcpTimes(ctx, t), s.sum(t, decidedSum), s.sum(t, decidedCount)
+		s.profileKCP(ctx, t, ns, 10)
 		start := time.Now()
 		s.dropNamespaces(ctx, t, ns)
-		return time.Since(start)
+		took := time.Since(start)
+		cost := fmt.Sprintf("%s: %s; kcp served %s", ns, s.cpuTimes(ctx, t).since(cpu0), s.kcpTimes(ctx, t).since(kcp0, 2*nsN, "object"))
+		if n := s.sum(t, decidedCount) - count0; n > 0 {
+			cost += fmt.Sprintf("; the webhook decided %.0f DELETEs in %.2f ms each", n, 1000*(s.sum(t, decidedSum)-sum0)/n)
+		}
+		nsCosts = append(nsCosts, cost)
+		return took
 	}
 
 	// No rule. Both phases hold as many objects in kcp when they delete:
@@ -283,6 +301,7 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, nsN int) []stri
 		fmt.Sprintf("`kubectl delete vpcs --all` without the rule took %.1f s before the rule and %.1f s after it.", allFreeTook.Seconds(), allFreeAfterTook.Seconds()),
 		fmt.Sprintf("What kcp measured during `kubectl delete vpcs --all` without the rule, before: %s; with the rule: %s; without the rule, after: %s.", kcpTimes[0], kcpTimes[1], kcpTimes[2]),
 		fmt.Sprintf("CPU used meanwhile (kcp's process_cpu_seconds_total; the others' /proc/<pid>/stat) without the rule, before: %s; with the rule: %s; without the rule, after: %s.", cpu[0], cpu[1], cpu[2]),
+		fmt.Sprintf("During the namespace deletions (CPU as above; kcp's requests for VPCs and VMs and its webhook calls, per object of the namespace; the webhook's time per decision, dependency_webhook_decision_duration_seconds): %s.", strings.Join(nsCosts, ". ")),
 		"Cleared: objects the elected replica cleared (dependency_webhook_clearances_total{result=\"cleared\"}), whose DELETE kcp admits without calling the webhook; during a namespace's deletion, a write the deletion makes useless. " +
 			"Decisions: dependency_webhook_decisions_total by via (every outcome) and outcome=\"in-flight\" during the deletion; horizon: allowed without reading dependents, the index being current past the object's horizon; " +
 			"teardown: an item of kcp's teardown decided from the index once kcp refused a dry-run Event in the namespace; live: dependents read; index: denied from the index (the VM was not deleted yet; kcp retries the item).", ""}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/inflight"
 	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
 )
 
@@ -81,6 +82,9 @@ func (s *setup) stacks(ctx context.Context, t *testing.T, sizes []int) []string 
 // referenced it.
 func (s *setup) deleteStack(ctx context.Context, t *testing.T, ns string, n int, p *protection) (time.Duration, string) {
 	s.protect(ctx, t, p)
+	if p != nil {
+		s.settleTracking(ctx, t, p, ns+"-probe")
+	}
 	must(t, s.cli.Cluster(s.consumer).Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	for k, l := range stack {
 		createObjects(t, s.dyn, l.gvr, ns, n, func(i int) (string, map[string]any) {
@@ -113,6 +117,7 @@ func (s *setup) deleteStack(ctx context.Context, t *testing.T, ns string, n int,
 		sum0, count0 := s.counter(t, sum), s.counter(t, count)
 		const listed, selected, caughtUp = `dependency_webhook_live_reads_total{how="list"}`, `dependency_webhook_live_reads_total{how="label"}`, `dependency_webhook_live_reads_total{how="index"}`
 		listed0, selected0, caughtUp0 := s.counter(t, listed), s.counter(t, selected), s.counter(t, caughtUp)
+		decided0 := s.decisions(t)
 		for k, l := range stack {
 			s.deleteEach(ctx, t, ns, l.gvr, k < len(stack)-1)
 			if k == len(stack)-2 {
@@ -125,8 +130,8 @@ func (s *setup) deleteStack(ctx context.Context, t *testing.T, ns string, n int,
 		for _, l := range slices.Backward(stack) {
 			waitGone(l)
 		}
-		t.Logf("in one go: live reads of dependents: %.0f listed in full, %.0f listed by label, %.0f answered by the index once caught up",
-			s.counter(t, listed)-listed0, s.counter(t, selected)-selected0, s.counter(t, caughtUp)-caughtUp0)
+		t.Logf("in one go: live reads of dependents: %.0f listed in full, %.0f listed by label, %.0f answered by the index once caught up; DELETEs decided via teardown / horizon / revision / live / index / in-flight: %s",
+			s.counter(t, listed)-listed0, s.counter(t, selected)-selected0, s.counter(t, caughtUp)-caughtUp0, s.decisions(t).sinceAll(decided0))
 	} else {
 		for _, l := range slices.Backward(stack) {
 			s.deleteEach(ctx, t, ns, l.gvr, false)
@@ -138,6 +143,35 @@ func (s *setup) deleteStack(ctx context.Context, t *testing.T, ns string, n int,
 	t.Logf("what kcp served while %s was deleted: %s", ns, s.kcpTimes(ctx, t).sinceOf(kcp0, 3*n, "object"))
 	checkDependencyOrder(ctx, t, n, deletedAt)
 	return took, strings.Join(gone, " / ")
+}
+
+// settleTracking waits, before a stack under p is created, until the
+// webhook may decide from the index what it would otherwise read: until
+// MaxInFlight (and the index's lag) after the rules of p report
+// ReferencesTracked=True and after the webhook found, with probes of kcp's
+// admission, the labelling webhook of each dependent type and the guard of
+// each protected type's ledger in effect, as on an installation whose rules
+// protect long before a stack goes. The probes need an object of each level
+// to probe with and an allowed DELETE of each protected level to start
+// them: one of each in the namespace probe, none referencing another.
+func (s *setup) settleTracking(ctx context.Context, t *testing.T, p *protection, probe string) {
+	tracked := s.waitTracked(ctx, t, p)
+	s.createNamespace(ctx, t, probe)
+	for _, l := range stack {
+		createObjects(t, s.dyn, l.gvr, probe, 1, func(i int) (string, map[string]any) {
+			if l.ref == "" {
+				return l.name(i), map[string]any{}
+			}
+			return l.name(i), refSpec(l.ref, "missing")
+		})
+	}
+	s.waitIndexed(ctx, t)
+	for _, l := range stack[:len(stack)-1] {
+		must(t, s.dyn.Resource(l.gvr).Namespace(probe).Delete(ctx, l.name(0), dryRun))
+	}
+	settled := later(tracked, time.Now()).Add(inflight.MaxInFlight + 15*time.Second)
+	t.Logf("waiting %s, until %s after the rules were tracked and the webhook probed kcp's admission", time.Until(settled).Round(time.Second), inflight.MaxInFlight+15*time.Second)
+	time.Sleep(time.Until(settled))
 }
 
 // deleteEach lists the objects of gvr in ns and deletes each with a DELETE

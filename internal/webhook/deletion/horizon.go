@@ -27,9 +27,26 @@ func WithHorizon(c horizon.Currency, a horizon.Activation) Option {
 	return func(v *Validator) { v.horizon = &horizon.Judge{Currency: c, Activation: a} }
 }
 
-// viaHorizon: a DELETE allowed without a read, the index being current past
-// the object's horizon.
-const viaHorizon = "horizon"
+// How a DELETE was allowed without a read: the index being current past
+// the object's horizon, or, for an object whose deletion is deferred, past
+// what its ledger records and its own revision (see deferred).
+const (
+	viaHorizon  = "horizon"
+	viaRevision = "revision"
+)
+
+// deferred reports whether the object of d carries a record of a deferred
+// deletion that verifies: its deletion was requested, and refused while
+// dependents referenced it, before this DELETE (a replay, or the request
+// again). Such a DELETE is allowed once the index has stored every
+// dependent up to the object's own revision, rather than past the
+// object's creation plus MaxInFlight (see horizon.Judge.Current): for an
+// object young enough to need a read, that is what spares the replays of a
+// stack deleted in one go their reads. It is never the answer for a
+// clearance, which kcp honours without asking.
+func (v *Validator) deferred(d *deletion) bool {
+	return !d.clearing && v.recorder != nil && d.obj.DeletionRequested && v.recorder.Verify(d.target, d.obj.Meta) == nil
+}
 
 // groups returns the dependent groups of d as the horizon judges them.
 func (d *deletion) horizonGroups() []horizon.Group {

@@ -32,8 +32,15 @@ type fakeCurrency struct {
 	lock     sync.Mutex
 	current  map[schema.GroupVersionResource]time.Time
 	admitted map[string]time.Time
-	land     func()
-	waited   int
+	// progressed is the resourceVersion up to which the index has stored
+	// every dependent.
+	progressed uint64
+	land       func()
+	waited     int
+}
+
+func (f *fakeCurrency) Progressed(_ index.Source, _ logicalcluster.Name, rv uint64) bool {
+	return rv != 0 && rv <= f.progressed
 }
 
 func (f *fakeCurrency) Currency(src index.Source, _ logicalcluster.Name) (time.Time, bool) {
@@ -116,6 +123,23 @@ func withLedger(t *testing.T, created time.Time, ledger inflight.Ledger) []byte 
 	return raw
 }
 
+// withRecord returns the object raw with a deletion record.
+func withRecord(t *testing.T, raw []byte, record string) []byte {
+	t.Helper()
+	var obj map[string]any
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		t.Fatal(err)
+	}
+	meta := obj["metadata"].(map[string]any)
+	meta["labels"] = map[string]any{depv1alpha1.LabelDeletionRequested: "true"}
+	meta["annotations"].(map[string]any)[depv1alpha1.AnnotationDeletionRequest] = record
+	out, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func TestHorizon(t *testing.T) {
 	now := time.Now()
 	old := now.Add(-time.Hour)
@@ -130,10 +154,13 @@ func TestHorizon(t *testing.T) {
 		return object("default", name, map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}})
 	}
 	tests := []struct {
-		name        string
-		rules       schemedRules
-		created     time.Time
-		ledger      inflight.Ledger
+		name    string
+		rules   schemedRules
+		created time.Time
+		ledger  inflight.Ledger
+		// record, if set, is the deletion record the object carries
+		// ("valid" verifies; its resourceVersion is 7).
+		record      string
 		raw         []byte
 		setup       func(*fakeDependents, *fakeCurrency)
 		activation  time.Time
@@ -159,9 +186,56 @@ func TestHorizon(t *testing.T) {
 			wantAllowed: true, wantVia: viaHorizon,
 		},
 		{
-			name: "the index not current past the object's creation: read", rules: rules(tracked, false), created: now.Add(-30 * time.Second), activation: old,
+			name: "the index not current past the object's creation: read, however far it has stored", rules: rules(tracked, false), created: now.Add(-30 * time.Second), activation: old,
 			setup: func(_ *fakeDependents, c *fakeCurrency) {
 				c.current = map[schema.GroupVersionResource]time.Time{vms: now.Add(-5 * time.Second)}
+				c.progressed = 100
+			},
+			wantAllowed: true, wantVia: viaLive, wantReads: 1,
+		},
+		{
+			name: "a young object whose deletion is deferred, the index past its revision: allowed without a read", rules: rules(tracked, true), created: now.Add(-30 * time.Second), activation: old,
+			record: "valid", ledger: inflight.Ledger{Marks: []inflight.Mark{{ID: id2, At: now.Add(-20 * time.Second)}}},
+			setup: func(_ *fakeDependents, c *fakeCurrency) {
+				c.current = map[schema.GroupVersionResource]time.Time{vms: now.Add(-5 * time.Second)}
+				c.admitted[id2] = now.Add(-20 * time.Second)
+				c.progressed = 7
+			},
+			wantAllowed: true, wantVia: viaRevision,
+		},
+		{
+			name: "a young object whose deletion is deferred, the index not yet past its revision: read", rules: rules(tracked, true), created: now.Add(-30 * time.Second), activation: old,
+			record: "valid",
+			setup: func(_ *fakeDependents, c *fakeCurrency) {
+				c.current = map[schema.GroupVersionResource]time.Time{vms: now.Add(-5 * time.Second)}
+				c.progressed = 6
+			},
+			wantAllowed: true, wantVia: viaLive, wantReads: 1,
+		},
+		{
+			name: "a deferred deletion whose ledger records a reference that may have landed after the currency: read", rules: rules(tracked, true), created: now.Add(-2 * time.Minute), activation: old,
+			record: "valid", ledger: inflight.Ledger{Marks: []inflight.Mark{{ID: id1, At: now.Add(-inflight.MaxInFlight - time.Second)}}},
+			setup: func(_ *fakeDependents, c *fakeCurrency) {
+				c.current = map[schema.GroupVersionResource]time.Time{vms: now.Add(-5 * time.Second)}
+				c.progressed = 100
+			},
+			wantAllowed: true, wantVia: viaLive, wantReads: 1,
+		},
+		{
+			name: "a deferred deletion whose rules were tracked only a moment: read", rules: rules(registry.Tracking{Status: metav1.ConditionTrue, Since: now.Add(-time.Second)}, true), created: now.Add(-30 * time.Second), activation: old,
+			record: "valid",
+			setup: func(_ *fakeDependents, c *fakeCurrency) {
+				c.current = map[schema.GroupVersionResource]time.Time{vms: now}
+				c.progressed = 100
+			},
+			wantAllowed: true, wantVia: viaLive, wantReads: 1,
+		},
+		{
+			name: "a record that does not verify: read", rules: rules(tracked, true), created: now.Add(-30 * time.Second), activation: old,
+			record: "forged",
+			setup: func(_ *fakeDependents, c *fakeCurrency) {
+				c.current = map[schema.GroupVersionResource]time.Time{vms: now.Add(-5 * time.Second)}
+				c.progressed = 100
 			},
 			wantAllowed: true, wantVia: viaLive, wantReads: 1,
 		},
@@ -255,11 +329,14 @@ func TestHorizon(t *testing.T) {
 				tt.setup(deps, cur)
 			}
 			act := &fakeActivation{since: tt.activation}
-			v := NewValidator(tt.rules, loaded(true), deps, WithHorizon(cur, act), WithTimeout(5*time.Second))
+			v := NewValidator(tt.rules, loaded(true), deps, WithHorizon(cur, act), WithRecorder(&fakeRecorder{}), WithTimeout(5*time.Second))
 			req := deleteRequest(vpcs, consumer, "default", "vpc-a", nil)
 			req.OldObject.Raw = tt.raw
 			if tt.raw == nil {
 				req.OldObject.Raw = withLedger(t, tt.created, tt.ledger)
+			}
+			if tt.record != "" {
+				req.OldObject.Raw = withRecord(t, req.OldObject.Raw, tt.record)
 			}
 			resp, d := v.handle(webhook.WithProvider(context.Background(), provider), req)
 			if resp.Allowed != tt.wantAllowed {

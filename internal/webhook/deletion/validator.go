@@ -312,12 +312,16 @@ func (v *Validator) protectAs(ctx context.Context, logger logr.Logger, req admis
 			if inFlight {
 				d.inFlight, d.assessment, d.floor = true, a, h.Ledger.Floor
 				d.notCleared = "a reference to it may be in flight"
-			} else if ok, why := v.horizon.Current(ctx, d.denial.source, d.obj.Meta, d.horizonGroups(), a); ok {
+			} else if how, why := v.horizon.Current(ctx, d.denial.source, d.obj.Meta, d.horizonGroups(), a, v.deferred(d)); how != horizon.NotCurrent {
 				if d.clearing {
 					return admission.Allowed(""), decision{outcome: webhook.DecisionAllowed, via: viaHorizon, clearance: d.clearanceFingerprint()}
 				}
-				logger.V(1).Info("Allowed deletion", "via", viaHorizon)
-				return admission.Allowed(""), decision{outcome: webhook.DecisionAllowed, via: viaHorizon}
+				via := viaHorizon
+				if how == horizon.PastRevision {
+					via = viaRevision
+				}
+				logger.V(1).Info("Allowed deletion", "via", via)
+				return admission.Allowed(""), decision{outcome: webhook.DecisionAllowed, via: via}
 			} else {
 				logger.V(2).Info("Not deciding from the horizon", "why", why)
 				d.notCleared = why

@@ -10,6 +10,7 @@ package horizon
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -41,6 +42,10 @@ type Currency interface {
 	// ServingURL returns the URL of the virtual workspace of src on the
 	// shard known to serve cluster.
 	ServingURL(src index.Source, cluster logicalcluster.Name) (string, bool)
+	// Progressed reports whether the index holds every dependent of src in
+	// cluster that kcp stored at a resourceVersion of at most rv (see
+	// index.Index.Progressed).
+	Progressed(src index.Source, cluster logicalcluster.Name, rv uint64) bool
 }
 
 // Activation tells since when an admission webhook is in effect on a
@@ -140,6 +145,20 @@ func (j *Judge) WaitLanded(ctx context.Context, groups []Group, marks []inflight
 	wg.Wait()
 }
 
+// How tells how Current found the index current enough.
+type How string
+
+const (
+	// NotCurrent: the DELETE needs a read (Current says why).
+	NotCurrent How = ""
+	// PastHorizon: the index is current past the object's horizon.
+	PastHorizon How = "horizon"
+	// PastRevision: the index has stored everything up to the object's own
+	// revision, and is current past what its ledger records; only where
+	// Current was asked to (a deferred deletion).
+	PastRevision How = "revision"
+)
+
 // Current reports whether the index holds every dependent that can
 // reference the object (of target, named in obj), so that the DELETE needs
 // no read: for every group, the rules track its references
@@ -150,58 +169,82 @@ func (j *Judge) WaitLanded(ctx context.Context, groups []Group, marks []inflight
 // each of those began. References recorded before any of them may have
 // landed up to MaxInFlight later; the index holds them once it is current
 // past that. If not, it says why.
-func (j *Judge) Current(ctx context.Context, target index.Source, obj kcp.Meta, groups []Group, a inflight.Assessment) (bool, string) {
+//
+// With byRevision, a group whose index is not current past the horizon
+// counts too if it is current past what the ledger records (the horizon
+// without the object's creation, a.Recorded) and the activations above,
+// and has stored every dependent up to the object's own resourceVersion:
+// the revision of its last write, which the DELETE commits against. Every
+// dependent admitted while the object existed recorded its reference on
+// it before it was stored (a.Recorded covers those), and every dependent
+// stored before that revision is in the index. What remains is a dependent
+// admitted while the object did not exist yet (a reference to a missing
+// object) and stored after the object's last write, so in flight across
+// both; see docs/architecture.md, "Deferred deletion (replay)".
+func (j *Judge) Current(ctx context.Context, target index.Source, obj kcp.Meta, groups []Group, a inflight.Assessment, byRevision bool) (How, string) {
 	if j.Currency == nil || j.Activation == nil || len(groups) == 0 {
-		return false, "no horizon"
+		return NotCurrent, "no horizon"
 	}
 	if a.Horizon.IsZero() {
-		return false, "the object has no creation time"
+		return NotCurrent, "the object has no creation time"
 	}
-	horizon := a.Horizon
+	horizon, recorded := a.Horizon, a.Recorded
 	later := func(t time.Time) {
-		if t = t.Add(inflight.MaxInFlight); t.After(horizon) {
-			horizon = t
-		}
+		t = t.Add(inflight.MaxInFlight)
+		horizon, recorded = latest(horizon, t), latest(recorded, t)
 	}
 	shard, known := j.Currency.ServingURL(target, obj.Cluster)
 	if !known {
-		return false, "the shard of the workspace is not known yet"
+		return NotCurrent, "the shard of the workspace is not known yet"
 	}
 	guard, ok := j.Activation.Since(ctx, tracking.Key{Kind: tracking.KindGuard, Source: target, Shard: shard},
 		tracking.Object{Cluster: obj.Cluster, Namespace: obj.Namespace, Name: obj.Name})
 	if !ok {
-		return false, "the guard of the ledger is not known to be in effect on the shard"
+		return NotCurrent, "the guard of the ledger is not known to be in effect on the shard"
 	}
 	later(guard)
 	for _, g := range groups {
 		switch {
 		case !g.Synced:
-			return false, fmt.Sprintf("%s is not synced", g.Source)
+			return NotCurrent, fmt.Sprintf("%s is not synced", g.Source)
 		case g.Scheme == "":
-			return false, fmt.Sprintf("%s is not labelled", g.Source)
+			return NotCurrent, fmt.Sprintf("%s is not labelled", g.Source)
 		case !g.Tracked:
-			return false, fmt.Sprintf("the rules of %s do not report ReferencesTracked=True", g.Source)
+			return NotCurrent, fmt.Sprintf("the rules of %s do not report ReferencesTracked=True", g.Source)
 		}
 		later(g.TrackedSince)
 		url, probe, ok := j.Currency.Dependent(g.Source, obj.Cluster)
 		if !ok {
-			return false, fmt.Sprintf("no dependent of %s on the shard to probe with", g.Source)
+			return NotCurrent, fmt.Sprintf("no dependent of %s on the shard to probe with", g.Source)
 		}
 		labelling, ok := j.Activation.Since(ctx, tracking.Key{Kind: tracking.KindLabelling, Source: g.Source, Shard: url, Scheme: g.Scheme},
 			tracking.Object{Cluster: probe.Cluster, Namespace: probe.Namespace, Name: probe.Name})
 		if !ok {
-			return false, fmt.Sprintf("the labelling webhook of %s is not known to be in effect on the shard", g.Source)
+			return NotCurrent, fmt.Sprintf("the labelling webhook of %s is not known to be in effect on the shard", g.Source)
 		}
 		later(labelling)
 	}
+	rv, _ := strconv.ParseUint(obj.ResourceVersion, 10, 64)
+	how := PastHorizon
 	for _, g := range groups {
 		c, ok := j.Currency.Currency(g.Source, obj.Cluster)
 		switch {
 		case !ok:
-			return false, fmt.Sprintf("the index of %s does not know how current it is", g.Source)
-		case c.Before(horizon):
-			return false, fmt.Sprintf("the index of %s is current until %s, before the horizon %s", g.Source, c.UTC().Format(time.RFC3339), horizon.UTC().Format(time.RFC3339))
+			return NotCurrent, fmt.Sprintf("the index of %s does not know how current it is", g.Source)
+		case !c.Before(horizon):
+		case byRevision && !c.Before(recorded) && j.Currency.Progressed(g.Source, obj.Cluster, rv):
+			how = PastRevision
+		default:
+			return NotCurrent, fmt.Sprintf("the index of %s is current until %s, before the horizon %s", g.Source, c.UTC().Format(time.RFC3339), horizon.UTC().Format(time.RFC3339))
 		}
 	}
-	return true, ""
+	return how, ""
+}
+
+// latest returns the later of a and b.
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
