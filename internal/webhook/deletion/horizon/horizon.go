@@ -149,11 +149,11 @@ func (j *Judge) WaitLanded(ctx context.Context, groups []Group, marks []inflight
 type How string
 
 const (
-	// NotCurrent: the DELETE needs a read (Current says why).
+	// NotCurrent means the DELETE needs a read (Current says why).
 	NotCurrent How = ""
-	// PastHorizon: the index is current past the object's horizon.
+	// PastHorizon means the index is current past the object's horizon.
 	PastHorizon How = "horizon"
-	// PastRevision: the index has stored everything up to the object's own
+	// PastRevision means the index has stored everything up to the object's own
 	// revision, and is current past what its ledger records; only where
 	// Current was asked to (a deferred deletion).
 	PastRevision How = "revision"
