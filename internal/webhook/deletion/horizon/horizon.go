@@ -232,6 +232,7 @@ func (j *Judge) Current(ctx context.Context, target index.Source, obj kcp.Meta, 
 		case !ok:
 			return NotCurrent, fmt.Sprintf("the index of %s does not know how current it is", g.Source)
 		case !c.Before(horizon):
+			// Current past the horizon.
 		case byRevision && !c.Before(recorded) && j.Currency.Progressed(g.Source, obj.Cluster, rv):
 			how = PastRevision
 		default:
