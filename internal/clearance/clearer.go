@@ -440,21 +440,14 @@ func (o listed) dueAt(current string) (time.Time, bool) {
 	}
 	due := created.Add(time.Second + inflight.MaxInFlight)
 	if !ledger.Floor.IsZero() {
-		due = later(due, ledger.Floor.Add(inflight.MaxInFlight))
+		due = inflight.Later(due, ledger.Floor.Add(inflight.MaxInFlight))
 	}
 	// A young mark may have landed already, but the decision would wait
 	// for one that has not: it is decided once it cannot be in flight.
 	for _, mark := range ledger.Marks {
-		due = later(due, mark.At.Add(inflight.MaxInFlight))
+		due = inflight.Later(due, mark.At.Add(inflight.MaxInFlight))
 	}
 	return due, true
-}
-
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }
 
 // Results of writing a clearance, the values of the result label of

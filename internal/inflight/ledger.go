@@ -230,11 +230,11 @@ func (l Ledger) Compact(now time.Time, landed Landed, maxMarks int) Ledger {
 	out := Ledger{Floor: l.Floor, Landed: l.Landed, Clearance: l.Clearance}
 	for _, m := range l.Marks {
 		if at, ok := landed(m.ID); ok {
-			out.Landed = later(out.Landed, ms(at))
+			out.Landed = Later(out.Landed, ms(at))
 			continue
 		}
 		if !now.Before(m.At.Add(MaxInFlight)) {
-			out.Floor = later(out.Floor, m.At)
+			out.Floor = Later(out.Floor, m.At)
 			continue
 		}
 		out.Marks = append(out.Marks, m)
@@ -243,13 +243,14 @@ func (l Ledger) Compact(now time.Time, landed Landed, maxMarks int) Ledger {
 		maxMarks = 0
 	}
 	for len(out.Marks) > maxMarks {
-		out.Floor = later(out.Floor, out.Marks[0].At)
+		out.Floor = Later(out.Floor, out.Marks[0].At)
 		out.Marks = out.Marks[1:]
 	}
 	return out
 }
 
-func later(a, b time.Time) time.Time {
+// Later returns the later of a and b.
+func Later(a, b time.Time) time.Time {
 	if b.After(a) {
 		return b
 	}
@@ -286,7 +287,7 @@ func (a Assessment) Retry(floor time.Time) time.Time {
 		t = floor.Add(MaxInFlight)
 	}
 	for _, m := range a.InFlight {
-		t = later(t, m.At.Add(MaxInFlight))
+		t = Later(t, m.At.Add(MaxInFlight))
 	}
 	return t
 }
@@ -312,7 +313,7 @@ func (l Ledger) Assess(now, created time.Time, landed Landed) Assessment {
 		a.Recorded = l.Floor.Add(MaxInFlight)
 		a.FloorInFlight = now.Before(l.Floor.Add(MaxInFlight))
 	}
-	a.Recorded = later(a.Recorded, l.Landed)
+	a.Recorded = Later(a.Recorded, l.Landed)
 	for _, m := range l.Marks {
 		if _, ok := landed(m.ID); ok {
 			continue
@@ -321,11 +322,11 @@ func (l Ledger) Assess(now, created time.Time, landed Landed) Assessment {
 			a.InFlight = append(a.InFlight, m)
 			continue
 		}
-		a.Recorded = later(a.Recorded, m.At.Add(MaxInFlight))
+		a.Recorded = Later(a.Recorded, m.At.Add(MaxInFlight))
 	}
 	a.Horizon = a.Recorded
 	if !created.IsZero() {
-		a.Horizon = later(a.Horizon, created.Add(time.Second+MaxInFlight))
+		a.Horizon = Later(a.Horizon, created.Add(time.Second+MaxInFlight))
 	}
 	return a
 }

@@ -125,16 +125,9 @@ func (s *setup) decisions(t *testing.T) decided {
 		inFlight: s.sum(t, name, `outcome="in-flight"`)}
 }
 
-// since returns the decisions since before as "teardown / horizon / live /
-// index / in-flight".
-func (d decided) since(before decided) string {
-	return fmt.Sprintf("%.0f / %.0f / %.0f / %.0f / %.0f", d.teardown-before.teardown, d.horizon-before.horizon,
-		d.live-before.live, d.index-before.index, d.inFlight-before.inFlight)
-}
-
-// sinceAll is since with the decisions via revision: "teardown / horizon /
+// since returns the decisions since before as "teardown / horizon /
 // revision / live / index / in-flight".
-func (d decided) sinceAll(before decided) string {
+func (d decided) since(before decided) string {
 	return fmt.Sprintf("%.0f / %.0f / %.0f / %.0f / %.0f / %.0f", d.teardown-before.teardown, d.horizon-before.horizon,
 		d.revision-before.revision, d.live-before.live, d.index-before.index, d.inFlight-before.inFlight)
 }
@@ -292,7 +285,7 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, nsN int) []stri
 		return fmt.Sprintf("| %s | %d | %.1f | %.1f | %.2f | %s |", what, n, free.Seconds(), rule.Seconds(), rule.Seconds()/free.Seconds(), via)
 	}
 	return []string{fmt.Sprintf("## Deleting old objects (seconds): every object created, and last referenced, more than %s before the deletion, and the rule's references tracked (ReferencesTracked=True) since more than %s", oldAge, oldAge), "",
-		"| deletion | N | no rule | with the rule | ratio | with the rule: objects cleared (`--all`: before it; a namespace: while it was deleted) / DELETEs decided via teardown / horizon / live / index / in-flight |",
+		"| deletion | N | no rule | with the rule | ratio | with the rule: objects cleared (`--all`: before it; a namespace: while it was deleted) / DELETEs decided via teardown / horizon / revision / live / index / in-flight |",
 		"|---|---|---|---|---|---|",
 		row("`kubectl delete vpcs --all` of N VPCs no longer referenced (the VM that referenced each was deleted); no rule: the mean of a deletion before the rule and one after it", allN, allFreeMean, allRuleTook, allRuleVia),
 		row("namespace of N VPCs and N VMs referencing them, deleted while a second such namespace stays; the consumer accepted the network provider's events claim", nsN, nsFreeTook, nsEventsTook, nsEventsVia),

@@ -131,7 +131,7 @@ func (s *setup) deleteStack(ctx context.Context, t *testing.T, ns string, n int,
 			waitGone(l)
 		}
 		t.Logf("in one go: live reads of dependents: %.0f listed in full, %.0f listed by label, %.0f answered by the index once caught up; DELETEs decided via teardown / horizon / revision / live / index / in-flight: %s",
-			s.counter(t, listed)-listed0, s.counter(t, selected)-selected0, s.counter(t, caughtUp)-caughtUp0, s.decisions(t).sinceAll(decided0))
+			s.counter(t, listed)-listed0, s.counter(t, selected)-selected0, s.counter(t, caughtUp)-caughtUp0, s.decisions(t).since(decided0))
 	} else {
 		for _, l := range slices.Backward(stack) {
 			s.deleteEach(ctx, t, ns, l.gvr, false)

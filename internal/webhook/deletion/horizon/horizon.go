@@ -191,7 +191,7 @@ func (j *Judge) Current(ctx context.Context, target index.Source, obj kcp.Meta, 
 	horizon, recorded := a.Horizon, a.Recorded
 	later := func(t time.Time) {
 		t = t.Add(inflight.MaxInFlight)
-		horizon, recorded = latest(horizon, t), latest(recorded, t)
+		horizon, recorded = inflight.Later(horizon, t), inflight.Later(recorded, t)
 	}
 	shard, known := j.Currency.ServingURL(target, obj.Cluster)
 	if !known {
@@ -240,12 +240,4 @@ func (j *Judge) Current(ctx context.Context, target index.Source, obj kcp.Meta, 
 		}
 	}
 	return how, ""
-}
-
-// latest returns the later of a and b.
-func latest(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }
