@@ -219,6 +219,20 @@ func (l Ledger) With(marks ...Mark) Ledger {
 	return out
 }
 
+// Without returns the ledger without the marks named by ids: references
+// whose admission was refused, which can never land. A reference already
+// folded into Floor stays there.
+func (l Ledger) Without(ids ...string) Ledger {
+	out := l
+	out.Marks = slices.DeleteFunc(slices.Clone(l.Marks), func(m Mark) bool { return slices.Contains(ids, m.ID) })
+	return out
+}
+
+// names reports whether the ledger names a mark of one of ids.
+func (l Ledger) names(ids []string) bool {
+	return slices.ContainsFunc(l.Marks, func(m Mark) bool { return slices.Contains(ids, m.ID) })
+}
+
 // Compact folds marks the ledger need not name any more: one that landed
 // into Landed (at the time it was seen), one older than MaxInFlight into
 // Floor (it can no longer be in flight: it landed by then, or never will),

@@ -92,6 +92,31 @@ func TestWith(t *testing.T) {
 	}
 }
 
+func TestWithout(t *testing.T) {
+	l := Ledger{Floor: at(-time.Minute), Landed: at(-2 * time.Minute), Marks: []Mark{{id(1), at(0)}, {id(2), at(time.Second)}, {id(3), at(2 * time.Second)}}}
+	tests := []struct {
+		name string
+		ids  []string
+		want string
+	}{
+		{name: "one named mark goes, the floors stay", ids: []string{id(2)},
+			want: "v1 f=1764211940000 l=1764211880000 " + id(1) + "@1764212000000 " + id(3) + "@1764212002000"},
+		{name: "several go", ids: []string{id(1), id(3)}, want: "v1 f=1764211940000 l=1764211880000 " + id(2) + "@1764212001000"},
+		{name: "an id the ledger does not name changes nothing", ids: []string{id(9)}, want: l.String()},
+		{name: "no ids change nothing", want: l.String()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := l.Without(tt.ids...); got.String() != tt.want {
+				t.Errorf("Without = %q, want %q", got, tt.want)
+			}
+			if len(l.Marks) != 3 {
+				t.Fatal("Without changed its receiver")
+			}
+		})
+	}
+}
+
 // Recording a reference ends a clearance; folding marks keeps it.
 func TestWithEndsTheClearance(t *testing.T) {
 	l := Ledger{Landed: at(0), Clearance: Clearance("ab", "u1")}

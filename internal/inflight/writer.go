@@ -101,9 +101,12 @@ type state struct {
 }
 
 type request struct {
-	mark   Mark
-	landed Landed
-	done   chan outcome
+	mark Mark
+	// withdraw: the request removes the mark named mark.ID instead of
+	// adding mark.
+	withdraw bool
+	landed   Landed
+	done     chan outcome
 }
 
 type outcome struct {
@@ -135,7 +138,24 @@ func NewWriter(objects Objects, opts Options) *Writer {
 // An error means the reference may or may not have been recorded; the
 // admission must then be refused.
 func (w *Writer) Record(ctx context.Context, t Target, id string, landed Landed) (Result, error) {
-	r := &request{mark: Mark{ID: id, At: ms(w.now())}, landed: landed, done: make(chan outcome, 1)}
+	return w.enqueue(ctx, t, &request{mark: Mark{ID: id, At: ms(w.now())}, landed: landed, done: make(chan outcome, 1)})
+}
+
+// Withdraw removes from the target the mark that Record wrote for the
+// admission id, once the webhook has refused that admission: the reference
+// can then never be stored, and a DELETE of the target need not wait for
+// it until MaxInFlight has passed. Only the webhook that generated the id
+// for the refused admission may withdraw it; nobody else can have written
+// a mark under it. landed is as for Record. It returns once the mark is
+// gone (or the target is), in a write of its own or with others.
+func (w *Writer) Withdraw(ctx context.Context, t Target, id string, landed Landed) error {
+	_, err := w.enqueue(ctx, t, &request{mark: Mark{ID: id}, withdraw: true, landed: landed, done: make(chan outcome, 1)})
+	return err
+}
+
+// enqueue adds r to the pending requests of t, starts writing them if no
+// write of t is under way, and waits for r's outcome.
+func (w *Writer) enqueue(ctx context.Context, t Target, r *request) (Result, error) {
 	w.lock.Lock()
 	w.pruneLocked()
 	q, ok := w.queues[t]
@@ -238,9 +258,16 @@ const (
 // write records the marks of batch on t, starting from known (read first
 // if nil), and returns the result and what it then knows of t.
 func (w *Writer) write(ctx context.Context, t Target, known *state, batch []*request) (Result, *state, error) {
-	marks := make([]Mark, len(batch))
-	for i, r := range batch {
-		marks[i] = r.mark
+	var (
+		marks     []Mark
+		withdrawn []string
+	)
+	for _, r := range batch {
+		if r.withdraw {
+			withdrawn = append(withdrawn, r.mark.ID)
+			continue
+		}
+		marks = append(marks, r.mark)
 	}
 	landed := batch[0].landed
 	wait := conflictFirst
@@ -257,7 +284,11 @@ func (w *Writer) write(ctx context.Context, t Target, known *state, batch []*req
 				return Result{}, nil, err
 			}
 		}
-		ledger := known.ledger.With(marks...).Compact(w.now(), landed, w.opts.MaxMarks)
+		if len(marks) == 0 && !known.ledger.names(withdrawn) {
+			// Nothing to withdraw: the marks were folded, or written over.
+			return Result{}, known, nil
+		}
+		ledger := known.ledger.With(marks...).Without(withdrawn...).Compact(w.now(), landed, w.opts.MaxMarks)
 		body, err := patchBody(known.resourceVersion, ledger, known.cleared)
 		if err != nil {
 			return Result{}, nil, err

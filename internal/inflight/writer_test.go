@@ -183,6 +183,36 @@ func TestWriterKeepsOthersMarksAcrossConflicts(t *testing.T) {
 	}
 }
 
+// A refused admission's mark is withdrawn, others' stay; a mark no longer
+// named costs no write, a missing target no error.
+func TestWriterWithdraw(t *testing.T) {
+	ids := NewIDs(nil)
+	other := ids.New("other", time.Now())
+	obj := &fakeObject{exists: true, rv: 3, ledger: Ledger{}.With(Mark{ID: other, At: time.Now()}).String()}
+	w := NewWriter(obj, Options{})
+	mine := ids.New("vm", time.Now())
+	if _, err := w.Record(context.Background(), target, mine, none); err != nil {
+		t.Fatal(err)
+	}
+	obj.conflicts = 1 // another replica wrote the object in between
+	if err := w.Withdraw(context.Background(), target, mine, none); err != nil {
+		t.Fatal(err)
+	}
+	if l := obj.stored(t); containsMark(l, mine) || !containsMark(l, other) {
+		t.Errorf("stored %s; want the other mark alone", l)
+	}
+	patches := obj.patches
+	if err := w.Withdraw(context.Background(), target, mine, none); err != nil {
+		t.Fatal(err)
+	}
+	if obj.patches != patches {
+		t.Errorf("withdrawing a mark not named patched the object")
+	}
+	if err := NewWriter(&fakeObject{}, Options{}).Withdraw(context.Background(), target, mine, none); err != nil {
+		t.Errorf("withdrawing from a missing target: %v", err)
+	}
+}
+
 func TestWriterMissingAndTerminating(t *testing.T) {
 	w := NewWriter(&fakeObject{}, Options{})
 	res, err := w.Record(context.Background(), target, NewIDs(nil).New("vm", time.Now()), none)

@@ -66,7 +66,7 @@ func NewMetrics() *Metrics {
 		}),
 		recorded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dependency_webhook_references_recorded_total",
-			Help: "References that writes of dependents added, as the labelling webhook recorded them on the objects they name, by result: recorded, missing (no such object), refused (the object is being deleted, or its deletion is deferred), untracked (the webhook may not patch the object; admitted unrecorded) or failed (the write was refused, to be retried).",
+			Help: "References that writes of dependents added, as the labelling webhook recorded them on the objects they name, by result: recorded, missing (no such object), refused (the object is being deleted, or its deletion is deferred), withdrawn (a reference recorded on an object was removed from it again because the webhook refused the write that added it: a DELETE of the object need not wait for it), untracked (the webhook may not patch the object; admitted unrecorded) or failed (the write was refused, to be retried).",
 		}, []string{"result"}),
 		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dependency_webhook_ledger_conflicts_total",

@@ -11,6 +11,7 @@ import (
 	"maps"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -966,7 +967,12 @@ var _ = Describe("Trust boundary", Ordered, func() {
 
 	// Runs after the spec above, so the references of vpc-gateways have
 	// been tracked for longer than MaxInFlight.
-	It("decides the replay of a young VM's deferred deletion from the VM's revision, without reading its dependents", func(ctx context.Context) {
+	// deferVMDeletions has the compute provider consent to deferred deletion
+	// (delete on its export's content) and vpc-gateways defer deletions
+	// until the spec ends, and waits until the webhook defers the DELETE of
+	// the VM held, which a VPC names.
+	deferVMDeletions := func(ctx context.Context, held string) {
+		GinkgoHelper()
 		setPolicy := func(ctx context.Context, policy depv1alpha1.DeletionPolicy) {
 			GinkgoHelper()
 			Eventually(func() error {
@@ -986,17 +992,21 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		Expect(kcpenv.Apply(ctx, cli.Cluster(compute), grant...)).To(Succeed())
 		setPolicy(ctx, depv1alpha1.DeletionPolicyReplay)
 		DeferCleanup(func(ctx context.Context) { setPolicy(ctx, "") })
-		create(ctx, consumer, newObject(vmGVR, "default", "vm-young", nil))
-		created := get(ctx, vmGVR, "vm-young").GetCreationTimestamp().Time
-		Expect(tenant.Create(ctx, newObject(vpcGVR, "default", "vpc-gw-young", map[string]any{"gatewayVM": "vm-young"}))).To(Succeed())
 		Eventually(func(g Gomega) {
-			err := deleteObject(ctx, cli.Cluster(consumer), vmGVR, "default", "vm-young", client.DryRunAll)
+			err := deleteObject(ctx, cli.Cluster(consumer), vmGVR, "default", held, client.DryRunAll)
 			g.Expect(err).To(HaveOccurred())
 			g.Expect(err.Error()).To(ContainSubstring("its deletion would be deferred"))
 		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed(), "the webhook has not taken the Replay policy up")
+	}
+
+	It("decides the replay of a young VM's deferred deletion from the VM's revision, without reading its dependents", func(ctx context.Context) {
+		create(ctx, consumer, newObject(vmGVR, "default", "vm-young", nil))
+		created := get(ctx, vmGVR, "vm-young").GetCreationTimestamp().Time
+		Expect(tenant.Create(ctx, newObject(vpcGVR, "default", "vpc-gw-young", map[string]any{"gatewayVM": "vm-young"}))).To(Succeed())
+		deferVMDeletions(ctx, "vm-young")
 
 		By("deleting the VM while the VPC names it: deferred")
-		err = deleteObject(ctx, cli.Cluster(consumer), vmGVR, "default", "vm-young")
+		err := deleteObject(ctx, cli.Cluster(consumer), vmGVR, "default", "vm-young")
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "deleting vm-young: %v", err)
 		Expect(err.Error()).To(ContainSubstring("its deletion is deferred"))
 		revision, err := wh.Decisions("allowed", "revision")
@@ -1009,6 +1019,183 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		}).WithTimeout(timeout).WithPolling(interval).Should(BeTrue(), "vm-young was not deleted")
 		Expect(time.Since(created)).To(BeNumerically("<", inflight.MaxInFlight), "vm-young outlived the creation's term of its horizon: the horizon could have decided")
 		Expect(wh.Decisions("allowed", "revision")).To(Equal(revision+1), "the replay was not decided from the VM's revision")
+	})
+
+	// The race of the spec above: a reference whose admission began before
+	// the VM's deletion was deferred, against the replay that the index
+	// decides from the VM's revision.
+	It("never deletes a VM after a VPC naming it was stored, in rounds of the VPC's CREATE and the VM's DELETE sent at the same moment and the deferred deletions replayed", func(ctx context.Context) {
+		const rounds, workers = 40, 8
+		type round struct {
+			vm, holder, dependent string
+			// stored is the revision of the stored dependent (0: its CREATE
+			// was refused).
+			stored               int64
+			createErr, deleteErr error
+		}
+		all := make([]*round, rounds)
+		for i := range all {
+			all[i] = &round{vm: fmt.Sprintf("vm-race-%02d", i), holder: fmt.Sprintf("vpc-holder-%02d", i), dependent: fmt.Sprintf("vpc-race-%02d", i)}
+		}
+		parallel := func(fn func(i int, r *round)) {
+			GinkgoHelper()
+			var wg sync.WaitGroup
+			work := make(chan int)
+			for range workers {
+				wg.Go(func() {
+					defer GinkgoRecover()
+					for i := range work {
+						fn(i, all[i])
+					}
+				})
+			}
+			for i := range all {
+				work <- i
+			}
+			close(work)
+			wg.Wait()
+		}
+		var lock sync.Mutex
+		deletedAt := map[string]int64{}
+		watchCtx, stop := context.WithCancel(context.Background())
+		DeferCleanup(stop)
+		Expect(kcpenv.WatchDeletions(watchCtx, dynamicFor(consumer).Resource(vmGVR).Namespace("default"), func(_, name string, rv int64) {
+			lock.Lock()
+			defer lock.Unlock()
+			deletedAt[name] = rv
+		})).To(Succeed())
+
+		By("young VMs, each named by a VPC that holds its deletion back")
+		parallel(func(_ int, r *round) {
+			Expect(cli.Cluster(consumer).Create(ctx, newObject(vmGVR, "default", r.vm, nil))).To(Succeed())
+			Expect(tenant.Create(ctx, newObject(vpcGVR, "default", r.holder, map[string]any{"gatewayVM": r.vm}))).To(Succeed())
+		})
+		deferVMDeletions(ctx, all[0].vm)
+		revision, err := wh.Decisions("allowed", "revision")
+		Expect(err).NotTo(HaveOccurred())
+		withdrawn := func() float64 {
+			GinkgoHelper()
+			n, err := wh.Counter("dependency_webhook_references_recorded_total", map[string]string{"result": "withdrawn"})
+			Expect(err).NotTo(HaveOccurred())
+			return n
+		}
+		withdrawn0 := withdrawn()
+
+		By("sending a new VPC's CREATE naming each VM and the VM's DELETE at the same moment")
+		parallel(func(i int, r *round) {
+			dependent := newObject(vpcGVR, "default", r.dependent, map[string]any{"gatewayVM": r.vm})
+			// The DELETE leaves up to 20 ms after the CREATE, so that the
+			// rounds cover the interleavings of the two admissions.
+			lag := time.Duration(i%21) * time.Millisecond
+			gate := make(chan struct{})
+			var both sync.WaitGroup
+			both.Go(func() {
+				<-gate
+				r.createErr = tenant.Create(ctx, dependent)
+			})
+			both.Go(func() {
+				<-gate
+				time.Sleep(lag)
+				r.deleteErr = deleteObject(ctx, cli.Cluster(consumer), vmGVR, "default", r.vm)
+			})
+			close(gate)
+			both.Wait()
+			if r.createErr == nil {
+				rv, err := strconv.ParseInt(dependent.GetResourceVersion(), 10, 64)
+				Expect(err).NotTo(HaveOccurred())
+				r.stored = rv
+			}
+		})
+		var stored, refused, deferred, inFlight int
+		for _, r := range all {
+			switch {
+			case r.createErr == nil:
+				stored++
+			case apierrors.IsForbidden(r.createErr) && strings.Contains(r.createErr.Error(), "its deletion is deferred"):
+				refused++
+			default:
+				Fail(fmt.Sprintf("the CREATE of %s neither succeeded nor was refused as naming a VM whose deletion is deferred: %v", r.dependent, r.createErr))
+			}
+			switch {
+			case apierrors.IsForbidden(r.deleteErr) && strings.Contains(r.deleteErr.Error(), "its deletion is deferred"):
+				deferred++
+			case apierrors.IsConflict(r.deleteErr) && strings.Contains(r.deleteErr.Error(), "in flight"):
+				inFlight++
+			default:
+				Fail(fmt.Sprintf("the DELETE of %s, which %s names, was neither deferred nor refused while a reference is in flight: %v", r.vm, r.holder, r.deleteErr))
+			}
+		}
+
+		// A refused CREATE's mark would hold the VM's replay back for 65 s,
+		// past the wait below.
+		Expect(withdrawn()-withdrawn0).To(BeNumerically("==", refused), "the refused CREATEs did not withdraw their marks")
+
+		By("deleting the VPCs that held the VMs back: the replays delete each VM whose deletion was deferred and that no stored VPC names")
+		parallel(func(_ int, r *round) {
+			Expect(deleteObject(ctx, cli.Cluster(consumer), vpcGVR, "default", r.holder)).To(Succeed())
+		})
+		hasRecord := func(r *round) bool {
+			o := newObject(vmGVR, "default", r.vm, nil)
+			err := cli.Cluster(consumer).Get(ctx, client.ObjectKeyFromObject(o), o)
+			if apierrors.IsNotFound(err) {
+				return true
+			}
+			Expect(err).NotTo(HaveOccurred())
+			_, ok := o.GetAnnotations()[depv1alpha1.AnnotationDeletionRequest]
+			return ok
+		}
+		var replayed []*round
+		for _, r := range all {
+			if r.stored == 0 && hasRecord(r) {
+				replayed = append(replayed, r)
+			}
+		}
+		Expect(replayed).NotTo(BeEmpty(), "no round deferred the VM's deletion before the VPC's CREATE: nothing to replay")
+		Eventually(func(g Gomega) {
+			lock.Lock()
+			defer lock.Unlock()
+			for _, r := range replayed {
+				_, gone := deletedAt[r.vm]
+				g.Expect(gone).To(BeTrue(), "%s was not deleted by its replay", r.vm)
+			}
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		// Every replay of those has run once the last VM is gone; the index
+		// would have decided one of a VM that a stored VPC names as soon.
+		time.Sleep(5 * time.Second)
+		lock.Lock()
+		var wrong []string
+		for _, r := range all {
+			if rv, gone := deletedAt[r.vm]; gone && r.stored != 0 && rv > r.stored {
+				wrong = append(wrong, fmt.Sprintf("%s was deleted (revision %d) after %s, which names it, was stored (revision %d)", r.vm, rv, r.dependent, r.stored))
+			}
+		}
+		lock.Unlock()
+		decided, err := wh.Decisions("allowed", "revision")
+		Expect(err).NotTo(HaveOccurred())
+		GinkgoWriter.Printf("%d rounds: VPC stored first %d (VM's DELETE refused while in flight %d), VM's deletion deferred first %d; %d replays deleted their VM, %.0f decided from the revision; wrong %d\n",
+			rounds, stored, inFlight, refused, len(replayed), decided-revision, len(wrong))
+		Expect(wrong).To(BeEmpty())
+		Expect(stored + refused).To(Equal(rounds))
+		Expect(deferred + inFlight).To(Equal(rounds))
+		Expect(decided).To(BeNumerically(">", revision), "no replay was decided from the VM's revision")
+
+		By("deleting the VPCs stored in the race: every VM goes, by its replay if its deletion was deferred")
+		for _, r := range all {
+			if r.stored != 0 {
+				Expect(deleteObject(ctx, cli.Cluster(consumer), vpcGVR, "default", r.dependent)).To(Succeed())
+			}
+		}
+		Eventually(func(g Gomega) {
+			for _, r := range all {
+				if !hasRecord(r) {
+					g.Expect(deleteObject(ctx, cli.Cluster(consumer), vmGVR, "default", r.vm)).To(Succeed())
+				}
+				lock.Lock()
+				_, gone := deletedAt[r.vm]
+				lock.Unlock()
+				g.Expect(gone).To(BeTrue(), "%s was not deleted", r.vm)
+			}
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
 	})
 })
 

@@ -27,6 +27,8 @@ import (
 // *inflight.Writer implements it.
 type Ledgers interface {
 	Record(ctx context.Context, t inflight.Target, id string, landed inflight.Landed) (inflight.Result, error)
+	// Withdraw removes the mark of a refused admission id again.
+	Withdraw(ctx context.Context, t inflight.Target, id string, landed inflight.Landed) error
 	// Prime tells the state of a target as just read (its JSON), which the
 	// next write of its ledger may start from.
 	Prime(t inflight.Target, raw []byte)
@@ -96,6 +98,10 @@ const (
 	// RecordRefused: the object is being deleted, or its deletion is
 	// deferred; the write was refused.
 	RecordRefused = "refused"
+	// RecordWithdrawn: a reference recorded on an object (counted as
+	// recorded or refused) was removed from it again, because the webhook
+	// refused the write that added it.
+	RecordWithdrawn = "withdrawn"
 	// RecordUntracked: the webhook may not patch the object, and the rule
 	// says its references are not tracked; the write was admitted
 	// unrecorded.
@@ -130,7 +136,8 @@ func (m *LabelMutator) record(ctx context.Context, req admission.Request, obj *w
 	identity := strings.Join([]string{obj.Cluster.String(), req.Resource.Group, req.Resource.Resource, obj.Namespace, obj.Name, obj.GenerateName}, "/")
 	now := m.now()
 	id, _ := jsonparser.GetString(req.Object.Raw, "metadata", "labels", depv1alpha1.LabelAdmission)
-	if id == previous || !r.IDs.Recent(id, identity, now, recentID) {
+	fresh := id == previous || !r.IDs.Recent(id, identity, now, recentID)
+	if fresh {
 		id = r.IDs.New(identity, now)
 	}
 	ctx, cancel := webhook.WithBudget(ctx, r.Timeout)
@@ -160,6 +167,9 @@ func (m *LabelMutator) record(ctx context.Context, req admission.Request, obj *w
 		outcomes[i], err = m.recordOne(ctx, req.Kind.Kind, name, obj, refs.added[i], id, guards, now)
 		return err
 	}); err != nil {
+		if fresh {
+			m.withdraw(ctx, id, outcomes)
+		}
 		return "", nil, m.recordFailed(ctx, req.Kind.Kind, name, obj, refs.added[i], err)
 	}
 	anyRecorded := false
@@ -173,6 +183,9 @@ func (m *LabelMutator) record(ctx context.Context, req admission.Request, obj *w
 		}
 	}
 	if len(problems) > 0 {
+		if fresh {
+			m.withdraw(ctx, id, outcomes)
+		}
 		resp := denied(problems)
 		return "", nil, &resp
 	}
@@ -192,6 +205,36 @@ type recorded struct {
 	problems []string
 	// missing is set if it names no object that exists.
 	missing bool
+	// marked are the objects it was recorded on that are not being
+	// deleted: if the write is refused, the marks are withdrawn from them.
+	marked []inflight.Target
+}
+
+// withdraw removes the marks of the refused admission id from the objects
+// the outcomes recorded it on (see inflight.Writer.Withdraw), so that
+// their DELETEs need not wait for a reference that can never be stored.
+// The refusal stands whether or not this succeeds: a mark left behind only
+// holds DELETEs back until MaxInFlight has passed. Only an id generated
+// for this admission is withdrawn: one found on the object may be another
+// request's, whose marks are its own.
+func (m *LabelMutator) withdraw(ctx context.Context, id string, outcomes []recorded) {
+	r := m.recording
+	var marked []inflight.Target
+	for _, o := range outcomes {
+		marked = append(marked, o.marked...)
+	}
+	if _, err := each(ctx, len(marked), m.concurrency, func(ctx context.Context, i int) error {
+		t := marked[i]
+		if err := r.Ledgers.Withdraw(ctx, t, id, r.Landed(t.Source)); err != nil {
+			log.FromContext(ctx).Error(err, "Failed to withdraw the mark of a refused write; it holds DELETEs of the object back until it expires",
+				"cluster", t.Cluster, "target", t.Source, "namespace", t.Namespace, "name", t.Name)
+			return nil
+		}
+		m.metrics.ReferenceRecorded(RecordWithdrawn)
+		return nil
+	}); err != nil {
+		log.FromContext(ctx).Error(err, "Failed to withdraw the marks of a refused write")
+	}
 }
 
 // recordOne records the reference ref under the admission id on the
@@ -237,6 +280,9 @@ func (m *LabelMutator) recordOne(ctx context.Context, kind, name string, obj *we
 			m.metrics.ReferenceRecorded(RecordMissing)
 		default:
 			exist++
+			if !res.Object.Terminating {
+				out.marked = append(out.marked, t)
+			}
 			if p := problemOf(kind, name, obj.Namespace, ref, res.Object, r.Records); p != "" {
 				m.metrics.ReferenceRecorded(RecordRefused)
 				out.problems = append(out.problems, p)

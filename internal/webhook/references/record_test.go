@@ -39,8 +39,27 @@ type fakeLedgers struct {
 	failing map[string]bool
 	// delay is how long each write takes (or until its context ends).
 	delay time.Duration
+	// failDelay is how long a failing write takes, whatever its context.
+	failDelay time.Duration
 	// primed are the targets primed, by "namespace/name".
 	primed map[string]bool
+	// withdrawn are the targets whose mark was withdrawn, by
+	// "namespace/name".
+	withdrawn []string
+}
+
+// Withdraw removes the id from the marks of the target.
+func (f *fakeLedgers) Withdraw(_ context.Context, t inflight.Target, id string, _ inflight.Landed) error {
+	f.lock.Lock()
+	defer f.lock.Unlock()
+	key := t.Namespace + "/" + t.Name
+	if !slices.Contains(f.marks[key], id) {
+		return errors.New("withdrew a mark never written: " + id)
+	}
+	f.marks[key] = slices.DeleteFunc(f.marks[key], func(m string) bool { return m == id })
+	f.withdrawn = append(f.withdrawn, key)
+	slices.Sort(f.withdrawn)
+	return nil
 }
 
 // Prime records the targets primed, by "namespace/name".
@@ -60,6 +79,9 @@ func (f *fakeLedgers) Record(ctx context.Context, t inflight.Target, id string, 
 			return inflight.Result{}, ctx.Err()
 		case <-time.After(f.delay):
 		}
+	}
+	if f.err != nil && f.failing[t.Name] {
+		time.Sleep(f.failDelay)
 	}
 	f.lock.Lock()
 	defer f.lock.Unlock()
@@ -103,6 +125,9 @@ func TestLabelMutatorRecordsReferences(t *testing.T) {
 		tracking   registry.Tracking
 		targets    *fakeTargets
 		wantMarked []string
+		// wantWithdrawn are the targets whose mark a refused write
+		// withdrew.
+		wantWithdrawn []string
 		// wantWarning is in the warnings of an allowed write.
 		wantWarning string
 		wantLabel   string // "new", "old" or "" (none)
@@ -122,12 +147,21 @@ func TestLabelMutatorRecordsReferences(t *testing.T) {
 			spec:    map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}, "nics": []any{map[string]any{"vpc": "vpc-b"}}},
 			ledgers: &fakeLedgers{missing: map[string]bool{"default/vpc-b": true}}, wantMarked: []string{"default/vpc-a"}, wantLabel: "new",
 			wantWarning: `references vpcs "vpc-b", which does not exist`},
-		{name: "a reference to an object being deleted is refused", op: admissionv1.Create, spec: vpcRef("vpc-a"),
+		{name: "a reference to an object being deleted is refused; the object's mark is left, as it is going", op: admissionv1.Create, spec: vpcRef("vpc-a"),
 			ledgers: &fakeLedgers{terminating: map[string]bool{"default/vpc-a": true}}, wantCode: http.StatusForbidden, wantMsg: `cannot reference vpcs "vpc-a": it is being deleted`},
-		{name: "a reference to an object whose deletion is deferred is refused", op: admissionv1.Create, spec: vpcRef("vpc-a"),
-			ledgers: &fakeLedgers{deferred: map[string]bool{"default/vpc-a": true}}, wantCode: http.StatusForbidden, wantMsg: "its deletion is deferred"},
+		{name: "a reference to an object whose deletion is deferred is refused, and its mark withdrawn", op: admissionv1.Create, spec: vpcRef("vpc-a"),
+			ledgers: &fakeLedgers{deferred: map[string]bool{"default/vpc-a": true}}, wantCode: http.StatusForbidden, wantMsg: "its deletion is deferred",
+			wantWithdrawn: []string{"default/vpc-a"}},
+		{name: "a write refused for one object's deferred deletion withdraws its marks from every object", op: admissionv1.Create,
+			spec:    map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}, "nics": []any{map[string]any{"vpc": "vpc-b"}, map[string]any{"vpc": "vpc-c"}}},
+			ledgers: &fakeLedgers{deferred: map[string]bool{"default/vpc-b": true}, terminating: map[string]bool{"default/vpc-c": true}}, wantCode: http.StatusForbidden, wantMsg: "its deletion is deferred",
+			wantWithdrawn: []string{"default/vpc-a", "default/vpc-b"}},
 		{name: "a failed write refuses, to be retried", op: admissionv1.Create, spec: vpcRef("vpc-a"),
 			ledgers: &fakeLedgers{err: errors.New("boom")}, wantCode: http.StatusServiceUnavailable, wantMsg: "boom"},
+		{name: "a write that fails on one object refuses, and withdraws its marks from the others", op: admissionv1.Create,
+			spec:    map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}, "nics": []any{map[string]any{"vpc": "vpc-b"}}},
+			ledgers: &fakeLedgers{err: errors.New("boom"), failing: map[string]bool{"vpc-b": true}, failDelay: 50 * time.Millisecond}, wantCode: http.StatusServiceUnavailable, wantMsg: "boom",
+			wantWithdrawn: []string{"default/vpc-a"}},
 		{name: "no grant while the rule says nothing of tracking: admitted unrecorded", op: admissionv1.Create, spec: vpcRef("vpc-a"),
 			ledgers: &fakeLedgers{err: apierrors.NewForbidden(vpcs.GroupResource(), "vpc-a", errors.New("no"))}},
 		{name: "no grant, the rule untracked for long: admitted unrecorded", op: admissionv1.Create, spec: vpcRef("vpc-a"), tracking: untrackedLong,
@@ -177,6 +211,9 @@ func TestLabelMutatorRecordsReferences(t *testing.T) {
 			if tt.wantCode != 0 {
 				if resp.Allowed || resp.Result.Code != tt.wantCode || !strings.Contains(resp.Result.Message, tt.wantMsg) {
 					t.Fatalf("response %+v; want code %d with %q", resp.Result, tt.wantCode, tt.wantMsg)
+				}
+				if !slices.Equal(tt.ledgers.withdrawn, tt.wantWithdrawn) {
+					t.Errorf("withdrawn from %v, want %v", tt.ledgers.withdrawn, tt.wantWithdrawn)
 				}
 				return
 			}
@@ -229,6 +266,7 @@ func TestLabelMutatorReusesItsOwnIDOnReinvocation(t *testing.T) {
 		Landed: func(index.Source) inflight.Landed {
 			return func(string) (time.Time, bool) { return time.Time{}, false }
 		},
+		Records: validRecords{},
 	}))
 	ctx := webhook.WithEndpoint(webhook.WithProvider(context.Background(), provider), webhook.EndpointLabels, scheme.Fingerprint)
 	req := labelRequest(t, admissionv1.Create, nil, nil, vpcRef("vpc-a"))
@@ -247,5 +285,14 @@ func TestLabelMutatorReusesItsOwnIDOnReinvocation(t *testing.T) {
 	copied.Object.Raw = []byte(strings.Replace(string(copied.Object.Raw), `"name":"vm-1"`, `"name":"vm-2"`, 1))
 	if got := applyPatches(t, copied.Object.Raw, m.Handle(ctx, copied))[depv1alpha1.LabelAdmission]; got == first[depv1alpha1.LabelAdmission] {
 		t.Error("a copied id was kept")
+	}
+	// A call that refuses under an id it found withdraws nothing: the marks
+	// may be another request's.
+	ledgers.deferred = map[string]bool{"default/vpc-a": true}
+	if resp := m.Handle(ctx, labelRequest(t, admissionv1.Create, first, nil, vpcRef("vpc-a"))); resp.Allowed {
+		t.Fatal("a reference to an object whose deletion is deferred was allowed")
+	}
+	if len(ledgers.withdrawn) > 0 {
+		t.Errorf("withdrew the marks of %v under an id found on the object", ledgers.withdrawn)
 	}
 }
