@@ -1084,13 +1084,15 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		By("sending a new VPC's CREATE naming each VM and the VM's DELETE at the same moment")
 		parallel(func(i int, r *round) {
 			dependent := newObject(vpcGVR, "default", r.dependent, map[string]any{"gatewayVM": r.vm})
-			// The DELETE leaves up to 20 ms after the CREATE, so that the
-			// rounds cover the interleavings of the two admissions.
-			lag := time.Duration(i%21) * time.Millisecond
+			// One leaves up to 10 ms after the other, either way round, so
+			// that the rounds cover the interleavings of the two
+			// admissions.
+			lag := time.Duration(i%21-10) * time.Millisecond
 			gate := make(chan struct{})
 			var both sync.WaitGroup
 			both.Go(func() {
 				<-gate
+				time.Sleep(-lag)
 				r.createErr = tenant.Create(ctx, dependent)
 			})
 			both.Go(func() {
