@@ -46,10 +46,13 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kcp-dev/logicalcluster/v3"
 
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/index/live"
+	"github.com/opendefensecloud/dependency-controller/internal/index/metrics"
 	"github.com/opendefensecloud/dependency-controller/internal/index/route"
 	"github.com/opendefensecloud/dependency-controller/internal/index/sources"
 	"github.com/opendefensecloud/dependency-controller/internal/index/targets"
@@ -150,7 +153,7 @@ type Index struct {
 	clients *vw.Clients
 	opts    Options
 	reads   *live.Reads
-	metrics *metrics
+	metrics *metrics.Metrics
 	now     func() time.Time
 
 	lock    sync.Mutex
@@ -205,13 +208,13 @@ func New(cfg *rest.Config, frontProxy string, opts Options) (*Index, error) {
 		contents: make(chan struct{}, 1),
 		now:      time.Now,
 	}
-	ix.metrics = newMetrics(ix.Len, ix.Sources)
-	ix.Router = route.New(func(src Source) route.Watch { return ix.watch(src) }, ix.clients, ix.metrics.retried)
+	ix.metrics = metrics.New(ix.Len, ix.Sources)
+	ix.Router = route.New(func(src Source) route.Watch { return ix.watch(src) }, ix.clients, ix.metrics.Retried)
 	ix.cfg = sources.Config{
 		ClusterClients: front, FrontProxy: frontProxy, Clients: ix.clients,
 		PollInterval: opts.PollInterval, Identity: opts.Identity, Notify: ix.notify, Changed: ix.updated,
 		Shards: opts.Shards, SampleInterval: opts.SampleInterval, WatchTimeout: opts.WatchTimeout,
-		AdmissionMemory: opts.AdmissionMemory, SampleFailed: ix.metrics.sampleFailed, TargetsChanged: ix.contentChanged, TargetsAdded: ix.targetsAdded,
+		AdmissionMemory: opts.AdmissionMemory, SampleFailed: ix.metrics.SampleFailed, TargetsChanged: ix.contentChanged, TargetsAdded: ix.targetsAdded,
 	}
 	ix.reads = live.New(ix.readScope, ix.catchUp, opts.ReadTimeout)
 	return ix, nil
@@ -408,23 +411,18 @@ func (ix *Index) Len() int {
 }
 
 // SourceStatus is the state of one watched source, the number of its
-// dependents in the index and how current they are.
-type SourceStatus struct {
-	Source Source
-	State  State
-	// Indexed is the number of its dependents in the index; 0 for a source
-	// that is only inspected (no rule reads paths of it).
-	Indexed int
-	// Targets is the number of its objects in its set of targets (see
-	// WatchTargets); 0 for an indexed source, or while targets are not
-	// watched.
-	Targets int
-	// Currency is the currency (see Index.Currency) of its least current
-	// shard, zero if that of some shard is not known; CurrencyShards is the
-	// number of shards it was taken over: none for a source that is only
-	// inspected, neither Syncing nor Synced, or read on no shard.
-	Currency       time.Time
-	CurrencyShards int
+// dependents in the index and how current they are; see the sources
+// package.
+type SourceStatus = sources.Status
+
+// Metrics returns the index's Prometheus metrics, a prometheus.Collector
+// that the webhook binary registers where it serves metrics: the number of
+// indexed dependents, the phase, size and currency of every source (read at
+// each scrape), the live reads of scopes by how they were answered, the
+// retries of reads and routed requests by cause, and the samples of shards'
+// resourceVersions that failed (see the metrics package).
+func (ix *Index) Metrics() prometheus.Collector {
+	return ix.metrics
 }
 
 // Sources returns every watched source with its state, the number of its

@@ -192,7 +192,7 @@ func (ix *Index) catchUp(ctx context.Context, scope live.Scope, paths []fieldpat
 	if !st.WaitProgress(wctx, shard, rv) {
 		return nil, nil
 	}
-	ix.metrics.read(ReadCaughtUp)
+	ix.metrics.Read(ReadCaughtUp)
 	return func(paths []fieldpath.Reference, namespace, name string) []kcp.Meta {
 		var idx []int
 		for _, p := range paths {
@@ -219,7 +219,7 @@ func (ix *Index) readScope(ctx context.Context, scope live.Scope, visit func(ite
 	if scope.Selector != "" {
 		how = ReadSelected
 	}
-	ix.metrics.read(how)
+	ix.metrics.Read(how)
 	path := vw.ResourcePath(scope.Cluster.Path(), scope.Source.Resource, scope.Namespace)
 	var params url.Values
 	if scope.Selector != "" {

@@ -18,6 +18,7 @@ package sources
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -126,4 +127,25 @@ type PathProblem struct {
 	Path fieldpath.Path
 	// Problem says where the path leaves the schema.
 	Problem string
+}
+
+// Status is the state of one watched source, the number of its dependents
+// in the index and how current they are.
+type Status struct {
+	Source Source
+	State  State
+	// Indexed is the number of its dependents in the index; 0 for a source
+	// that is only inspected (no rule reads paths of it).
+	Indexed int
+	// Targets is the number of its objects in its set of targets (see
+	// index.Index.WatchTargets); 0 for an indexed source, or while targets
+	// are not watched.
+	Targets int
+	// Currency is the currency (see index.Index.Currency) of its least
+	// current shard, zero if that of some shard is not known;
+	// CurrencyShards is the number of shards it was taken over: none for a
+	// source that is only inspected, neither Syncing nor Synced, or read on
+	// no shard.
+	Currency       time.Time
+	CurrencyShards int
 }

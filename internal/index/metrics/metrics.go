@@ -1,24 +1,21 @@
-package index
+// Package metrics is the Prometheus metrics of the webhook's reference
+// index (package index): the number of indexed dependents, the phase, size
+// and currency of every source, read at each scrape, and the counters of
+// live reads, retries and failed samples that the index records.
+package metrics
 
 import (
 	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/opendefensecloud/dependency-controller/internal/index/sources"
 )
 
-// Metrics returns the index's Prometheus metrics, a prometheus.Collector
-// that the webhook binary registers where it serves metrics: the number of
-// indexed dependents, the phase, size and currency of every source (read at
-// each scrape), the live reads of scopes by how they were answered, the
-// retries of reads and routed requests by cause, and the samples of shards'
-// resourceVersions that failed.
-func (ix *Index) Metrics() prometheus.Collector {
-	return ix.metrics
-}
-
-// metrics are the index's metrics. A nil *metrics records nothing.
-type metrics struct {
+// Metrics are the index's metrics, one prometheus.Collector. A nil
+// *Metrics records nothing.
+type Metrics struct {
 	indexed prometheus.GaugeFunc
 	retries *prometheus.CounterVec
 	reads   *prometheus.CounterVec
@@ -26,11 +23,11 @@ type metrics struct {
 	sources sourceCollector
 }
 
-// newMetrics creates the metrics. indexed reports the number of dependents
-// in the index, sources the state and size of every source (Index.Sources);
+// New creates the metrics. indexed reports the number of dependents in the
+// index, statuses the state and size of every source (index.Index.Sources);
 // both are called at every scrape.
-func newMetrics(indexed func() int, sources func() []SourceStatus) *metrics {
-	return &metrics{
+func New(indexed func() int, statuses func() []sources.Status) *Metrics {
+	return &Metrics{
 		indexed: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "dependency_webhook_indexed_dependents",
 			Help: "Number of dependent objects in the webhook's index.",
@@ -47,48 +44,48 @@ func newMetrics(indexed func() int, sources func() []SourceStatus) *metrics {
 			Name: "dependency_webhook_index_currency_samples_failed_total",
 			Help: "Samples of a shard's current resourceVersion (a LIST of at most one object, taken every few seconds per source and shard for the index's currency) that failed, by source.",
 		}, []string{"export", "resource", "version"}),
-		sources: newSourceCollector(sources),
+		sources: newSourceCollector(statuses),
 	}
 }
 
 // Describe implements prometheus.Collector.
-func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range m.collectors() {
 		c.Describe(ch)
 	}
 }
 
 // Collect implements prometheus.Collector.
-func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range m.collectors() {
 		c.Collect(ch)
 	}
 }
 
 // collectors are the metrics one by one.
-func (m *metrics) collectors() []prometheus.Collector {
+func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.indexed, m.retries, m.reads, m.samples, m.sources}
 }
 
-// retried counts a request retried within its caller's deadline (see
+// Retried counts a request retried within its caller's deadline (see
 // route.Router.Retry), by cause.
-func (m *metrics) retried(cause string) {
+func (m *Metrics) Retried(cause string) {
 	if m != nil {
 		m.retries.WithLabelValues(cause).Inc()
 	}
 }
 
-// read counts a live read of a scope, by how it was answered (ReadListed,
-// ReadSelected, ReadCaughtUp).
-func (m *metrics) read(how string) {
+// Read counts a live read of a scope, by how it was answered
+// (index.ReadListed, index.ReadSelected, index.ReadCaughtUp).
+func (m *Metrics) Read(how string) {
 	if m != nil {
 		m.reads.WithLabelValues(how).Inc()
 	}
 }
 
-// sampleFailed counts a sample of a shard's resourceVersion for src that
+// SampleFailed counts a sample of a shard's resourceVersion for src that
 // failed.
-func (m *metrics) sampleFailed(src Source) {
+func (m *Metrics) SampleFailed(src sources.Source) {
 	if m != nil {
 		export, resource, version := sourceLabels(src)
 		m.samples.WithLabelValues(export, resource, version).Inc()
@@ -98,7 +95,7 @@ func (m *metrics) sampleFailed(src Source) {
 // sourceLabels are the values of the labels that name a source: the
 // APIExport as <logical cluster>/<name>, the resource as
 // <resource>.<group>, and the version the rules name.
-func sourceLabels(src Source) (export, resource, version string) {
+func sourceLabels(src sources.Source) (export, resource, version string) {
 	return src.Export.String(), src.Resource.GroupResource().String(), src.Resource.Version
 }
 
@@ -109,7 +106,7 @@ func sourceLabels(src Source) (export, resource, version string) {
 // shard, the age of its currency. A source the index no longer watches is
 // no longer reported.
 type sourceCollector struct {
-	sources    func() []SourceStatus
+	sources    func() []sources.Status
 	now        func() time.Time
 	phase      *prometheus.Desc
 	dependents *prometheus.Desc
@@ -117,9 +114,9 @@ type sourceCollector struct {
 	currency   *prometheus.Desc
 }
 
-func newSourceCollector(sources func() []SourceStatus) sourceCollector {
+func newSourceCollector(statuses func() []sources.Status) sourceCollector {
 	return sourceCollector{
-		sources: sources,
+		sources: statuses,
 		now:     time.Now,
 		phase: prometheus.NewDesc("dependency_webhook_source_phase",
 			"Phase of each source (a dependent or protected type, read through its APIExport) in the webhook's index: 1 for the current phase, 0 for the others. Synced: watched on every shard; Syncing: being listed (misses are read live); ExportNotFound, AccessDenied, ResourceNotExported, VersionNotServed: a problem the rules naming the source report in their status.",
@@ -152,7 +149,7 @@ func (c sourceCollector) Collect(ch chan<- prometheus.Metric) {
 	now := c.now()
 	for _, s := range c.sources() {
 		export, resource, version := sourceLabels(s.Source)
-		for _, p := range Phases {
+		for _, p := range sources.Phases {
 			v := 0.0
 			if s.State.Phase == p {
 				v = 1
