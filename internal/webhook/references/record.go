@@ -167,9 +167,7 @@ func (m *LabelMutator) record(ctx context.Context, req admission.Request, obj *w
 		outcomes[i], err = m.recordOne(ctx, req.Kind.Kind, name, obj, refs.added[i], id, guards, now)
 		return err
 	}); err != nil {
-		if fresh {
-			m.withdraw(ctx, id, outcomes)
-		}
+		m.withdraw(ctx, id, fresh, outcomes)
 		return "", nil, m.recordFailed(ctx, req.Kind.Kind, name, obj, refs.added[i], err)
 	}
 	anyRecorded := false
@@ -183,9 +181,7 @@ func (m *LabelMutator) record(ctx context.Context, req admission.Request, obj *w
 		}
 	}
 	if len(problems) > 0 {
-		if fresh {
-			m.withdraw(ctx, id, outcomes)
-		}
+		m.withdraw(ctx, id, fresh, outcomes)
 		resp := denied(problems)
 		return "", nil, &resp
 	}
@@ -215,13 +211,19 @@ type recorded struct {
 // their DELETEs need not wait for a reference that can never be stored.
 // The refusal stands whether or not this succeeds: a mark left behind only
 // holds DELETEs back until MaxInFlight has passed. Only an id generated
-// for this admission is withdrawn: one found on the object may be another
-// request's, whose marks are its own.
-func (m *LabelMutator) withdraw(ctx context.Context, id string, outcomes []recorded) {
+// for this admission (fresh) is withdrawn: one found on the object may be
+// another request's, whose marks are its own.
+func (m *LabelMutator) withdraw(ctx context.Context, id string, fresh bool, outcomes []recorded) {
+	if !fresh {
+		return
+	}
 	r := m.recording
 	var marked []inflight.Target
 	for _, o := range outcomes {
 		marked = append(marked, o.marked...)
+	}
+	if len(marked) == 0 {
+		return
 	}
 	if _, err := each(ctx, len(marked), m.concurrency, func(ctx context.Context, i int) error {
 		t := marked[i]
