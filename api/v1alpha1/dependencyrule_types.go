@@ -63,12 +63,13 @@ const (
 	AnnotationAdmittedReferences = "dependencies.opendefense.cloud/admitted-references"
 	// LabelCleared on a protected object is the fingerprint under which the
 	// webhook cleared it (the clearance at the end of
-	// AnnotationAdmittedReferences), so that the webhook's periodic listing
-	// of protected objects leaves out those cleared under the current
-	// fingerprint. It is a hint only: the clearance in the ledger decides.
-	// The webhook sets it with the clearance and removes it with every
-	// reference it records; a CREATE does not keep it, and a value written
-	// by anyone else can only delay a clearance.
+	// AnnotationAdmittedReferences): the DELETE webhook's object selector
+	// leaves out objects labelled with a current fingerprint, so kcp deletes
+	// them without calling the webhook, and so does the webhook's periodic
+	// listing of protected objects. The webhook sets it with the clearance
+	// and removes it with every reference it records. Only the webhook may
+	// change it: other writes keep the stored value, and a CREATE does not
+	// keep it.
 	LabelCleared = "dependencies.opendefense.cloud/cleared"
 
 	// FinalizerMarks is the finalizer with which releases before the

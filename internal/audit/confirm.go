@@ -78,8 +78,8 @@ func suspectOf(missing map[targetObject]*suspect, k refKey, c *check, meta kcp.M
 
 // confirm decides which objects of missing do not exist, and adds the
 // references to them to found. A set of targets holds only the objects
-// not labelled cleared, and that label is a hint anyone may set, so an
-// object missing from its set is read before the references to it count
+// not labelled cleared, and earlier releases let anyone set that label, so
+// an object missing from its set is read before the references to it count
 // as dangling:
 //
 //   - one that exists is left alone for the grace period (a.hidden), and

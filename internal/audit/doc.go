@@ -16,8 +16,8 @@
 // missing object ends, and every Options.Interval, a pass checks each
 // reference of each rule against those sets: map lookups. An object that
 // a reference names and its set lacks is read before the reference counts
-// as missing (see Auditor.confirm): the cleared label that kept it out is
-// a hint that anyone may set. A reference whose object has been missing
+// as missing (see Auditor.confirm): the cleared label that kept it out
+// may have been set by anyone under an earlier release. A reference whose object has been missing
 // for the grace period is reported:
 //
 //   - on each rule, the condition ReferencesResolved (True, AllResolved;

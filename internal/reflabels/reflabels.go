@@ -71,6 +71,12 @@ type Scheme struct {
 	// under this scheme; it covers the rules (their UIDs) and the
 	// references, so that a rule recreated or changed relabels.
 	Fingerprint string
+	// Salt is derived from the UIDs of the rules alone. Only the rules'
+	// workspace, the controller and the webhook see those, and the salt is
+	// written on no object: it enters the clearance fingerprint (see
+	// ClearanceFingerprint), so that nobody who cannot read the rules can
+	// know a clearance fingerprint before the webhook writes it.
+	Salt string
 	// References are the references of every rule of the type, sorted.
 	References []Reference
 }
@@ -164,7 +170,12 @@ func NewScheme(uids []types.UID, refs []Reference) Scheme {
 	for _, r := range refs {
 		_, _ = fmt.Fprintf(h, "ref %s %s %q\n", r.Target.Group, r.Target.Resource, r.Path.String())
 	}
-	return Scheme{Fingerprint: hex.EncodeToString(h.Sum(nil))[:16], References: refs}
+	salt := sha256.New()
+	_, _ = fmt.Fprintln(salt, "reflabels/salt/v1")
+	for _, uid := range uids {
+		_, _ = fmt.Fprintf(salt, "rule %s\n", uid)
+	}
+	return Scheme{Fingerprint: hex.EncodeToString(h.Sum(nil))[:16], Salt: hex.EncodeToString(salt.Sum(nil)), References: refs}
 }
 
 func compareReferences(a, b Reference) int {

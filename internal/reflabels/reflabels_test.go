@@ -748,21 +748,62 @@ func TestNearLimit(t *testing.T) {
 }
 
 // The clearance fingerprint depends on the provider, the target and the
-// set of schemes, not on their order or repetition.
+// set of schemes with their salts, not on their order or repetition.
 func TestClearanceFingerprint(t *testing.T) {
 	vpcs := schema.GroupResource{Group: "network.test.io", Resource: "vpcs"}
-	base := ClearanceFingerprint("p1", vpcs, []string{"aa", "bb"})
-	if got := ClearanceFingerprint("p1", vpcs, []string{"bb", "aa", "bb"}); got != base {
+	aa, bb, cc := Scheme{Fingerprint: "aa", Salt: "1"}, Scheme{Fingerprint: "bb", Salt: "2"}, Scheme{Fingerprint: "cc", Salt: "3"}
+	base := ClearanceFingerprint("p1", vpcs, []Scheme{aa, bb})
+	if got := ClearanceFingerprint("p1", vpcs, []Scheme{bb, aa, bb}); got != base {
 		t.Errorf("order or repetition changed the fingerprint: %s, %s", got, base)
 	}
 	for name, other := range map[string]string{
-		"provider":    ClearanceFingerprint("p2", vpcs, []string{"aa", "bb"}),
-		"target":      ClearanceFingerprint("p1", schema.GroupResource{Group: "network.test.io", Resource: "subnets"}, []string{"aa", "bb"}),
-		"scheme gone": ClearanceFingerprint("p1", vpcs, []string{"aa"}),
-		"scheme new":  ClearanceFingerprint("p1", vpcs, []string{"aa", "bb", "cc"}),
+		"provider":    ClearanceFingerprint("p2", vpcs, []Scheme{aa, bb}),
+		"target":      ClearanceFingerprint("p1", schema.GroupResource{Group: "network.test.io", Resource: "subnets"}, []Scheme{aa, bb}),
+		"scheme gone": ClearanceFingerprint("p1", vpcs, []Scheme{aa}),
+		"scheme new":  ClearanceFingerprint("p1", vpcs, []Scheme{aa, bb, cc}),
+		"salt":        ClearanceFingerprint("p1", vpcs, []Scheme{aa, {Fingerprint: "bb", Salt: "4"}}),
 	} {
 		if other == base {
 			t.Errorf("a different %s gives the same fingerprint", name)
+		}
+	}
+}
+
+// The salt of a scheme comes from the rules' UIDs alone: rules recreated
+// change it, a reference changed does not, and neither does the order.
+func TestSchemeSalt(t *testing.T) {
+	vpcs := schema.GroupResource{Group: "network.test.io", Resource: "vpcs"}
+	ref := func(path string) Reference {
+		p, err := fieldpath.ParseReference(fieldpath.ReferenceSpec{Path: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Reference{Path: p, Target: vpcs}
+	}
+	base := NewScheme([]types.UID{"u1", "u2"}, []Reference{ref("spec.vpcRef.name")})
+	if base.Salt == "" || strings.Contains(base.Salt, base.Fingerprint) {
+		t.Fatalf("salt %q: want one that is not the fingerprint", base.Salt)
+	}
+	if got := NewScheme([]types.UID{"u2", "u1"}, []Reference{ref("spec.other.name")}); got.Salt != base.Salt || got.Fingerprint == base.Fingerprint {
+		t.Errorf("a changed reference: salt %q fingerprint %q, want salt %q and another fingerprint", got.Salt, got.Fingerprint, base.Salt)
+	}
+	if got := NewScheme([]types.UID{"u1", "u3"}, []Reference{ref("spec.vpcRef.name")}); got.Salt == base.Salt {
+		t.Errorf("a recreated rule kept the salt %q", got.Salt)
+	}
+}
+
+func TestIsClearanceFingerprint(t *testing.T) {
+	for s, want := range map[string]bool{
+		ClearanceFingerprint("p1", vpcs, []Scheme{{Fingerprint: "aa", Salt: "1"}}): true,
+		"0123456789abcdef":  true,
+		"0123456789ABCDEF":  false,
+		"0123456789abcde":   false,
+		"0123456789abcdef0": false,
+		"probe-abcdefghij":  false,
+		"":                  false,
+	} {
+		if got := IsClearanceFingerprint(s); got != want {
+			t.Errorf("IsClearanceFingerprint(%q) = %v, want %v", s, got, want)
 		}
 	}
 }

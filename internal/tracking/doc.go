@@ -12,8 +12,9 @@
 // but a request through that shard shows that it has. So the Tracker
 // probes, per shard: a dry-run PATCH of an object through its provider's
 // virtual workspace that only the webhook in question would revert (a
-// throwaway scheme label of a dependent, a throwaway ledger of a protected
-// object), whose answer shows whether it ran. From the first probe that
+// throwaway scheme label of a dependent; a throwaway ledger of a protected
+// object, and then a throwaway cleared label alone, since the guard keeps
+// that label too), whose answer shows whether it ran. From the first probe that
 // shows it, it stays in effect (a shard applies configurations in order)
 // until the scheme changes, or a later probe, every few minutes, shows it
 // gone.

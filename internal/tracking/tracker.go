@@ -27,8 +27,8 @@ const (
 	// KindLabelling is the labelling webhook of a dependent type, with the
 	// scheme of its current rules.
 	KindLabelling Kind = "labelling"
-	// KindGuard is the guard of the ledger of admitted references on a
-	// protected type.
+	// KindGuard is the guard of the ledger of admitted references, and of
+	// the label that says an object is cleared, on a protected type.
 	KindGuard Kind = "guard"
 )
 
@@ -154,36 +154,59 @@ func probeValue() string {
 	return "probe-" + rand.String(8)
 }
 
-// check sends the probe of key and tells whether the webhook ran.
+// check sends the probe of key and tells whether the webhook ran. The
+// guard's probe is two writes: a throwaway ledger, and then a throwaway
+// label that says the object is cleared, alone; the guard is in effect
+// only if it kept the stored value of both. The second shows that kcp
+// calls the guard for a write of the label alone, which the DELETE
+// webhook's object selector relies on (see webhookconfig.AdmittedCondition).
 func (t *Tracker) check(ctx context.Context, key Key, obj Object) (bool, error) {
-	value := probeValue()
-	var field, name string
 	switch key.Kind {
 	case KindLabelling:
-		field, name = "labels", depv1alpha1.LabelReferencesScheme
-	case KindGuard:
-		field, name = "annotations", depv1alpha1.AnnotationAdmittedReferences
-	default:
-		return false, fmt.Errorf("unknown probe %q", key.Kind)
-	}
-	body, err := json.Marshal(map[string]any{"metadata": map[string]any{field: map[string]string{name: value}}})
-	if err != nil {
-		return false, err
-	}
-	raw, err := t.prober.DryRunPatch(ctx, key.Source, obj.Cluster, obj.Namespace, obj.Name, body)
-	if err != nil {
-		return false, err
-	}
-	got, err := jsonparser.GetString(raw, "metadata", field, name)
-	if err != nil && !errors.Is(err, jsonparser.KeyPathNotFoundError) {
-		return false, fmt.Errorf("failed to read the probed object: %w", err)
-	}
-	if key.Kind == KindLabelling {
+		got, err := t.send(ctx, key, obj, "labels", depv1alpha1.LabelReferencesScheme, probeValue())
+		if err != nil {
+			return false, err
+		}
 		// The labelling webhook sets the scheme label only when the scheme
 		// it was configured for is the scheme of its own rules (to TooMany
 		// of it on a dependent with too many references for labels).
 		return reflabels.LabelledUnder(got, key.Scheme), nil
+	case KindGuard:
+		for _, probe := range []struct{ field, name string }{
+			{"annotations", depv1alpha1.AnnotationAdmittedReferences},
+			{"labels", depv1alpha1.LabelCleared},
+		} {
+			value := probeValue()
+			got, err := t.send(ctx, key, obj, probe.field, probe.name, value)
+			if err != nil {
+				return false, err
+			}
+			// The guard keeps the stored value, whatever the write says.
+			if got == value {
+				return false, nil
+			}
+		}
+		return true, nil
+	default:
+		return false, fmt.Errorf("unknown probe %q", key.Kind)
 	}
-	// The guard keeps the stored ledger, whatever the write says.
-	return got != value, nil
+}
+
+// send sends a dry-run patch of obj that sets the key name of its metadata
+// field (labels or annotations) to value, and returns the value admission
+// left there ("" for none).
+func (t *Tracker) send(ctx context.Context, key Key, obj Object, field, name, value string) (string, error) {
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{field: map[string]string{name: value}}})
+	if err != nil {
+		return "", err
+	}
+	raw, err := t.prober.DryRunPatch(ctx, key.Source, obj.Cluster, obj.Namespace, obj.Name, body)
+	if err != nil {
+		return "", err
+	}
+	got, err := jsonparser.GetString(raw, "metadata", field, name)
+	if err != nil && !errors.Is(err, jsonparser.KeyPathNotFoundError) {
+		return "", fmt.Errorf("failed to read the probed object: %w", err)
+	}
+	return got, nil
 }

@@ -29,13 +29,15 @@ var (
 
 // fakeProber answers dry-run patches as the webhooks would: the labelling
 // webhook sets the scheme label to scheme (if set), the guard keeps the
-// stored ledger (if guard); otherwise the patch is applied as sent.
+// stored ledger (if guard) and, unless oldGuard, the stored cleared label
+// (none); otherwise the patch is applied as sent.
 type fakeProber struct {
-	lock   sync.Mutex
-	scheme string
-	guard  bool
-	err    error
-	probes int
+	lock     sync.Mutex
+	scheme   string
+	guard    bool
+	oldGuard bool
+	err      error
+	probes   int
 }
 
 func (p *fakeProber) set(scheme string, guard bool, err error) {
@@ -53,10 +55,6 @@ func (p *fakeProber) count() int {
 func (p *fakeProber) DryRunPatch(_ context.Context, _ index.Source, _ logicalcluster.Name, _, _ string, body []byte) ([]byte, error) {
 	p.lock.Lock()
 	defer p.lock.Unlock()
-	p.probes++
-	if p.err != nil {
-		return nil, p.err
-	}
 	var patch struct {
 		Metadata struct {
 			Labels      map[string]string `json:"labels"`
@@ -67,11 +65,21 @@ func (p *fakeProber) DryRunPatch(_ context.Context, _ index.Source, _ logicalclu
 		return nil, err
 	}
 	m := patch.Metadata
+	// A probe of the guard is two patches: count its first.
+	if _, second := m.Labels[depv1alpha1.LabelCleared]; !second {
+		p.probes++
+	}
+	if p.err != nil {
+		return nil, p.err
+	}
 	if _, ok := m.Labels[depv1alpha1.LabelReferencesScheme]; ok && p.scheme != "" {
 		m.Labels[depv1alpha1.LabelReferencesScheme] = p.scheme
 	}
 	if _, ok := m.Annotations[depv1alpha1.AnnotationAdmittedReferences]; ok && p.guard {
 		m.Annotations[depv1alpha1.AnnotationAdmittedReferences] = "v1 f=0 l=0"
+	}
+	if _, ok := m.Labels[depv1alpha1.LabelCleared]; ok && p.guard && !p.oldGuard {
+		delete(m.Labels, depv1alpha1.LabelCleared)
 	}
 	return json.Marshal(map[string]any{"metadata": m})
 }
@@ -118,23 +126,25 @@ func TestTrackerProbes(t *testing.T) {
 	labelling := Key{Kind: KindLabelling, Source: vms, Shard: "https://shard-1/vw", Scheme: "s1"}
 	guard := Key{Kind: KindGuard, Source: vpcs, Shard: "https://shard-1/vw"}
 	tests := []struct {
-		name   string
-		key    Key
-		scheme string
-		guard  bool
-		want   bool
+		name     string
+		key      Key
+		scheme   string
+		guard    bool
+		oldGuard bool
+		want     bool
 	}{
-		{"the labelling webhook of the scheme ran", labelling, "s1", false, true},
-		{"the labelling webhook of the scheme ran on a dependent with too many references for labels", labelling, reflabels.TooMany("s1"), false, true},
-		{"a labelling webhook of another scheme ran on a dependent with too many references", labelling, reflabels.TooMany("s0"), false, false},
-		{"a labelling webhook of another scheme ran", labelling, "s0", false, false},
-		{"no labelling webhook ran", labelling, "", false, false},
-		{"the guard ran", guard, "", true, true},
-		{"no guard ran", guard, "s1", false, false},
+		{"the labelling webhook of the scheme ran", labelling, "s1", false, false, true},
+		{"the labelling webhook of the scheme ran on a dependent with too many references for labels", labelling, reflabels.TooMany("s1"), false, false, true},
+		{"a labelling webhook of another scheme ran on a dependent with too many references", labelling, reflabels.TooMany("s0"), false, false, false},
+		{"a labelling webhook of another scheme ran", labelling, "s0", false, false, false},
+		{"no labelling webhook ran", labelling, "", false, false, false},
+		{"the guard ran", guard, "", true, false, true},
+		{"a guard that keeps the ledger but not the cleared label ran (an earlier release or configuration)", guard, "", true, true, false},
+		{"no guard ran", guard, "s1", false, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := &fakeProber{}
+			p := &fakeProber{oldGuard: tt.oldGuard}
 			p.set(tt.scheme, tt.guard, nil)
 			c := &clock{t: start}
 			tr := New(p, Options{})

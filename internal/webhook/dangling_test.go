@@ -158,10 +158,12 @@ var _ = Describe("Dangling references", Ordered, func() {
 		}
 		read := exists()
 
-		By("labelling the referenced VPC cleared, as anyone who may update it can: the watch leaves it out")
+		By("labelling the referenced VPC cleared, as only the webhook may (earlier releases let anyone): the watch leaves it out")
 		vpc := newObject(vpcGVR, "default", "vpc-labelled", nil)
-		Expect(cli.Cluster(consumer).Patch(ctx, vpc, client.RawPatch(types.MergePatchType,
-			[]byte(`{"metadata":{"labels":{"`+depv1alpha1.LabelCleared+`":"forged"}}}`)))).To(Succeed())
+		Expect(asWebhookUser(ctx, consumer, vpcGVR.Group, vpcGVR.Resource).Patch(ctx, vpc, client.RawPatch(types.MergePatchType,
+			[]byte(`{"metadata":{"labels":{"`+depv1alpha1.LabelCleared+`":"0123456789abcdef"},"annotations":{"`+depv1alpha1.AnnotationAdmittedReferences+`":"v1 f=0 l=0"}}}`)))).To(Succeed())
+		Expect(cli.Cluster(consumer).Get(ctx, client.ObjectKeyFromObject(vpc), vpc)).To(Succeed())
+		Expect(vpc.GetLabels()).To(HaveKeyWithValue(depv1alpha1.LabelCleared, "0123456789abcdef"))
 		Eventually(func(g Gomega) {
 			g.Expect(targets(g)).To(Equal(watched - 1))
 		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())

@@ -10,8 +10,11 @@ import (
 	. "github.com/onsi/gomega"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kcp-dev/logicalcluster/v3"
 	"github.com/kcp-dev/multicluster-provider/envtest"
@@ -100,4 +103,32 @@ func consent(ctx context.Context, ws, depCtrl logicalcluster.Path, provider stri
 		grantVerb(grant, "create")
 	}
 	Expect(kcpenv.Apply(ctx, cli.Cluster(ws), grant...)).To(Succeed())
+}
+
+// asWebhookUser returns a client of the workspace ws as the webhook's user
+// (dependency-webhook), which may get and patch the resource of group
+// there: it writes what the webhook's guards let only the webhook write,
+// as releases before those guards let anyone.
+func asWebhookUser(ctx context.Context, ws logicalcluster.Path, group, resource string) client.Client {
+	GinkgoHelper()
+	cfg, err := kcpEnv.AddUser(controllerserver.DefaultWebhookUser)
+	Expect(err).NotTo(HaveOccurred())
+	name := "webhook-user-" + resource
+	Expect(kcpenv.Apply(ctx, cli.Cluster(ws), toUnstructured(&rbacv1.ClusterRole{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Rules: []rbacv1.PolicyRule{
+			{NonResourceURLs: []string{"/"}, Verbs: []string{"access"}},
+			{APIGroups: []string{group}, Resources: []string{resource}, Verbs: []string{"get", "patch"}},
+		},
+	}), toUnstructured(&rbacv1.ClusterRoleBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: controllerserver.DefaultWebhookUser}},
+	}))).To(Succeed())
+	cfg.Host += ws.RequestPath()
+	c, err := client.New(cfg, client.Options{Scheme: kcpenv.NewScheme()})
+	Expect(err).NotTo(HaveOccurred())
+	return c
 }

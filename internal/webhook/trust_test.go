@@ -935,6 +935,70 @@ var _ = Describe("Trust boundary", Ordered, func() {
 	// status cannot be labelled, so an allowed DELETE of a VPC always reads
 	// the Appliances; VMs are protected by vpc-gateways alone, whose
 	// dependents (VPCs) are labelled and their references tracked.
+	It("keeps the label that says an object is cleared as the webhook wrote it: a tenant can neither set, copy nor remove it, and re-applied exported YAML keeps working", func(ctx context.Context) {
+		const fingerprint = "0123456789abcdef"
+		// cleared is the VPC's label that says it is cleared, "<none>" if
+		// it has none.
+		cleared := func(ctx context.Context, name string) string {
+			GinkgoHelper()
+			if v, ok := get(ctx, vpcGVR, name).GetLabels()[depv1alpha1.LabelCleared]; ok {
+				return v
+			}
+			return "<none>"
+		}
+		labelBody := func(value any) string {
+			raw, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{depv1alpha1.LabelCleared: value}}})
+			return string(raw)
+		}
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-label", nil))
+		Expect(tenant.Create(ctx, newObject(vmGVR, "default", "vm-label", vmRef("vpc-label")))).To(Succeed())
+
+		By("a tenant labelling a referenced VPC cleared: the label is not stored, with a warning, and the DELETE is still denied")
+		warnedTenant, warnings := warned(tenantCfg)
+		Expect(patch(ctx, warnedTenant, vpcGVR, "vpc-label", labelBody(fingerprint))).To(Succeed())
+		Expect(cleared(ctx, "vpc-label")).To(Equal("<none>"))
+		Expect(warnings.Warnings()).To(ContainElement(ContainSubstring(depv1alpha1.LabelCleared)))
+		expectDenied(ctx, consumer, vpcGVR, "default", "vpc-label", "VirtualMachine/default/vm-label")
+
+		By("the webhook's user labelling an unreferenced VPC cleared, with a ledger, as the webhook clears: stored")
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-label-2", nil))
+		Expect(patch(ctx, asWebhookUser(ctx, consumer, vpcGVR.Group, vpcGVR.Resource), vpcGVR, "vpc-label-2", fmt.Sprintf(`{"metadata":{"labels":{%q:%q},"annotations":{%q:"v1 f=0 l=0"}}}`,
+			depv1alpha1.LabelCleared, fingerprint, depv1alpha1.AnnotationAdmittedReferences))).To(Succeed())
+		Expect(cleared(ctx, "vpc-label-2")).To(Equal(fingerprint))
+		exported := get(ctx, vpcGVR, "vpc-label-2")
+
+		By("a tenant removing it, or changing it: the stored label is kept")
+		Expect(patch(ctx, tenant, vpcGVR, "vpc-label-2", labelBody(nil))).To(Succeed())
+		Expect(cleared(ctx, "vpc-label-2")).To(Equal(fingerprint))
+		Expect(patch(ctx, tenant, vpcGVR, "vpc-label-2", labelBody("fedcba9876543210"))).To(Succeed())
+		Expect(cleared(ctx, "vpc-label-2")).To(Equal(fingerprint))
+		Expect(patch(ctx, tenant, vpcGVR, "vpc-label-2", `{"metadata":{"labels":null}}`)).To(Succeed())
+		Expect(cleared(ctx, "vpc-label-2")).To(Equal(fingerprint))
+
+		By("re-applying the VPC as exported (kubectl replace), with the label and without it: accepted, the label kept")
+		exported.SetResourceVersion(get(ctx, vpcGVR, "vpc-label-2").GetResourceVersion())
+		Expect(unstructured.SetNestedField(exported.Object, "replaced", "spec", "note")).To(Succeed())
+		Expect(tenant.Update(ctx, exported)).To(Succeed())
+		Expect(cleared(ctx, "vpc-label-2")).To(Equal(fingerprint))
+		withoutLabel := get(ctx, vpcGVR, "vpc-label-2")
+		withoutLabel.SetLabels(nil)
+		Expect(unstructured.SetNestedField(withoutLabel.Object, "replaced again", "spec", "note")).To(Succeed())
+		Expect(tenant.Update(ctx, withoutLabel)).To(Succeed())
+		Expect(cleared(ctx, "vpc-label-2")).To(Equal(fingerprint))
+		Expect(get(ctx, vpcGVR, "vpc-label-2").Object).To(HaveKeyWithValue("spec", HaveKeyWithValue("note", "replaced again")))
+
+		By("a tenant copying it onto the referenced VPC: not stored")
+		Expect(patch(ctx, tenant, vpcGVR, "vpc-label", labelBody(fingerprint))).To(Succeed())
+		Expect(cleared(ctx, "vpc-label")).To(Equal("<none>"))
+
+		By("creating a VPC from the exported YAML that carries it: not stored")
+		copied := newObject(vpcGVR, "default", "vpc-label-copy", nil)
+		copied.SetLabels(exported.GetLabels())
+		Expect(copied.GetLabels()).To(HaveKeyWithValue(depv1alpha1.LabelCleared, fingerprint))
+		Expect(tenant.Create(ctx, copied)).To(Succeed())
+		Expect(cleared(ctx, "vpc-label-copy")).To(Equal("<none>"))
+	})
+
 	It("decides an allowed DELETE of a VM created and last referenced long before without reading any dependent", func(ctx context.Context) {
 		// VMs are protected by vpc-gateways alone, whose dependents (VPCs)
 		// are labelled: their references are tracked. (VPCs are also

@@ -81,9 +81,6 @@ const (
 	// SkipProtectionConditionName is the name of the match condition of
 	// the guard of skip-protection (see SkipProtectionCondition).
 	SkipProtectionConditionName = "skip-protection-set"
-	// NotClearedConditionName is the name of the match condition of the
-	// DELETE webhook (see NotClearedCondition).
-	NotClearedConditionName = "not-cleared"
 	// NotRecordedConditionName is the name of the match condition of the
 	// check of new references that spares it the writes whose new
 	// references the labelling webhook recorded (see NotRecordedCondition).
@@ -278,11 +275,11 @@ func Desired(rules []depv1alpha1.DependencyRule, workspaces map[string]logicalcl
 			untracked[p] = untracked[p] || !meta.IsStatusConditionTrue(rule.Status.Conditions, depv1alpha1.ConditionReferencesTracked)
 		}
 	}
-	schemes := map[dependentType]string{}
+	schemes := map[dependentType]reflabels.Scheme{}
 	for t, rs := range types {
-		if l, ok := labelled(t.resource, rs); ok {
+		if l, scheme, ok := labelled(t.resource, rs); ok {
 			desired[t.cluster].Labelled = append(desired[t.cluster].Labelled, l)
-			schemes[t] = l.Scheme
+			schemes[t] = scheme
 			if allTracked(rs) {
 				desired[t.cluster].Recorded = append(desired[t.cluster].Recorded, t.resource)
 			}
@@ -338,11 +335,11 @@ func allTracked(rules []*depv1alpha1.DependencyRule) bool {
 // kcp may skip the DELETE webhook for objects cleared under it: no rule
 // that protects it says its references are untracked, and every dependent
 // type is labelled (schemes has it).
-func clearance[T comparable](provider logicalcluster.Name, resource schema.GroupResource, dependents []T, schemes map[T]string, untracked bool) (string, bool) {
+func clearance[T comparable](provider logicalcluster.Name, resource schema.GroupResource, dependents []T, schemes map[T]reflabels.Scheme, untracked bool) (string, bool) {
 	if untracked {
 		return "", false
 	}
-	fps := make([]string, 0, len(dependents))
+	fps := make([]reflabels.Scheme, 0, len(dependents))
 	for _, t := range dependents {
 		s, ok := schemes[t]
 		if !ok {
@@ -354,11 +351,12 @@ func clearance[T comparable](provider logicalcluster.Name, resource schema.Group
 }
 
 // labelled returns the labelling webhook of the dependent resource of rs,
-// all the rules that name it in one workspace, if its dependents are
-// labellable and the webhook labels them (see Labelling).
-func labelled(resource schema.GroupResource, rs []*depv1alpha1.DependencyRule) (Labelled, bool) {
+// all the rules that name it in one workspace, and the scheme of its
+// labels, if its dependents are labellable and the webhook labels them
+// (see Labelling).
+func labelled(resource schema.GroupResource, rs []*depv1alpha1.DependencyRule) (Labelled, reflabels.Scheme, bool) {
 	if !Labelling(rs) {
-		return Labelled{}, false
+		return Labelled{}, reflabels.Scheme{}, false
 	}
 	covered := make([]reflabels.Rule, 0, len(rs))
 	l := Labelled{Resource: resource}
@@ -371,14 +369,14 @@ func labelled(resource schema.GroupResource, rs []*depv1alpha1.DependencyRule) (
 	}
 	scheme, reason := reflabels.SchemeOf(covered)
 	if reason != "" || slices.Contains(l.Fields, "") {
-		return Labelled{}, false
+		return Labelled{}, reflabels.Scheme{}, false
 	}
 	slices.Sort(l.Versions)
 	l.Versions = slices.Compact(l.Versions)
 	slices.Sort(l.Fields)
 	l.Fields = slices.Compact(l.Fields)
 	l.Scheme = scheme.Fingerprint
-	return l, true
+	return l, scheme, true
 }
 
 // topLevelField returns the first field name of a field path, or "" if it
@@ -446,22 +444,20 @@ func RecordsCondition() string {
 	return set("labels", depv1alpha1.LabelDeletionRequested) + " || " + set("annotations", depv1alpha1.AnnotationDeletionRequest)
 }
 
-// NotClearedCondition returns the CEL expression of the match condition
-// of the DELETE webhook: every DELETE but one of an object whose ledger of
-// admitted references ends with the webhook's clearance, under one of
-// fingerprints (see Workspace.Cleared), for the object's own UID. Only the
-// webhook writes the ledger (its guard keeps it on every other write, and
-// drops it from every CREATE), and every reference it records ends the
-// clearance with the same write; see docs/architecture.md, "Cleared
+// NotClearedSelector returns the object selector of the DELETE webhook:
+// every object but one labelled cleared (api/v1alpha1.LabelCleared) under
+// one of fingerprints (see Workspace.Cleared). kcp matches it against the
+// stored object a DELETE is admitted on, in microseconds. Only the webhook
+// sets or changes the label: its guard keeps the stored label on every
+// other UPDATE and drops it from every CREATE, and the write that records
+// a reference on the object removes it. A fingerprint covers salts that
+// nobody sees who cannot read the rules, so no value set before the guard
+// was in effect is one of fingerprints; see docs/architecture.md, "Cleared
 // objects".
-func NotClearedCondition(fingerprints []string) string {
-	quoted := make([]string, len(fingerprints))
-	for i, f := range fingerprints {
-		quoted[i] = strconv.Quote(f)
-	}
-	ledger := stringOf(annotationOf("oldObject", depv1alpha1.AnnotationAdmittedReferences))
-	uid := stringOf("oldObject.?metadata.?uid")
-	return "!(" + uid + " != '' && [" + strings.Join(quoted, ", ") + "].exists(f, " + ledger + ".endsWith(' c=' + f + '/' + " + uid + ")))"
+func NotClearedSelector(fingerprints []string) *metav1.LabelSelector {
+	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: depv1alpha1.LabelCleared, Operator: metav1.LabelSelectorOpNotIn, Values: slices.Clone(fingerprints),
+	}}}
 }
 
 // NotRecordedCondition returns the CEL expression of the match condition
@@ -538,22 +534,25 @@ func metadataMapOf(obj, field string) string {
 // the guard of the ledger of admitted references: a CREATE that sets the
 // annotation or the label that says the object is cleared
 // (api/v1alpha1.LabelCleared), or an UPDATE that sets, changes or removes
-// the annotation. Any other write keeps the ledger (the label is a hint
-// that an UPDATE may change: it can only delay a clearance), so kcp need
-// not call the guard for it.
+// either. Any other write keeps both, so kcp need not call the guard for
+// it.
 func AdmittedCondition() string {
 	key := depv1alpha1.AnnotationAdmittedReferences
-	return "request.operation == 'CREATE' ? " + annotationOf("object", key) + ".hasValue() || " + metadataKeyOf("object", "labels", depv1alpha1.LabelCleared) + ".hasValue() : " +
-		annotationOf("object", key) + " != " + annotationOf("oldObject", key)
+	label := func(obj string) string { return metadataKeyOf(obj, "labels", depv1alpha1.LabelCleared) }
+	return "request.operation == 'CREATE' ? " + annotationOf("object", key) + ".hasValue() || " + label("object") + ".hasValue() : " +
+		annotationOf("object", key) + " != " + annotationOf("oldObject", key) + " || " + label("object") + " != " + label("oldObject")
 }
 
 // NotWebhookLedgerCondition returns the CEL expression of the match
 // condition that spares the guard of the ledger the webhook's own writes of
-// a ledger (user is the webhook's user name), which it would allow anyway;
-// any other value the webhook's user writes (its probes of the guard) still
-// reaches the guard.
+// a new ledger (user is the webhook's user name), which it would allow
+// anyway; any other write of the webhook's user still reaches the guard:
+// its probes of the guard, which write a throwaway ledger or only a
+// throwaway cleared label, and its writes of the cleared label alone.
 func NotWebhookLedgerCondition(user string) string {
-	return NotUserCondition(user) + " || !" + annotationOf("object", depv1alpha1.AnnotationAdmittedReferences) + ".orValue('').startsWith('v1 ')"
+	key := depv1alpha1.AnnotationAdmittedReferences
+	return NotUserCondition(user) + " || !" + annotationOf("object", key) + ".orValue('').startsWith('v1 ') || " +
+		annotationOf("object", key) + " == " + annotationOf("oldObject", key)
 }
 
 // NotUserCondition returns the CEL expression of a match condition that
@@ -628,7 +627,7 @@ func Validating(ws *Workspace, cluster logicalcluster.Name, opts Options) *admis
 		wh := webhook(WebhookName, WebhookURL(opts.URL, cluster), opts.FailurePolicy,
 			rules(ws.Protected, nil, admissionregistrationv1.Delete), admissionregistrationv1.SideEffectClassNoneOnDryRun)
 		if len(ws.Cleared) > 0 {
-			wh.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: NotClearedConditionName, Expression: NotClearedCondition(ws.Cleared)}}
+			wh.ObjectSelector = NotClearedSelector(ws.Cleared)
 		}
 		cfg.Webhooks = append(cfg.Webhooks, wh)
 	}
@@ -810,19 +809,24 @@ func calls(add func(guarded), name string, rules []admissionregistrationv1.RuleW
 // webhook does not have (by name and expression) counts: the text cannot
 // tell a condition that holds for fewer requests from one that holds for
 // the same requests on more object shapes (as after an upgrade), so
-// either needs the proof of a complete listing before it is written. A
-// changed scheme of a labelling webhook does not count: the webhook stops
+// either needs the proof of a complete listing before it is written; so
+// does an object selector of the new configuration that the webhook does
+// not have (the DELETE webhook's, see NotClearedSelector). A changed scheme of a labelling webhook does not count: the webhook stops
 // vouching for labels of the old scheme. Changes of the client settings (URL, CA bundle,
 // timeout, failure policy) do not count.
 func Reduces(validating *admissionregistrationv1.ValidatingWebhookConfiguration, mutating *admissionregistrationv1.MutatingWebhookConfiguration, ws *Workspace) bool {
 	keep := map[guarded]bool{}
 	conditions := map[string][]admissionregistrationv1.MatchCondition{}
+	selectors := map[string]*metav1.LabelSelector{}
 	if ws != nil {
 		if cfg := Validating(ws, "", Options{}); cfg != nil {
 			for _, wh := range cfg.Webhooks {
 				calls(func(g guarded) { keep[g] = true }, wh.Name, wh.Rules)
 				if len(wh.MatchConditions) > 0 {
 					conditions[wh.Name] = wh.MatchConditions
+				}
+				if len(wh.ObjectSelector.MatchLabels)+len(wh.ObjectSelector.MatchExpressions) > 0 {
+					selectors[wh.Name] = wh.ObjectSelector
 				}
 			}
 		}
@@ -834,22 +838,25 @@ func Reduces(validating *admissionregistrationv1.ValidatingWebhookConfiguration,
 		}
 	}
 	reduced := false
-	check := func(name string, rules []admissionregistrationv1.RuleWithOperations, matchConditions []admissionregistrationv1.MatchCondition) {
+	check := func(name string, rules []admissionregistrationv1.RuleWithOperations, matchConditions []admissionregistrationv1.MatchCondition, selector *metav1.LabelSelector) {
 		for _, want := range conditions[name] {
 			if !slices.Contains(matchConditions, want) {
 				reduced = true
 			}
 		}
+		if want, ok := selectors[name]; ok && !equality.Semantic.DeepEqual(want, selector) {
+			reduced = true
+		}
 		calls(func(g guarded) { reduced = reduced || !keep[g] }, name, rules)
 	}
 	if validating != nil {
 		for _, wh := range validating.Webhooks {
-			check(wh.Name, wh.Rules, wh.MatchConditions)
+			check(wh.Name, wh.Rules, wh.MatchConditions, wh.ObjectSelector)
 		}
 	}
 	if mutating != nil {
 		for _, wh := range mutating.Webhooks {
-			check(wh.Name, wh.Rules, wh.MatchConditions)
+			check(wh.Name, wh.Rules, wh.MatchConditions, wh.ObjectSelector)
 		}
 	}
 	return reduced

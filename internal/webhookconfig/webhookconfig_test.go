@@ -10,6 +10,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -69,6 +70,13 @@ func labelledRule(r depv1alpha1.DependencyRule) depv1alpha1.DependencyRule {
 // webhook computes it; it fails the test if they have none.
 func schemeOf(t *testing.T, rules ...depv1alpha1.DependencyRule) string {
 	t.Helper()
+	return fullSchemeOf(t, rules...).Fingerprint
+}
+
+// fullSchemeOf returns the scheme of rules, the way the webhook computes
+// it; it fails the test if they have none.
+func fullSchemeOf(t *testing.T, rules ...depv1alpha1.DependencyRule) reflabels.Scheme {
+	t.Helper()
 	covered := make([]reflabels.Rule, 0, len(rules))
 	for i := range rules {
 		covered = append(covered, reflabels.RuleOf(&rules[i]))
@@ -77,10 +85,10 @@ func schemeOf(t *testing.T, rules ...depv1alpha1.DependencyRule) string {
 	if reason != "" {
 		t.Fatalf("the rules have no scheme: %s", reason)
 	}
-	if s.Fingerprint == "" {
-		t.Fatalf("empty fingerprint")
+	if s.Fingerprint == "" || s.Salt == "" {
+		t.Fatalf("empty fingerprint or salt")
 	}
-	return s.Fingerprint
+	return s
 }
 
 func gvr(group, version, resource string) schema.GroupVersionResource {
@@ -967,12 +975,13 @@ func TestConditionText(t *testing.T) {
 			name: "admitted references",
 			got:  AdmittedCondition(),
 			want: `request.operation == 'CREATE' ? ` + admitted("object") + `.hasValue() || object.?metadata.?labels[?"` + depv1alpha1.LabelCleared + `"].hasValue() : ` +
-				admitted("object") + ` != ` + admitted("oldObject"),
+				admitted("object") + ` != ` + admitted("oldObject") + ` || object.?metadata.?labels[?"` + depv1alpha1.LabelCleared + `"] != oldObject.?metadata.?labels[?"` + depv1alpha1.LabelCleared + `"]`,
 		},
 		{
 			name: "not the webhook's own ledger",
 			got:  NotWebhookLedgerCondition("dependency-webhook"),
-			want: `request.userInfo.username != "dependency-webhook" || !` + admitted("object") + `.orValue('').startsWith('v1 ')`,
+			want: `request.userInfo.username != "dependency-webhook" || !` + admitted("object") + `.orValue('').startsWith('v1 ') || ` +
+				admitted("object") + ` == ` + admitted("oldObject"),
 		},
 		{
 			name: "not the webhook's user",
@@ -1340,8 +1349,8 @@ func tracked(r depv1alpha1.DependencyRule, status metav1.ConditionStatus) depv1a
 // A protected resource gets a clearance fingerprint, over the schemes of
 // every dependent type that references it, only while every rule that
 // protects it reports ReferencesTracked=True and every dependent type is
-// labelled; the DELETE webhook then has the match condition that honours
-// it.
+// labelled; the DELETE webhook's object selector then leaves out the
+// objects labelled cleared under it, and only those.
 func TestDesiredCleared(t *testing.T) {
 	workspaces := map[string]logicalcluster.Name{"root:c1": "c1", "root:c2": "c2", "root:net": "c-net"}
 	vpc := dep{"root:net", "net.io", "v1", "vpcs", ".spec.vpc"}
@@ -1350,7 +1359,7 @@ func TestDesiredCleared(t *testing.T) {
 	disks := tracked(labelledRule(withDependent(rule("c1", "d", vpc), "compute.io", "compute.io", "v1", "disks")), metav1.ConditionTrue)
 	inC2 := tracked(labelledRule(rule("c2", "a", vpc)), metav1.ConditionTrue)
 	vpcs := gr("net.io", "vpcs")
-	fp := func(target schema.GroupResource, schemes ...string) string {
+	fp := func(target schema.GroupResource, schemes ...reflabels.Scheme) string {
 		return reflabels.ClearanceFingerprint("c-net", target, schemes)
 	}
 	tests := []struct {
@@ -1359,19 +1368,19 @@ func TestDesiredCleared(t *testing.T) {
 		want  func() []string
 	}{
 		{"one rule", []depv1alpha1.DependencyRule{a}, func() []string {
-			return []string{fp(vpcs, schemeOf(t, a)), fp(gr("net.io", "subnets"), schemeOf(t, a))}
+			return []string{fp(vpcs, fullSchemeOf(t, a)), fp(gr("net.io", "subnets"), fullSchemeOf(t, a))}
 		}},
 		{"two dependent types, two workspaces", []depv1alpha1.DependencyRule{a, disks, inC2}, func() []string {
-			return []string{fp(vpcs, schemeOf(t, a), schemeOf(t, disks), schemeOf(t, inC2)), fp(gr("net.io", "subnets"), schemeOf(t, a))}
+			return []string{fp(vpcs, fullSchemeOf(t, a), fullSchemeOf(t, disks), fullSchemeOf(t, inC2)), fp(gr("net.io", "subnets"), fullSchemeOf(t, a))}
 		}},
 		{"a rule untracked", []depv1alpha1.DependencyRule{a, tracked(labelledRule(rule("c2", "a", vpc)), metav1.ConditionFalse)}, func() []string {
-			return []string{fp(gr("net.io", "subnets"), schemeOf(t, a))}
+			return []string{fp(gr("net.io", "subnets"), fullSchemeOf(t, a))}
 		}},
 		{"a rule without the condition", []depv1alpha1.DependencyRule{a, labelledRule(rule("c2", "a", vpc))}, func() []string {
-			return []string{fp(gr("net.io", "subnets"), schemeOf(t, a))}
+			return []string{fp(gr("net.io", "subnets"), fullSchemeOf(t, a))}
 		}},
 		{"a dependent type not labelled", []depv1alpha1.DependencyRule{a, tracked(rule("c2", "a", vpc), metav1.ConditionTrue)}, func() []string {
-			return []string{fp(gr("net.io", "subnets"), schemeOf(t, a))}
+			return []string{fp(gr("net.io", "subnets"), fullSchemeOf(t, a))}
 		}},
 		{"nothing tracked", []depv1alpha1.DependencyRule{labelledRule(rule("c1", "a", vpc))}, func() []string { return nil }},
 	}
@@ -1384,26 +1393,36 @@ func TestDesiredCleared(t *testing.T) {
 				t.Fatalf("Cleared = %v, want %v", got["c-net"].Cleared, want)
 			}
 			deletion := Validating(got["c-net"], "c-net", Options{URL: "https://webhook"}).Webhooks[0]
-			switch {
-			case len(want) == 0 && len(deletion.MatchConditions) != 0:
+			if len(deletion.MatchConditions) != 0 {
 				t.Errorf("the DELETE webhook has match conditions %v, want none", deletion.MatchConditions)
-			case len(want) > 0 && (len(deletion.MatchConditions) != 1 || deletion.MatchConditions[0].Expression != NotClearedCondition(want)):
-				t.Errorf("the DELETE webhook has match conditions %v, want NotClearedCondition(%v)", deletion.MatchConditions, want)
+			}
+			selector, err := metav1.LabelSelectorAsSelector(deletion.ObjectSelector)
+			if err != nil {
+				t.Fatalf("the DELETE webhook's object selector: %v", err)
+			}
+			for _, f := range append(want, "0123456789abcdef", "") {
+				set := labels.Set{"other": "x"}
+				if f != "" {
+					set[depv1alpha1.LabelCleared] = f
+				}
+				if called, skip := selector.Matches(set), slices.Contains(want, f); called == skip {
+					t.Errorf("an object labelled cleared %q: the DELETE webhook called %v, want %v", f, called, !skip)
+				}
 			}
 		})
 	}
 }
 
-// Adding the clearance condition to the DELETE webhook takes calls away,
+// Adding the clearance selector to the DELETE webhook takes calls away,
 // so it needs the proof of a complete listing; taking it away does not.
 func TestReducesClearance(t *testing.T) {
 	ws := &Workspace{Protected: []schema.GroupVersionResource{gvr("net.io", "v1", "vpcs")}}
 	cleared := &Workspace{Protected: ws.Protected, Cleared: []string{"aa"}}
 	if !Reduces(Validating(ws, "c", Options{}), nil, cleared) {
-		t.Error("adding the clearance condition does not count as a reduction")
+		t.Error("adding the clearance selector does not count as a reduction")
 	}
 	if Reduces(Validating(cleared, "c", Options{}), nil, ws) {
-		t.Error("removing the clearance condition counts as a reduction")
+		t.Error("removing the clearance selector counts as a reduction")
 	}
 	if !Reduces(Validating(cleared, "c", Options{}), nil, &Workspace{Protected: ws.Protected, Cleared: []string{"bb"}}) {
 		t.Error("changing the clearance fingerprint does not count as a reduction")

@@ -376,8 +376,8 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 			cfg, err := getConfig(ctx)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(cfg.Webhooks[0].Name).To(Equal(webhookconfig.WebhookName))
-			g.Expect(cfg.Webhooks[0].MatchConditions).To(HaveLen(1))
-			g.Expect(cfg.Webhooks[0].MatchConditions[0].Name).To(Equal(webhookconfig.NotClearedConditionName))
+			g.Expect(cfg.Webhooks[0].MatchConditions).To(BeEmpty())
+			g.Expect(cfg.Webhooks[0].ObjectSelector.MatchExpressions).To(ConsistOf(HaveField("Key", depv1alpha1.LabelCleared)))
 		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
 
 		By("the elected replica clears the unreferenced VPCs once nothing can be in flight (created more than 65s before)")
@@ -410,13 +410,17 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 		}
 		Expect(label(Default, "vpc-uncleared")).To(BeEmpty())
 
-		By("a copied clearance is not kept: the guard keeps the ledger the webhook wrote, and the label alone clears nothing")
+		By("a copied clearance is not kept: the guard keeps the ledger and the label the webhook wrote")
 		_, uncleared := ledger(Default, "vpc-uncleared")
 		forged := fmt.Sprintf("v1 f=0 l=0 c=%s/%s", fingerprint, uncleared)
 		Expect(mergePatch(ctx, consumerA, vpc("vpc-uncleared"), fmt.Sprintf(`{"metadata":{"labels":{%q:%q},"annotations":{%q:%q}}}`,
 			depv1alpha1.LabelCleared, fingerprint, depv1alpha1.AnnotationAdmittedReferences, forged))).To(Succeed())
 		l, _ := ledger(Default, "vpc-uncleared")
 		Expect(l).NotTo(Equal(forged))
+		Expect(label(Default, "vpc-uncleared")).To(BeEmpty())
+		expectDenied(ctx, consumerA, vpcs, "vpc-uncleared", "VirtualMachine/default/vm-uncleared")
+		Expect(mergePatch(ctx, consumerA, vpc("vpc-uncleared"), fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, depv1alpha1.LabelCleared, fingerprint))).To(Succeed())
+		Expect(label(Default, "vpc-uncleared")).To(BeEmpty(), "the label alone, copied from a cleared VPC, was kept")
 		expectDenied(ctx, consumerA, vpcs, "vpc-uncleared", "VirtualMachine/default/vm-uncleared")
 
 		By("a cleared VPC exported and applied again as a new object keeps neither the clearance nor the label")

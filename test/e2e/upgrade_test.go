@@ -29,6 +29,7 @@ import (
 
 	"github.com/kcp-dev/logicalcluster/v3"
 
+	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookconfig"
 	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
 )
@@ -220,7 +221,10 @@ func upgradeScenarios() {
 			cfg, err := getConfigIn(ctx, network)
 			g.Expect(err).NotTo(HaveOccurred())
 			for _, wh := range cfg.Webhooks {
-				g.Expect(wh.ObjectSelector.MatchExpressions).To(BeEmpty(), "webhook %s still has an object selector", wh.Name)
+				for _, r := range wh.ObjectSelector.MatchExpressions {
+					g.Expect(r.Key).To(Equal(depv1alpha1.LabelCleared), "webhook %s still has the object selector of the previous release", wh.Name)
+				}
+				g.Expect(wh.ObjectSelector.MatchLabels).To(BeEmpty(), "webhook %s still has the object selector of the previous release", wh.Name)
 			}
 		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
 		for _, ws := range workspaces {

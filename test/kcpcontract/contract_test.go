@@ -108,10 +108,13 @@ func names(list *unstructured.UnstructuredList) []string {
 
 // hook is what a test configuration matches.
 type hook struct {
-	operations  []admissionregistrationv1.OperationType
-	resources   []string
-	conditions  []admissionregistrationv1.MatchCondition
-	sideEffects admissionregistrationv1.SideEffectClass
+	operations []admissionregistrationv1.OperationType
+	resources  []string
+	conditions []admissionregistrationv1.MatchCondition
+	// objectSelector, if set, is the object selector of a validating
+	// webhook.
+	objectSelector *metav1.LabelSelector
+	sideEffects    admissionregistrationv1.SideEffectClass
 	// ignore fails open: kcp skips the webhook when it cannot be called,
 	// or when a match condition errors.
 	ignore bool
@@ -230,6 +233,7 @@ var _ = Describe("kcp", Ordered, ContinueOnFailure, func() {
 			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To(rec.endpointURL(endpoint)), CABundle: rec.CABundle},
 			Rules:                   h.rules(),
 			MatchConditions:         h.conditions,
+			ObjectSelector:          h.objectSelector,
 			SideEffects:             h.sideEffectClass(),
 			AdmissionReviewVersions: []string{"v1"},
 			FailurePolicy:           h.failurePolicy(),
@@ -387,6 +391,53 @@ var _ = Describe("kcp", Ordered, ContinueOnFailure, func() {
 			Expect(err.Error()).To(ContainSubstring("contract: refused by the recorder"))
 			Expect(get(ctx, ws, denied).GetDeletionTimestamp()).To(BeNil())
 		}
+	})
+
+	// docs/architecture.md#cleared-objects (the DELETE webhook's object
+	// selector on the cleared label).
+	It("matches a DELETE webhook's object selector against the labels of the stored object in the consumer workspace: a NotIn selector spares the webhook the DELETE of an object labelled with one of its values, and no other", func(ctx SpecContext) {
+		const (
+			ep  = "object-selector"
+			key = "contract.test.io/cleared"
+		)
+		installValidating(ctx, ep, hook{
+			operations: []admissionregistrationv1.OperationType{create, del},
+			resources:  []string{"widgets"},
+			objectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+				Key: key, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"f1", "f2"},
+			}}},
+		}, func(_ context.Context, c call) verdict {
+			if c.Operation == admissionv1.Delete {
+				return deny("contract: refused by the recorder")
+			}
+			return allow
+		})
+		ws := consumers[0]
+		awaitCalled(ctx, ep, 0, probeCreate)
+		for name, labels := range map[string]map[string]string{
+			"sel-none":   nil,
+			"sel-other":  {key: "f3"},
+			"sel-f1":     {key: "f1"},
+			"sel-f2":     {key: "f2", "team": "red"},
+			"sel-update": nil,
+		} {
+			Expect(cli.Cluster(ws).Create(ctx, widget("default", name, labels))).To(Succeed())
+		}
+		for _, name := range []string{"sel-none", "sel-other", "sel-update"} {
+			err := cli.Cluster(ws).Delete(ctx, widget("default", name, nil))
+			Expect(err).To(MatchError(ContainSubstring("contract: refused by the recorder")), name)
+		}
+		for _, name := range []string{"sel-f1", "sel-f2"} {
+			Expect(cli.Cluster(ws).Delete(ctx, widget("default", name, nil))).To(Succeed(), name)
+			Expect(rec.callsTo(ep, func(c call) bool { return c.Operation == admissionv1.Delete && c.objectName() == name })).To(BeEmpty(), name)
+		}
+
+		By("labelling an object with a value of the selector: its DELETE is spared the webhook from then on")
+		_, err := patch(ctx, ws, "default", "sel-update", map[string]any{"metadata": map[string]any{"labels": map[string]any{key: "f2"}}})
+		Expect(err).NotTo(HaveOccurred())
+		calls := len(rec.callsTo(ep, notDry("sel-update")))
+		Expect(cli.Cluster(ws).Delete(ctx, widget("default", "sel-update", nil))).To(Succeed())
+		Expect(rec.callsTo(ep, notDry("sel-update"))).To(HaveLen(calls))
 	})
 
 	// docs/operations.md#debugging-a-delete-that-is-blocked (the blockers in

@@ -33,9 +33,10 @@ import (
 // calling the webhook; selected by this label, the watch of targets leaves
 // out its deletion too, which kcp would otherwise decode and encode for
 // the webhook, one event per object. An object comes back with a reference
-// recorded on it, which removes the label. The label is a hint that anyone
-// may set, so a reference to an object missing from the set is read
-// before the audit takes it to be dangling (see package audit).
+// recorded on it, which removes the label. Only the webhook sets the label
+// now, but earlier releases let anyone set it, so a reference to an object
+// missing from the set is read before the audit takes it to be dangling
+// (see package audit).
 const TargetsSelector = "!" + depv1alpha1.LabelCleared
 
 // Source identifies one dependent (or protected) type as its provider serves

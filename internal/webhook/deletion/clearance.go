@@ -72,12 +72,12 @@ func (v *Validator) ClearanceFingerprint(target index.Source) (string, bool) {
 	if len(groups) == 0 {
 		return "", false
 	}
-	schemes := make([]string, len(groups))
+	schemes := make([]reflabels.Scheme, len(groups))
 	for i, g := range groups {
 		if g.scheme == "" {
 			return "", false
 		}
-		schemes[i] = g.scheme
+		schemes[i] = reflabels.Scheme{Fingerprint: g.scheme, Salt: g.salt}
 	}
 	return reflabels.ClearanceFingerprint(target.Export.Cluster.String(), gr, schemes), true
 }
@@ -85,9 +85,9 @@ func (v *Validator) ClearanceFingerprint(target index.Source) (string, bool) {
 // clearanceFingerprint is the clearance fingerprint of the object of d:
 // of its provider, its resource and the schemes of its dependent groups.
 func (d *deletion) clearanceFingerprint() string {
-	schemes := make([]string, len(d.groups))
+	schemes := make([]reflabels.Scheme, len(d.groups))
 	for i, g := range d.groups {
-		schemes[i] = g.scheme
+		schemes[i] = reflabels.Scheme{Fingerprint: g.scheme, Salt: g.salt}
 	}
 	return reflabels.ClearanceFingerprint(d.obj.Provider.String(), d.target, schemes)
 }

@@ -29,7 +29,7 @@ func TestClearance(t *testing.T) {
 	current := func(_ *fakeDependents, c *fakeCurrency) {
 		c.current = map[schema.GroupVersionResource]time.Time{vms: now.Add(-5 * time.Second)}
 	}
-	fingerprint := reflabels.ClearanceFingerprint(provider.String(), vpcs.GroupResource(), []string{"s1"})
+	fingerprint := reflabels.ClearanceFingerprint(provider.String(), vpcs.GroupResource(), []reflabels.Scheme{{Fingerprint: "s1", Salt: "salt1"}})
 	tests := []struct {
 		name    string
 		rules   schemedRules

@@ -99,7 +99,7 @@ func (r schemedRules) Labelling(t registry.Target) (registry.Labelling, bool) {
 	for _, entries := range r.staticRules {
 		for _, e := range entries {
 			if e.Dependent.Export.Cluster == t.Cluster && e.Dependent.Resource.GroupResource() == t.Resource {
-				return registry.Labelling{Dependent: e.Dependent, Scheme: reflabels.Scheme{Fingerprint: "s1"}, Labellable: true, Labelled: true}, true
+				return registry.Labelling{Dependent: e.Dependent, Scheme: reflabels.Scheme{Fingerprint: "s1", Salt: "salt1"}, Labellable: true, Labelled: true}, true
 			}
 		}
 	}

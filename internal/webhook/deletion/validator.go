@@ -620,8 +620,9 @@ type dependentGroup struct {
 	// replay is set when every rule of the group defers deletions.
 	replay bool
 	// scheme is the fingerprint of the scheme under which the dependents
-	// are labelled with what they reference, empty if they are not.
-	scheme string
+	// are labelled with what they reference, empty if they are not, and
+	// salt the scheme's salt (see reflabels.Scheme).
+	scheme, salt string
 	// tracked is set when every rule of the group reports its references
 	// tracked (ReferencesTracked=True), since trackedSince (the latest of
 	// their transitions).
@@ -648,7 +649,7 @@ func (v *Validator) groupByDependent(entries []registry.Entry, namespace string)
 			}
 			dependent := registry.Target{Cluster: e.Dependent.Export.Cluster, Resource: e.Dependent.Resource.GroupResource()}
 			if l, ok := v.rules.Labelling(dependent); ok && l.Labellable && l.Labelled && l.Dependent == e.Dependent {
-				g.scheme = l.Scheme.Fingerprint
+				g.scheme, g.salt = l.Scheme.Fingerprint, l.Scheme.Salt
 			}
 			g.namespace = namespace
 			bySource[e.Dependent] = g

@@ -18,6 +18,7 @@ import (
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/inflight"
+	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 )
 
@@ -25,22 +26,26 @@ import (
 // dependency_webhook_record_writes_total (with the RecordGuard's).
 const (
 	// LedgerKept: a write by anyone but the webhook set, changed or
-	// removed the ledger of admitted references, and the stored one was
-	// kept.
+	// removed the ledger of admitted references or the label that says
+	// the object is cleared, and the stored value was kept.
 	LedgerKept = "ledger-kept"
-	// LedgerWritten: the webhook wrote its own ledger.
+	// LedgerWritten: the webhook wrote its own ledger, or its label.
 	LedgerWritten = "ledger-written"
 )
 
 // LedgerGuard is the mutating admission.Handler that kcp calls for CREATE
 // and UPDATE of protected objects that set, change or remove the ledger of
 // admitted references (api/v1alpha1.AnnotationAdmittedReferences, see
-// package inflight): whatever such a write says, the ledger stored before
-// is kept (a CREATE gets none), except when the webhook itself writes a
-// ledger. So `kubectl replace` and GitOps tools that re-apply an exported
+// package inflight) or the label that says the object is cleared
+// (api/v1alpha1.LabelCleared): whatever such a write says, the values
+// stored before are kept (a CREATE gets neither), except when the webhook
+// itself writes a ledger, with the label set to a clearance fingerprint or
+// removed. So `kubectl replace` and GitOps tools that re-apply an exported
 // object keep working, and nobody but the webhook can remove a reference in
-// flight or back-date the ledger; a value written anyway could only make
-// decisions slower, since the DELETE reads it as a stored state.
+// flight, back-date the ledger, or label an object cleared, which would
+// let kcp delete it without calling the DELETE webhook; a ledger written
+// anyway could only make decisions slower, since the DELETE reads it as a
+// stored state.
 type LedgerGuard struct {
 	self    Self
 	metrics *webhook.Metrics
@@ -69,32 +74,27 @@ func (g *LedgerGuard) handle(ctx context.Context, req admission.Request) (admiss
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("failed to read the object's annotations: %w", err)), ""
 	}
-	var stored string
-	var was bool
+	label, labelled := inflight.ClearedLabel(req.Object.Raw)
+	// What the object had before: nothing for a CREATE. A CREATE keeps
+	// neither a ledger nor the label that says the object is cleared (from
+	// an exported object re-applied): the new object is not.
+	var stored, storedLabel string
+	var was, wasLabelled bool
 	if req.Operation == admissionv1.Update {
 		if stored, was, err = annotation(req.OldObject.Raw, key); err != nil {
 			return admission.Errored(http.StatusBadRequest, fmt.Errorf("failed to read the old object's annotations: %w", err)), ""
 		}
+		storedLabel, wasLabelled = inflight.ClearedLabel(req.OldObject.Raw)
 	}
-	// A CREATE does not keep the label that says the object is cleared
-	// (from an exported object re-applied): the new object is not.
-	var ops []jsonpatch.JsonPatchOperation
-	var warnings []string
-	if req.Operation == admissionv1.Create {
-		if _, labelled := inflight.ClearedLabel(req.Object.Raw); labelled {
-			ops = append(ops, jsonpatch.NewOperation("remove", "/metadata/labels/"+jsonpointer.Escape(depv1alpha1.LabelCleared), nil))
-			warnings = append(warnings, fmt.Sprintf("the label %s is managed by the dependency webhook and was removed (drop it from the manifest)", depv1alpha1.LabelCleared))
-		}
-	}
-	if set == was && value == stored {
-		if len(ops) > 0 {
-			resp := admission.Patched("", ops...)
-			resp.Warnings = warnings
-			return resp, ""
-		}
+	ledgerChanged := set != was || value != stored
+	labelChanged := labelled != wasLabelled || label != storedLabel
+	if !ledgerChanged && !labelChanged {
 		return admission.Allowed(""), ""
 	}
-	if set && req.Operation == admissionv1.Update {
+	// The webhook's own write: a ledger (its probes of the guard write a
+	// throwaway value instead), and the label only with a fingerprint or
+	// not at all.
+	if req.Operation == admissionv1.Update && set && (!labelled || reflabels.IsClearanceFingerprint(label)) {
 		if _, err := inflight.Parse(value); err == nil && strings.HasPrefix(value, "v1 ") {
 			ctx, cancel := webhook.WithBudget(ctx, 0)
 			defer cancel()
@@ -108,9 +108,26 @@ func (g *LedgerGuard) handle(ctx context.Context, req admission.Request) (admiss
 			}
 		}
 	}
-	resp := admission.Patched("", append(ops, annotationPatch(req.Object.Raw, key, stored, was, set))...)
-	resp.Warnings = append(warnings, fmt.Sprintf("the annotation %s is managed by the dependency webhook, which records there the references to this object it admitted; the stored value was kept (drop it from the manifest)", key))
-	return resp, LedgerKept
+	var ops []jsonpatch.JsonPatchOperation
+	var warnings []string
+	outcome := ""
+	if labelChanged {
+		ops = append(ops, metadataPatch(req.Object.Raw, "labels", depv1alpha1.LabelCleared, storedLabel, wasLabelled, labelled))
+		if req.Operation == admissionv1.Create {
+			warnings = append(warnings, fmt.Sprintf("the label %s is managed by the dependency webhook and was removed (drop it from the manifest)", depv1alpha1.LabelCleared))
+		} else {
+			warnings = append(warnings, fmt.Sprintf("the label %s is managed by the dependency webhook, which sets it on objects it cleared; the stored value was kept (drop it from the manifest)", depv1alpha1.LabelCleared))
+			outcome = LedgerKept
+		}
+	}
+	if ledgerChanged {
+		ops = append(ops, metadataPatch(req.Object.Raw, "annotations", key, stored, was, set))
+		warnings = append(warnings, fmt.Sprintf("the annotation %s is managed by the dependency webhook, which records there the references to this object it admitted; the stored value was kept (drop it from the manifest)", key))
+		outcome = LedgerKept
+	}
+	resp := admission.Patched("", ops...)
+	resp.Warnings = warnings
+	return resp, outcome
 }
 
 // annotation returns the annotation key of the object raw, and whether it
@@ -130,26 +147,31 @@ func annotation(raw []byte, key string) (string, bool, error) {
 	return v, true, nil
 }
 
-// annotationPatch returns the JSON patch operation that gives the object
-// raw, which has (set) or lacks the annotation key, the annotation key with
-// value if want, or none.
-func annotationPatch(raw []byte, key, value string, want, set bool) jsonpatch.JsonPatchOperation {
-	path := "/metadata/annotations/" + jsonpointer.Escape(key)
+// metadataPatch returns the JSON patch operation that gives the object
+// raw, which has (set) or lacks the key of its metadata field (labels or
+// annotations), that key with value if want, or none.
+func metadataPatch(raw []byte, field, key, value string, want, set bool) jsonpatch.JsonPatchOperation {
+	path := "/metadata/" + field + "/" + jsonpointer.Escape(key)
 	switch {
 	case !want:
 		return jsonpatch.NewOperation("remove", path, nil)
 	case set:
 		return jsonpatch.NewOperation("replace", path, value)
-	case hasAnnotations(raw):
+	case hasMap(raw, field):
 		return jsonpatch.NewOperation("add", path, value)
 	default:
-		return jsonpatch.NewOperation("add", "/metadata/annotations", map[string]string{key: value})
+		return jsonpatch.NewOperation("add", "/metadata/"+field, map[string]string{key: value})
 	}
 }
 
-// hasAnnotations reports whether the object raw has an annotations object
-// (not absent, not null).
-func hasAnnotations(raw []byte) bool {
-	_, typ, _, err := jsonparser.Get(raw, "metadata", "annotations")
+// hasMap reports whether the object raw has its metadata field (labels or
+// annotations) as an object (not absent, not null).
+func hasMap(raw []byte, field string) bool {
+	_, typ, _, err := jsonparser.Get(raw, "metadata", field)
 	return err == nil && typ == jsonparser.Object
+}
+
+// annotationPatch is metadataPatch of an annotation.
+func annotationPatch(raw []byte, key, value string, want, set bool) jsonpatch.JsonPatchOperation {
+	return metadataPatch(raw, "annotations", key, value, want, set)
 }
