@@ -92,7 +92,8 @@ type Options struct {
 	// passes list only the objects not labelled cleared under the
 	// current fingerprint (api/v1alpha1.LabelCleared), so that objects
 	// cleared before cost kcp nothing; a full pass clears an object whose
-	// label was set by someone else, or kept by an older webhook's write.
+	// label an earlier release let someone else set, or kept by an older
+	// webhook's write.
 	FullEvery int
 	// Index, if set, tells whether the index changed since a listing (see
 	// Clearer.Pass); *index.Index implements it.

@@ -56,9 +56,11 @@ type Ledger struct {
 	Marks []Mark
 	// Clearance, if set, says that the webhook found the object
 	// unreferenced, with nothing in flight, under the rules whose
-	// fingerprint it names (see Clearance): the DELETE webhook's match
-	// condition then lets kcp delete the object without calling the
-	// webhook. Any write that records a reference drops it (see With).
+	// fingerprint it names (see Clearance); the same write labels the
+	// object cleared (api/v1alpha1.LabelCleared), which the DELETE
+	// webhook's object selector leaves out, so kcp deletes the object
+	// without calling the webhook. Any write that records a reference
+	// drops both (see With).
 	Clearance string
 }
 

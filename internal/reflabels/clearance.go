@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -43,13 +44,6 @@ func ClearanceFingerprint(provider string, target schema.GroupResource, schemes 
 // IsClearanceFingerprint reports whether s has the form of a clearance
 // fingerprint: 16 lowercase hexadecimal digits.
 func IsClearanceFingerprint(s string) bool {
-	if len(s) != 16 {
-		return false
-	}
-	for _, c := range s {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
+	_, err := hex.DecodeString(s)
+	return len(s) == 16 && err == nil && strings.ToLower(s) == s
 }

@@ -811,9 +811,10 @@ func calls(add func(guarded), name string, rules []admissionregistrationv1.RuleW
 // the same requests on more object shapes (as after an upgrade), so
 // either needs the proof of a complete listing before it is written; so
 // does an object selector of the new configuration that the webhook does
-// not have (the DELETE webhook's, see NotClearedSelector). A changed scheme of a labelling webhook does not count: the webhook stops
-// vouching for labels of the old scheme. Changes of the client settings (URL, CA bundle,
-// timeout, failure policy) do not count.
+// not have (the DELETE webhook's, see NotClearedSelector). A changed
+// scheme of a labelling webhook does not count: the webhook stops
+// vouching for labels of the old scheme. Changes of the client settings
+// (URL, CA bundle, timeout, failure policy) do not count.
 func Reduces(validating *admissionregistrationv1.ValidatingWebhookConfiguration, mutating *admissionregistrationv1.MutatingWebhookConfiguration, ws *Workspace) bool {
 	keep := map[guarded]bool{}
 	conditions := map[string][]admissionregistrationv1.MatchCondition{}
