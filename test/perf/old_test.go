@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -74,14 +75,15 @@ const clearancesWritten = `dependency_webhook_clearances_total{result="cleared"}
 const clearerListed = "dependency_webhook_clearance_listed_objects_total"
 
 // clearanceWait bounds how long the deletion of old objects waits for
-// their clearances: the webhook lists the protected objects every 30s.
+// the clearances of 1,000 objects: the webhook lists the protected objects
+// every 30s.
 const clearanceWait = 2 * time.Minute
 
 // waitCleared waits until the webhook has written n clearances more than
-// before, at most clearanceWait, and returns how many it wrote.
+// before, at most clearanceWait per 1,000, and returns how many it wrote.
 func (s *setup) waitCleared(t *testing.T, before float64, n int) float64 {
 	t.Helper()
-	start := time.Now()
+	start, clearanceWait := time.Now(), clearanceWait*time.Duration(max(1, (n+999)/1000))
 	cleared := s.counter(t, clearancesWritten) - before
 	for cleared < float64(n) && time.Since(start) < clearanceWait {
 		time.Sleep(time.Second)
@@ -101,6 +103,25 @@ func waitAged(t *testing.T, times ...time.Time) {
 		t.Logf("waiting %s, until %s have passed since %s", d.Round(time.Second), oldAge, latest.Format(time.TimeOnly))
 		time.Sleep(d)
 	}
+}
+
+// median returns the median of d: the middle value, or the mean of the two
+// middle ones.
+func median(d []time.Duration) time.Duration {
+	d = slices.Sorted(slices.Values(d))
+	if n := len(d); n%2 == 0 {
+		return (d[n/2-1] + d[n/2]) / 2
+	}
+	return d[len(d)/2]
+}
+
+// seconds renders durations as seconds, comma-separated.
+func seconds(d []time.Duration) string {
+	out := make([]string, len(d))
+	for i, v := range d {
+		out[i] = fmt.Sprintf("%.1f", v.Seconds())
+	}
+	return strings.Join(out, ", ")
 }
 
 func later(a, b time.Time) time.Time {
@@ -178,7 +199,7 @@ func (s *setup) populateFormer(ctx context.Context, t *testing.T, ns string, n i
 // rejected it: then the webhook cannot ask kcp whether the namespace is
 // being deleted (a dry-run Event through that export's virtual workspace),
 // and kcp's teardown items are decided like any other DELETE.
-func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, nsN int) []string {
+func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, rounds, nsN int) []string {
 	var kcpTimes, cpu []string
 	deleteAll := func(ns string) time.Duration {
 		// kubectl's discovery, untimed.
@@ -198,6 +219,25 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, nsN int) []stri
 		}
 		cpu = append(cpu, s.cpuTimes(ctx, t).since(cpu0))
 		kcpTimes = append(kcpTimes, fmt.Sprintf("%s; the clearer listed %.0f objects meanwhile", s.kcpTimes(ctx, t).since(kcp0, allN, "DELETE"), s.sum(t, clearerListed)-listed0))
+		return took
+	}
+	// The --all row is the median of rounds deletions with the rule against
+	// the median of rounds before it and rounds after it: one deletion of
+	// 1,000 objects varies by 20% on a busy machine. Each phase populates
+	// its namespaces together, and they age together.
+	phase := func(name string) []string {
+		out := make([]string, rounds)
+		for r := range out {
+			out[r] = fmt.Sprintf("%s-%d-%d", name, allN, r)
+		}
+		return out
+	}
+	deleteEach := func(namespaces []string) []time.Duration {
+		took := make([]time.Duration, len(namespaces))
+		for i, ns := range namespaces {
+			took[i] = deleteAll(ns)
+			s.dropNamespaces(ctx, t, ns)
+		}
 		return took
 	}
 	// What kcp and the webhook spent on each namespace deletion.
@@ -221,23 +261,26 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, nsN int) []stri
 	// the VPCs of kubectl delete --all and two namespaces of VPCs and VMs,
 	// the first of which is deleted while the second stays, and then the
 	// second alone.
-	allFree, nsFree, nsFreeAlone := fmt.Sprintf("old-all-free-%d", allN), fmt.Sprintf("old-ns-free-%d", nsN), fmt.Sprintf("old-ns-free-alone-%d", nsN)
+	allFree, nsFree, nsFreeAlone := phase("old-all-free"), fmt.Sprintf("old-ns-free-%d", nsN), fmt.Sprintf("old-ns-free-alone-%d", nsN)
 	s.protect(ctx, t, nil)
-	s.populateFormer(ctx, t, allFree, allN)
+	for _, ns := range allFree {
+		s.populateFormer(ctx, t, ns, allN)
+	}
 	s.populateBulk(ctx, t, nsFree, nsN)
 	s.populateBulk(ctx, t, nsFreeAlone, nsN)
 	waitAged(t, time.Now())
-	allFreeTook := deleteAll(allFree)
-	s.dropNamespaces(ctx, t, allFree)
+	allFreeTook := deleteEach(allFree)
 	nsFreeTook := deleteNamespace(nsFree)
 	nsFreeAloneTook := deleteNamespace(nsFreeAlone)
 
 	// The rule.
-	allRule, nsEvents, nsNoEvents := fmt.Sprintf("old-all-rule-%d", allN), fmt.Sprintf("old-ns-events-%d", nsN), fmt.Sprintf("old-ns-noevents-%d", nsN)
+	allRule, nsEvents, nsNoEvents := phase("old-all-rule"), fmt.Sprintf("old-ns-events-%d", nsN), fmt.Sprintf("old-ns-noevents-%d", nsN)
 	s.protect(ctx, t, s.standard)
 	tracked := s.waitTracked(ctx, t, s.standard)
 	clearedBefore := s.counter(t, clearancesWritten)
-	s.populateFormer(ctx, t, allRule, allN)
+	for _, ns := range allRule {
+		s.populateFormer(ctx, t, ns, allN)
+	}
 	s.populateBulk(ctx, t, nsEvents, nsN)
 	s.populateBulk(ctx, t, nsNoEvents, nsN)
 	populated := time.Now()
@@ -245,18 +288,17 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, nsN int) []stri
 	// labelling webhook and the guard of the ledger (in the background):
 	// MaxInFlight after they are found in effect, the index can be current
 	// past the objects' horizon.
-	must(t, s.dyn.Resource(vpcs).Namespace(allRule).Delete(ctx, "vpc-00000", dryRun))
+	must(t, s.dyn.Resource(vpcs).Namespace(allRule[0]).Delete(ctx, "vpc-00000", dryRun))
 	s.waitIndexed(ctx, t)
 	waitAged(t, tracked, populated)
-	cleared := s.waitCleared(t, clearedBefore, allN)
+	cleared := s.waitCleared(t, clearedBefore, allN*rounds)
 
 	before := s.decisions(t)
-	allRuleTook := deleteAll(allRule)
+	allRuleTook := deleteEach(allRule)
 	allRuleVia := fmt.Sprintf("%.0f / %s", cleared, s.decisions(t).since(before))
-	if cleared+s.counter(t, allowedViaHorizon)-before.horizon < float64(allN) {
+	if cleared+s.counter(t, allowedViaHorizon)-before.horizon < float64(allN*rounds) {
 		t.Logf("kubectl delete --all with the rule: not every DELETE cleared or decided via horizon (%s); %s", allRuleVia, s.whyNotHorizon(ctx, t, nsEvents, "vpc-00000"))
 	}
-	s.dropNamespaces(ctx, t, allRule)
 	// The namespace rows count the clearances written while the namespace
 	// was deleted: the elected replica leaves alone the objects of a
 	// namespace it knows is being deleted (kcp refused its dry-run Event).
@@ -274,12 +316,13 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, nsN int) []stri
 	// No rule again: kcp's state drifts over a run (its etcd and watch
 	// caches hold more history by now), so the --all row compares the rule
 	// with the mean of a deletion without it before and one after.
-	allFreeAfter := fmt.Sprintf("old-all-free-after-%d", allN)
-	s.populateFormer(ctx, t, allFreeAfter, allN)
+	allFreeAfter := phase("old-all-free-after")
+	for _, ns := range allFreeAfter {
+		s.populateFormer(ctx, t, ns, allN)
+	}
 	waitAged(t, time.Now())
-	allFreeAfterTook := deleteAll(allFreeAfter)
-	s.dropNamespaces(ctx, t, allFreeAfter)
-	allFreeMean := (allFreeTook + allFreeAfterTook) / 2
+	allFreeAfterTook := deleteEach(allFreeAfter)
+	allFreeMedian, allRuleMedian := median(append(slices.Clone(allFreeTook), allFreeAfterTook...)), median(allRuleTook)
 
 	row := func(what string, n int, free, rule time.Duration, via string) string {
 		return fmt.Sprintf("| %s | %d | %.1f | %.1f | %.2f | %s |", what, n, free.Seconds(), rule.Seconds(), rule.Seconds()/free.Seconds(), via)
@@ -287,13 +330,13 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, nsN int) []stri
 	return []string{fmt.Sprintf("## Deleting old objects (seconds): every object created, and last referenced, more than %s before the deletion, and the rule's references tracked (ReferencesTracked=True) since more than %s", oldAge, oldAge), "",
 		"| deletion | N | no rule | with the rule | ratio | with the rule: objects cleared (`--all`: before it; a namespace: while it was deleted) / DELETEs decided via teardown / horizon / revision / live / index / in-flight |",
 		"|---|---|---|---|---|---|",
-		row("`kubectl delete vpcs --all` of N VPCs no longer referenced (the VM that referenced each was deleted); no rule: the mean of a deletion before the rule and one after it", allN, allFreeMean, allRuleTook, allRuleVia),
+		row(fmt.Sprintf("`kubectl delete vpcs --all` of N VPCs no longer referenced (the VM that referenced each was deleted), the median of %d such deletions; no rule: the median of %d before the rule and %d after it", rounds, rounds, rounds), allN, allFreeMedian, allRuleMedian, allRuleVia),
 		row("namespace of N VPCs and N VMs referencing them, deleted while a second such namespace stays; the consumer accepted the network provider's events claim", nsN, nsFreeTook, nsEventsTook, nsEventsVia),
 		row("same, the events claim rejected (the webhook cannot ask whether the namespace is being deleted); deleted after the namespace above, as the second namespace without the rule", nsN, nsFreeAloneTook, nsNoEventsTook, nsNoEventsVia),
 		"",
-		fmt.Sprintf("`kubectl delete vpcs --all` without the rule took %.1f s before the rule and %.1f s after it.", allFreeTook.Seconds(), allFreeAfterTook.Seconds()),
-		fmt.Sprintf("What kcp measured during `kubectl delete vpcs --all` without the rule, before: %s; with the rule: %s; without the rule, after: %s.", kcpTimes[0], kcpTimes[1], kcpTimes[2]),
-		fmt.Sprintf("CPU used meanwhile (kcp's process_cpu_seconds_total; the others' /proc/<pid>/stat) without the rule, before: %s; with the rule: %s; without the rule, after: %s.", cpu[0], cpu[1], cpu[2]),
+		fmt.Sprintf("`kubectl delete vpcs --all` took %s s without the rule before it, %s s with the rule (cleared objects: of every deletion) and %s s without the rule after it.", seconds(allFreeTook), seconds(allRuleTook), seconds(allFreeAfterTook)),
+		fmt.Sprintf("What kcp measured during the first `kubectl delete vpcs --all` of each phase, without the rule, before: %s; with the rule: %s; without the rule, after: %s.", kcpTimes[0], kcpTimes[rounds], kcpTimes[2*rounds]),
+		fmt.Sprintf("CPU used meanwhile (kcp's process_cpu_seconds_total; the others' /proc/<pid>/stat) without the rule, before: %s; with the rule: %s; without the rule, after: %s.", cpu[0], cpu[rounds], cpu[2*rounds]),
 		fmt.Sprintf("During the namespace deletions (CPU as above; kcp's requests for VPCs and VMs and its webhook calls, per object of the namespace; the webhook's time per decision, dependency_webhook_decision_duration_seconds): %s.", strings.Join(nsCosts, ". ")),
 		"Cleared: objects the elected replica cleared (dependency_webhook_clearances_total{result=\"cleared\"}), whose DELETE kcp admits without calling the webhook; during a namespace's deletion, a write the deletion makes useless. " +
 			"Decisions: dependency_webhook_decisions_total by via (every outcome) and outcome=\"in-flight\" during the deletion; horizon: allowed without reading dependents, the index being current past the object's horizon; " +
