@@ -149,8 +149,37 @@ func (s *setup) decisions(t *testing.T) decided {
 // since returns the decisions since before as "teardown / horizon /
 // revision / live / index / in-flight".
 func (d decided) since(before decided) string {
-	return fmt.Sprintf("%.0f / %.0f / %.0f / %.0f / %.0f / %.0f", d.teardown-before.teardown, d.horizon-before.horizon,
-		d.revision-before.revision, d.live-before.live, d.index-before.index, d.inFlight-before.inFlight)
+	return d.minus(before).String()
+}
+
+// minus returns the decisions of d that before does not count.
+func (d decided) minus(before decided) decided {
+	return decided{teardown: d.teardown - before.teardown, horizon: d.horizon - before.horizon, revision: d.revision - before.revision,
+		live: d.live - before.live, index: d.index - before.index, inFlight: d.inFlight - before.inFlight}
+}
+
+// plus returns the decisions of d and o together.
+func (d decided) plus(o decided) decided {
+	return decided{teardown: d.teardown + o.teardown, horizon: d.horizon + o.horizon, revision: d.revision + o.revision,
+		live: d.live + o.live, index: d.index + o.index, inFlight: d.inFlight + o.inFlight}
+}
+
+// String renders the decisions as "teardown / horizon / revision / live /
+// index / in-flight".
+func (d decided) String() string {
+	return fmt.Sprintf("%.0f / %.0f / %.0f / %.0f / %.0f / %.0f", d.teardown, d.horizon, d.revision, d.live, d.index, d.inFlight)
+}
+
+// deletionCounts are the clearances written and the DELETE decisions made
+// during a kind of namespace deletion, over its rounds.
+type deletionCounts struct {
+	cleared float64
+	decided decided
+}
+
+// String renders the counts as "cleared / teardown / horizon / ...".
+func (c deletionCounts) String() string {
+	return fmt.Sprintf("%.0f / %s", c.cleared, c.decided)
 }
 
 // whyNotHorizon describes what the webhook's decision of the allowed DELETE
@@ -193,13 +222,14 @@ func (s *setup) populateFormer(ctx context.Context, t *testing.T, ns string, n i
 // oldAge before, with the rule (its references tracked since more than
 // oldAge) and without any rule: kubectl delete vpcs --all of allN VPCs that
 // nothing references any more (each was referenced by a VM that was
-// deleted), and the deletion of a namespace of nsN VPCs and nsN VMs
-// referencing them, with the rule once where the consumer accepted the
-// events claim of the network provider's APIExport and once where it
-// rejected it: then the webhook cannot ask kcp whether the namespace is
-// being deleted (a dry-run Event through that export's virtual workspace),
-// and kcp's teardown items are decided like any other DELETE.
-func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, rounds, nsN int) []string {
+// deleted), rounds times in each phase, and the deletion of a namespace of
+// nsN VPCs and nsN VMs referencing them, with the rule where the consumer
+// accepted the events claim of the network provider's APIExport and where
+// it rejected it (then the webhook cannot ask kcp whether the namespace is
+// being deleted, a dry-run Event through that export's virtual workspace,
+// and kcp's teardown items are decided like any other DELETE), nsRounds
+// times each. Every row compares medians.
+func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, rounds, nsN, nsRounds int) []string {
 	var kcpTimes, cpu []string
 	deleteAll := func(ns string) time.Duration {
 		// kubectl's discovery, untimed.
@@ -225,10 +255,10 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, rounds, nsN int
 	// the median of rounds before it and rounds after it: one deletion of
 	// 1,000 objects varies by 20% on a busy machine. Each phase populates
 	// its namespaces together, and they age together.
-	phase := func(name string) []string {
+	phase := func(name string, n, rounds int) []string {
 		out := make([]string, rounds)
 		for r := range out {
-			out[r] = fmt.Sprintf("%s-%d-%d", name, allN, r)
+			out[r] = fmt.Sprintf("%s-%d-%d", name, n, r)
 		}
 		return out
 	}
@@ -243,12 +273,15 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, rounds, nsN int
 	// What kcp and the webhook spent on each namespace deletion.
 	var nsCosts []string
 	const decidedSum, decidedCount = "dependency_webhook_decision_duration_seconds_sum", "dependency_webhook_decision_duration_seconds_count"
-	deleteNamespace := func(ns string) time.Duration {
+	deleteNamespace := func(ns string, first bool) time.Duration {
 		cpu0, kcp0, sum0, count0 := s.cpuTimes(ctx, t), s.kcpTimes(ctx, t), s.sum(t, decidedSum), s.sum(t, decidedCount)
 		s.profileKCP(ctx, t, ns, 10)
 		start := time.Now()
 		s.dropNamespaces(ctx, t, ns)
 		took := time.Since(start)
+		if !first {
+			return took
+		}
 		cost := fmt.Sprintf("%s: %s; kcp served %s", ns, s.cpuTimes(ctx, t).since(cpu0), s.kcpTimes(ctx, t).since(kcp0, 2*nsN, "object"))
 		if n := s.sum(t, decidedCount) - count0; n > 0 {
 			cost += fmt.Sprintf("; the webhook decided %.0f DELETEs in %.2f ms each", n, 1000*(s.sum(t, decidedSum)-sum0)/n)
@@ -258,31 +291,41 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, rounds, nsN int
 	}
 
 	// No rule. Both phases hold as many objects in kcp when they delete:
-	// the VPCs of kubectl delete --all and two namespaces of VPCs and VMs,
-	// the first of which is deleted while the second stays, and then the
-	// second alone.
-	allFree, nsFree, nsFreeAlone := phase("old-all-free"), fmt.Sprintf("old-ns-free-%d", nsN), fmt.Sprintf("old-ns-free-alone-%d", nsN)
+	// the VPCs of kubectl delete --all and nsRounds pairs of namespaces of
+	// VPCs and VMs; in each pair, in turn, the first is deleted while the
+	// second stays, and then the second. Each namespace row is the median
+	// of its nsRounds deletions.
+	allFree := phase("old-all-free", allN, rounds)
+	nsFree, nsFreeAlone := phase("old-ns-free", nsN, nsRounds), phase("old-ns-free-alone", nsN, nsRounds)
 	s.protect(ctx, t, nil)
 	for _, ns := range allFree {
 		s.populateFormer(ctx, t, ns, allN)
 	}
-	s.populateBulk(ctx, t, nsFree, nsN)
-	s.populateBulk(ctx, t, nsFreeAlone, nsN)
+	for r := range nsRounds {
+		s.populateBulk(ctx, t, nsFree[r], nsN)
+		s.populateBulk(ctx, t, nsFreeAlone[r], nsN)
+	}
 	waitAged(t, time.Now())
 	allFreeTook := deleteEach(allFree)
-	nsFreeTook := deleteNamespace(nsFree)
-	nsFreeAloneTook := deleteNamespace(nsFreeAlone)
+	nsFreeTook, nsFreeAloneTook := make([]time.Duration, nsRounds), make([]time.Duration, nsRounds)
+	for r := range nsRounds {
+		nsFreeTook[r] = deleteNamespace(nsFree[r], r == 0)
+		nsFreeAloneTook[r] = deleteNamespace(nsFreeAlone[r], r == 0)
+	}
 
 	// The rule.
-	allRule, nsEvents, nsNoEvents := phase("old-all-rule"), fmt.Sprintf("old-ns-events-%d", nsN), fmt.Sprintf("old-ns-noevents-%d", nsN)
+	allRule := phase("old-all-rule", allN, rounds)
+	nsEvents, nsNoEvents := phase("old-ns-events", nsN, nsRounds), phase("old-ns-noevents", nsN, nsRounds)
 	s.protect(ctx, t, s.standard)
 	tracked := s.waitTracked(ctx, t, s.standard)
 	clearedBefore := s.counter(t, clearancesWritten)
 	for _, ns := range allRule {
 		s.populateFormer(ctx, t, ns, allN)
 	}
-	s.populateBulk(ctx, t, nsEvents, nsN)
-	s.populateBulk(ctx, t, nsNoEvents, nsN)
+	for r := range nsRounds {
+		s.populateBulk(ctx, t, nsEvents[r], nsN)
+		s.populateBulk(ctx, t, nsNoEvents[r], nsN)
+	}
 	populated := time.Now()
 	// A first allowed DELETE has the webhook probe kcp's admission for the
 	// labelling webhook and the guard of the ledger (in the background):
@@ -297,26 +340,32 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, rounds, nsN int
 	allRuleTook := deleteEach(allRule)
 	allRuleVia := fmt.Sprintf("%.0f / %s", cleared, s.decisions(t).since(before))
 	if cleared+s.counter(t, allowedViaHorizon)-before.horizon < float64(allN*rounds) {
-		t.Logf("kubectl delete --all with the rule: not every DELETE cleared or decided via horizon (%s); %s", allRuleVia, s.whyNotHorizon(ctx, t, nsEvents, "vpc-00000"))
+		t.Logf("kubectl delete --all with the rule: not every DELETE cleared or decided via horizon (%s); %s", allRuleVia, s.whyNotHorizon(ctx, t, nsEvents[0], "vpc-00000"))
 	}
 	// The namespace rows count the clearances written while the namespace
 	// was deleted: the elected replica leaves alone the objects of a
 	// namespace it knows is being deleted (kcp refused its dry-run Event).
-	deleteNamespaceCounted := func(ns string) (time.Duration, string) {
+	var eventsCounts, noEventsCounts deletionCounts
+	deleteNamespaceCounted := func(ns string, first bool, counts *deletionCounts) time.Duration {
 		before, clearedBefore := s.decisions(t), s.counter(t, clearancesWritten)
-		took := deleteNamespace(ns)
-		return took, fmt.Sprintf("%.0f / %s", s.counter(t, clearancesWritten)-clearedBefore, s.decisions(t).since(before))
+		took := deleteNamespace(ns, first)
+		counts.cleared += s.counter(t, clearancesWritten) - clearedBefore
+		counts.decided = counts.decided.plus(s.decisions(t).minus(before))
+		return took
 	}
-	nsEventsTook, nsEventsVia := deleteNamespaceCounted(nsEvents)
-	s.claimEvents(ctx, t, false)
-	nsNoEventsTook, nsNoEventsVia := deleteNamespaceCounted(nsNoEvents)
-	s.claimEvents(ctx, t, true)
+	nsEventsTook, nsNoEventsTook := make([]time.Duration, nsRounds), make([]time.Duration, nsRounds)
+	for r := range nsRounds {
+		nsEventsTook[r] = deleteNamespaceCounted(nsEvents[r], r == 0, &eventsCounts)
+		s.claimEvents(ctx, t, false)
+		nsNoEventsTook[r] = deleteNamespaceCounted(nsNoEvents[r], r == 0, &noEventsCounts)
+		s.claimEvents(ctx, t, true)
+	}
 	s.protect(ctx, t, nil)
 
 	// No rule again: kcp's state drifts over a run (its etcd and watch
 	// caches hold more history by now), so the --all row compares the rule
 	// with the mean of a deletion without it before and one after.
-	allFreeAfter := phase("old-all-free-after")
+	allFreeAfter := phase("old-all-free-after", allN, rounds)
 	for _, ns := range allFreeAfter {
 		s.populateFormer(ctx, t, ns, allN)
 	}
@@ -331,13 +380,15 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, rounds, nsN int
 		"| deletion | N | no rule | with the rule | ratio | with the rule: objects cleared (`--all`: before it; a namespace: while it was deleted) / DELETEs decided via teardown / horizon / revision / live / index / in-flight |",
 		"|---|---|---|---|---|---|",
 		row(fmt.Sprintf("`kubectl delete vpcs --all` of N VPCs no longer referenced (the VM that referenced each was deleted), the median of %d such deletions; no rule: the median of %d before the rule and %d after it", rounds, rounds, rounds), allN, allFreeMedian, allRuleMedian, allRuleVia),
-		row("namespace of N VPCs and N VMs referencing them, deleted while a second such namespace stays; the consumer accepted the network provider's events claim", nsN, nsFreeTook, nsEventsTook, nsEventsVia),
-		row("same, the events claim rejected (the webhook cannot ask whether the namespace is being deleted); deleted after the namespace above, as the second namespace without the rule", nsN, nsFreeAloneTook, nsNoEventsTook, nsNoEventsVia),
+		row(fmt.Sprintf("namespace of N VPCs and N VMs referencing them, deleted while a second such namespace stays; the consumer accepted the network provider's events claim; the median of %d", nsRounds), nsN, median(nsFreeTook), median(nsEventsTook), eventsCounts.String()),
+		row(fmt.Sprintf("same, the events claim rejected (the webhook cannot ask whether the namespace is being deleted); deleted after the namespace above, as the second namespace without the rule; the median of %d", nsRounds), nsN, median(nsFreeAloneTook), median(nsNoEventsTook), noEventsCounts.String()),
 		"",
+		fmt.Sprintf("The namespaces took %s s without the rule and %s s with it and the events claim; the second of each pair %s s without the rule and %s s with it, the claim rejected (objects cleared and decisions: of every deletion).",
+			seconds(nsFreeTook), seconds(nsEventsTook), seconds(nsFreeAloneTook), seconds(nsNoEventsTook)),
 		fmt.Sprintf("`kubectl delete vpcs --all` took %s s without the rule before it, %s s with the rule (cleared objects: of every deletion) and %s s without the rule after it.", seconds(allFreeTook), seconds(allRuleTook), seconds(allFreeAfterTook)),
 		fmt.Sprintf("What kcp measured during the first `kubectl delete vpcs --all` of each phase, without the rule, before: %s; with the rule: %s; without the rule, after: %s.", kcpTimes[0], kcpTimes[rounds], kcpTimes[2*rounds]),
 		fmt.Sprintf("CPU used meanwhile (kcp's process_cpu_seconds_total; the others' /proc/<pid>/stat) without the rule, before: %s; with the rule: %s; without the rule, after: %s.", cpu[0], cpu[rounds], cpu[2*rounds]),
-		fmt.Sprintf("During the namespace deletions (CPU as above; kcp's requests for VPCs and VMs and its webhook calls, per object of the namespace; the webhook's time per decision, dependency_webhook_decision_duration_seconds): %s.", strings.Join(nsCosts, ". ")),
+		fmt.Sprintf("During the first namespace deletion of each kind (CPU as above; kcp's requests for VPCs and VMs and its webhook calls, per object of the namespace; the webhook's time per decision, dependency_webhook_decision_duration_seconds): %s.", strings.Join(nsCosts, ". ")),
 		"Cleared: objects the elected replica cleared (dependency_webhook_clearances_total{result=\"cleared\"}), whose DELETE kcp admits without calling the webhook; during a namespace's deletion, a write the deletion makes useless. " +
 			"Decisions: dependency_webhook_decisions_total by via (every outcome) and outcome=\"in-flight\" during the deletion; horizon: allowed without reading dependents, the index being current past the object's horizon; " +
 			"teardown: an item of kcp's teardown decided from the index once kcp refused a dry-run Event in the namespace; live: dependents read; index: denied from the index (the VM was not deleted yet; kcp retries the item).", ""}

@@ -44,10 +44,10 @@
 //     (MEASURE_OLD_ALL_N), the median of 3 such deletions
 //     (MEASURE_OLD_ALL_ROUNDS) with the rule against the median of as many
 //     without it before the rule and after it (against the drift of kcp's
-//     state over a run), and a namespace of 2,000 VPCs and VMs
-//     referencing them (MEASURE_OLD_NS_N), with the rule once where the
-//     consumer accepted the network provider's events claim and once where
-//     it rejected it;
+//     state over a run), and namespaces of 2,000 VPCs and VMs
+//     referencing them (MEASURE_OLD_NS_N), with the rule where the
+//     consumer accepted the network provider's events claim and where it
+//     rejected it, the median of 3 of each (MEASURE_OLD_NS_ROUNDS);
 //   - stack: a three-level stack of 1,000 objects per level
 //     (MEASURE_STACK_N) deleted in one go under Replay rules, against an
 //     ordered deletion without rules once before it and once after.
@@ -170,9 +170,10 @@ func TestMeasure(t *testing.T) {
 	bulkN := sizes(t, "MEASURE_BULK_N", 500, 1000, 2000)
 	stackN := sizes(t, "MEASURE_STACK_N", 1000)
 	raceN, hotN := size(t, "MEASURE_RACE_N", 500), size(t, "MEASURE_HOT_N", 10000)
-	oldAllN, oldAllRounds, oldNsN := size(t, "MEASURE_OLD_ALL_N", 1000), size(t, "MEASURE_OLD_ALL_ROUNDS", 3), size(t, "MEASURE_OLD_NS_N", 2000)
-	if oldAllRounds < 1 {
-		t.Fatalf("MEASURE_OLD_ALL_ROUNDS must be at least 1, not %d", oldAllRounds)
+	oldAllN, oldAllRounds := size(t, "MEASURE_OLD_ALL_N", 1000), size(t, "MEASURE_OLD_ALL_ROUNDS", 3)
+	oldNsN, oldNsRounds := size(t, "MEASURE_OLD_NS_N", 2000), size(t, "MEASURE_OLD_NS_ROUNDS", 3)
+	if oldAllRounds < 1 || oldNsRounds < 1 {
+		t.Fatalf("MEASURE_OLD_ALL_ROUNDS and MEASURE_OLD_NS_ROUNDS must be at least 1, not %d and %d", oldAllRounds, oldNsRounds)
 	}
 	s := start(ctx, t)
 	var report []string
@@ -201,7 +202,7 @@ func TestMeasure(t *testing.T) {
 			report = append(report, "", "Items: the webhook's DELETE decisions during the namespace deletion (dependency_webhook_decisions_total by via, every outcome): "+
 				"teardown items are decided from the index alone once kcp refuses a dry-run Event in the namespace (it is being deleted); "+
 				"live ones read the dependents; index ones were denied from the index (their VM was not deleted yet, and kcp retries them).", "")
-			report = append(report, s.bulkOld(ctx, t, oldAllN, oldAllRounds, oldNsN)...)
+			report = append(report, s.bulkOld(ctx, t, oldAllN, oldAllRounds, oldNsN, oldNsRounds)...)
 		case "stack":
 			report = append(report, s.stacks(ctx, t, stackN)...)
 		}
