@@ -251,12 +251,13 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, rounds, nsN, ns
 		kcpTimes = append(kcpTimes, fmt.Sprintf("%s; the clearer listed %.0f objects meanwhile", s.kcpTimes(ctx, t).since(kcp0, allN, "DELETE"), s.sum(t, clearerListed)-listed0))
 		return took
 	}
-	// The --all row is the median of rounds deletions with the rule against
-	// the median of rounds before it and rounds after it: one deletion of
-	// 1,000 objects varies by 20% on a busy machine. Each phase populates
-	// its namespaces together, and they age together.
-	phase := func(name string, n, rounds int) []string {
-		out := make([]string, rounds)
+	// Every row compares medians: one deletion of 1,000 objects varies by
+	// 20% on a busy machine. The --all row takes the median of rounds
+	// deletions with the rule against the median of rounds before it and
+	// rounds after it. Each phase populates its namespaces together, and
+	// they age together. phase names k namespaces of n objects each.
+	phase := func(name string, n, k int) []string {
+		out := make([]string, k)
 		for r := range out {
 			out[r] = fmt.Sprintf("%s-%d-%d", name, n, r)
 		}
