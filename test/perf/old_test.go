@@ -222,7 +222,9 @@ func (s *setup) populateFormer(ctx context.Context, t *testing.T, ns string, n i
 // oldAge before, with the rule (its references tracked since more than
 // oldAge) and without any rule: kubectl delete vpcs --all of allN VPCs that
 // nothing references any more (each was referenced by a VM that was
-// deleted), rounds times in each phase, and the deletion of a namespace of
+// deleted), rounds times in each phase (and, with the rule, as many
+// deletions of Subnets, which no rule protects, in alternation with them),
+// and the deletion of a namespace of
 // nsN VPCs and nsN VMs referencing them, with the rule where the consumer
 // accepted the events claim of the network provider's APIExport and where
 // it rejected it (then the webhook cannot ask kcp whether the namespace is
@@ -230,26 +232,29 @@ func (s *setup) populateFormer(ctx context.Context, t *testing.T, ns string, n i
 // and kcp's teardown items are decided like any other DELETE), nsRounds
 // times each. Every row compares medians.
 func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, rounds, nsN, nsRounds int) []string {
-	var kcpTimes, cpu []string
-	deleteAll := func(ns string) time.Duration {
+	// deleteAll deletes every object of resource in ns with kubectl
+	// delete --all, then the namespace, and returns how long the kubectl
+	// delete took and what kcp measured and the processes used meanwhile.
+	deleteAll := func(resource, ns string) bulkDeletion {
 		// kubectl's discovery, untimed.
-		if out, err := exec.CommandContext(ctx, s.kubectl[0], append(s.kubectl[1:], "get", "vpcs", "-n", ns, "--field-selector=metadata.name=none")...).CombinedOutput(); err != nil {
-			t.Fatalf("kubectl get vpcs -n %s: %v\n%s", ns, err, tail(out))
+		if out, err := exec.CommandContext(ctx, s.kubectl[0], append(s.kubectl[1:], "get", resource, "-n", ns, "--field-selector=metadata.name=none")...).CombinedOutput(); err != nil {
+			t.Fatalf("kubectl get %s -n %s: %v\n%s", resource, ns, err, tail(out))
 		}
 		kcp0, cpu0, listed0 := s.kcpTimes(ctx, t), s.cpuTimes(ctx, t), s.sum(t, clearerListed)
 		s.profileKCP(ctx, t, ns, 3)
 		start := time.Now()
-		out, err := exec.CommandContext(ctx, s.kubectl[0], append(s.kubectl[1:], "delete", "vpcs", "--all", "-n", ns, "--wait=false")...).CombinedOutput()
+		out, err := exec.CommandContext(ctx, s.kubectl[0], append(s.kubectl[1:], "delete", resource, "--all", "-n", ns, "--wait=false")...).CombinedOutput()
 		took := time.Since(start)
 		if err != nil {
-			t.Fatalf("kubectl delete vpcs --all -n %s: %v\n%s", ns, err, tail(out))
+			t.Fatalf("kubectl delete %s --all -n %s: %v\n%s", resource, ns, err, tail(out))
 		}
 		if deleted := strings.Count(string(out), " deleted"); deleted != allN {
-			t.Fatalf("kubectl delete vpcs --all -n %s deleted %d of %d:\n%s", ns, deleted, allN, tail(out))
+			t.Fatalf("kubectl delete %s --all -n %s deleted %d of %d:\n%s", resource, ns, deleted, allN, tail(out))
 		}
-		cpu = append(cpu, s.cpuTimes(ctx, t).since(cpu0))
-		kcpTimes = append(kcpTimes, fmt.Sprintf("%s; the clearer listed %.0f objects meanwhile", s.kcpTimes(ctx, t).since(kcp0, allN, "DELETE"), s.sum(t, clearerListed)-listed0))
-		return took
+		d := bulkDeletion{took: took, cpu: s.cpuTimes(ctx, t).since(cpu0),
+			kcp: fmt.Sprintf("%s; the clearer listed %.0f objects meanwhile", s.kcpTimes(ctx, t).sinceOf(kcp0, allN, "DELETE", resource, vms.Resource), s.sum(t, clearerListed)-listed0)}
+		s.dropNamespaces(ctx, t, ns)
+		return d
 	}
 	// Every row compares medians: one deletion of 1,000 objects varies by
 	// 20% on a busy machine. The --all row takes the median of rounds
@@ -263,13 +268,19 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, rounds, nsN, ns
 		}
 		return out
 	}
-	deleteEach := func(namespaces []string) []time.Duration {
+	// deleteEach deletes the VPCs of each namespace in turn, and returns
+	// how long each deletion took and the first deletion.
+	deleteEach := func(namespaces []string) ([]time.Duration, bulkDeletion) {
 		took := make([]time.Duration, len(namespaces))
+		var first bulkDeletion
 		for i, ns := range namespaces {
-			took[i] = deleteAll(ns)
-			s.dropNamespaces(ctx, t, ns)
+			d := deleteAll(vpcs.Resource, ns)
+			if i == 0 {
+				first = d
+			}
+			took[i] = d.took
 		}
-		return took
+		return took, first
 	}
 	// What kcp and the webhook spent on each namespace deletion.
 	var nsCosts []string
@@ -307,7 +318,7 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, rounds, nsN, ns
 		s.populateBulk(ctx, t, nsFreeAlone[r], nsN)
 	}
 	waitAged(t, time.Now())
-	allFreeTook := deleteEach(allFree)
+	allFreeTook, allFreeFirst := deleteEach(allFree)
 	nsFreeTook, nsFreeAloneTook := make([]time.Duration, nsRounds), make([]time.Duration, nsRounds)
 	for r := range nsRounds {
 		nsFreeTook[r] = deleteNamespace(nsFree[r], r == 0)
@@ -317,11 +328,18 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, rounds, nsN, ns
 	// The rule.
 	allRule := phase("old-all-rule", allN, rounds)
 	nsEvents, nsNoEvents := phase("old-ns-events", nsN, nsRounds), phase("old-ns-noevents", nsN, nsRounds)
+	// The twins: as many Subnets, a type of the same provider that no rule
+	// protects, created with the VPCs and deleted in alternation with them,
+	// so that the drift of the host between phases does not enter the
+	// comparison.
+	allTwin := phase("old-all-twin", allN, rounds)
 	s.protect(ctx, t, s.standard)
 	tracked := s.waitTracked(ctx, t, s.standard)
 	clearedBefore := s.counter(t, clearancesWritten)
-	for _, ns := range allRule {
+	for r, ns := range allRule {
 		s.populateFormer(ctx, t, ns, allN)
+		s.createNamespace(ctx, t, allTwin[r])
+		createObjects(t, s.dyn, subnets, allTwin[r], allN, func(i int) (string, map[string]any) { return fmt.Sprintf("subnet-%05d", i), map[string]any{} })
 	}
 	for r := range nsRounds {
 		s.populateBulk(ctx, t, nsEvents[r], nsN)
@@ -338,7 +356,30 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, rounds, nsN, ns
 	cleared := s.waitCleared(t, clearedBefore, allN*rounds)
 
 	before := s.decisions(t)
-	allRuleTook := deleteEach(allRule)
+	allRuleTook, allTwinTook := make([]time.Duration, rounds), make([]time.Duration, rounds)
+	var allRuleFirst, allTwinFirst bulkDeletion
+	for r := range rounds {
+		// The order alternates too: the second deletion of a pair may pay
+		// for what the first left kcp to do.
+		twin := func() {
+			d := deleteAll(subnets.Resource, allTwin[r])
+			if r == 0 {
+				allTwinFirst = d
+			}
+			allTwinTook[r] = d.took
+		}
+		if r%2 == 0 {
+			twin()
+		}
+		d := deleteAll(vpcs.Resource, allRule[r])
+		if r == 0 {
+			allRuleFirst = d
+		}
+		allRuleTook[r] = d.took
+		if r%2 == 1 {
+			twin()
+		}
+	}
 	allRuleVia := fmt.Sprintf("%.0f / %s", cleared, s.decisions(t).since(before))
 	if cleared+s.counter(t, allowedViaHorizon)-before.horizon < float64(allN*rounds) {
 		t.Logf("kubectl delete --all with the rule: not every DELETE cleared or decided via horizon (%s); %s", allRuleVia, s.whyNotHorizon(ctx, t, nsEvents[0], "vpc-00000"))
@@ -371,7 +412,7 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, rounds, nsN, ns
 		s.populateFormer(ctx, t, ns, allN)
 	}
 	waitAged(t, time.Now())
-	allFreeAfterTook := deleteEach(allFreeAfter)
+	allFreeAfterTook, allFreeAfterFirst := deleteEach(allFreeAfter)
 	allFreeMedian, allRuleMedian := median(append(slices.Clone(allFreeTook), allFreeAfterTook...)), median(allRuleTook)
 
 	row := func(what string, n int, free, rule time.Duration, via string) string {
@@ -381,18 +422,27 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, rounds, nsN, ns
 		"| deletion | N | no rule | with the rule | ratio | with the rule: objects cleared (`--all`: before it; a namespace: while it was deleted) / DELETEs decided via teardown / horizon / revision / live / index / in-flight |",
 		"|---|---|---|---|---|---|",
 		row(fmt.Sprintf("`kubectl delete vpcs --all` of N VPCs no longer referenced (the VM that referenced each was deleted), the median of %d such deletions; no rule: the median of %d before the rule and %d after it", rounds, rounds, rounds), allN, allFreeMedian, allRuleMedian, allRuleVia),
+		row(fmt.Sprintf("the same deletions with the rule against `kubectl delete subnets --all` of N Subnets (a type of the same provider that no rule protects, created with the VPCs) in alternation with them, while the rule is in place; the median of %d each", rounds), allN, median(allTwinTook), allRuleMedian, allRuleVia),
 		row(fmt.Sprintf("namespace of N VPCs and N VMs referencing them, deleted while a second such namespace stays; the consumer accepted the network provider's events claim; the median of %d", nsRounds), nsN, median(nsFreeTook), median(nsEventsTook), eventsCounts.String()),
 		row(fmt.Sprintf("same, the events claim rejected (the webhook cannot ask whether the namespace is being deleted); deleted after the namespace above, as the second namespace without the rule; the median of %d", nsRounds), nsN, median(nsFreeAloneTook), median(nsNoEventsTook), noEventsCounts.String()),
 		"",
 		fmt.Sprintf("The namespaces took %s s without the rule and %s s with it and the events claim; the second of each pair %s s without the rule and %s s with it, the claim rejected (objects cleared and decisions: of every deletion).",
 			seconds(nsFreeTook), seconds(nsEventsTook), seconds(nsFreeAloneTook), seconds(nsNoEventsTook)),
-		fmt.Sprintf("`kubectl delete vpcs --all` took %s s without the rule before it, %s s with the rule (cleared objects: of every deletion) and %s s without the rule after it.", seconds(allFreeTook), seconds(allRuleTook), seconds(allFreeAfterTook)),
-		fmt.Sprintf("What kcp measured during the first `kubectl delete vpcs --all` of each phase, without the rule, before: %s; with the rule: %s; without the rule, after: %s.", kcpTimes[0], kcpTimes[rounds], kcpTimes[2*rounds]),
-		fmt.Sprintf("CPU used meanwhile (kcp's process_cpu_seconds_total; the others' /proc/<pid>/stat) without the rule, before: %s; with the rule: %s; without the rule, after: %s.", cpu[0], cpu[rounds], cpu[2*rounds]),
+		fmt.Sprintf("`kubectl delete vpcs --all` took %s s without the rule before it, %s s with the rule (cleared objects: of every deletion) and %s s without the rule after it; `kubectl delete subnets --all`, alternated with those with the rule (the Subnets first in the first round), %s s.",
+			seconds(allFreeTook), seconds(allRuleTook), seconds(allFreeAfterTook), seconds(allTwinTook)),
+		fmt.Sprintf("What kcp measured during the first `kubectl delete vpcs --all` of each phase, without the rule, before: %s; with the rule: %s; without the rule, after: %s; and during the first `kubectl delete subnets --all`: %s.", allFreeFirst.kcp, allRuleFirst.kcp, allFreeAfterFirst.kcp, allTwinFirst.kcp),
+		fmt.Sprintf("CPU used meanwhile (kcp's process_cpu_seconds_total; the others' /proc/<pid>/stat) without the rule, before: %s; with the rule: %s; without the rule, after: %s; the Subnets: %s.", allFreeFirst.cpu, allRuleFirst.cpu, allFreeAfterFirst.cpu, allTwinFirst.cpu),
 		fmt.Sprintf("During the first namespace deletion of each kind (CPU as above; kcp's requests for VPCs and VMs and its webhook calls, per object of the namespace; the webhook's time per decision, dependency_webhook_decision_duration_seconds): %s.", strings.Join(nsCosts, ". ")),
 		"Cleared: objects the elected replica cleared (dependency_webhook_clearances_total{result=\"cleared\"}), whose DELETE kcp admits without calling the webhook; during a namespace's deletion, a write the deletion makes useless. " +
 			"Decisions: dependency_webhook_decisions_total by via (every outcome) and outcome=\"in-flight\" during the deletion; horizon: allowed without reading dependents, the index being current past the object's horizon; " +
 			"teardown: an item of kcp's teardown decided from the index once kcp refused a dry-run Event in the namespace; live: dependents read; index: denied from the index (the VM was not deleted yet; kcp retries the item).", ""}
+}
+
+// bulkDeletion is one kubectl delete --all: how long it took, and what kcp
+// measured and the processes used meanwhile.
+type bulkDeletion struct {
+	took     time.Duration
+	kcp, cpu string
 }
 
 // claimEvents has the consumer accept (or reject) the events claim of the
