@@ -358,26 +358,24 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, rounds, nsN, ns
 	before := s.decisions(t)
 	allRuleTook, allTwinTook := make([]time.Duration, rounds), make([]time.Duration, rounds)
 	var allRuleFirst, allTwinFirst bulkDeletion
+	// deleteRound deletes the objects of resource in ns as round r, into
+	// took and, in the first round, first.
+	deleteRound := func(resource, ns string, r int, took []time.Duration, first *bulkDeletion) {
+		d := deleteAll(resource, ns)
+		if r == 0 {
+			*first = d
+		}
+		took[r] = d.took
+	}
 	for r := range rounds {
 		// The order alternates too: the second deletion of a pair may pay
 		// for what the first left kcp to do.
-		twin := func() {
-			d := deleteAll(subnets.Resource, allTwin[r])
-			if r == 0 {
-				allTwinFirst = d
-			}
-			allTwinTook[r] = d.took
-		}
 		if r%2 == 0 {
-			twin()
+			deleteRound(subnets.Resource, allTwin[r], r, allTwinTook, &allTwinFirst)
 		}
-		d := deleteAll(vpcs.Resource, allRule[r])
-		if r == 0 {
-			allRuleFirst = d
-		}
-		allRuleTook[r] = d.took
+		deleteRound(vpcs.Resource, allRule[r], r, allRuleTook, &allRuleFirst)
 		if r%2 == 1 {
-			twin()
+			deleteRound(subnets.Resource, allTwin[r], r, allTwinTook, &allTwinFirst)
 		}
 	}
 	allRuleVia := fmt.Sprintf("%.0f / %s", cleared, s.decisions(t).since(before))
