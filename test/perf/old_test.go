@@ -224,8 +224,8 @@ func (s *setup) populateFormer(ctx context.Context, t *testing.T, ns string, n i
 // nothing references any more (each was referenced by a VM that was
 // deleted), rounds times in each phase (and, with the rule, as many
 // deletions of Subnets, which no rule protects, in alternation with them),
-// and the deletion of a namespace of
-// nsN VPCs and nsN VMs referencing them, with the rule where the consumer
+// and the deletion of a namespace of nsN VPCs and nsN VMs referencing
+// them, with the rule where the consumer
 // accepted the events claim of the network provider's APIExport and where
 // it rejected it (then the webhook cannot ask kcp whether the namespace is
 // being deleted, a dry-run Event through that export's virtual workspace,
@@ -268,17 +268,22 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, rounds, nsN, ns
 		}
 		return out
 	}
+	// deleteRound deletes the objects of resource in ns as round r, into
+	// took and, in the first round, first.
+	deleteRound := func(resource, ns string, r int, took []time.Duration, first *bulkDeletion) {
+		d := deleteAll(resource, ns)
+		if r == 0 {
+			*first = d
+		}
+		took[r] = d.took
+	}
 	// deleteEach deletes the VPCs of each namespace in turn, and returns
 	// how long each deletion took and the first deletion.
 	deleteEach := func(namespaces []string) ([]time.Duration, bulkDeletion) {
 		took := make([]time.Duration, len(namespaces))
 		var first bulkDeletion
-		for i, ns := range namespaces {
-			d := deleteAll(vpcs.Resource, ns)
-			if i == 0 {
-				first = d
-			}
-			took[i] = d.took
+		for r, ns := range namespaces {
+			deleteRound(vpcs.Resource, ns, r, took, &first)
 		}
 		return took, first
 	}
@@ -358,15 +363,6 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, rounds, nsN, ns
 	before := s.decisions(t)
 	allRuleTook, allTwinTook := make([]time.Duration, rounds), make([]time.Duration, rounds)
 	var allRuleFirst, allTwinFirst bulkDeletion
-	// deleteRound deletes the objects of resource in ns as round r, into
-	// took and, in the first round, first.
-	deleteRound := func(resource, ns string, r int, took []time.Duration, first *bulkDeletion) {
-		d := deleteAll(resource, ns)
-		if r == 0 {
-			*first = d
-		}
-		took[r] = d.took
-	}
 	for r := range rounds {
 		// The order alternates too: the second deletion of a pair may pay
 		// for what the first left kcp to do.

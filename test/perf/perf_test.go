@@ -44,7 +44,9 @@
 //     (MEASURE_OLD_ALL_N), the median of 3 such deletions
 //     (MEASURE_OLD_ALL_ROUNDS) with the rule against the median of as many
 //     without it before the rule and after it (against the drift of kcp's
-//     state over a run), and namespaces of 2,000 VPCs and VMs
+//     state over a run), and against as many deletions of Subnets, which
+//     no rule protects, in alternation with them while the rule is in
+//     place (against the drift between phases), and namespaces of 2,000 VPCs and VMs
 //     referencing them (MEASURE_OLD_NS_N), with the rule where the
 //     consumer accepted the network provider's events claim and where it
 //     rejected it, the median of 3 of each (MEASURE_OLD_NS_ROUNDS);
