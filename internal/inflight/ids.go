@@ -7,6 +7,10 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/opendefensecloud/dependency-controller/internal/index/store"
 )
 
 // An admission id is 16 hex digits: the time the webhook made it (16 bits
@@ -92,4 +96,15 @@ func ValidID(s string) bool {
 		}
 	}
 	return true
+}
+
+// RevisionID returns the admission id of a write of the dependent with uid
+// admitted on its revision resourceVersion, or of its CREATE if
+// resourceVersion is empty: the id under which the webhook records the
+// references of a write that cannot carry the admission label (a write
+// through the status subresource, or of a type whose dependents are not
+// labelled). An index counts it as landed once it has seen the dependent
+// change from that revision, or go (see store.RevisionID).
+func RevisionID(uid types.UID, resourceVersion string) string {
+	return store.RevisionID(uid, resourceVersion)
 }

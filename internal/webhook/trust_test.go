@@ -530,6 +530,13 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		Expect(err.Error()).To(ContainSubstring("it is being deleted"))
 	})
 
+	It("closes the race between a status write that adds a reference and the DELETE of the VPC it names", func(ctx context.Context) {
+		// A status write cannot carry the admission label: the check of new
+		// references records the reference under the id of the revision
+		// the write was admitted on, which the index sees end.
+		statusRace(ctx, adminCfg, vpcGVR, applianceGVR, "status-race", 200)
+	})
+
 	It("decides the items of a namespace's teardown from the index, once kcp says the namespace is being deleted", func(ctx context.Context) {
 		c := cli.Cluster(consumer)
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "teardown"}}

@@ -632,8 +632,11 @@ func Validating(ws *Workspace, cluster logicalcluster.Name, opts Options) *admis
 		cfg.Webhooks = append(cfg.Webhooks, wh)
 	}
 	if len(ws.Dependents) > 0 {
+		// The check of new references records those of the types whose
+		// dependents cannot be labelled on the objects they name, except
+		// in a dry run.
 		wh := webhook(ReferencesWebhookName, WebhookURL(opts.URL, cluster), opts.FailurePolicy,
-			rules(ws.Dependents, ws.StatusReferences, admissionregistrationv1.Create, admissionregistrationv1.Update), admissionregistrationv1.SideEffectClassNone)
+			rules(ws.Dependents, ws.StatusReferences, admissionregistrationv1.Create, admissionregistrationv1.Update), admissionregistrationv1.SideEffectClassNoneOnDryRun)
 		if len(ws.ReferenceFields) > 0 {
 			wh.MatchConditions = append(wh.MatchConditions, admissionregistrationv1.MatchCondition{Name: ReferencesConditionName, Expression: ReferencesCondition(ws.ReferenceFields)})
 		}

@@ -630,7 +630,7 @@ func TestValidating(t *testing.T) {
 			deleteRule("other.io", "vpcs", "v1"))
 	}
 	references := func(url string, ca []byte, timeout int32, failure admissionregistrationv1.FailurePolicyType) admissionregistrationv1.ValidatingWebhook {
-		return validatingWebhook(ReferencesWebhookName, url, ca, timeout, failure, admissionregistrationv1.SideEffectClassNone,
+		return validatingWebhook(ReferencesWebhookName, url, ca, timeout, failure, admissionregistrationv1.SideEffectClassNoneOnDryRun,
 			[]admissionregistrationv1.MatchCondition{{Name: ReferencesConditionName, Expression: ReferencesCondition([]string{"spec", "status"})}},
 			writeRule("net.io", []string{"gateways"}, "v1"),
 			writeRule("net.io", []string{"routers", "routers/status"}, "v1", "v2"))
@@ -681,7 +681,7 @@ func TestValidating(t *testing.T) {
 			cluster: "c1",
 			opts:    Options{URL: base, TimeoutSeconds: 5, FailurePolicy: admissionregistrationv1.Fail},
 			want: []admissionregistrationv1.ValidatingWebhook{
-				validatingWebhook(ReferencesWebhookName, base+"/c1", nil, 5, admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNone, nil,
+				validatingWebhook(ReferencesWebhookName, base+"/c1", nil, 5, admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNoneOnDryRun, nil,
 					writeRule("compute.io", []string{"virtualmachines"}, "v1")),
 			},
 		},
@@ -721,7 +721,7 @@ func TestValidating(t *testing.T) {
 			cluster: "c1",
 			opts:    Options{URL: base, TimeoutSeconds: 5, FailurePolicy: admissionregistrationv1.Fail},
 			want: []admissionregistrationv1.ValidatingWebhook{
-				validatingWebhook(ReferencesWebhookName, base+"/c1", nil, 5, admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNone,
+				validatingWebhook(ReferencesWebhookName, base+"/c1", nil, 5, admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNoneOnDryRun,
 					[]admissionregistrationv1.MatchCondition{{Name: ReferencesConditionName, Expression: ReferencesCondition([]string{"spec"})}},
 					writeRule("compute.io", []string{"virtualmachines"}, "v1")),
 			},

@@ -229,12 +229,16 @@ func (a *assembly) serve(ctx context.Context) ([]manager.Runnable, error) {
 		deletionOpts = append(deletionOpts, deletion.WithRecorder(recs))
 	}
 	deletions := deletion.NewValidator(a.reg, a.readiness, a.ix, deletionOpts...)
-	validator := references.NewReferenceValidator(a.reg, a.readiness, a.ix, verifier, a.opts.RequestTimeout, a.metrics, references.WithGracePeriod(a.gracePeriod()), references.WithMaxReferences(a.opts.MaxReferencesPerObject))
+	// One writer of ledgers records the references of both handlers, so
+	// that their writes of one object never race each other.
+	recording := a.recording(recs, verifier)
+	validator := references.NewReferenceValidator(a.reg, a.readiness, a.ix, verifier, a.opts.RequestTimeout, a.metrics, references.WithGracePeriod(a.gracePeriod()),
+		references.WithMaxReferences(a.opts.MaxReferencesPerObject), references.WithRevisionMarks(recording, a.reg))
 	handler := webhook.Handler{
 		Deletion:   deletions,
 		References: validator,
 		Records:    guard.NewRecordGuard(a.self, a.metrics),
-		Labels:     references.NewLabelMutator(a.reg, a.readiness, a.metrics, references.WithRecording(a.recording(recs, verifier))),
+		Labels:     references.NewLabelMutator(a.reg, a.readiness, a.metrics, references.WithRecording(recording)),
 		Admitted:   guard.NewLedgerGuard(a.self, a.metrics),
 		// kcp answers whether the user who sets skip-protection may delete
 		// the object through the protected provider's virtual workspace.

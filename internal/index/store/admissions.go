@@ -59,22 +59,27 @@ func (s *Store) SetAdmissionMemory(d time.Duration) {
 }
 
 // admitted records the admission ids of dependents the reflector of a
-// shard stored (listed, added, updated or deleted); values that are not
-// ids are ignored. It is called after the dependents are stored, so that
-// once Admitted reports an id, lookups see the dependent that carried it
-// (or its deletion).
-func (s *Store) admitted(ids ...string) {
+// shard stored (listed, added, updated or deleted), and the ids of the
+// revisions it saw end (see RevisionID), as numbers; values of ids that
+// are not ids are ignored. It is called after the dependents are stored,
+// so that once Admitted reports an id, lookups see the dependent that
+// carried it (or its deletion, or its revision after the one an id names).
+func (s *Store) admitted(revisions []uint64, ids ...string) {
+	for _, id := range ids {
+		if n, ok := parseAdmission(id); ok {
+			revisions = append(revisions, n)
+		}
+	}
+	if len(revisions) == 0 {
+		return
+	}
 	a := &s.admissions
 	a.lock.Lock()
 	defer a.lock.Unlock()
 	now := s.now().UnixNano()
 	a.forget(now)
 	added := false
-	for _, id := range ids {
-		n, ok := parseAdmission(id)
-		if !ok {
-			continue
-		}
+	for _, n := range revisions {
 		if _, known := a.first[n]; known {
 			continue
 		}

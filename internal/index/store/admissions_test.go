@@ -143,7 +143,7 @@ func TestAdmittedIsBounded(t *testing.T) {
 	for i := range maxAdmissions + 10 {
 		ids = append(ids, fmt.Sprintf("%016x", i))
 	}
-	s.admitted(ids...)
+	s.admitted(nil, ids...)
 	if n := len(s.admissions.first); n != maxAdmissions {
 		t.Errorf("%d ids remembered, want %d", n, maxAdmissions)
 	}
@@ -155,7 +155,7 @@ func TestAdmittedIsBounded(t *testing.T) {
 	}
 	// Forgetting them all leaves the queue small.
 	clock.advance(DefaultAdmissionMemory)
-	s.admitted("0123456789abcdef")
+	s.admitted(nil, "0123456789abcdef")
 	if n, q := len(s.admissions.first), len(s.admissions.order)-s.admissions.head; n != 1 || q != 1 || cap(s.admissions.order) > 64 {
 		t.Errorf("after the memory: %d ids, %d queued, queue capacity %d", n, q, cap(s.admissions.order))
 	}
@@ -220,10 +220,10 @@ func TestAdoptAdmissions(t *testing.T) {
 	clock := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	old, s := New(nil), New(nil)
 	old.now, s.now = clock.now, clock.now
-	old.admitted("0123456789abcdef")
+	old.admitted(nil, "0123456789abcdef")
 	clock.advance(time.Minute)
-	s.admitted("fedcba9876543210")
-	old.admitted("fedcba9876543210", "00000000000000ff")
+	s.admitted(nil, "fedcba9876543210")
+	old.admitted(nil, "fedcba9876543210", "00000000000000ff")
 
 	waited := make(chan bool)
 	go func() {

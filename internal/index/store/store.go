@@ -40,7 +40,7 @@ type scope struct {
 }
 
 // entry is what the store keeps of one dependent, as compact as it can be
-// (80 bytes, plus 32 per reference and the name): the scope is an interned
+// (88 bytes, plus 32 per reference and the name): the scope is an interned
 // handle, since the dependents of a namespace share it, and so is the
 // namespace a reference names, a referenced name is stored once per cluster
 // however many dependents reference it (see share), and a UID that is a
@@ -51,6 +51,9 @@ type entry struct {
 	uid   uid
 	// terminating is set once the dependent has a deletionTimestamp.
 	terminating bool
+	// revision stands for the id of writes admitted on the revision the
+	// entry was read at (see RevisionID).
+	revision uint64
 	// refs are the strings found at the source's paths, with the index of
 	// the path; kept to unlink the entry from the reverse index.
 	refs []ref
@@ -179,6 +182,7 @@ func toEntry(o *Object) *entry {
 		name:        o.Name,
 		uid:         newUID(o.UID),
 		terminating: o.DeletionTimestamp != nil,
+		revision:    revisionKey(string(o.UID), o.ResourceVersion),
 	}
 	n := 0
 	for _, values := range o.Values {
@@ -485,11 +489,13 @@ func (s *shardStore) Add(obj any) error {
 	if err != nil {
 		return err
 	}
+	e := toEntry(o)
 	s.store.lock.Lock()
-	s.store.put(s.shard, toEntry(o))
+	old := s.store.objects[s.shard][e.key()]
+	s.store.put(s.shard, e)
 	s.store.lock.Unlock()
 	s.stored.Store(true)
-	s.store.admitted(o.Admission)
+	s.store.admitted(revised(nil, old, e), o.Admission)
 	s.store.notify(o.Cluster)
 	return nil
 }
@@ -505,11 +511,13 @@ func (s *shardStore) Delete(obj any) error {
 	if err != nil {
 		return err
 	}
+	k := objKey{scope: scopeOf(o), name: o.Name}
 	s.store.lock.Lock()
-	s.store.remove(s.shard, objKey{scope: scopeOf(o), name: o.Name})
+	old := s.store.objects[s.shard][k]
+	s.store.remove(s.shard, k)
 	s.store.lock.Unlock()
 	s.stored.Store(true)
-	s.store.admitted(o.Admission)
+	s.store.admitted(revised(nil, old, nil), o.Admission)
 	s.store.notify(o.Cluster)
 	return nil
 }
@@ -531,13 +539,24 @@ func (s *shardStore) Replace(list []any, resourceVersion string) error {
 	}
 	s.store.lowerProgress(s.shard, resourceVersion)
 	s.store.lock.Lock()
+	olds := s.store.objects[s.shard]
 	s.store.dropShard(s.shard)
+	var revisions []uint64
+	listed := make(map[objKey]bool, len(entries))
 	for _, e := range entries {
+		k := e.key()
+		listed[k] = true
+		revisions = revised(revisions, olds[k], e)
 		s.store.put(s.shard, e)
+	}
+	for k, old := range olds {
+		if !listed[k] {
+			revisions = revised(revisions, old, nil)
+		}
 	}
 	s.store.lock.Unlock()
 	s.store.setProgress(s.shard, resourceVersion, true, true)
-	s.store.admitted(ids...)
+	s.store.admitted(revisions, ids...)
 	s.synced()
 	s.store.notify("")
 	return nil

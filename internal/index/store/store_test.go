@@ -280,7 +280,7 @@ func TestStoreKeepsOnlyWhatDecisionsNeed(t *testing.T) {
 		t.Fatal("vm-1 is not stored")
 	}
 	want := entry{scope: unique.Make(scope{cluster: "c1", namespace: "default"}), name: "vm-1", uid: uid{other: unique.Make("uid-vm-1")},
-		refs: []ref{{path: 0, value: "vpc-a"}}}
+		revision: revisionKey("uid-vm-1", ""), refs: []ref{{path: 0, value: "vpc-a"}}}
 	if !reflect.DeepEqual(*e, want) {
 		t.Errorf("stored %+v, want %+v", *e, want)
 	}

@@ -140,56 +140,95 @@ func (m *LabelMutator) record(ctx context.Context, req admission.Request, obj *w
 	if fresh {
 		id = r.IDs.New(identity, now)
 	}
+	mk := m.marker()
+	out, resp, _ := mk.mark(ctx, req.Kind.Kind, obj, refs.added, id, fresh, guards, now)
+	if resp != nil {
+		return "", nil, resp
+	}
+	warnings = append(warnings, missingWarnings(req.Kind.Kind, name, obj.Namespace, out.missing, r.GracePeriod)...)
+	if !out.any {
+		return previous, warnings, nil
+	}
+	return id, warnings, nil
+}
+
+// marker records the references that one write adds on the objects they
+// name, under one admission id: for the LabelMutator, under the id it sets
+// on the dependent; for the ReferenceValidator, under the id of the
+// revision the write was admitted on (see inflight.RevisionID).
+type marker struct {
+	r           *Recording
+	metrics     *webhook.Metrics
+	concurrency int
+}
+
+func (m *LabelMutator) marker() marker {
+	return marker{r: m.recording, metrics: m.metrics, concurrency: m.concurrency}
+}
+
+// markedRefs is what recording the references of a write came to.
+type markedRefs struct {
+	// any is set if a reference was recorded on an object.
+	any bool
+	// missing are the references that name no object that exists.
+	missing []reference
+}
+
+// mark records the references added, which the dependent kind named obj
+// adds, under id (concurrency objects at a time; those of many references
+// to one namespace after one LIST of them). It returns the response that
+// refuses the write, if any, and its outcome: denied if an object it
+// references is being deleted or its deletion is deferred, an error if a
+// reference could not be recorded (to be retried). A refused write's marks
+// are withdrawn if the id is fresh: made for this admission alone.
+func (mk marker) mark(ctx context.Context, kind string, obj *webhook.Subject, added []reference, id string, fresh bool, guards []registry.Guard, now time.Time) (markedRefs, *admission.Response, string) {
+	r := mk.r
+	name := obj.DisplayName()
 	ctx, cancel := webhook.WithBudget(ctx, r.Timeout)
 	defer cancel()
 	// The targets of many references to one namespace are read with one
 	// LIST, so that their writes need not read them first; one that does
 	// not exist has nothing to record.
-	found := make([]bool, len(refs.added))
-	listed, err := listTargets(ctx, r.Targets, obj.Cluster, refs.added, m.concurrency, func(i int, raw []byte, o kcp.Meta) {
+	found := make([]bool, len(added))
+	listed, err := listTargets(ctx, r.Targets, obj.Cluster, added, mk.concurrency, func(i int, raw []byte, o kcp.Meta) {
 		found[i] = true
-		r.Ledgers.Prime(inflight.Target{Source: refs.added[i].target, Cluster: obj.Cluster, Namespace: o.Namespace, Name: o.Name}, raw)
+		r.Ledgers.Prime(inflight.Target{Source: added[i].target, Cluster: obj.Cluster, Namespace: o.Namespace, Name: o.Name}, raw)
 	})
 	if err != nil {
-		m.metrics.ReferenceRecorded(RecordFailed)
-		log.FromContext(ctx).Error(err, "Failed to read the objects a write adds references to", "cluster", obj.Cluster, "references", len(refs.added))
-		resp := webhook.Unavailable(fmt.Sprintf("could not record that %s %q references the %d objects it adds references to (reading them failed: %v); retry", req.Kind.Kind, name, len(refs.added), err))
-		return "", nil, &resp
+		mk.metrics.ReferenceRecorded(RecordFailed)
+		log.FromContext(ctx).Error(err, "Failed to read the objects a write adds references to", "cluster", obj.Cluster, "references", len(added))
+		resp := webhook.Unavailable(fmt.Sprintf("could not record that %s %q references the %d objects it adds references to (reading them failed: %v); retry", kind, name, len(added), err))
+		return markedRefs{}, &resp, webhook.DecisionError
 	}
-	outcomes := make([]recorded, len(refs.added))
-	if i, err := each(ctx, len(refs.added), m.concurrency, func(ctx context.Context, i int) error {
+	outcomes := make([]recorded, len(added))
+	if i, err := each(ctx, len(added), mk.concurrency, func(ctx context.Context, i int) error {
 		if listed[i] && !found[i] {
-			m.metrics.ReferenceRecorded(RecordMissing)
+			mk.metrics.ReferenceRecorded(RecordMissing)
 			outcomes[i].missing = true
 			return nil
 		}
 		var err error
-		outcomes[i], err = m.recordOne(ctx, req.Kind.Kind, name, obj, refs.added[i], id, guards, now)
+		outcomes[i], err = mk.recordOne(ctx, kind, name, obj, added[i], id, guards, now)
 		return err
 	}); err != nil {
-		m.withdraw(ctx, id, fresh, outcomes)
-		return "", nil, m.recordFailed(ctx, req.Kind.Kind, name, obj, refs.added[i], err)
+		mk.withdraw(ctx, id, fresh, outcomes)
+		return markedRefs{}, mk.recordFailed(ctx, kind, name, obj, added[i], err), webhook.DecisionError
 	}
-	anyRecorded := false
+	var out markedRefs
 	var problems []string
-	var missing []reference
 	for i, o := range outcomes {
-		anyRecorded = anyRecorded || o.any
+		out.any = out.any || o.any
 		problems = append(problems, o.problems...)
 		if o.missing {
-			missing = append(missing, refs.added[i])
+			out.missing = append(out.missing, added[i])
 		}
 	}
 	if len(problems) > 0 {
-		m.withdraw(ctx, id, fresh, outcomes)
+		mk.withdraw(ctx, id, fresh, outcomes)
 		resp := denied(problems)
-		return "", nil, &resp
+		return markedRefs{}, &resp, webhook.DecisionDenied
 	}
-	warnings = append(warnings, missingWarnings(req.Kind.Kind, name, obj.Namespace, missing, r.GracePeriod)...)
-	if !anyRecorded {
-		return previous, warnings, nil
-	}
-	return id, warnings, nil
+	return out, nil, webhook.DecisionAllowed
 }
 
 // recorded is what recording one reference came to.
@@ -213,11 +252,11 @@ type recorded struct {
 // holds DELETEs back until MaxInFlight has passed. Only an id generated
 // for this admission (fresh) is withdrawn: one found on the object may be
 // another request's, whose marks are its own.
-func (m *LabelMutator) withdraw(ctx context.Context, id string, fresh bool, outcomes []recorded) {
+func (mk marker) withdraw(ctx context.Context, id string, fresh bool, outcomes []recorded) {
 	if !fresh {
 		return
 	}
-	r := m.recording
+	r := mk.r
 	var marked []inflight.Target
 	for _, o := range outcomes {
 		marked = append(marked, o.marked...)
@@ -225,14 +264,14 @@ func (m *LabelMutator) withdraw(ctx context.Context, id string, fresh bool, outc
 	if len(marked) == 0 {
 		return
 	}
-	if _, err := each(ctx, len(marked), m.concurrency, func(ctx context.Context, i int) error {
+	if _, err := each(ctx, len(marked), mk.concurrency, func(ctx context.Context, i int) error {
 		t := marked[i]
 		if err := r.Ledgers.Withdraw(ctx, t, id, r.Landed(t.Source)); err != nil {
 			log.FromContext(ctx).Error(err, "Failed to withdraw the mark of a refused write; it holds DELETEs of the object back until it expires",
 				"cluster", t.Cluster, "target", t.Source, "namespace", t.Namespace, "name", t.Name)
 			return nil
 		}
-		m.metrics.ReferenceRecorded(RecordWithdrawn)
+		mk.metrics.ReferenceRecorded(RecordWithdrawn)
 		return nil
 	}); err != nil {
 		log.FromContext(ctx).Error(err, "Failed to withdraw the marks of a refused write")
@@ -244,8 +283,8 @@ func (m *LabelMutator) withdraw(ctx context.Context, id string, fresh bool, outc
 // no namespace, the objects of that name in every namespace), counting the
 // result of each in the metrics. It fails if the reference could not be
 // recorded; the write must then be refused, to be retried.
-func (m *LabelMutator) recordOne(ctx context.Context, kind, name string, obj *webhook.Subject, ref reference, id string, guards []registry.Guard, now time.Time) (recorded, error) {
-	r := m.recording
+func (mk marker) recordOne(ctx context.Context, kind, name string, obj *webhook.Subject, ref reference, id string, guards []registry.Guard, now time.Time) (recorded, error) {
+	r := mk.r
 	targets := []inflight.Target{{Source: ref.target, Cluster: obj.Cluster, Namespace: ref.namespace, Name: ref.name}}
 	if ref.namespace == "" && r.Targets.State(ref.target).Namespaced {
 		objs, err := r.Targets.Lookup(ctx, ref.target, obj.Cluster, "", ref.name)
@@ -263,7 +302,7 @@ func (m *LabelMutator) recordOne(ctx context.Context, kind, name string, obj *we
 		res, err := r.Ledgers.Record(ctx, t, id, r.Landed(t.Source))
 		switch {
 		case err != nil && apierrors.IsForbidden(err) && untracked(guards, ref.target, now) && !errors.Is(err, inflight.ErrMayBeCleared):
-			m.metrics.ReferenceRecorded(RecordUntracked)
+			mk.metrics.ReferenceRecorded(RecordUntracked)
 			// Admitted unrecorded, but checked: kcp spares the
 			// ReferenceValidator a write with another reference recorded.
 			objs, err := r.Targets.Lookup(ctx, ref.target, obj.Cluster, t.Namespace, t.Name)
@@ -279,18 +318,18 @@ func (m *LabelMutator) recordOne(ctx context.Context, kind, name string, obj *we
 		case err != nil:
 			return recorded{}, err
 		case res.Missing:
-			m.metrics.ReferenceRecorded(RecordMissing)
+			mk.metrics.ReferenceRecorded(RecordMissing)
 		default:
 			exist++
 			if !res.Object.Terminating {
 				out.marked = append(out.marked, t)
 			}
 			if p := problemOf(kind, name, obj.Namespace, ref, res.Object, r.Records); p != "" {
-				m.metrics.ReferenceRecorded(RecordRefused)
+				mk.metrics.ReferenceRecorded(RecordRefused)
 				out.problems = append(out.problems, p)
 				continue
 			}
-			m.metrics.ReferenceRecorded(RecordRecorded)
+			mk.metrics.ReferenceRecorded(RecordRecorded)
 			out.any = true
 		}
 	}
@@ -299,8 +338,8 @@ func (m *LabelMutator) recordOne(ctx context.Context, kind, name string, obj *we
 }
 
 // recordFailed is the answer when a reference could not be recorded.
-func (m *LabelMutator) recordFailed(ctx context.Context, kind, name string, obj *webhook.Subject, ref reference, err error) *admission.Response {
-	m.metrics.ReferenceRecorded(RecordFailed)
+func (mk marker) recordFailed(ctx context.Context, kind, name string, obj *webhook.Subject, ref reference, err error) *admission.Response {
+	mk.metrics.ReferenceRecorded(RecordFailed)
 	log.FromContext(ctx).Error(err, "Failed to record a reference on the object it names", "cluster", obj.Cluster, "target", ref.target, "name", ref.name)
 	msg := fmt.Sprintf("could not record that %s %q references %s %s (%v); retry", kind, name, ref.target.Resource.Resource, ref.describe(obj.Namespace), err)
 	switch {

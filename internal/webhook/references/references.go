@@ -19,6 +19,7 @@ import (
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/inflight"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
@@ -86,6 +87,11 @@ type ReferenceValidator struct {
 	concurrency int
 	// grace is the audit's grace period, for the warnings; 0 if unknown.
 	grace time.Duration
+	// recording and labelling, if set, record the references of the types
+	// that cannot be labelled (see WithRevisionMarks).
+	recording *Recording
+	labelling LabellingFinder
+	now       func() time.Time
 }
 
 // ValidatorOption configures a ReferenceValidator.
@@ -107,6 +113,27 @@ func WithMaxReferences(n int) ValidatorOption {
 	}
 }
 
+// WithRevisionMarks has the ReferenceValidator record every reference that
+// a write of a dependent whose type cannot be labelled (labelling says
+// why: a reference in the status, or rules of the type that name different
+// exports or versions) adds on the object it names, before it answers, as
+// the LabelMutator records those of the other types: under the id of the
+// revision the write was admitted on, or of the dependent's CREATE (see
+// inflight.RevisionID), since neither a write through the status
+// subresource nor a validating webhook can set the admission label. kube-
+// apiserver stores an UPDATE only over the revision it admitted it on, so
+// the index knows such a reference landed (or never will) once it sees the
+// dependent change from that revision; the DELETE of the object waits for
+// it, or refuses while it is in flight (see package inflight). It refuses
+// a new reference to an object being deleted as the check does without
+// it. Dry runs record nothing, and marks are never withdrawn: two writes
+// admitted on one revision share an id.
+func WithRevisionMarks(r Recording, labelling LabellingFinder) ValidatorOption {
+	return func(v *ReferenceValidator) {
+		v.recording, v.labelling = &r, labelling
+	}
+}
+
 // NewReferenceValidator returns a validator that finds rules in rules,
 // waits until readiness reports them loaded, reads targets through
 // targets (DefaultConcurrency at a time), within timeout per request (none
@@ -115,7 +142,7 @@ func WithMaxReferences(n int) ValidatorOption {
 // (none are honoured if nil), and records checks in metrics (if not nil).
 func NewReferenceValidator(rules GuardFinder, readiness webhook.Readiness, targets Targets, records Verifier, timeout time.Duration, metrics *webhook.Metrics, opts ...ValidatorOption) *ReferenceValidator {
 	v := &ReferenceValidator{rules: rules, readiness: readiness, targets: targets, records: records, timeout: timeout, metrics: metrics,
-		limit: limit{max: DefaultMaxReferences}, concurrency: DefaultConcurrency}
+		limit: limit{max: DefaultMaxReferences}, concurrency: DefaultConcurrency, now: time.Now}
 	for _, o := range opts {
 		o(v)
 	}
@@ -183,11 +210,50 @@ func (v *ReferenceValidator) handle(ctx context.Context, req admission.Request) 
 	if resp, ok := webhook.Misdirected(ctx, log.FromContext(ctx), v.targets.Serves, guards[0].Dependent, obj.Cluster, v.timeout); !ok {
 		return resp, webhook.DecisionError
 	}
+	if id, ok := v.revisionID(req, obj, gr); ok {
+		mk := marker{r: v.recording, metrics: v.metrics, concurrency: v.concurrency}
+		out, resp, outcome := mk.mark(ctx, req.Kind.Kind, obj, refs.added, id, false, guards, v.now())
+		if resp != nil {
+			return *resp, outcome
+		}
+		return admission.Allowed("").WithWarnings(append(warnings, missingWarnings(req.Kind.Kind, obj.DisplayName(), obj.Namespace, out.missing, v.grace)...)...), webhook.DecisionAllowed
+	}
 	resp, outcome := v.checkTargets(ctx, req.Kind.Kind, obj, refs.added)
 	if resp.Allowed {
 		resp = withWarnings(resp, warnings)
 	}
 	return resp, outcome
+}
+
+// revisionID returns the id under which the references a write adds are
+// recorded (see WithRevisionMarks), if they are: the write is not a dry
+// run, and the labelling webhook does not record them, since the
+// dependent's type cannot be labelled. An UPDATE is named by the UID and
+// the resourceVersion of its old object, the stored state it was admitted
+// on; a CREATE by the UID that kube-apiserver gave the object before it
+// called validating webhooks.
+func (v *ReferenceValidator) revisionID(req admission.Request, obj *webhook.Subject, gr schema.GroupResource) (string, bool) {
+	if v.recording == nil || req.DryRun != nil && *req.DryRun {
+		return "", false
+	}
+	if l, ok := v.labelling.Labelling(registry.Target{Cluster: obj.Provider, Resource: gr}); ok && l.Labellable {
+		return "", false
+	}
+	uid, rv := obj.UID, ""
+	if req.Operation == admissionv1.Update {
+		old, err := kcp.ReadMeta(req.OldObject.Raw)
+		if err != nil {
+			return "", false
+		}
+		uid, rv = old.UID, old.ResourceVersion
+		if rv == "" {
+			return "", false
+		}
+	}
+	if uid == "" {
+		return "", false
+	}
+	return inflight.RevisionID(uid, rv), true
 }
 
 // withWarnings returns resp with warnings added.
