@@ -204,7 +204,7 @@ func (r *Reporter) inEffect(ctx context.Context, rule *registry.Rule) string {
 	}
 	l, ok := r.rules.Labelling(registry.Target{Cluster: rule.Key.Cluster, Resource: rule.Dependent.Resource.GroupResource()})
 	if !ok || !l.Labellable {
-		return "The dependents cannot be labelled, and only the labelling webhook records references"
+		return "The dependents cannot be labelled: the check of new references records their references, but nothing probes it, so allowed deletes are confirmed with a live read"
 	}
 	perShard := r.dependents.DependentPerShard(rule.Dependent)
 	if len(perShard) == 0 {

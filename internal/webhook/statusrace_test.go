@@ -39,7 +39,7 @@ type statusRound struct {
 // (whose rule reads the reference at .status.vpc) in a namespace of the
 // workspace that cfg reaches, then, 16 rounds at a time, writes each
 // dependent's status to reference its VPC and deletes that VPC at the same
-// moment (the DELETE up to 20 ms later). No VPC may be deleted after the
+// moment (one up to 20 or 500 ms after the other). No VPC may be deleted after the
 // status write that references it was stored: where both succeed, the
 // VPC's deletion (the revision of its watch event) must come first.
 func statusRace(ctx context.Context, cfg *rest.Config, vpcGVR, dependentGVR schema.GroupVersionResource, namespace string, rounds int) {
@@ -92,16 +92,25 @@ func statusRace(ctx context.Context, cfg *rest.Config, vpcGVR, dependentGVR sche
 	parallel(func(i int) {
 		r, d := all[i], dependents[i]
 		Expect(unstructured.SetNestedField(d.Object, r.vpc, "status", "vpc")).To(Succeed())
-		lag := time.Duration(i%21) * time.Millisecond
+		// In even rounds the DELETE leaves up to 20 ms after the write; in
+		// odd ones the write up to 500 ms after the DELETE (whose decision
+		// reads the dependents live, slower when 16 rounds read at once),
+		// so that the rounds cover every interleaving of the two
+		// admissions.
+		writeLag, deleteLag := time.Duration(i/2%21)*25*time.Millisecond, time.Duration(0)
+		if i%2 == 0 {
+			writeLag, deleteLag = 0, time.Duration(i/2%21)*time.Millisecond
+		}
 		gate := make(chan struct{})
 		var both sync.WaitGroup
 		both.Go(func() {
 			<-gate
+			time.Sleep(writeLag)
 			r.writeErr = c.Status().Update(ctx, d)
 		})
 		both.Go(func() {
 			<-gate
-			time.Sleep(lag)
+			time.Sleep(deleteLag)
 			r.deleteErr = c.Delete(ctx, newObject(vpcGVR, namespace, r.vpc, nil))
 		})
 		close(gate)
