@@ -101,20 +101,8 @@ func statusRace(ctx context.Context, cfg *rest.Config, vpcGVR, dependentGVR sche
 		if i%2 == 0 {
 			writeLag, deleteLag = 0, time.Duration(i/2%21)*time.Millisecond
 		}
-		gate := make(chan struct{})
-		var both sync.WaitGroup
-		both.Go(func() {
-			<-gate
-			time.Sleep(writeLag)
-			r.writeErr = c.Status().Update(ctx, d)
-		})
-		both.Go(func() {
-			<-gate
-			time.Sleep(deleteLag)
-			r.deleteErr = c.Delete(ctx, newObject(vpcGVR, namespace, r.vpc, nil))
-		})
-		close(gate)
-		both.Wait()
+		kcpenv.Together(writeLag, func() { r.writeErr = c.Status().Update(ctx, d) },
+			deleteLag, func() { r.deleteErr = c.Delete(ctx, newObject(vpcGVR, namespace, r.vpc, nil)) })
 		if r.writeErr == nil {
 			rv, err := strconv.ParseInt(d.GetResourceVersion(), 10, 64)
 			Expect(err).NotTo(HaveOccurred())

@@ -1159,20 +1159,9 @@ var _ = Describe("Trust boundary", Ordered, func() {
 			// that the rounds cover the interleavings of the two
 			// admissions.
 			lag := time.Duration(i%21-10) * time.Millisecond
-			gate := make(chan struct{})
-			var both sync.WaitGroup
-			both.Go(func() {
-				<-gate
-				time.Sleep(-lag)
-				r.createErr = tenant.Create(ctx, dependent)
-			})
-			both.Go(func() {
-				<-gate
-				time.Sleep(lag)
-				r.deleteErr = deleteObject(ctx, cli.Cluster(consumer), vmGVR, "default", r.vm)
-			})
-			close(gate)
-			both.Wait()
+			// A negative delay is none.
+			kcpenv.Together(-lag, func() { r.createErr = tenant.Create(ctx, dependent) },
+				lag, func() { r.deleteErr = deleteObject(ctx, cli.Cluster(consumer), vmGVR, "default", r.vm) })
 			if r.createErr == nil {
 				rv, err := strconv.ParseInt(dependent.GetResourceVersion(), 10, 64)
 				Expect(err).NotTo(HaveOccurred())

@@ -22,6 +22,7 @@ import (
 	"github.com/kcp-dev/logicalcluster/v3"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
 )
 
 // concurrentRounds is how many times the concurrent race sends a VM's
@@ -123,19 +124,8 @@ func concurrentRace(ctx context.Context, prefix string, rounds int, cleared bool
 				// calling the webhook, so that some leave after the VM's
 				// reference was recorded.
 				lag := time.Duration(i%21) * lagStep
-				gate := make(chan struct{})
-				var both sync.WaitGroup
-				both.Go(func() {
-					<-gate
-					r.createErr = cli.Cluster(r.ws).Create(ctx, dependent)
-				})
-				both.Go(func() {
-					<-gate
-					time.Sleep(lag)
-					r.deleteErr = cli.Cluster(r.ws).Delete(ctx, target)
-				})
-				close(gate)
-				both.Wait()
+				kcpenv.Together(0, func() { r.createErr = cli.Cluster(r.ws).Create(ctx, dependent) },
+					lag, func() { r.deleteErr = cli.Cluster(r.ws).Delete(ctx, target) })
 				if r.createErr == nil {
 					rv, err := strconv.ParseInt(dependent.GetResourceVersion(), 10, 64)
 					Expect(err).NotTo(HaveOccurred())

@@ -90,22 +90,14 @@ func (s *setup) race(ctx context.Context, t *testing.T, n int, p *protection) (s
 		// The DELETE leaves up to 20 ms after the CREATE, so that the
 		// rounds cover every interleaving of the two admissions.
 		lag := time.Duration(i%21) * time.Millisecond
-		gate := make(chan struct{})
-		var both sync.WaitGroup
-		both.Go(func() {
-			<-gate
+		kcpenv.Together(0, func() {
 			created, err := s.dyn.Resource(vms).Namespace(ns).Create(ctx, newObject(vms, ns, r.vm, vmSpec(r.vpc)), metav1.CreateOptions{})
 			if r.createErr = err; err == nil {
 				r.vmRevision, r.createErr = strconv.ParseInt(created.GetResourceVersion(), 10, 64)
 			}
-		})
-		both.Go(func() {
-			<-gate
-			time.Sleep(lag)
+		}, lag, func() {
 			r.deleteErr = s.dyn.Resource(vpcs).Namespace(ns).Delete(ctx, r.vpc, metav1.DeleteOptions{})
 		})
-		close(gate)
-		both.Wait()
 		return nil
 	}))
 	took := time.Since(start)

@@ -38,24 +38,24 @@ func revisionKey(uid, resourceVersion string) uint64 {
 	return binary.BigEndian.Uint64(sum[:8])
 }
 
-// revised records, after the reflector of a shard replaced the entry old
-// of a dependent with new (nil: none), the ids of revisions it has seen
-// end (see RevisionID): that of old, unless new is the same dependent at
-// the same revision, and the id of new's CREATE if it is another
-// dependent than old.
-func revised(keys []uint64, old, new *entry) []uint64 {
-	if old != nil && old.uid == (uid{}) {
-		old = nil
+// revised returns keys with the ids of the revisions that the reflector of
+// a shard ended when it replaced the entry before of a dependent with after
+// (nil: none; see RevisionID): that of before, unless after is the same
+// dependent at the same revision, and the id of after's CREATE if it is
+// another dependent than before.
+func revised(keys []uint64, before, after *entry) []uint64 {
+	if before != nil && before.uid == (uid{}) {
+		before = nil
 	}
-	if new != nil && new.uid == (uid{}) {
-		new = nil
+	if after != nil && after.uid == (uid{}) {
+		after = nil
 	}
-	sameUID := old != nil && new != nil && old.uid == new.uid
-	if old != nil && !(sameUID && old.revision == new.revision) {
-		keys = append(keys, old.revision)
+	sameUID := before != nil && after != nil && before.uid == after.uid
+	if before != nil && (!sameUID || before.revision != after.revision) {
+		keys = append(keys, before.revision)
 	}
-	if new != nil && !sameUID {
-		keys = append(keys, revisionKey(string(new.uid.String()), ""))
+	if after != nil && !sameUID {
+		keys = append(keys, revisionKey(string(after.uid.String()), ""))
 	}
 	return keys
 }

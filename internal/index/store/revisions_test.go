@@ -7,11 +7,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// revisionOf returns the dependent name in c1 with uid at resourceVersion.
-func revisionOf(t testing.TB, name string, uid types.UID, resourceVersion string) *Object {
+// revisionOf returns the dependent "vm" in c1 with uid at resourceVersion.
+func revisionOf(t testing.TB, uid types.UID, resourceVersion string) *Object {
 	t.Helper()
-	o, err := Decode(fmt.Appendf(nil, `{"metadata":{"name":%q,"namespace":"default","uid":%q,"resourceVersion":%q,"annotations":{"kcp.io/cluster":"c1"}},"spec":{}}`,
-		name, uid, resourceVersion), nil)
+	o, err := Decode(fmt.Appendf(nil, `{"metadata":{"name":"vm","namespace":"default","uid":%q,"resourceVersion":%q,"annotations":{"kcp.io/cluster":"c1"}},"spec":{}}`,
+		uid, resourceVersion), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,15 +88,15 @@ func TestRevisions(t *testing.T) {
 				var err error
 				switch st.do {
 				case "add":
-					err = r.Add(revisionOf(t, "vm", st.uid, st.rv))
+					err = r.Add(revisionOf(t, st.uid, st.rv))
 				case "update":
-					err = r.Update(revisionOf(t, "vm", st.uid, st.rv))
+					err = r.Update(revisionOf(t, st.uid, st.rv))
 				case "delete":
-					err = r.Delete(revisionOf(t, "vm", st.uid, st.rv))
+					err = r.Delete(revisionOf(t, st.uid, st.rv))
 				case "list":
 					var list []any
 					if st.uid != "" {
-						list = append(list, revisionOf(t, "vm", st.uid, st.rv))
+						list = append(list, revisionOf(t, st.uid, st.rv))
 					}
 					err = r.Replace(list, "100")
 				}

@@ -23,10 +23,13 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 )
 
-// withRevision sets the UID of the request's object and old object, and
-// the resourceVersion of its old object (the stored state an UPDATE was
-// admitted on).
-func withRevision(t *testing.T, req admission.Request, uid types.UID, oldRV string) admission.Request {
+// revisionUID is the UID of the dependents of withRevision.
+const revisionUID = types.UID("6f1c2a3b-0d4e-4f5a-8b6c-7d8e9f0a1b2c")
+
+// withRevision sets the UID of the request's object and old object to
+// revisionUID, and the resourceVersion of its old object (the stored state
+// an UPDATE was admitted on).
+func withRevision(t *testing.T, req admission.Request, oldRV string) admission.Request {
 	t.Helper()
 	set := func(raw []byte, path, value string) []byte {
 		out, err := jsonparser.Set(raw, []byte(`"`+value+`"`), "metadata", path)
@@ -35,9 +38,9 @@ func withRevision(t *testing.T, req admission.Request, uid types.UID, oldRV stri
 		}
 		return out
 	}
-	req.Object.Raw = set(req.Object.Raw, "uid", string(uid))
+	req.Object.Raw = set(req.Object.Raw, "uid", string(revisionUID))
 	if req.OldObject.Raw != nil {
-		req.OldObject.Raw = set(set(req.OldObject.Raw, "uid", string(uid)), "resourceVersion", oldRV)
+		req.OldObject.Raw = set(set(req.OldObject.Raw, "uid", string(revisionUID)), "resourceVersion", oldRV)
 	}
 	return req
 }
@@ -47,7 +50,7 @@ func withRevision(t *testing.T, req admission.Request, uid types.UID, oldRV stri
 // the write was admitted on (an UPDATE) or of the dependent's CREATE, and
 // refuses those it could not record or that name an object being deleted.
 func TestReferenceValidatorRecordsRevisionMarks(t *testing.T) {
-	const uid = types.UID("6f1c2a3b-0d4e-4f5a-8b6c-7d8e9f0a1b2c")
+	const uid = revisionUID
 	notLabellable := map[registry.Target]registry.Labelling{vmsOfProvider: {Reason: "a reference lies in the status"}}
 	forbidden := apierrors.NewForbidden(vpcs.GroupResource(), "vpc-a", errors.New("no"))
 	tests := []struct {
@@ -66,36 +69,36 @@ func TestReferenceValidatorRecordsRevisionMarks(t *testing.T) {
 		wantReads bool
 	}{
 		{name: "a CREATE: the id of the CREATE",
-			req:     withRevision(t, writeRequest("default", "vm-1", vpcRef("vpc-a"), nil, false), uid, ""),
+			req:     withRevision(t, writeRequest("default", "vm-1", vpcRef("vpc-a"), nil, false), ""),
 			ledgers: &fakeLedgers{}, wantMarks: map[string][]string{"default/vpc-a": {inflight.RevisionID(uid, "")}}},
 		{name: "an UPDATE: the id of the revision it was admitted on",
-			req:     withRevision(t, writeRequest("default", "vm-1", vpcRef("vpc-b"), vpcRef("vpc-a"), false), uid, "42"),
+			req:     withRevision(t, writeRequest("default", "vm-1", vpcRef("vpc-b"), vpcRef("vpc-a"), false), "42"),
 			ledgers: &fakeLedgers{}, wantMarks: map[string][]string{"default/vpc-b": {inflight.RevisionID(uid, "42")}}},
 		{name: "an UPDATE that keeps its references records nothing",
-			req:     withRevision(t, writeRequest("default", "vm-1", map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}, "cpu": 2}, vpcRef("vpc-a"), false), uid, "42"),
+			req:     withRevision(t, writeRequest("default", "vm-1", map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}, "cpu": 2}, vpcRef("vpc-a"), false), "42"),
 			ledgers: &fakeLedgers{}},
 		{name: "a dry run records nothing, and reads",
 			req: func() admission.Request {
-				r := withRevision(t, writeRequest("default", "vm-1", vpcRef("vpc-a"), nil, false), uid, "")
+				r := withRevision(t, writeRequest("default", "vm-1", vpcRef("vpc-a"), nil, false), "")
 				r.DryRun = ptr.To(true)
 				return r
 			}(),
 			ledgers: &fakeLedgers{}, targets: map[string]kcp.Meta{"consumer|default/vpc-a": {Namespace: "default", Name: "vpc-a"}}, wantReads: true},
 		{name: "a type that can be labelled is recorded by the labelling webhook: read only",
-			req:        withRevision(t, writeRequest("default", "vm-1", vpcRef("vpc-a"), nil, false), uid, ""),
+			req:        withRevision(t, writeRequest("default", "vm-1", vpcRef("vpc-a"), nil, false), ""),
 			labellable: true, ledgers: &fakeLedgers{}, targets: map[string]kcp.Meta{"consumer|default/vpc-a": {Namespace: "default", Name: "vpc-a"}}, wantReads: true},
 		{name: "an object being deleted refuses the write, and its mark stays",
-			req:     withRevision(t, writeRequest("default", "vm-1", vpcRef("vpc-a"), vpcRef(""), false), uid, "7"),
+			req:     withRevision(t, writeRequest("default", "vm-1", vpcRef("vpc-a"), vpcRef(""), false), "7"),
 			ledgers: &fakeLedgers{terminating: map[string]bool{"default/vpc-a": true}}, wantCode: http.StatusForbidden, wantMsg: "it is being deleted",
 			wantMarks: map[string][]string{"default/vpc-a": {inflight.RevisionID(uid, "7")}}},
 		{name: "a missing object is allowed with a warning",
-			req:     withRevision(t, writeRequest("default", "vm-1", vpcRef("vpc-a"), nil, false), uid, ""),
+			req:     withRevision(t, writeRequest("default", "vm-1", vpcRef("vpc-a"), nil, false), ""),
 			ledgers: &fakeLedgers{missing: map[string]bool{"default/vpc-a": true}}, wantWarnings: `references vpcs "vpc-a", which does not exist`},
 		{name: "a reference that could not be recorded refuses the write, to be retried",
-			req:     withRevision(t, writeRequest("default", "vm-1", vpcRef("vpc-a"), nil, false), uid, ""),
+			req:     withRevision(t, writeRequest("default", "vm-1", vpcRef("vpc-a"), nil, false), ""),
 			ledgers: &fakeLedgers{err: errors.New("boom")}, wantCode: http.StatusServiceUnavailable, wantMsg: "boom"},
 		{name: "a write the webhook may not make, under a rule whose references are not tracked, is checked by reading",
-			req:     withRevision(t, writeRequest("default", "vm-1", vpcRef("vpc-a"), nil, false), uid, ""),
+			req:     withRevision(t, writeRequest("default", "vm-1", vpcRef("vpc-a"), nil, false), ""),
 			ledgers: &fakeLedgers{err: forbidden}, targets: map[string]kcp.Meta{"consumer|default/vpc-a": {Namespace: "default", Name: "vpc-a", Terminating: true}},
 			wantCode: http.StatusForbidden, wantMsg: "it is being deleted", wantReads: true},
 		{name: "a CREATE without a UID is checked by reading",
