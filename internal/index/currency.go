@@ -94,7 +94,9 @@ func leastCurrency(w watch) (time.Time, int) {
 
 // Admitted returns when the index first saw the admission id (the value of
 // the label depv1alpha1.LabelAdmission) on a dependent of src: in a list,
-// or a watch event that added, changed or deleted it. An id is remembered
+// or a watch event that added, changed or deleted it; or, for the id of a
+// revision (store.RevisionID), the dependent change from that revision or
+// go, or, for the id of a CREATE, the dependent at all. An id is remembered
 // for AdmissionMemory after it was first seen (and at most 2^18 ids per
 // source, the oldest forgotten first); a source whose paths changed keeps
 // what it had seen.

@@ -9,7 +9,8 @@
 // stored what it read (Progress), and, from samples of each shard's
 // resourceVersion, until when everything stored on the shard is in it
 // (Currency). And it remembers for a while the admission ids it has seen
-// on dependents (Admitted).
+// on dependents, and the ids of the revisions of dependents it has seen end
+// (Admitted, RevisionID).
 package store
 
 import (
