@@ -3,6 +3,7 @@ package store
 import (
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
@@ -99,6 +100,37 @@ func BenchmarkIndexMemory(b *testing.B) {
 					b.Fatalf("Len() = %d", s.Len())
 				}
 				runtime.KeepAlive(s)
+			}
+		})
+	}
+}
+
+// BenchmarkUpdate measures storing one watch event of a dependent that
+// changed (a new resourceVersion) with n dependents indexed: the entry is
+// replaced in the reverse index, and the revision it ended is remembered
+// (see RevisionID).
+func BenchmarkUpdate(b *testing.B) {
+	paths := []fieldpath.Reference{vpcRef, nics}
+	for _, n := range []int{1000, 100000} {
+		s := New(nil)
+		fill(b, s, paths, n)
+		shard := s.ForShard("shard-1", func() {})
+		revisions := make([]*Object, 64)
+		for i := range revisions {
+			o, err := Decode([]byte(strings.Replace(vmJSON(0, "vpc-0"), `"resourceVersion":"1000"`, fmt.Sprintf(`"resourceVersion":"%d"`, 5000000+i), 1)), paths)
+			if err != nil {
+				b.Fatal(err)
+			}
+			revisions[i] = o
+		}
+		b.Run(fmt.Sprintf("dependents=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if err := shard.Update(revisions[i%len(revisions)]); err != nil {
+					b.Fatal(err)
+				}
+				i++
 			}
 		})
 	}

@@ -496,7 +496,8 @@ func (s *shardStore) Add(obj any) error {
 	s.store.put(s.shard, e)
 	s.store.lock.Unlock()
 	s.stored.Store(true)
-	s.store.admitted(revised(nil, old, e), o.Admission)
+	var keys [2]uint64
+	s.store.admitted(revised(keys[:0], old, e), o.Admission)
 	s.store.notify(o.Cluster)
 	return nil
 }
@@ -518,7 +519,8 @@ func (s *shardStore) Delete(obj any) error {
 	s.store.remove(s.shard, k)
 	s.store.lock.Unlock()
 	s.stored.Store(true)
-	s.store.admitted(revised(nil, old, nil), o.Admission)
+	var keys [1]uint64
+	s.store.admitted(revised(keys[:0], old, nil), o.Admission)
 	s.store.notify(o.Cluster)
 	return nil
 }
