@@ -545,15 +545,13 @@ func (s *shardStore) Replace(list []any, resourceVersion string) error {
 	olds := s.store.objects[s.shard]
 	s.store.dropShard(s.shard)
 	var revisions []uint64
-	listed := make(map[objKey]bool, len(entries))
 	for _, e := range entries {
-		k := e.key()
-		listed[k] = true
-		revisions = revised(revisions, olds[k], e)
+		revisions = revised(revisions, olds[e.key()], e)
 		s.store.put(s.shard, e)
 	}
+	listed := s.store.objects[s.shard]
 	for k, old := range olds {
-		if !listed[k] {
+		if _, ok := listed[k]; !ok {
 			revisions = revised(revisions, old, nil)
 		}
 	}
