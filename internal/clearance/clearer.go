@@ -222,7 +222,7 @@ func (c *Clearer) Pass(ctx context.Context) int {
 	work := make(chan candidate)
 	// The namespaces of which kcp could not tell in this pass whether they
 	// are being deleted (kcp.ObjectKey); they are not asked again.
-	var unknown sync.Map
+	var unknown cannotTell
 	var workers sync.WaitGroup
 	var n atomic.Int64
 	for range c.opts.Workers {
@@ -356,8 +356,8 @@ func (c *Clearer) list(ctx context.Context, p registry.Protection, full bool, wo
 // deleted only with it), is being deleted. Options.Namespaces remembers
 // its answers (a namespace being deleted for minutes, one that is not for
 // seconds); a namespace of which kcp cannot tell, noted in unknown, is
-// asked once per pass.
-func (c *Clearer) doomed(ctx context.Context, cand candidate, unknown *sync.Map) bool {
+// asked once per pass, also when the pass's workers come to it together.
+func (c *Clearer) doomed(ctx context.Context, cand candidate, unknown *cannotTell) bool {
 	logger := log.FromContext(ctx).WithValues("resource", cand.src.Resource.GroupResource(), "cluster", cand.meta.Cluster,
 		"namespace", cand.meta.Namespace, "name", cand.meta.Name)
 	if c.opts.Teardowns != nil && c.opts.Teardowns.TearingDown(cand.meta.Cluster, cand.meta.Namespace, cand.src.Resource.GroupResource()) {
@@ -371,19 +371,38 @@ func (c *Clearer) doomed(ctx context.Context, cand candidate, unknown *sync.Map)
 	if namespace == "" {
 		namespace = teardown.WorkspaceNamespace
 	}
-	key := kcp.ObjectKey{Cluster: cand.meta.Cluster, Name: namespace}
-	if _, ok := unknown.Load(key); ok {
+	asking := unknown.of(kcp.ObjectKey{Cluster: cand.meta.Cluster, Name: namespace})
+	asking.Lock()
+	defer asking.Unlock()
+	if asking.unknown {
 		return false
 	}
 	terminating, err := c.opts.Namespaces.NamespaceTerminating(ctx, cand.src, cand.meta.Cluster, namespace)
 	switch {
 	case err != nil:
-		unknown.Store(key, struct{}{})
+		asking.unknown = true
 		logger.V(1).Info("Clearing without knowing whether the namespace is being deleted", "error", err.Error())
 	case terminating:
 		logger.V(1).Info("Not clearing an object that a teardown is deleting", "by", "kcp")
 	}
 	return terminating
+}
+
+// cannotTell notes, for one pass, the namespaces of which kcp cannot tell
+// whether they are being deleted. Its entries also serialise the questions
+// about one namespace, so that workers that come to it together ask once.
+type cannotTell struct{ namespaces sync.Map } // kcp.ObjectKey -> *namespaceAsk
+
+// namespaceAsk is the questions about one namespace in one pass.
+type namespaceAsk struct {
+	sync.Mutex
+	// unknown is set once kcp could not tell.
+	unknown bool
+}
+
+func (ct *cannotTell) of(key kcp.ObjectKey) *namespaceAsk {
+	a, _ := ct.namespaces.LoadOrStore(key, &namespaceAsk{})
+	return a.(*namespaceAsk)
 }
 
 // listed is an object as listed, with its ledger read once.
