@@ -338,6 +338,10 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, rounds, nsN, ns
 	// so that the drift of the host between phases does not enter the
 	// comparison.
 	allTwin := phase("old-all-twin", allN, rounds)
+	// And the namespaces': as many Subnets and VMs that reference nothing,
+	// whose DELETEs call no webhook, deleted in alternation with the
+	// namespaces under the rule.
+	nsTwin := phase("old-ns-twin", nsN, nsRounds)
 	s.protect(ctx, t, s.standard)
 	tracked := s.waitTracked(ctx, t, s.standard)
 	clearedBefore := s.counter(t, clearancesWritten)
@@ -349,6 +353,7 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, rounds, nsN, ns
 	for r := range nsRounds {
 		s.populateBulk(ctx, t, nsEvents[r], nsN)
 		s.populateBulk(ctx, t, nsNoEvents[r], nsN)
+		s.populateTwin(ctx, t, nsTwin[r], nsN)
 	}
 	populated := time.Now()
 	// A first allowed DELETE has the webhook probe kcp's admission for the
@@ -389,12 +394,18 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, rounds, nsN, ns
 		counts.decided = counts.decided.plus(s.decisions(t).minus(before))
 		return took
 	}
-	nsEventsTook, nsNoEventsTook := make([]time.Duration, nsRounds), make([]time.Duration, nsRounds)
+	nsEventsTook, nsNoEventsTook, nsTwinTook := make([]time.Duration, nsRounds), make([]time.Duration, nsRounds), make([]time.Duration, nsRounds)
 	for r := range nsRounds {
+		if r%2 == 0 {
+			nsTwinTook[r] = deleteNamespace(nsTwin[r], r == 0)
+		}
 		nsEventsTook[r] = deleteNamespaceCounted(nsEvents[r], r == 0, &eventsCounts)
 		s.claimEvents(ctx, t, false)
 		nsNoEventsTook[r] = deleteNamespaceCounted(nsNoEvents[r], r == 0, &noEventsCounts)
 		s.claimEvents(ctx, t, true)
+		if r%2 == 1 {
+			nsTwinTook[r] = deleteNamespace(nsTwin[r], false)
+		}
 	}
 	s.protect(ctx, t, nil)
 
@@ -419,9 +430,11 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, rounds, nsN, ns
 		row(fmt.Sprintf("the same deletions with the rule against `kubectl delete subnets --all` of N Subnets (a type of the same provider that no rule protects, created with the VPCs) in alternation with them, while the rule is in place; the median of %d each", rounds), allN, median(allTwinTook), allRuleMedian, allRuleVia),
 		row(fmt.Sprintf("namespace of N VPCs and N VMs referencing them, deleted while a second such namespace stays; the consumer accepted the network provider's events claim; the median of %d", nsRounds), nsN, median(nsFreeTook), median(nsEventsTook), eventsCounts.String()),
 		row(fmt.Sprintf("same, the events claim rejected (the webhook cannot ask whether the namespace is being deleted); deleted after the namespace above, as the second namespace without the rule; the median of %d", nsRounds), nsN, median(nsFreeAloneTook), median(nsNoEventsTook), noEventsCounts.String()),
+		row(fmt.Sprintf("the namespaces with the rule and the events claim against a twin: a namespace of N Subnets and N VMs that reference nothing (no DELETE in it calls the webhook), populated with them and deleted in alternation with them (first in the first round), while the rule is in place; the median of %d each", nsRounds), nsN, median(nsTwinTook), median(nsEventsTook), eventsCounts.String()),
+		row("same, the events claim rejected, against the same twin", nsN, median(nsTwinTook), median(nsNoEventsTook), noEventsCounts.String()),
 		"",
-		fmt.Sprintf("The namespaces took %s s without the rule and %s s with it and the events claim; the second of each pair %s s without the rule and %s s with it, the claim rejected (objects cleared and decisions: of every deletion).",
-			seconds(nsFreeTook), seconds(nsEventsTook), seconds(nsFreeAloneTook), seconds(nsNoEventsTook)),
+		fmt.Sprintf("The namespaces took %s s without the rule and %s s with it and the events claim; the second of each pair %s s without the rule and %s s with it, the claim rejected (objects cleared and decisions: of every deletion); the twins, with the rule in place, %s s.",
+			seconds(nsFreeTook), seconds(nsEventsTook), seconds(nsFreeAloneTook), seconds(nsNoEventsTook), seconds(nsTwinTook)),
 		fmt.Sprintf("`kubectl delete vpcs --all` took %s s without the rule before it, %s s with the rule (cleared objects: of every deletion) and %s s without the rule after it; `kubectl delete subnets --all`, alternated with those with the rule (the Subnets first in the first round), %s s.",
 			seconds(allFreeTook), seconds(allRuleTook), seconds(allFreeAfterTook), seconds(allTwinTook)),
 		fmt.Sprintf("What kcp measured during the first `kubectl delete vpcs --all` of each phase, without the rule, before: %s; with the rule: %s; without the rule, after: %s; and during the first `kubectl delete subnets --all`: %s.", allFreeFirst.kcp, allRuleFirst.kcp, allFreeAfterFirst.kcp, allTwinFirst.kcp),
@@ -430,6 +443,21 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, rounds, nsN, ns
 		"Cleared: objects the elected replica cleared (dependency_webhook_clearances_total{result=\"cleared\"}), whose DELETE kcp admits without calling the webhook; during a namespace's deletion, a write the deletion makes useless. " +
 			"Decisions: dependency_webhook_decisions_total by via (every outcome) and outcome=\"in-flight\" during the deletion; horizon: allowed without reading dependents, the index being current past the object's horizon; " +
 			"teardown: an item of kcp's teardown decided from the index once kcp refused a dry-run Event in the namespace; live: dependents read; index: denied from the index (the VM was not deleted yet; kcp retries the item).", ""}
+}
+
+// populateTwin creates the namespace ns with n Subnets (subnet-00000 on)
+// and n VMs (vm-00000 on) that reference nothing: a namespace of as many
+// objects of the same providers as one of populateBulk, none of which the
+// rule protects.
+func (s *setup) populateTwin(ctx context.Context, t *testing.T, ns string, n int) {
+	s.createNamespace(ctx, t, ns)
+	createObjects(t, s.dyn, subnets, ns, n, func(i int) (string, map[string]any) { return fmt.Sprintf("subnet-%05d", i), map[string]any{} })
+	createObjects(t, s.dyn, vms, ns, n, func(i int) (string, map[string]any) {
+		spec := vmSpec("")
+		delete(spec, "vpcRef")
+		delete(spec, "nics")
+		return fmt.Sprintf("vm-%05d", i), spec
+	})
 }
 
 // bulkDeletion is one kubectl delete --all: how long it took, and what kcp
