@@ -41,12 +41,13 @@
 //     the webhook decided the items of the namespace deletion; then the
 //     same of old objects (created more than oldAge before):
 //     kubectl delete --all of 1,000 VPCs no longer referenced
-//     (MEASURE_OLD_ALL_N), the median of 3 such deletions
+//     (MEASURE_OLD_ALL_N), the median of 5 such deletions
 //     (MEASURE_OLD_ALL_ROUNDS) with the rule against the median of as many
 //     without it before the rule and after it (against the drift of kcp's
 //     state over a run), and against as many deletions of Subnets, which
 //     no rule protects, in alternation with them while the rule is in
-//     place (against the drift between phases), and namespaces of 2,000 VPCs and VMs
+//     place (against the drift between phases; also as the median of the
+//     pairs' ratios, against the drift within the phase), and namespaces of 2,000 VPCs and VMs
 //     referencing them (MEASURE_OLD_NS_N), with the rule where the
 //     consumer accepted the network provider's events claim and where it
 //     rejected it, the median of 3 of each (MEASURE_OLD_NS_ROUNDS);
@@ -172,7 +173,7 @@ func TestMeasure(t *testing.T) {
 	bulkN := sizes(t, "MEASURE_BULK_N", 500, 1000, 2000)
 	stackN := sizes(t, "MEASURE_STACK_N", 1000)
 	raceN, hotN := size(t, "MEASURE_RACE_N", 500), size(t, "MEASURE_HOT_N", 10000)
-	oldAllN, oldAllRounds := size(t, "MEASURE_OLD_ALL_N", 1000), size(t, "MEASURE_OLD_ALL_ROUNDS", 3)
+	oldAllN, oldAllRounds := size(t, "MEASURE_OLD_ALL_N", 1000), size(t, "MEASURE_OLD_ALL_ROUNDS", 5)
 	oldNsN, oldNsRounds := size(t, "MEASURE_OLD_NS_N", 2000), size(t, "MEASURE_OLD_NS_ROUNDS", 3)
 	if oldAllRounds < 1 || oldNsRounds < 1 {
 		t.Fatalf("MEASURE_OLD_ALL_ROUNDS and MEASURE_OLD_NS_ROUNDS must be at least 1, not %d and %d", oldAllRounds, oldNsRounds)
