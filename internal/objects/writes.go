@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,6 +40,21 @@ func (c *Client) DryRunPatch(ctx context.Context, src index.Source, cluster logi
 	err := c.write(ctx, src, cluster, namespace, name, func(shard *vw.Client, path []string) error {
 		var err error
 		patched, err = shard.Patch(ctx, path, types.MergePatchType, body, url.Values{"dryRun": {metav1.DryRunAll}})
+		return err
+	})
+	return patched, err
+}
+
+// DryRunPatchStatus sends a dry-run merge patch of the status subresource
+// of the object of src named name in cluster (in namespace, if the
+// resource is namespaced) and returns the object as admission left it;
+// nothing is stored. An object that does not exist, or a resource without
+// a status subresource, is a NotFound error.
+func (c *Client) DryRunPatchStatus(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, body []byte) ([]byte, error) {
+	var patched []byte
+	err := c.write(ctx, src, cluster, namespace, name, func(shard *vw.Client, path []string) error {
+		var err error
+		patched, err = shard.Patch(ctx, append(slices.Clone(path), "status"), types.MergePatchType, body, url.Values{"dryRun": {metav1.DryRunAll}})
 		return err
 	})
 	return patched, err

@@ -14,13 +14,17 @@
 // virtual workspace that only the webhook in question would revert (a
 // throwaway scheme label of a dependent; a throwaway ledger of a protected
 // object, and then a throwaway cleared label alone, since the guard keeps
-// that label too), whose answer shows whether it ran. From the first probe that
+// that label too) or refuse (a reference of a dependent whose type cannot
+// be labelled set to a throwaway name, which the check of new references,
+// which records such references, answers with CheckProbeAnswer), whose
+// answer shows whether it ran. From the first probe that
 // shows it, it stays in effect (a shard applies configurations in order)
 // until the scheme changes, or a later probe, every few minutes, shows it
 // gone.
 //
 // The Reporter, on the webhook's elected replica, writes the rules'
-// ReferencesTracked condition: True once their dependents are labelled and
+// ReferencesTracked condition: True once their dependents are labelled (or
+// cannot be, and a probe showed the check of new references in effect) and
 // the webhook may patch every type they protect (the grant it needs to
 // record references), False naming what is missing. Its lastTransitionTime
 // is when the webhook began to record the rule's references: replicas

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
@@ -141,7 +142,10 @@ func (r *Reporter) condition(ctx context.Context, rule *registry.Rule, granted m
 			return metav1.Condition{Type: depv1alpha1.ConditionReferencesTracked, Status: status, Reason: reason, Message: msg, ObservedGeneration: generation}
 		}
 	}
-	if !rule.Labelled {
+	// The check of new references records the references of a type whose
+	// dependents cannot be labelled.
+	l, found := r.rules.Labelling(registry.Target{Cluster: rule.Key.Cluster, Resource: rule.Dependent.Resource.GroupResource()})
+	if !rule.Labelled && (!found || l.Labellable) {
 		return set(metav1.ConditionFalse, depv1alpha1.ReasonNotLabelled,
 			"The dependents are not labelled with what they reference (see DependentsLabelled): the labelling webhook records new references, so allowed deletes are confirmed with a live read"), false
 	}
@@ -186,7 +190,7 @@ func (r *Reporter) condition(ctx context.Context, rule *registry.Rule, granted m
 	if len(tracked) == 0 {
 		return set(metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "No type the rule protects is served by a workspace that binds the dependencies APIExport yet"), false
 	}
-	if msg := r.inEffect(ctx, rule); msg != "" {
+	if msg := r.inEffect(ctx, rule, l, found); msg != "" {
 		return set(metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, msg), true
 	}
 	return set(metav1.ConditionTrue, depv1alpha1.ReasonTracked, fmt.Sprintf(
@@ -195,26 +199,36 @@ func (r *Reporter) condition(ctx context.Context, rule *registry.Rule, granted m
 }
 
 // inEffect checks, on every shard that holds dependents of the rule's
-// type, that the labelling webhook with the scheme of the type's current
-// rules is in effect (see Tracker): it records the references. It returns
-// what it waits for, empty if nothing.
-func (r *Reporter) inEffect(ctx context.Context, rule *registry.Rule) string {
+// type, that the webhook that records their references is in effect (see
+// Tracker): the labelling webhook with the scheme of the type's current
+// rules (l, if found), or, for a type whose dependents cannot be labelled,
+// the check of new references for the rule's references. It returns what
+// it waits for, empty if nothing.
+func (r *Reporter) inEffect(ctx context.Context, rule *registry.Rule, l registry.Labelling, found bool) string {
 	if r.activation == nil || r.dependents == nil {
 		return ""
 	}
-	l, ok := r.rules.Labelling(registry.Target{Cluster: rule.Key.Cluster, Resource: rule.Dependent.Resource.GroupResource()})
-	if !ok || !l.Labellable {
-		return "The dependents cannot be labelled: the check of new references records their references, but nothing probes it, so allowed deletes are confirmed with a live read"
+	if !found {
+		return "Waiting for the rules of the dependent type to be registered; until then allowed deletes are confirmed with a live read"
+	}
+	webhook, key, obj := "the labelling webhook", Key{Kind: KindLabelling, Source: rule.Dependent, Scheme: l.Scheme.Fingerprint}, Object{}
+	if !l.Labellable {
+		refs := make([]fieldpath.Reference, len(rule.References))
+		for i, ref := range rule.References {
+			refs[i] = ref.Path
+		}
+		webhook, key, obj = "the check of new references", Key{Kind: KindCheck, Source: rule.Dependent, Scheme: CheckScheme(refs)}, Object{References: refs}
 	}
 	perShard := r.dependents.DependentPerShard(rule.Dependent)
 	if len(perShard) == 0 {
-		return "Waiting for a dependent to show that the labelling webhook records new references (there is none yet); until then allowed deletes are confirmed with a live read"
+		return fmt.Sprintf("Waiting for a dependent to show that %s records new references (there is none yet); until then allowed deletes are confirmed with a live read", webhook)
 	}
 	for _, url := range slices.Sorted(maps.Keys(perShard)) {
 		m := perShard[url]
-		if _, ok := r.activation.Since(ctx, Key{Kind: KindLabelling, Source: rule.Dependent, Shard: url, Scheme: l.Scheme.Fingerprint},
-			Object{Cluster: m.Cluster, Namespace: m.Namespace, Name: m.Name}); !ok {
-			return fmt.Sprintf("Waiting to see the labelling webhook of the current rules in effect on the shard of %s; until then allowed deletes are confirmed with a live read", url)
+		key.Shard = url
+		obj.Cluster, obj.Namespace, obj.Name = m.Cluster, m.Namespace, m.Name
+		if _, ok := r.activation.Since(ctx, key, obj); !ok {
+			return fmt.Sprintf("Waiting to see %s of the current rules in effect on the shard of %s; until then allowed deletes are confirmed with a live read", webhook, url)
 		}
 	}
 	return ""

@@ -2,20 +2,28 @@ package tracking
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/buger/jsonparser"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/kcp-dev/logicalcluster/v3"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 )
@@ -30,7 +38,36 @@ const (
 	// KindGuard is the guard of the ledger of admitted references, and of
 	// the label that says an object is cleared, on a protected type.
 	KindGuard Kind = "guard"
+	// KindCheck is the check of new references of a dependent type whose
+	// dependents cannot be labelled, which records their references, for
+	// the references of its current rules (Key.Scheme: CheckScheme).
+	KindCheck Kind = "check"
 )
+
+// CheckProbePrefix starts the name that a probe of the check of new
+// references sets a reference to: the check answers a dry run of the
+// webhook's own user that adds a reference to such a name with
+// CheckProbeAnswer, before it reads anything.
+const CheckProbePrefix = "dependency-probe-"
+
+// CheckProbeAnswer is the message with which the check of new references
+// refuses its probe that adds a reference to name.
+func CheckProbeAnswer(name string) string {
+	return fmt.Sprintf("the check of new references is in effect: probe %q", name)
+}
+
+// CheckScheme returns the fingerprint of the references that a probe of
+// the check of new references covers (Key.Scheme of KindCheck): another
+// set of references is another probe.
+func CheckScheme(refs []fieldpath.Reference) string {
+	names := make([]string, len(refs))
+	for i, r := range refs {
+		names[i] = r.String()
+	}
+	slices.Sort(names)
+	sum := sha256.Sum256([]byte(strings.Join(slices.Compact(names), "\n")))
+	return hex.EncodeToString(sum[:8])
+}
 
 // Key names what is probed: a webhook, for a source, on the shard whose
 // virtual workspace URL is Shard; Scheme is the fingerprint of the scheme
@@ -47,6 +84,9 @@ type Object struct {
 	Cluster   logicalcluster.Name
 	Namespace string
 	Name      string
+	// References are, for KindCheck, the references to probe the check
+	// with (those that Key.Scheme names).
+	References []fieldpath.Reference
 }
 
 // Prober sends dry-run patches; *objects.Client implements it.
@@ -54,6 +94,9 @@ type Prober interface {
 	// DryRunPatch sends a dry-run merge patch of the object and returns the
 	// object as admission left it.
 	DryRunPatch(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, body []byte) ([]byte, error)
+	// DryRunPatchStatus does the same through the status subresource; a
+	// resource without one answers NotFound.
+	DryRunPatchStatus(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, body []byte) ([]byte, error)
 }
 
 // Options configure a Tracker.
@@ -187,9 +230,66 @@ func (t *Tracker) check(ctx context.Context, key Key, obj Object) (bool, error) 
 			}
 		}
 		return true, nil
+	case KindCheck:
+		return t.checkCheck(ctx, key, obj)
 	default:
 		return false, fmt.Errorf("unknown probe %q", key.Kind)
 	}
+}
+
+// checkCheck probes the check of new references: for each top-level field
+// that the references lie in (kcp calls the check only for a write that
+// changes one of the fields its configuration names, see
+// webhookconfig.ReferencesCondition), a dry-run patch that sets one of
+// them to a throwaway name, through the status subresource for the status
+// (or, for a resource without one, the resource itself). The check is in
+// effect only if it refused every one with CheckProbeAnswer; a patch that
+// kcp stores no reference from (refused by the resource's schema, say)
+// tells nothing.
+func (t *Tracker) checkCheck(ctx context.Context, key Key, obj Object) (bool, error) {
+	if len(obj.References) == 0 {
+		return false, errors.New("no reference to probe the check of new references with")
+	}
+	byField := map[string]fieldpath.Reference{}
+	for _, r := range obj.References {
+		field := r.Name().Steps()[0]
+		if _, ok := byField[field]; !ok {
+			byField[field] = r
+		}
+	}
+	for _, field := range slices.Sorted(maps.Keys(byField)) {
+		name := CheckProbePrefix + rand.String(8)
+		body, err := json.Marshal(byField[field].Sample(name))
+		if err != nil {
+			return false, err
+		}
+		var sendErr error
+		if field == "status" {
+			_, sendErr = t.prober.DryRunPatchStatus(ctx, key.Source, obj.Cluster, obj.Namespace, obj.Name, body)
+			if apierrors.IsNotFound(sendErr) {
+				// No status subresource: the status is written with the
+				// object (or the object is gone, which the next patch
+				// tells).
+				_, sendErr = t.prober.DryRunPatch(ctx, key.Source, obj.Cluster, obj.Namespace, obj.Name, body)
+			}
+		} else {
+			_, sendErr = t.prober.DryRunPatch(ctx, key.Source, obj.Cluster, obj.Namespace, obj.Name, body)
+		}
+		switch {
+		case sendErr == nil:
+			// Admitted: the check did not run for this field.
+			return false, nil
+		case apierrors.IsForbidden(sendErr) && strings.Contains(sendErr.Error(), CheckProbeAnswer(name)):
+			// The check ran.
+		default:
+			code, reason := int32(0), metav1.StatusReason("")
+			if st, ok := sendErr.(apierrors.APIStatus); ok {
+				code, reason = st.Status().Code, st.Status().Reason
+			}
+			return false, fmt.Errorf("the probe of %s did not tell (%d %s): %w", field, code, reason, sendErr)
+		}
+	}
+	return true, nil
 }
 
 // send sends a dry-run patch of obj that sets the key name of its metadata

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -38,6 +40,56 @@ type fakeProber struct {
 	oldGuard bool
 	err      error
 	probes   int
+	// The check of new references: the top-level fields for which kcp
+	// calls it (it refuses a probe there), whether the resource has a
+	// status subresource, and an error that every write of a reference
+	// gets before admission (a schema's refusal, say).
+	checked   map[string]bool
+	noStatus  bool
+	refuseAll error
+	// sent are the check probes' patches, with "/status" before those
+	// through the status subresource.
+	sent []string
+}
+
+// checkProbe answers a probe of the check of new references as kcp would.
+func (p *fakeProber) checkProbe(body []byte, status bool) ([]byte, error) {
+	p.lock.Lock()
+	defer p.lock.Unlock()
+	gr := schema.GroupResource{Group: "compute.io", Resource: "virtualmachines"}
+	if status {
+		p.sent = append(p.sent, "/status "+string(body))
+		if p.noStatus {
+			return nil, apierrors.NewNotFound(gr, "vm-1")
+		}
+	} else {
+		p.sent = append(p.sent, string(body))
+	}
+	if p.refuseAll != nil {
+		return nil, p.refuseAll
+	}
+	var patch map[string]any
+	if err := json.Unmarshal(body, &patch); err != nil {
+		return nil, err
+	}
+	for field := range patch {
+		// A write through the status subresource changes the status
+		// alone; through the resource, all but the status of a resource
+		// that has a status subresource.
+		if status != (field == "status") && (status || !p.noStatus) {
+			continue
+		}
+		if p.checked[field] {
+			i := strings.Index(string(body), CheckProbePrefix)
+			name := string(body)[i : i+len(CheckProbePrefix)+8]
+			return nil, apierrors.NewForbidden(gr, "vm-1", errors.New(`admission webhook "references.dependencies.opendefense.cloud" denied the request: `+CheckProbeAnswer(name)))
+		}
+	}
+	return body, nil
+}
+
+func (p *fakeProber) DryRunPatchStatus(_ context.Context, _ index.Source, _ logicalcluster.Name, _, _ string, body []byte) ([]byte, error) {
+	return p.checkProbe(body, true)
 }
 
 func (p *fakeProber) set(scheme string, guard bool, err error) {
@@ -53,6 +105,9 @@ func (p *fakeProber) count() int {
 }
 
 func (p *fakeProber) DryRunPatch(_ context.Context, _ index.Source, _ logicalcluster.Name, _, _ string, body []byte) ([]byte, error) {
+	if !strings.Contains(string(body), `"metadata"`) {
+		return p.checkProbe(body, false)
+	}
 	p.lock.Lock()
 	defer p.lock.Unlock()
 	var patch struct {
@@ -157,6 +212,90 @@ func TestTrackerProbes(t *testing.T) {
 	}
 }
 
+func TestTrackerProbesTheCheck(t *testing.T) {
+	start := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	ref := func(path string) fieldpath.Reference {
+		r, err := fieldpath.ParseReference(fieldpath.ReferenceSpec{Path: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	spec, spec2, status := ref(".spec.vpcRef.name"), ref(".spec.nics[*].vpc"), ref(".status.vpc")
+	invalid := apierrors.NewInvalid(schema.GroupKind{Group: "compute.io", Kind: "VirtualMachine"}, "vm-1", nil)
+	tests := []struct {
+		name      string
+		refs      []fieldpath.Reference
+		checked   map[string]bool
+		noStatus  bool
+		refuseAll error
+		want      bool
+		wantSent  []string
+	}{
+		{"called for the spec", []fieldpath.Reference{spec}, map[string]bool{"spec": true}, false, nil, true, []string{`{"spec":{"vpcRef":{"name":"P"}}}`}},
+		{"one probe per top-level field", []fieldpath.Reference{spec2, spec}, map[string]bool{"spec": true}, false, nil, true, []string{`{"spec":{"nics":[{"vpc":"P"}]}}`}},
+		{"not called for the spec", []fieldpath.Reference{spec}, map[string]bool{"status": true}, false, nil, false, []string{`{"spec":{"vpcRef":{"name":"P"}}}`}},
+		{"called through the status subresource", []fieldpath.Reference{status}, map[string]bool{"status": true}, false, nil, true, []string{`/status {"status":{"vpc":"P"}}`}},
+		{"no status subresource: through the resource", []fieldpath.Reference{status}, map[string]bool{"status": true}, true, nil, true,
+			[]string{`/status {"status":{"vpc":"P"}}`, `{"status":{"vpc":"P"}}`}},
+		{"called for the spec but not the status", []fieldpath.Reference{status, spec}, map[string]bool{"spec": true}, false, nil, false,
+			[]string{`{"spec":{"vpcRef":{"name":"P"}}}`, `/status {"status":{"vpc":"P"}}`}},
+		{"called for both", []fieldpath.Reference{status, spec}, map[string]bool{"spec": true, "status": true}, false, nil, true,
+			[]string{`{"spec":{"vpcRef":{"name":"P"}}}`, `/status {"status":{"vpc":"P"}}`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := &fakeProber{checked: tt.checked, noStatus: tt.noStatus, refuseAll: tt.refuseAll}
+			c := &clock{t: start}
+			tr := New(p, Options{})
+			tr.now = c.now
+			key := Key{Kind: KindCheck, Source: vms, Shard: "https://shard-1/vw", Scheme: CheckScheme(tt.refs)}
+			tr.Since(context.Background(), key, Object{Cluster: "c1", Namespace: "default", Name: "vm-1", References: tt.refs})
+			got, ok := since(t, tr, key)
+			if ok != tt.want || ok && !got.Equal(start) {
+				t.Errorf("Since = %v, %v; want %v since the probe", got, ok, tt.want)
+			}
+			p.lock.Lock()
+			defer p.lock.Unlock()
+			sent := make([]string, len(p.sent))
+			for i, body := range p.sent {
+				j := strings.Index(body, CheckProbePrefix)
+				sent[i] = body[:j] + "P" + body[j+len(CheckProbePrefix)+8:]
+			}
+			if !slices.Equal(sent, tt.wantSent) {
+				t.Errorf("sent %q, want %q", sent, tt.wantSent)
+			}
+		})
+	}
+
+	t.Run("a patch refused before admission tells nothing", func(t *testing.T) {
+		p := &fakeProber{checked: map[string]bool{"spec": true}, refuseAll: invalid}
+		tr := New(p, Options{})
+		key := Key{Kind: KindCheck, Source: vms, Shard: "https://shard-1/vw", Scheme: "x"}
+		if _, err := tr.check(context.Background(), key, Object{Name: "vm-1", References: []fieldpath.Reference{spec}}); err == nil {
+			t.Error("a probe refused by the schema told")
+		}
+		if _, err := tr.check(context.Background(), key, Object{Name: "vm-1"}); err == nil {
+			t.Error("a probe without references told")
+		}
+	})
+	t.Run("another denial that names the probe's value tells nothing", func(t *testing.T) {
+		p := &fakeProber{refuseAll: apierrors.NewForbidden(schema.GroupResource{Resource: "virtualmachines"}, "vm-1", errors.New("denied: "+CheckProbePrefix))}
+		tr := New(p, Options{})
+		if _, err := tr.check(context.Background(), Key{Kind: KindCheck}, Object{Name: "vm-1", References: []fieldpath.Reference{spec}}); err == nil {
+			t.Error("a denial without the check's answer told")
+		}
+	})
+	t.Run("the scheme names the set of references", func(t *testing.T) {
+		if CheckScheme([]fieldpath.Reference{spec, status}) != CheckScheme([]fieldpath.Reference{status, spec, spec}) {
+			t.Error("the scheme depends on the order or on duplicates")
+		}
+		if CheckScheme([]fieldpath.Reference{spec}) == CheckScheme([]fieldpath.Reference{spec, status}) {
+			t.Error("two sets of references share a scheme")
+		}
+	})
+}
+
 func TestTrackerKeepsSinceAcrossRechecksAndDropsIt(t *testing.T) {
 	start := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
 	key := Key{Kind: KindGuard, Source: vpcs, Shard: "https://shard-1/vw"}
@@ -211,10 +350,12 @@ func TestTrackerNeedsAnObject(t *testing.T) {
 	}
 }
 
-// fakeRules serves rules and their guards.
+// fakeRules serves rules and their guards; the dependents can be
+// labelled unless unlabellable.
 type fakeRules struct {
-	rules  []*registry.Rule
-	guards map[kcp.ObjectKey]registry.Guard
+	rules        []*registry.Rule
+	guards       map[kcp.ObjectKey]registry.Guard
+	unlabellable bool
 }
 
 func (f *fakeRules) Rules() []*registry.Rule { return f.rules }
@@ -224,6 +365,9 @@ func (f *fakeRules) GuardOf(key kcp.ObjectKey) (registry.Guard, bool) {
 }
 func (f *fakeRules) Changes() <-chan struct{} { return nil }
 func (f *fakeRules) Labelling(registry.Target) (registry.Labelling, bool) {
+	if f.unlabellable {
+		return registry.Labelling{Reason: "a reference in the status"}, true
+	}
 	return registry.Labelling{Labellable: true, Scheme: reflabels.Scheme{Fingerprint: "s1"}}, true
 }
 
@@ -238,10 +382,15 @@ func (f fakeDependents) DependentPerShard(index.Source) map[string]kcp.Meta {
 	return out
 }
 
-// fakeActivation has the webhooks in effect on the shards in effect.
+// fakeActivation has the labelling webhook in effect on the shards it
+// names, and the check of new references where it names "check@<shard>"
+// (probed with references).
 type fakeActivation map[string]bool
 
-func (f fakeActivation) Since(_ context.Context, key Key, _ Object) (time.Time, bool) {
+func (f fakeActivation) Since(_ context.Context, key Key, obj Object) (time.Time, bool) {
+	if key.Kind == KindCheck {
+		return time.Now(), f["check@"+key.Shard] && len(obj.References) > 0 && key.Scheme == CheckScheme(obj.References)
+	}
 	return time.Now(), f[key.Shard]
 }
 
@@ -268,37 +417,57 @@ func TestReporter(t *testing.T) {
 		}
 		return g
 	}
+	statusRef, err := fieldpath.ParseReference(fieldpath.ReferenceSpec{Path: ".status.vpc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlabellable := func(name string) *registry.Rule {
+		r := rule(name, false)
+		r.References = []registry.Reference{{Target: vpcs.Resource.GroupResource(), Path: statusRef}}
+		return r
+	}
 	tests := []struct {
-		name        string
-		rule        *registry.Rule
-		guard       *registry.Guard
-		grants      fakeGrants
-		shards      fakeDependents
-		inEffect    fakeActivation
-		wantStatus  metav1.ConditionStatus
-		wantReason  string
-		wantText    string
-		wantPending bool
+		name         string
+		rule         *registry.Rule
+		guard        *registry.Guard
+		grants       fakeGrants
+		shards       fakeDependents
+		inEffect     fakeActivation
+		unlabellable bool
+		wantStatus   metav1.ConditionStatus
+		wantReason   string
+		wantText     string
+		wantPending  bool
 	}{
-		{"not labelled", rule("r", false), nil, nil, nil, nil, metav1.ConditionFalse, depv1alpha1.ReasonNotLabelled, "DependentsLabelled", false},
+		{"not labelled", rule("r", false), nil, nil, nil, nil, false, metav1.ConditionFalse, depv1alpha1.ReasonNotLabelled, "DependentsLabelled", false},
 		{"tracked: granted, and the labelling webhook in effect on every shard with dependents", rule("r", true), ptr(guard("r", vpcs, routers, index.Source{})), fakeGrants{vpcs: true, routers: true},
-			fakeDependents{"s1", "s2"}, fakeActivation{"s1": true, "s2": true}, metav1.ConditionTrue, depv1alpha1.ReasonTracked, "routers.network.io, vpcs.network.io", false},
+			fakeDependents{"s1", "s2"}, fakeActivation{"s1": true, "s2": true}, false, metav1.ConditionTrue, depv1alpha1.ReasonTracked, "routers.network.io, vpcs.network.io", false},
 		{"the labelling webhook not seen in effect on a shard yet", rule("r", true), ptr(guard("r", vpcs)), fakeGrants{vpcs: true},
-			fakeDependents{"s1", "s2"}, fakeActivation{"s1": true}, metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "in effect on the shard of s2", true},
+			fakeDependents{"s1", "s2"}, fakeActivation{"s1": true}, false, metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "in effect on the shard of s2", true},
 		{"no dependent to probe with yet", rule("r", true), ptr(guard("r", vpcs)), fakeGrants{vpcs: true},
-			nil, nil, metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "there is none yet", true},
+			nil, nil, false, metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "there is none yet", true},
 		{"a protected type without the grant", rule("r", true), ptr(guard("r", vpcs, routers)), fakeGrants{vpcs: true, routers: false},
-			fakeDependents{"s1"}, fakeActivation{"s1": true}, metav1.ConditionFalse, depv1alpha1.ReasonAccessDenied, `grant the webhook's user "dependency-webhook" patch on apiexports/content of the APIExport network.io in the workspace of routers.network.io`, false},
+			fakeDependents{"s1"}, fakeActivation{"s1": true}, false, metav1.ConditionFalse, depv1alpha1.ReasonAccessDenied, `grant the webhook's user "dependency-webhook" patch on apiexports/content of the APIExport network.io in the workspace of routers.network.io`, false},
 		{"a grant that cannot be told", rule("r", true), ptr(guard("r", vpcs)), fakeGrants{},
-			nil, nil, metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "no answer", false},
+			nil, nil, false, metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "no answer", false},
 		{"nothing bound", rule("r", true), ptr(guard("r", index.Source{})), fakeGrants{},
-			nil, nil, metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "binds", false},
+			nil, nil, false, metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "binds", false},
 		{"not registered", rule("r", true), nil, fakeGrants{},
-			nil, nil, metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "registered", false},
+			nil, nil, false, metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "registered", false},
+		{"cannot be labelled: tracked once the check of new references is seen in effect on every shard", unlabellable("r"), ptr(guard("r", vpcs)), fakeGrants{vpcs: true},
+			fakeDependents{"s1", "s2"}, fakeActivation{"check@s1": true, "check@s2": true}, true, metav1.ConditionTrue, depv1alpha1.ReasonTracked, "vpcs.network.io", false},
+		{"cannot be labelled: the check not seen in effect on a shard yet (the labelling webhook tells nothing)", unlabellable("r"), ptr(guard("r", vpcs)), fakeGrants{vpcs: true},
+			fakeDependents{"s1", "s2"}, fakeActivation{"check@s1": true, "s2": true}, true, metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "the check of new references of the current rules in effect on the shard of s2", true},
+		{"cannot be labelled: no dependent to probe with yet", unlabellable("r"), ptr(guard("r", vpcs)), fakeGrants{vpcs: true},
+			nil, nil, true, metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "the check of new references records new references (there is none yet)", true},
+		{"cannot be labelled: a protected type without the grant", unlabellable("r"), ptr(guard("r", vpcs)), fakeGrants{vpcs: false},
+			fakeDependents{"s1"}, fakeActivation{"check@s1": true}, true, metav1.ConditionFalse, depv1alpha1.ReasonAccessDenied, "patch on apiexports/content", false},
+		{"not labelled yet, though it can be: the check tells nothing", rule("r", false), ptr(guard("r", vpcs)), fakeGrants{vpcs: true},
+			fakeDependents{"s1"}, fakeActivation{"check@s1": true}, false, metav1.ConditionFalse, depv1alpha1.ReasonNotLabelled, "DependentsLabelled", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rules := &fakeRules{rules: []*registry.Rule{tt.rule}, guards: map[kcp.ObjectKey]registry.Guard{}}
+			rules := &fakeRules{rules: []*registry.Rule{tt.rule}, guards: map[kcp.ObjectKey]registry.Guard{}, unlabellable: tt.unlabellable}
 			if tt.guard != nil {
 				rules.guards[tt.rule.Key] = *tt.guard
 			}

@@ -140,7 +140,14 @@ func (c *Client) Patch(ctx context.Context, path []string, pt types.PatchType, b
 			}
 		}
 	}
-	return req.Do(ctx).Raw()
+	res := req.Do(ctx)
+	raw, err := res.Raw()
+	if err != nil {
+		// Error decodes the Status that the server answered, with its
+		// message (a webhook's denial, say); Raw's error has only the code.
+		return nil, res.Error()
+	}
+	return raw, nil
 }
 
 // Create sends a POST of the JSON object body to the path (a collection),

@@ -152,3 +152,37 @@ func TestClientsKeepOneClientPerServer(t *testing.T) {
 		t.Error("For() accepted a URL without a scheme")
 	}
 }
+
+// A refused PATCH returns the server's Status, with its message: a
+// webhook's denial says why.
+func TestClientPatchErrorsCarryTheStatus(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/denied"):
+			w.WriteHeader(http.StatusForbidden)
+			fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"admission webhook \"x\" denied the request: no","reason":"Forbidden","code":403}`)
+		case strings.HasSuffix(r.URL.Path, "/conflict"):
+			w.WriteHeader(http.StatusConflict)
+			fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"the object has been modified","reason":"Conflict","code":409}`)
+		default:
+			fmt.Fprint(w, `{"metadata":{"name":"vm-1"}}`)
+		}
+	}))
+	defer srv.Close()
+	c, err := NewClient(&rest.Config{}, srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := ResourcePath(lc("c1"), vms, "default")
+	if _, err := c.Patch(context.Background(), append(base, "denied"), "application/merge-patch+json", []byte(`{}`)); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `denied the request: no`) {
+		t.Errorf("denied: %v", err)
+	}
+	if _, err := c.Patch(context.Background(), append(base, "conflict"), "application/merge-patch+json", []byte(`{}`)); !apierrors.IsConflict(err) || !strings.Contains(err.Error(), "has been modified") {
+		t.Errorf("conflict: %v", err)
+	}
+	raw, err := c.Patch(context.Background(), append(base, "vm-1"), "application/merge-patch+json", []byte(`{}`))
+	if err != nil || !strings.Contains(string(raw), "vm-1") {
+		t.Errorf("patched: %s, %v", raw, err)
+	}
+}

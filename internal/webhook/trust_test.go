@@ -939,9 +939,10 @@ var _ = Describe("Trust boundary", Ordered, func() {
 	})
 
 	// VPCs are protected by appliance-vpcs too, whose references in the
-	// status cannot be labelled, so an allowed DELETE of a VPC always reads
-	// the Appliances; VMs are protected by vpc-gateways alone, whose
-	// dependents (VPCs) are labelled and their references tracked.
+	// status cannot be labelled, so the webhook never clears a VPC (a
+	// clearance needs every dependent type labelled); VMs are protected by
+	// vpc-gateways alone, whose dependents (VPCs) are labelled and their
+	// references tracked.
 	It("keeps the label that says an object is cleared as the webhook wrote it: a tenant can neither set, copy nor remove it, and re-applied exported YAML keeps working", func(ctx context.Context) {
 		const fingerprint = "0123456789abcdef"
 		// cleared is the VPC's label that says it is cleared, "<none>" if
@@ -1008,10 +1009,7 @@ var _ = Describe("Trust boundary", Ordered, func() {
 
 	It("decides an allowed DELETE of a VM created and last referenced long before without reading any dependent", func(ctx context.Context) {
 		// VMs are protected by vpc-gateways alone, whose dependents (VPCs)
-		// are labelled: their references are tracked. (VPCs are also
-		// protected by appliance-vpcs, whose references lie in the status,
-		// which cannot be tracked: deletes of VPCs always confirm with a
-		// read.)
+		// are labelled: their references are tracked.
 		create(ctx, consumer, newObject(vmGVR, "default", "vm-settled", nil))
 		Expect(tenant.Create(ctx, newObject(vpcGVR, "default", "vpc-gw-settled", map[string]any{"gatewayVM": "vm-settled"}))).To(Succeed())
 		Expect(get(ctx, vmGVR, "vm-settled").GetAnnotations()).To(HaveKey(depv1alpha1.AnnotationAdmittedReferences))
@@ -1034,6 +1032,52 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		By("a VPC naming it as its gateway is stored again: denied, from the index")
 		Expect(tenant.Create(ctx, newObject(vpcGVR, "default", "vpc-gw-settled-2", map[string]any{"gatewayVM": "vm-settled"}))).To(Succeed())
 		expectDenied(ctx, consumer, vmGVR, "default", "vm-settled", "VPC/default/vpc-gw-settled-2")
+	})
+
+	It("decides an allowed DELETE of a VPC last referenced long before in an Appliance's status without reading any dependent, once it has seen the check of new references record such references", func(ctx context.Context) {
+		// VPCs are protected by vm-vpcs (VMs are labelled) and by
+		// appliance-vpcs, whose references lie in the status, which cannot
+		// be labelled: the check of new references records them, and the
+		// webhook probes that kcp calls it, through the status subresource.
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-status-settled", nil))
+		create(ctx, consumer, newObject(applianceGVR, "default", "appliance-settled", nil))
+		// The probes need an Appliance and a VM to write (in a dry run).
+		create(ctx, consumer, newObject(vmGVR, "default", "vm-status-settled", nil))
+		expectCondition(ctx, compute, "appliance-vpcs", depv1alpha1.ConditionReferencesTracked, metav1.ConditionTrue, depv1alpha1.ReasonTracked)
+		expectCondition(ctx, compute, "vm-vpcs", depv1alpha1.ConditionReferencesTracked, metav1.ConditionTrue, depv1alpha1.ReasonTracked)
+		setStatusVPC := func(name string) {
+			GinkgoHelper()
+			Eventually(func() error {
+				appliance := newObject(applianceGVR, "default", "appliance-settled", nil)
+				if err := cli.Cluster(consumer).Get(ctx, client.ObjectKeyFromObject(appliance), appliance); err != nil {
+					return err
+				}
+				if err := unstructured.SetNestedField(appliance.Object, name, "status", "vpc"); err != nil {
+					return err
+				}
+				return cli.Cluster(consumer).Status().Update(ctx, appliance)
+			}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		}
+		setStatusVPC("vpc-status-settled")
+		Expect(get(ctx, vpcGVR, "vpc-status-settled").GetAnnotations()).To(HaveKey(depv1alpha1.AnnotationAdmittedReferences), "the status write's reference was not recorded")
+		expectDenied(ctx, consumer, vpcGVR, "default", "vpc-status-settled", "Appliance/default/appliance-settled")
+		setStatusVPC("")
+
+		By("waiting until the index is current past the VPC's horizon: nothing can be in flight any more")
+		Eventually(func(g Gomega) {
+			horizon, err := wh.Decisions("allowed", "horizon")
+			g.Expect(err).NotTo(HaveOccurred())
+			reads := liveReads()
+			g.Expect(deleteObject(ctx, cli.Cluster(consumer), vpcGVR, "default", "vpc-status-settled", client.DryRunAll)).To(Succeed())
+			after, err := wh.Decisions("allowed", "horizon")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(after).To(Equal(horizon+1), "not decided from the horizon yet")
+			g.Expect(liveReads()).To(Equal(reads), "a decision from the horizon read dependents")
+		}).WithTimeout(inflight.MaxInFlight + 2*time.Minute).WithPolling(5 * time.Second).Should(Succeed())
+
+		By("the Appliance's status naming it again: denied, from the index")
+		setStatusVPC("vpc-status-settled")
+		expectDenied(ctx, consumer, vpcGVR, "default", "vpc-status-settled", "Appliance/default/appliance-settled")
 	})
 
 	// Runs after the spec above, so the references of vpc-gateways have

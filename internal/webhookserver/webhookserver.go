@@ -233,7 +233,7 @@ func (a *assembly) serve(ctx context.Context) ([]manager.Runnable, error) {
 	// that their writes of one object never race each other.
 	recording := a.recording(recs, verifier)
 	validator := references.NewReferenceValidator(a.reg, a.readiness, a.ix, verifier, a.opts.RequestTimeout, a.metrics, references.WithGracePeriod(a.gracePeriod()),
-		references.WithMaxReferences(a.opts.MaxReferencesPerObject), references.WithRevisionMarks(recording, a.reg))
+		references.WithMaxReferences(a.opts.MaxReferencesPerObject), references.WithRevisionMarks(recording, a.reg), references.WithProbes(a.self))
 	handler := webhook.Handler{
 		Deletion:   deletions,
 		References: validator,

@@ -53,6 +53,9 @@ func (d *deletion) horizonGroups() []horizon.Group {
 	out := make([]horizon.Group, len(d.groups))
 	for i, g := range d.groups {
 		out[i] = horizon.Group{Source: g.src, Synced: g.synced, Scheme: g.scheme, Tracked: g.tracked, TrackedSince: g.trackedSince}
+		if g.unlabellable {
+			out[i].Checked = g.paths
+		}
 	}
 	return out
 }

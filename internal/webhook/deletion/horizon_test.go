@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,8 @@ import (
 	"github.com/kcp-dev/logicalcluster/v3"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
+	"github.com/opendefensecloud/dependency-controller/internal/fieldpath/fieldpathtest"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/inflight"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
@@ -380,5 +383,76 @@ func TestHorizonDefersUnderReplay(t *testing.T) {
 	}
 	if len(recs.recorded) != 1 || resp.AuditAnnotations[AuditDeferred] != "true" {
 		t.Errorf("recorded %d deletions, audit %v; want one", len(recs.recorded), resp.AuditAnnotations)
+	}
+}
+
+// unlabellableRules are rules whose dependents cannot be labelled (a
+// reference in the status): the check of new references records their
+// references.
+type unlabellableRules struct{ staticRules }
+
+func (r unlabellableRules) Labelling(registry.Target) (registry.Labelling, bool) {
+	return registry.Labelling{Reason: "a reference in the status"}, true
+}
+
+// The allowed DELETE of an object whose dependents cannot be labelled is
+// decided from the horizon once the check of new references, which records
+// their references, is seen in effect for the references that can name the
+// object; the labelling webhook, which such a type does not have, is never
+// asked about.
+func TestHorizonOfTypesThatCannotBeLabelled(t *testing.T) {
+	now := time.Now()
+	old := now.Add(-time.Hour)
+	paths := []string{".status.vpc", ".spec.vpcRef.name"}
+	checked := []fieldpath.Reference{fieldpathtest.MustParse(paths[0]), fieldpathtest.MustParse(paths[1])}
+	rules := func(tracking registry.Tracking) unlabellableRules {
+		e := entry("p/appliance", vms, "Appliance", paths...)
+		e.Tracking = tracking
+		return unlabellableRules{staticRules{vpcs.GroupResource(): {e}}}
+	}
+	tracked := registry.Tracking{Status: metav1.ConditionTrue, Since: old}
+	tests := []struct {
+		name       string
+		rules      unlabellableRules
+		activation time.Time
+		wantVia    string
+		wantReads  int
+	}{
+		{"tracked, the check in effect, the index current: allowed without a read", rules(tracked), old, viaHorizon, 0},
+		{"tracked, the check not known to be in effect: read", rules(tracked), time.Time{}, viaLive, 1},
+		{"the check in effect only a moment: read", rules(tracked), now.Add(-time.Second), viaLive, 1},
+		{"not tracked: read", rules(registry.Tracking{Status: metav1.ConditionUnknown, Since: old}), old, viaLive, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			deps := &fakeDependents{}
+			cur := &fakeCurrency{admitted: map[string]time.Time{}, current: map[schema.GroupVersionResource]time.Time{vms: now.Add(-5 * time.Second)}}
+			act := &fakeActivation{since: tt.activation}
+			v := NewValidator(tt.rules, loaded(true), deps, WithHorizon(cur, act), WithTimeout(5*time.Second))
+			req := deleteRequest(vpcs, consumer, "default", "vpc-a", nil)
+			req.OldObject.Raw = withLedger(t, old, inflight.Ledger{})
+			resp, d := v.handle(webhook.WithProvider(context.Background(), provider), req)
+			if !resp.Allowed {
+				t.Fatalf("denied: %+v", resp.Result)
+			}
+			if d.via != tt.wantVia {
+				t.Errorf("via = %q, want %q", d.via, tt.wantVia)
+			}
+			if len(deps.calls) != tt.wantReads {
+				t.Errorf("live reads %v, want %d", deps.calls, tt.wantReads)
+			}
+			for _, key := range act.keys {
+				if key.Kind == tracking.KindLabelling {
+					t.Errorf("asked about the labelling webhook of a type that has none: %+v", key)
+				}
+			}
+			// Asked once the guard is in effect and the rules tracked.
+			if !tt.activation.IsZero() && tt.rules.staticRules[vpcs.GroupResource()][0].Tracking.Status == metav1.ConditionTrue &&
+				!slices.ContainsFunc(act.keys, func(k tracking.Key) bool {
+					return k.Kind == tracking.KindCheck && k.Scheme == tracking.CheckScheme(checked)
+				}) {
+				t.Errorf("never asked about the check of new references for %v: asked %+v", paths, act.keys)
+			}
+		})
 	}
 }

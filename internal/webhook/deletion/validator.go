@@ -623,6 +623,10 @@ type dependentGroup struct {
 	// are labelled with what they reference, empty if they are not, and
 	// salt the scheme's salt (see reflabels.Scheme).
 	scheme, salt string
+	// unlabellable is set when the dependents cannot be labelled (see
+	// registry.Labelling): the check of new references records their
+	// references at paths.
+	unlabellable bool
 	// tracked is set when every rule of the group reports its references
 	// tracked (ReferencesTracked=True), since trackedSince (the latest of
 	// their transitions).
@@ -650,6 +654,8 @@ func (v *Validator) groupByDependent(entries []registry.Entry, namespace string)
 			dependent := registry.Target{Cluster: e.Dependent.Export.Cluster, Resource: e.Dependent.Resource.GroupResource()}
 			if l, ok := v.rules.Labelling(dependent); ok && l.Labellable && l.Labelled && l.Dependent == e.Dependent {
 				g.scheme, g.salt = l.Scheme.Fingerprint, l.Scheme.Salt
+			} else if ok && !l.Labellable {
+				g.unlabellable = true
 			}
 			g.namespace = namespace
 			bySource[e.Dependent] = g

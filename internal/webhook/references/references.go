@@ -11,6 +11,7 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -22,6 +23,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/inflight"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
+	"github.com/opendefensecloud/dependency-controller/internal/tracking"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 )
 
@@ -91,7 +93,25 @@ type ReferenceValidator struct {
 	// that cannot be labelled (see WithRevisionMarks).
 	recording *Recording
 	labelling LabellingFinder
-	now       func() time.Time
+	// self, if set, tells the webhook's own requests apart, whose probes
+	// the check answers (see WithProbes).
+	self Self
+	now  func() time.Time
+}
+
+// Self tells whether a request was sent with the webhook's own
+// credentials; *guard.SelfReview implements it.
+type Self interface {
+	Is(ctx context.Context, user authenticationv1.UserInfo) (bool, error)
+}
+
+// WithProbes has the check answer the probes with which the webhook learns
+// that kcp calls it on a shard (see package tracking, KindCheck): a dry
+// run of the webhook's own user that adds a reference to a name starting
+// with tracking.CheckProbePrefix is refused with
+// tracking.CheckProbeAnswer, before anything is read.
+func WithProbes(self Self) ValidatorOption {
+	return func(v *ReferenceValidator) { v.self = self }
 }
 
 // ValidatorOption configures a ReferenceValidator.
@@ -152,8 +172,33 @@ func NewReferenceValidator(rules GuardFinder, readiness webhook.Readiness, targe
 // Handle implements admission.Handler.
 func (v *ReferenceValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
 	resp, outcome := v.handle(ctx, req)
-	v.metrics.ReferenceChecked(outcome)
+	if outcome != outcomeProbe {
+		v.metrics.ReferenceChecked(outcome)
+	}
 	return resp
+}
+
+// outcomeProbe is the outcome of a probe, which the metrics leave out.
+const outcomeProbe = "probe"
+
+// probe answers the webhook's own probe (see WithProbes), if the request is
+// one: it reports whether it is.
+func (v *ReferenceValidator) probe(ctx context.Context, req admission.Request, obj *webhook.Subject, gr schema.GroupResource, added []reference) (admission.Response, bool) {
+	// Only a replica that records the references of the type answers: the
+	// probe asks whether they are recorded.
+	if v.self == nil || req.DryRun == nil || !*req.DryRun || !v.recordsFor(obj, gr) {
+		return admission.Response{}, false
+	}
+	for _, r := range added {
+		if !strings.HasPrefix(r.name, tracking.CheckProbePrefix) {
+			continue
+		}
+		if self, err := v.self.Is(ctx, req.UserInfo); err != nil || !self {
+			return admission.Response{}, false
+		}
+		return admission.Denied(tracking.CheckProbeAnswer(r.name)), true
+	}
+	return admission.Response{}, false
 }
 
 // reference is a target a request adds a reference to.
@@ -205,6 +250,9 @@ func (v *ReferenceValidator) handle(ctx context.Context, req admission.Request) 
 	if len(refs.added) == 0 {
 		return withWarnings(admission.Allowed(""), warnings), webhook.DecisionAllowed
 	}
+	if resp, ok := v.probe(ctx, req, obj, gr, refs.added); ok {
+		return resp, outcomeProbe
+	}
 	// A webhook that reads only some shards checks nothing for a workspace
 	// on another shard (its reads there would find nothing).
 	if resp, ok := webhook.Misdirected(ctx, log.FromContext(ctx), v.targets.Serves, guards[0].Dependent, obj.Cluster, v.timeout); !ok {
@@ -233,10 +281,7 @@ func (v *ReferenceValidator) handle(ctx context.Context, req admission.Request) 
 // on; a CREATE by the UID that kube-apiserver gave the object before it
 // called validating webhooks.
 func (v *ReferenceValidator) revisionID(req admission.Request, obj *webhook.Subject, gr schema.GroupResource) (string, bool) {
-	if v.recording == nil || req.DryRun != nil && *req.DryRun {
-		return "", false
-	}
-	if l, ok := v.labelling.Labelling(registry.Target{Cluster: obj.Provider, Resource: gr}); ok && l.Labellable {
+	if req.DryRun != nil && *req.DryRun || !v.recordsFor(obj, gr) {
 		return "", false
 	}
 	uid, rv := obj.UID, ""
@@ -254,6 +299,17 @@ func (v *ReferenceValidator) revisionID(req admission.Request, obj *webhook.Subj
 		return "", false
 	}
 	return inflight.RevisionID(uid, rv), true
+}
+
+// recordsFor reports whether the check records the references that writes of
+// obj, of the resource gr, add (see WithRevisionMarks): its type cannot be
+// labelled.
+func (v *ReferenceValidator) recordsFor(obj *webhook.Subject, gr schema.GroupResource) bool {
+	if v.recording == nil {
+		return false
+	}
+	l, ok := v.labelling.Labelling(registry.Target{Cluster: obj.Provider, Resource: gr})
+	return !ok || !l.Labellable
 }
 
 // withWarnings returns resp with warnings added.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/buger/jsonparser"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -20,6 +21,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/inflight"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
+	"github.com/opendefensecloud/dependency-controller/internal/tracking"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 )
 
@@ -144,6 +146,76 @@ func TestReferenceValidatorRecordsRevisionMarks(t *testing.T) {
 			}
 			if read := len(targets.Calls()) > 0; read != tt.wantReads {
 				t.Errorf("targets read: %v (%v), want %v", read, targets.Calls(), tt.wantReads)
+			}
+		})
+	}
+}
+
+// fakeSelf tells the webhook's own user apart by name.
+type fakeSelf struct{ err error }
+
+func (f fakeSelf) Is(_ context.Context, user authenticationv1.UserInfo) (bool, error) {
+	return user.Username == "dependency-webhook", f.err
+}
+
+// The check answers the webhook's own probes (see package tracking,
+// KindCheck) where it records references, before it reads or records
+// anything; any other request, or a replica that would not record, is
+// checked as usual.
+func TestReferenceValidatorAnswersProbes(t *testing.T) {
+	probeName := tracking.CheckProbePrefix + "abcdefgh"
+	probe := func(user string, dryRun bool, name string) admission.Request {
+		r := withRevision(t, writeRequest("default", "vm-1", vpcRef(name), vpcRef("vpc-a"), false), "42")
+		r.DryRun = ptr.To(dryRun)
+		r.UserInfo = authenticationv1.UserInfo{Username: user}
+		return r
+	}
+	tests := []struct {
+		name       string
+		req        admission.Request
+		labellable bool
+		self       Self
+		wantProbe  bool
+		wantReads  bool
+	}{
+		{name: "the webhook's dry run adding a reference to a probe's name: answered", req: probe("dependency-webhook", true, probeName), self: fakeSelf{}, wantProbe: true},
+		{name: "another user's: checked", req: probe("tenant", true, probeName), self: fakeSelf{}, wantReads: true},
+		{name: "the webhook's, not a dry run: recorded", req: probe("dependency-webhook", false, probeName), self: fakeSelf{}},
+		{name: "the webhook's dry run adding a reference to another name: checked", req: probe("dependency-webhook", true, "vpc-b"), self: fakeSelf{}, wantReads: true},
+		{name: "a type whose references the labelling webhook records: checked (this check records nothing)", req: probe("dependency-webhook", true, probeName), labellable: true, self: fakeSelf{}, wantReads: true},
+		{name: "the webhook's identity unknown: checked", req: probe("dependency-webhook", true, probeName), self: fakeSelf{err: errors.New("no review")}, wantReads: true},
+		{name: "without probes: checked", req: probe("dependency-webhook", true, probeName), wantReads: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			labellings := map[registry.Target]registry.Labelling{vmsOfProvider: {Reason: "a reference lies in the status"}}
+			if tt.labellable {
+				labellings = map[registry.Target]registry.Labelling{vmsOfProvider: {Scheme: vmLabelScheme(t), Labellable: true}}
+			}
+			guards := staticGuards{vms.GroupResource(): {vmGuard(targetSource, ".spec.vpcRef.name")}}
+			targets := &fakeTargets{}
+			ledgers := &fakeLedgers{}
+			opts := []ValidatorOption{WithRevisionMarks(Recording{
+				Guards: guards, Targets: targets, Ledgers: ledgers, IDs: inflight.NewIDs(nil),
+				Landed: func(index.Source) inflight.Landed {
+					return func(string) (time.Time, bool) { return time.Time{}, false }
+				},
+				Records: validRecords{}, Timeout: time.Second,
+			}, &fakeLabelling{labellings: labellings})}
+			if tt.self != nil {
+				opts = append(opts, WithProbes(tt.self))
+			}
+			v := NewReferenceValidator(guards, loaded(true), targets, validRecords{}, time.Second, nil, opts...)
+			resp := v.Handle(webhook.WithProvider(context.Background(), provider), tt.req)
+			answered := !resp.Allowed && resp.Result.Code == http.StatusForbidden && strings.Contains(resp.Result.Message, tracking.CheckProbeAnswer(probeName))
+			if answered != tt.wantProbe {
+				t.Errorf("answered the probe: %v, want %v (%+v)", answered, tt.wantProbe, resp.Result)
+			}
+			if tt.wantProbe && (len(targets.calls) > 0 || len(ledgers.marks) > 0) {
+				t.Errorf("a probe read %v or recorded %v", targets.calls, ledgers.marks)
+			}
+			if got := len(targets.calls) > 0; got != tt.wantReads {
+				t.Errorf("read the targets: %v, want %v", got, tt.wantReads)
 			}
 		})
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kcp-dev/logicalcluster/v3"
 
+	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/inflight"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
@@ -95,6 +96,11 @@ type Group struct {
 	// Scheme is the fingerprint of the scheme under which the dependents
 	// are labelled, empty if they are not.
 	Scheme string
+	// Checked are, for a type whose dependents cannot be labelled, the
+	// references at which the dependents may reference the object: the
+	// check of new references records them (see package tracking,
+	// KindCheck). Empty for a type whose dependents can be labelled.
+	Checked []fieldpath.Reference
 	// Tracked is set when every rule of the group reports its references
 	// tracked, since TrackedSince.
 	Tracked      bool
@@ -163,8 +169,10 @@ const (
 // reference the object (of target, named in obj), so that the DELETE needs
 // no read: for every group, the rules track its references
 // (ReferencesTracked, since some time), the labelling webhook of the
-// dependents with their current scheme and the guard of the object's
-// ledger are in effect on the shard (see package tracking), and the index
+// dependents with their current scheme (for a type whose dependents cannot
+// be labelled, the check of new references for the group's references) and
+// the guard of the object's ledger are in effect on the shard (see package
+// tracking), and the index
 // is current past the latest of the ledger's horizon and MaxInFlight after
 // each of those began. References recorded before any of them may have
 // landed up to MaxInFlight later; the index holds them once it is current
@@ -207,7 +215,7 @@ func (j *Judge) Current(ctx context.Context, target index.Source, obj kcp.Meta, 
 		switch {
 		case !g.Synced:
 			return NotCurrent, fmt.Sprintf("%s is not synced", g.Source)
-		case g.Scheme == "":
+		case g.Scheme == "" && len(g.Checked) == 0:
 			return NotCurrent, fmt.Sprintf("%s is not labelled", g.Source)
 		case !g.Tracked:
 			return NotCurrent, fmt.Sprintf("the rules of %s do not report ReferencesTracked=True", g.Source)
@@ -217,12 +225,18 @@ func (j *Judge) Current(ctx context.Context, target index.Source, obj kcp.Meta, 
 		if !ok {
 			return NotCurrent, fmt.Sprintf("no dependent of %s on the shard to probe with", g.Source)
 		}
-		labelling, ok := j.Activation.Since(ctx, tracking.Key{Kind: tracking.KindLabelling, Source: g.Source, Shard: url, Scheme: g.Scheme},
-			tracking.Object{Cluster: probe.Cluster, Namespace: probe.Namespace, Name: probe.Name})
-		if !ok {
-			return NotCurrent, fmt.Sprintf("the labelling webhook of %s is not known to be in effect on the shard", g.Source)
+		// What records the references: the labelling webhook, or the check
+		// of new references for a type that cannot be labelled.
+		webhook, key := "the labelling webhook", tracking.Key{Kind: tracking.KindLabelling, Source: g.Source, Shard: url, Scheme: g.Scheme}
+		with := tracking.Object{Cluster: probe.Cluster, Namespace: probe.Namespace, Name: probe.Name}
+		if g.Scheme == "" {
+			webhook, key.Kind, key.Scheme, with.References = "the check of new references", tracking.KindCheck, tracking.CheckScheme(g.Checked), g.Checked
 		}
-		later(labelling)
+		recording, ok := j.Activation.Since(ctx, key, with)
+		if !ok {
+			return NotCurrent, fmt.Sprintf("%s of %s is not known to be in effect on the shard", webhook, g.Source)
+		}
+		later(recording)
 	}
 	rv, _ := strconv.ParseUint(obj.ResourceVersion, 10, 64)
 	how := PastHorizon
