@@ -86,6 +86,23 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		}
 		return sum
 	}
+	// expectFromHorizon waits until a dry-run DELETE of the consumer's
+	// object is allowed from the object's horizon, without a read: until
+	// the index is current past it, so that nothing can be in flight any
+	// more.
+	expectFromHorizon := func(ctx context.Context, gvr schema.GroupVersionResource, name string) {
+		GinkgoHelper()
+		Eventually(func(g Gomega) {
+			horizon, err := wh.Decisions("allowed", "horizon")
+			g.Expect(err).NotTo(HaveOccurred())
+			reads := liveReads()
+			g.Expect(deleteObject(ctx, cli.Cluster(consumer), gvr, "default", name, client.DryRunAll)).To(Succeed())
+			after, err := wh.Decisions("allowed", "horizon")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(after).To(Equal(horizon+1), "not decided from the horizon yet")
+			g.Expect(liveReads()).To(Equal(reads), "a decision from the horizon read dependents")
+		}).WithTimeout(inflight.MaxInFlight + 2*time.Minute).WithPolling(5 * time.Second).Should(Succeed())
+	}
 	applianceGVR := schema.GroupVersionResource{Group: "compute.test.io", Version: "v1", Resource: "appliances"}
 	vmRef := func(vpc string) map[string]any { return map[string]any{"vpcRef": map[string]any{"name": vpc}} }
 	// get reads an object of the consumer.
@@ -1011,6 +1028,8 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		// VMs are protected by vpc-gateways alone, whose dependents (VPCs)
 		// are labelled: their references are tracked.
 		create(ctx, consumer, newObject(vmGVR, "default", "vm-settled", nil))
+		// A VPC that stays, for the probe of VPCs' labelling webhook.
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-settled-probe", nil))
 		Expect(tenant.Create(ctx, newObject(vpcGVR, "default", "vpc-gw-settled", map[string]any{"gatewayVM": "vm-settled"}))).To(Succeed())
 		Expect(get(ctx, vmGVR, "vm-settled").GetAnnotations()).To(HaveKey(depv1alpha1.AnnotationAdmittedReferences))
 		expectDenied(ctx, consumer, vmGVR, "default", "vm-settled", "VPC/default/vpc-gw-settled")
@@ -1018,16 +1037,7 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		expectCondition(ctx, network, "vpc-gateways", depv1alpha1.ConditionReferencesTracked, metav1.ConditionTrue, depv1alpha1.ReasonTracked)
 
 		By("waiting until the index is current past the VM's horizon: nothing can be in flight any more")
-		Eventually(func(g Gomega) {
-			horizon, err := wh.Decisions("allowed", "horizon")
-			g.Expect(err).NotTo(HaveOccurred())
-			reads := liveReads()
-			g.Expect(deleteObject(ctx, cli.Cluster(consumer), vmGVR, "default", "vm-settled", client.DryRunAll)).To(Succeed())
-			after, err := wh.Decisions("allowed", "horizon")
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(after).To(Equal(horizon+1), "not decided from the horizon yet")
-			g.Expect(liveReads()).To(Equal(reads), "a decision from the horizon read dependents")
-		}).WithTimeout(inflight.MaxInFlight + 2*time.Minute).WithPolling(5 * time.Second).Should(Succeed())
+		expectFromHorizon(ctx, vmGVR, "vm-settled")
 
 		By("a VPC naming it as its gateway is stored again: denied, from the index")
 		Expect(tenant.Create(ctx, newObject(vpcGVR, "default", "vpc-gw-settled-2", map[string]any{"gatewayVM": "vm-settled"}))).To(Succeed())
@@ -1064,16 +1074,7 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		setStatusVPC("")
 
 		By("waiting until the index is current past the VPC's horizon: nothing can be in flight any more")
-		Eventually(func(g Gomega) {
-			horizon, err := wh.Decisions("allowed", "horizon")
-			g.Expect(err).NotTo(HaveOccurred())
-			reads := liveReads()
-			g.Expect(deleteObject(ctx, cli.Cluster(consumer), vpcGVR, "default", "vpc-status-settled", client.DryRunAll)).To(Succeed())
-			after, err := wh.Decisions("allowed", "horizon")
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(after).To(Equal(horizon+1), "not decided from the horizon yet")
-			g.Expect(liveReads()).To(Equal(reads), "a decision from the horizon read dependents")
-		}).WithTimeout(inflight.MaxInFlight + 2*time.Minute).WithPolling(5 * time.Second).Should(Succeed())
+		expectFromHorizon(ctx, vpcGVR, "vpc-status-settled")
 
 		By("the Appliance's status naming it again: denied, from the index")
 		setStatusVPC("vpc-status-settled")
