@@ -243,9 +243,8 @@ func (t *Tracker) check(ctx context.Context, key Key, obj Object) (bool, error) 
 // webhookconfig.ReferencesCondition), a dry-run patch that sets one of
 // them to a throwaway name, through the status subresource for the status
 // (or, for a resource without one, the resource itself). The check is in
-// effect only if it refused every one with CheckProbeAnswer; a patch that
-// kcp stores no reference from (refused by the resource's schema, say)
-// tells nothing.
+// effect only if it refused every one with CheckProbeAnswer; a patch
+// refused otherwise (by the resource's schema, say) tells nothing.
 func (t *Tracker) checkCheck(ctx context.Context, key Key, obj Object) (bool, error) {
 	if len(obj.References) == 0 {
 		return false, errors.New("no reference to probe the check of new references with")
@@ -283,7 +282,7 @@ func (t *Tracker) checkCheck(ctx context.Context, key Key, obj Object) (bool, er
 			// The check ran.
 		default:
 			code, reason := int32(0), metav1.StatusReason("")
-			if st, ok := sendErr.(apierrors.APIStatus); ok {
+			if st := apierrors.APIStatus(nil); errors.As(sendErr, &st) {
 				code, reason = st.Status().Code, st.Status().Reason
 			}
 			return false, fmt.Errorf("the probe of %s did not tell (%d %s): %w", field, code, reason, sendErr)
