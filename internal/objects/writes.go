@@ -36,25 +36,22 @@ func (c *Client) Patch(ctx context.Context, src index.Source, cluster logicalclu
 // object as admission left it; nothing is stored. An object that does not
 // exist is a NotFound error.
 func (c *Client) DryRunPatch(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, body []byte) ([]byte, error) {
-	var patched []byte
-	err := c.write(ctx, src, cluster, namespace, name, func(shard *vw.Client, path []string) error {
-		var err error
-		patched, err = shard.Patch(ctx, path, types.MergePatchType, body, url.Values{"dryRun": {metav1.DryRunAll}})
-		return err
-	})
-	return patched, err
+	return c.dryRunPatch(ctx, src, cluster, namespace, name, body)
 }
 
-// DryRunPatchStatus sends a dry-run merge patch of the status subresource
-// of the object of src named name in cluster (in namespace, if the
-// resource is namespaced) and returns the object as admission left it;
-// nothing is stored. An object that does not exist, or a resource without
-// a status subresource, is a NotFound error.
+// DryRunPatchStatus sends the same through the status subresource. A
+// resource without a status subresource is a NotFound error too.
 func (c *Client) DryRunPatchStatus(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, body []byte) ([]byte, error) {
+	return c.dryRunPatch(ctx, src, cluster, namespace, name, body, "status")
+}
+
+// dryRunPatch sends a dry-run merge patch of the object, or of its
+// subresource if one is named.
+func (c *Client) dryRunPatch(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, body []byte, subresource ...string) ([]byte, error) {
 	var patched []byte
 	err := c.write(ctx, src, cluster, namespace, name, func(shard *vw.Client, path []string) error {
 		var err error
-		patched, err = shard.Patch(ctx, append(slices.Clone(path), "status"), types.MergePatchType, body, url.Values{"dryRun": {metav1.DryRunAll}})
+		patched, err = shard.Patch(ctx, append(slices.Clone(path), subresource...), types.MergePatchType, body, url.Values{"dryRun": {metav1.DryRunAll}})
 		return err
 	})
 	return patched, err

@@ -71,7 +71,8 @@ func CheckScheme(refs []fieldpath.Reference) string {
 
 // Key names what is probed: a webhook, for a source, on the shard whose
 // virtual workspace URL is Shard; Scheme is the fingerprint of the scheme
-// of a labelling webhook.
+// of a labelling webhook, or, for KindCheck, of the references probed
+// (CheckScheme).
 type Key struct {
 	Kind   Kind
 	Source index.Source

@@ -224,28 +224,27 @@ func TestTrackerProbesTheCheck(t *testing.T) {
 	spec, spec2, status := ref(".spec.vpcRef.name"), ref(".spec.nics[*].vpc"), ref(".status.vpc")
 	invalid := apierrors.NewInvalid(schema.GroupKind{Group: "compute.io", Kind: "VirtualMachine"}, "vm-1", nil)
 	tests := []struct {
-		name      string
-		refs      []fieldpath.Reference
-		checked   map[string]bool
-		noStatus  bool
-		refuseAll error
-		want      bool
-		wantSent  []string
+		name     string
+		refs     []fieldpath.Reference
+		checked  map[string]bool
+		noStatus bool
+		want     bool
+		wantSent []string
 	}{
-		{"called for the spec", []fieldpath.Reference{spec}, map[string]bool{"spec": true}, false, nil, true, []string{`{"spec":{"vpcRef":{"name":"P"}}}`}},
-		{"one probe per top-level field", []fieldpath.Reference{spec2, spec}, map[string]bool{"spec": true}, false, nil, true, []string{`{"spec":{"nics":[{"vpc":"P"}]}}`}},
-		{"not called for the spec", []fieldpath.Reference{spec}, map[string]bool{"status": true}, false, nil, false, []string{`{"spec":{"vpcRef":{"name":"P"}}}`}},
-		{"called through the status subresource", []fieldpath.Reference{status}, map[string]bool{"status": true}, false, nil, true, []string{`/status {"status":{"vpc":"P"}}`}},
-		{"no status subresource: through the resource", []fieldpath.Reference{status}, map[string]bool{"status": true}, true, nil, true,
+		{"called for the spec", []fieldpath.Reference{spec}, map[string]bool{"spec": true}, false, true, []string{`{"spec":{"vpcRef":{"name":"P"}}}`}},
+		{"one probe per top-level field", []fieldpath.Reference{spec2, spec}, map[string]bool{"spec": true}, false, true, []string{`{"spec":{"nics":[{"vpc":"P"}]}}`}},
+		{"not called for the spec", []fieldpath.Reference{spec}, map[string]bool{"status": true}, false, false, []string{`{"spec":{"vpcRef":{"name":"P"}}}`}},
+		{"called through the status subresource", []fieldpath.Reference{status}, map[string]bool{"status": true}, false, true, []string{`/status {"status":{"vpc":"P"}}`}},
+		{"no status subresource: through the resource", []fieldpath.Reference{status}, map[string]bool{"status": true}, true, true,
 			[]string{`/status {"status":{"vpc":"P"}}`, `{"status":{"vpc":"P"}}`}},
-		{"called for the spec but not the status", []fieldpath.Reference{status, spec}, map[string]bool{"spec": true}, false, nil, false,
+		{"called for the spec but not the status", []fieldpath.Reference{status, spec}, map[string]bool{"spec": true}, false, false,
 			[]string{`{"spec":{"vpcRef":{"name":"P"}}}`, `/status {"status":{"vpc":"P"}}`}},
-		{"called for both", []fieldpath.Reference{status, spec}, map[string]bool{"spec": true, "status": true}, false, nil, true,
+		{"called for both", []fieldpath.Reference{status, spec}, map[string]bool{"spec": true, "status": true}, false, true,
 			[]string{`{"spec":{"vpcRef":{"name":"P"}}}`, `/status {"status":{"vpc":"P"}}`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := &fakeProber{checked: tt.checked, noStatus: tt.noStatus, refuseAll: tt.refuseAll}
+			p := &fakeProber{checked: tt.checked, noStatus: tt.noStatus}
 			c := &clock{t: start}
 			tr := New(p, Options{})
 			tr.now = c.now

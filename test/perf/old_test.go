@@ -440,15 +440,18 @@ func (s *setup) bulkOld(ctx context.Context, t *testing.T, allN, rounds, nsN, ns
 	allFreeAfterTook, allFreeAfterFirst := deleteEach(allFreeAfter)
 	allFreeMedian, allRuleMedian := median(append(slices.Clone(allFreeTook), allFreeAfterTook...)), median(allRuleTook)
 
+	rowOf := func(what string, n int, free, rule time.Duration, ratio float64, via string) string {
+		return fmt.Sprintf("| %s | %d | %.1f | %.1f | %.2f | %s |", what, n, free.Seconds(), rule.Seconds(), ratio, via)
+	}
 	row := func(what string, n int, free, rule time.Duration, via string) string {
-		return fmt.Sprintf("| %s | %d | %.1f | %.1f | %.2f | %s |", what, n, free.Seconds(), rule.Seconds(), rule.Seconds()/free.Seconds(), via)
+		return rowOf(what, n, free, rule, rule.Seconds()/free.Seconds(), via)
 	}
 	// pairedRow compares each deletion with the rule with the twin's
 	// deletion made next to it: the two of a pair share the host's state
 	// of that moment, so the median of their ratios leaves out more of
 	// the drift within a phase than the ratio of the medians does.
 	pairedRow := func(what string, n int, twin, rule []time.Duration, via string) string {
-		return fmt.Sprintf("| %s | %d | %.1f | %.1f | %.2f | %s |", what, n, median(twin).Seconds(), median(rule).Seconds(), pairedRatio(twin, rule), via)
+		return rowOf(what, n, median(twin), median(rule), pairedRatio(twin, rule), via)
 	}
 	return []string{fmt.Sprintf("## Deleting old objects (seconds): every object created, and last referenced, more than %s before the deletion, and the rule's references tracked (ReferencesTracked=True) since more than %s", oldAge, oldAge), "",
 		"| deletion | N | no rule | with the rule | ratio | with the rule: objects cleared (`--all`: before it; a namespace: while it was deleted) / DELETEs decided via teardown / horizon / revision / live / index / in-flight |",
