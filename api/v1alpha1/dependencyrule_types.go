@@ -71,6 +71,12 @@ const (
 	// change it: other writes keep the stored value, and a CREATE does not
 	// keep it.
 	LabelCleared = "dependencies.opendefense.cloud/cleared"
+	// AnnotationProbeAnswer is never stored: the webhook sets it only in
+	// its answer to a dry run of its own, with which it probes whether kcp
+	// calls its labelling webhook or its guard on a shard. The value is
+	// signed with a secret of the webhook (see internal/tracking, Answers),
+	// so that no other admission webhook can pass for the product's.
+	AnnotationProbeAnswer = "dependencies.opendefense.cloud/probe-answer"
 
 	// FinalizerMarks is the finalizer with which releases before the
 	// reference labels guarded the marks of protected objects. The

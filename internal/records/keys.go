@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -61,6 +62,18 @@ func NewKeyring(keys []Key) (*Keyring, error) {
 // that every replica holds may be derived from it (see inflight.IDs).
 func (k *Keyring) SigningSecret() []byte {
 	return k.signer.Secret
+}
+
+// Secrets returns the secrets of every key, the one that signs first and
+// the others by ID, greatest first.
+func (k *Keyring) Secrets() [][]byte {
+	ids := slices.Sorted(maps.Keys(k.keys))
+	slices.Reverse(ids)
+	secrets := make([][]byte, len(ids))
+	for i, id := range ids {
+		secrets[i] = k.keys[id]
+	}
+	return secrets
 }
 
 // SigningKeyID returns the ID of the key that signs.

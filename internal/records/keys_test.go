@@ -55,6 +55,10 @@ func TestNewKeyring(t *testing.T) {
 			if got := k.SigningKeyID(); got != tc.wantSigner {
 				t.Errorf("SigningKeyID = %q, want %q", got, tc.wantSigner)
 			}
+			// Secrets: the signing key's first, then every other one.
+			if s := k.Secrets(); len(s) != len(tc.keys) || !bytes.Equal(s[0], k.SigningSecret()) {
+				t.Errorf("Secrets = %d, want %d with the signing key's first", len(s), len(tc.keys))
+			}
 			// Every key verifies what a keyring of just that key signs.
 			for _, key := range tc.keys {
 				single, err := NewKeyring([]Key{key})

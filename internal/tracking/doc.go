@@ -17,7 +17,9 @@
 // that label too) or refuse (a reference of a dependent whose type cannot
 // be labelled set to a throwaway name, which the check of new references,
 // which records such references, answers with CheckProbeAnswer), whose
-// answer shows whether it ran. From the first probe that
+// answer shows whether it ran. The webhook signs its answers (Answers),
+// so that another admission webhook that imitates it cannot pass for it.
+// From the first probe that
 // shows it, it stays in effect (a shard applies configurations in order)
 // until the scheme changes, or a later probe, every few minutes, shows it
 // gone.

@@ -43,9 +43,11 @@ type Dependents interface {
 }
 
 // Activation tells since when a webhook is in effect on a shard, probing
-// in the background; *Tracker implements it.
+// in the background, and why the last probe did not show it; *Tracker
+// implements it.
 type Activation interface {
 	Since(ctx context.Context, key Key, obj Object) (time.Time, bool)
+	Why(key Key) string
 }
 
 // Grants tells whether the webhook may patch the objects of a protected
@@ -228,7 +230,11 @@ func (r *Reporter) inEffect(ctx context.Context, rule *registry.Rule, l registry
 		key.Shard = url
 		obj.Cluster, obj.Namespace, obj.Name = m.Cluster, m.Namespace, m.Name
 		if _, ok := r.activation.Since(ctx, key, obj); !ok {
-			return fmt.Sprintf("Waiting to see %s of the current rules in effect on the shard of %s; until then allowed deletes are confirmed with a live read", webhook, url)
+			why := ""
+			if w := r.activation.Why(key); w != "" {
+				why = " (" + w + ")"
+			}
+			return fmt.Sprintf("Waiting to see %s of the current rules in effect on the shard of %s%s; until then allowed deletes are confirmed with a live read", webhook, url, why)
 		}
 	}
 	return ""

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -51,9 +52,32 @@ const (
 const CheckProbePrefix = "dependency-probe-"
 
 // CheckProbeAnswer is the message with which the check of new references
-// refuses its probe that adds a reference to name.
-func CheckProbeAnswer(name string) string {
-	return fmt.Sprintf("the check of new references is in effect: probe %q", name)
+// refuses its probe that adds a reference to name, with answer, the
+// signed answer (Answers.Sign of KindCheck and name; none if answers are
+// not signed).
+func CheckProbeAnswer(name, answer string) string {
+	msg := fmt.Sprintf("the check of new references is in effect: probe %q", name)
+	if answer != "" {
+		msg += " (answer " + answer + ")"
+	}
+	return msg
+}
+
+// checkProbeAnswered returns the signed answer in msg, a refusal of the
+// probe that added a reference to name, and whether msg is
+// CheckProbeAnswer's refusal of it at all.
+func checkProbeAnswered(msg, name string) (string, bool) {
+	unsigned := CheckProbeAnswer(name, "")
+	i := strings.Index(msg, unsigned)
+	if i < 0 {
+		return "", false
+	}
+	rest, ok := strings.CutPrefix(msg[i+len(unsigned):], " (answer ")
+	if !ok {
+		return "", true
+	}
+	answer, _, _ := strings.Cut(rest, ")")
+	return answer, true
 }
 
 // CheckScheme returns the fingerprint of the references that a probe of
@@ -110,6 +134,9 @@ type Options struct {
 	Retry time.Duration
 	// Timeout bounds one probe (default 10s).
 	Timeout time.Duration
+	// Answers verifies the answers of the webhook (nil: every answer
+	// counts); they are signed with the same secrets.
+	Answers *Answers
 }
 
 // Tracker knows since when webhooks are in effect on each shard; see the
@@ -131,6 +158,9 @@ type state struct {
 	checked time.Time
 	tried   time.Time
 	running bool
+	// why says why the last probe did not show the webhook in effect;
+	// empty if it did, or none has ended.
+	why string
 }
 
 // New returns a Tracker that probes with prober.
@@ -182,20 +212,56 @@ func (t *Tracker) probe(ctx context.Context, key Key, obj Object) {
 	s.running = false
 	if err != nil {
 		log.FromContext(ctx).V(1).Info("A probe of an admission webhook did not tell", "webhook", key.Kind, "source", key.Source, "shard", key.Shard, "error", err.Error())
+		s.why = probeFailure(key.Kind, err)
 		return
 	}
 	s.checked = now
 	switch {
 	case !inEffect:
-		s.since = time.Time{}
+		s.since, s.why = time.Time{}, "the last probe found it not in effect"
 	case s.since.IsZero():
-		s.since = now
+		s.since, s.why = now, ""
+	default:
+		s.why = ""
 	}
+}
+
+// Why says why the last probe of key that ended did not show the webhook
+// in effect, for a condition's message: stable across probes that fail
+// alike (it names no throwaway value); empty if it did or none has ended.
+func (t *Tracker) Why(key Key) string {
+	t.lock.Lock()
+	defer t.lock.Unlock()
+	if s, ok := t.states[key]; ok {
+		return s.why
+	}
+	return ""
+}
+
+// probeFailure says how a probe failed, without the details that differ
+// from probe to probe (the webhook's log has them).
+func probeFailure(kind Kind, err error) string {
+	if st := apierrors.APIStatus(nil); errors.As(err, &st) {
+		status := st.Status()
+		msg := fmt.Sprintf("the last probe failed: %d %s", status.Code, status.Reason)
+		if status.Code == http.StatusForbidden {
+			what := "a dependent"
+			if kind == KindGuard {
+				what = "a protected object"
+			}
+			msg += fmt.Sprintf(" (a probe is a dry-run patch of %s through its provider's virtual workspace, for which the webhook needs patch on apiexports/content of that provider's APIExport)", what)
+		}
+		return msg
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "the last probe timed out"
+	}
+	return "the last probe failed (the webhook's log at -v=1 says why)"
 }
 
 // probeValue is the throwaway value a probe writes; no webhook keeps it.
 func probeValue() string {
-	return "probe-" + rand.String(8)
+	return ProbeValuePrefix + rand.String(8)
 }
 
 // check sends the probe of key and tells whether the webhook ran. The
@@ -204,29 +270,32 @@ func probeValue() string {
 // only if it kept the stored value of both. The second shows that kcp
 // calls the guard for a write of the label alone, which the DELETE
 // webhook's object selector relies on (see webhookconfig.AdmittedCondition).
+// The webhook answers each probe with a signed answer (see Answers); one
+// that does not verify shows the webhook not in effect.
 func (t *Tracker) check(ctx context.Context, key Key, obj Object) (bool, error) {
 	switch key.Kind {
 	case KindLabelling:
-		got, err := t.send(ctx, key, obj, "labels", depv1alpha1.LabelReferencesScheme, probeValue())
+		value := probeValue()
+		got, answer, err := t.send(ctx, key, obj, "labels", depv1alpha1.LabelReferencesScheme, value)
 		if err != nil {
 			return false, err
 		}
 		// The labelling webhook sets the scheme label only when the scheme
 		// it was configured for is the scheme of its own rules (to TooMany
 		// of it on a dependent with too many references for labels).
-		return reflabels.LabelledUnder(got, key.Scheme), nil
+		return reflabels.LabelledUnder(got, key.Scheme) && t.opts.Answers.Valid(KindLabelling, value, key.Scheme, answer), nil
 	case KindGuard:
 		for _, probe := range []struct{ field, name string }{
 			{"annotations", depv1alpha1.AnnotationAdmittedReferences},
 			{"labels", depv1alpha1.LabelCleared},
 		} {
 			value := probeValue()
-			got, err := t.send(ctx, key, obj, probe.field, probe.name, value)
+			got, answer, err := t.send(ctx, key, obj, probe.field, probe.name, value)
 			if err != nil {
 				return false, err
 			}
 			// The guard keeps the stored value, whatever the write says.
-			if got == value {
+			if got == value || !t.opts.Answers.Valid(KindGuard, value, "", answer) {
 				return false, nil
 			}
 		}
@@ -244,7 +313,8 @@ func (t *Tracker) check(ctx context.Context, key Key, obj Object) (bool, error) 
 // webhookconfig.ReferencesCondition), a dry-run patch that sets one of
 // them to a throwaway name, through the status subresource for the status
 // (or, for a resource without one, the resource itself). The check is in
-// effect only if it refused every one with CheckProbeAnswer; a patch
+// effect only if it refused every one with CheckProbeAnswer and an answer
+// that verifies (one that does not shows it not in effect); a patch
 // refused otherwise (by the resource's schema, say) tells nothing.
 func (t *Tracker) checkCheck(ctx context.Context, key Key, obj Object) (bool, error) {
 	if len(obj.References) == 0 {
@@ -275,11 +345,18 @@ func (t *Tracker) checkCheck(ctx context.Context, key Key, obj Object) (bool, er
 		} else {
 			_, sendErr = t.prober.DryRunPatch(ctx, key.Source, obj.Cluster, obj.Namespace, obj.Name, body)
 		}
+		answer, answered := "", false
+		if apierrors.IsForbidden(sendErr) {
+			answer, answered = checkProbeAnswered(sendErr.Error(), name)
+		}
 		switch {
 		case sendErr == nil:
 			// Admitted: the check did not run for this field.
 			return false, nil
-		case apierrors.IsForbidden(sendErr) && strings.Contains(sendErr.Error(), CheckProbeAnswer(name)):
+		case answered && !t.opts.Answers.Valid(KindCheck, name, "", answer):
+			// Refused as the check would, but not by it.
+			return false, nil
+		case answered:
 			// The check ran.
 		default:
 			code, reason := int32(0), metav1.StatusReason("")
@@ -294,16 +371,31 @@ func (t *Tracker) checkCheck(ctx context.Context, key Key, obj Object) (bool, er
 
 // send sends a dry-run patch of obj that sets the key name of its metadata
 // field (labels or annotations) to value, and returns the value admission
-// left there ("" for none).
-func (t *Tracker) send(ctx context.Context, key Key, obj Object, field, name, value string) (string, error) {
+// left there and the webhook's answer (api/v1alpha1.AnnotationProbeAnswer),
+// "" for none.
+func (t *Tracker) send(ctx context.Context, key Key, obj Object, field, name, value string) (string, string, error) {
 	body, err := json.Marshal(map[string]any{"metadata": map[string]any{field: map[string]string{name: value}}})
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	raw, err := t.prober.DryRunPatch(ctx, key.Source, obj.Cluster, obj.Namespace, obj.Name, body)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
+	got, err := metadataValue(raw, field, name)
+	if err != nil {
+		return "", "", err
+	}
+	answer, err := metadataValue(raw, "annotations", depv1alpha1.AnnotationProbeAnswer)
+	if err != nil {
+		return "", "", err
+	}
+	return got, answer, nil
+}
+
+// metadataValue returns the key name of the metadata field (labels or
+// annotations) of the object raw, "" for none.
+func metadataValue(raw []byte, field, name string) (string, error) {
 	got, err := jsonparser.GetString(raw, "metadata", field, name)
 	if err != nil && !errors.Is(err, jsonparser.KeyPathNotFoundError) {
 		return "", fmt.Errorf("failed to read the probed object: %w", err)

@@ -50,6 +50,10 @@ type fakeProber struct {
 	// sent are the check probes' patches, with "/status" before those
 	// through the status subresource.
 	sent []string
+	// answer, if set, is the answer of the webhooks to a probe of kind
+	// that wrote value; the labelling webhook answers for vouches.
+	answer  func(kind Kind, value, scheme string) string
+	vouches string
 }
 
 // checkProbe answers a probe of the check of new references as kcp would.
@@ -82,7 +86,11 @@ func (p *fakeProber) checkProbe(body []byte, status bool) ([]byte, error) {
 		if p.checked[field] {
 			i := strings.Index(string(body), CheckProbePrefix)
 			name := string(body)[i : i+len(CheckProbePrefix)+8]
-			return nil, apierrors.NewForbidden(gr, "vm-1", errors.New(`admission webhook "references.dependencies.opendefense.cloud" denied the request: `+CheckProbeAnswer(name)))
+			answer := ""
+			if p.answer != nil {
+				answer = p.answer(KindCheck, name, "")
+			}
+			return nil, apierrors.NewForbidden(gr, "vm-1", errors.New(`admission webhook "references.dependencies.opendefense.cloud" denied the request: `+CheckProbeAnswer(name, answer)))
 		}
 	}
 	return body, nil
@@ -127,14 +135,25 @@ func (p *fakeProber) DryRunPatch(_ context.Context, _ index.Source, _ logicalclu
 	if p.err != nil {
 		return nil, p.err
 	}
-	if _, ok := m.Labels[depv1alpha1.LabelReferencesScheme]; ok && p.scheme != "" {
+	answer := func(kind Kind, value, scheme string) {
+		if p.answer != nil {
+			if m.Annotations == nil {
+				m.Annotations = map[string]string{}
+			}
+			m.Annotations[depv1alpha1.AnnotationProbeAnswer] = p.answer(kind, value, scheme)
+		}
+	}
+	if v, ok := m.Labels[depv1alpha1.LabelReferencesScheme]; ok && p.scheme != "" {
 		m.Labels[depv1alpha1.LabelReferencesScheme] = p.scheme
+		answer(KindLabelling, v, p.vouches)
 	}
-	if _, ok := m.Annotations[depv1alpha1.AnnotationAdmittedReferences]; ok && p.guard {
+	if v, ok := m.Annotations[depv1alpha1.AnnotationAdmittedReferences]; ok && p.guard {
 		m.Annotations[depv1alpha1.AnnotationAdmittedReferences] = "v1 f=0 l=0"
+		answer(KindGuard, v, "")
 	}
-	if _, ok := m.Labels[depv1alpha1.LabelCleared]; ok && p.guard && !p.oldGuard {
+	if v, ok := m.Labels[depv1alpha1.LabelCleared]; ok && p.guard && !p.oldGuard {
 		delete(m.Labels, depv1alpha1.LabelCleared)
+		answer(KindGuard, v, "")
 	}
 	return json.Marshal(map[string]any{"metadata": m})
 }
@@ -393,6 +412,14 @@ func (f fakeActivation) Since(_ context.Context, key Key, obj Object) (time.Time
 	return time.Now(), f[key.Shard]
 }
 
+// Why says the last probe was refused where it names "forbidden@<shard>".
+func (f fakeActivation) Why(key Key) string {
+	if f["forbidden@"+key.Shard] {
+		return "the last probe failed: 403 Forbidden"
+	}
+	return ""
+}
+
 type fakeGrants map[index.Source]bool
 
 func (g fakeGrants) MayPatch(_ context.Context, src index.Source) (bool, error) {
@@ -443,6 +470,8 @@ func TestReporter(t *testing.T) {
 			fakeDependents{"s1", "s2"}, fakeActivation{"s1": true, "s2": true}, false, metav1.ConditionTrue, depv1alpha1.ReasonTracked, "routers.network.io, vpcs.network.io", false},
 		{"the labelling webhook not seen in effect on a shard yet", rule("r", true), ptr(guard("r", vpcs)), fakeGrants{vpcs: true},
 			fakeDependents{"s1", "s2"}, fakeActivation{"s1": true}, false, metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "in effect on the shard of s2", true},
+		{"the labelling webhook not seen in effect on a shard, whose probe was refused: the condition says so", rule("r", true), ptr(guard("r", vpcs)), fakeGrants{vpcs: true},
+			fakeDependents{"s1", "s2"}, fakeActivation{"s1": true, "forbidden@s2": true}, false, metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "in effect on the shard of s2 (the last probe failed: 403 Forbidden); until then", true},
 		{"no dependent to probe with yet", rule("r", true), ptr(guard("r", vpcs)), fakeGrants{vpcs: true},
 			nil, nil, false, metav1.ConditionUnknown, depv1alpha1.ReasonSyncing, "there is none yet", true},
 		{"a protected type without the grant", rule("r", true), ptr(guard("r", vpcs, routers)), fakeGrants{vpcs: true, routers: false},
@@ -491,3 +520,38 @@ func TestReporter(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// Why says why the last probe did not show the webhook in effect, in
+// words that do not change from one probe to the next.
+func TestTrackerSaysWhy(t *testing.T) {
+	gr := schema.GroupResource{Group: "compute.io", Resource: "virtualmachines"}
+	key := Key{Kind: KindLabelling, Source: vms, Shard: "https://shard-1/vw", Scheme: "s1"}
+	tests := []struct {
+		name   string
+		scheme string
+		err    error
+		want   string
+	}{
+		{"in effect", "s1", nil, ""},
+		{"not in effect", "", nil, "the last probe found it not in effect"},
+		{"refused by kcp", "s1", apierrors.NewForbidden(gr, "vm-1", errors.New("no patch")), "the last probe failed: 403 Forbidden (a probe is a dry-run patch of a dependent through its provider's virtual workspace, for which the webhook needs patch on apiexports/content"},
+		{"refused by the schema", "s1", apierrors.NewInvalid(schema.GroupKind{Group: "compute.io", Kind: "VirtualMachine"}, "vm-1", nil), "the last probe failed: 422 Invalid"},
+		{"timed out", "s1", context.DeadlineExceeded, "the last probe timed out"},
+		{"another error", "s1", errors.New("connection refused to dependency-probe-abcdefgh"), "the last probe failed (the webhook's log at -v=1 says why)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := &fakeProber{}
+			p.set(tt.scheme, false, tt.err)
+			tr := New(p, Options{})
+			if got := tr.Why(key); got != "" {
+				t.Errorf("Why before any probe = %q", got)
+			}
+			since(t, tr, key)
+			got := tr.Why(key)
+			if tt.want == "" && got != "" || !strings.HasPrefix(got, tt.want) {
+				t.Errorf("Why = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

@@ -241,6 +241,13 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		Expect(managedLabels(get(ctx, vmGVR, "vm-l"))).To(Equal(labelledFor(ctx, "vpc-l1")))
 		Expect(get(ctx, vmGVR, "vm-l").GetLabels()).To(HaveKeyWithValue(depv1alpha1.LabelAdmission, admission))
 
+		By("a tenant's dry run that writes a probe's value as the scheme label: relabelled, but unanswered (only the webhook's own probes get a signed answer)")
+		probed := newObject(vmGVR, "default", "vm-l", nil)
+		Expect(tenant.Patch(ctx, probed, client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"labels":{%q:"probe-tenant01"}}}`,
+			depv1alpha1.LabelReferencesScheme)), client.DryRunAll)).To(Succeed())
+		Expect(probed.GetLabels()).To(HaveKeyWithValue(depv1alpha1.LabelReferencesScheme, vmScheme(ctx)), "the labelling webhook set the scheme back")
+		Expect(probed.GetAnnotations()).NotTo(HaveKey(depv1alpha1.AnnotationProbeAnswer))
+
 		By("a tenant changing a label of its own: kcp does not call the labelling webhook, and the labels stay")
 		labelCalls := func() float64 {
 			GinkgoHelper()

@@ -9,6 +9,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/inflight"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
 	"github.com/opendefensecloud/dependency-controller/internal/replay"
+	"github.com/opendefensecloud/dependency-controller/internal/tracking"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook/references"
 )
 
@@ -26,17 +27,12 @@ const trackingInterval = 30 * time.Second
 // id), and which admission ids the index has seen on the dependents of each
 // protected type.
 func (a *assembly) recording(recs *replay.Records, verifier references.Verifier) references.Recording {
-	key := func() []byte { return nil }
-	if recs != nil {
-		key = func() []byte {
-			ring := recs.Keys.Keyring()
-			if ring == nil {
-				return nil
-			}
-			mac := hmac.New(sha256.New, ring.SigningSecret())
-			mac.Write([]byte("admission ids"))
-			return mac.Sum(nil)
+	secrets := sharedSecrets(recs, "admission ids")
+	key := func() []byte {
+		if s := secrets(); len(s) > 0 {
+			return s[0]
 		}
+		return nil
 	}
 	return references.Recording{
 		Guards:  a.reg,
@@ -49,6 +45,36 @@ func (a *assembly) recording(recs *replay.Records, verifier references.Verifier)
 
 		MaxReferences: a.opts.MaxReferencesPerObject,
 		GracePeriod:   a.gracePeriod(),
+	}
+}
+
+// answers signs the answers of the webhook to its own probes, with secrets
+// the replicas share (derived from the record keys, each of which
+// verifies, so that answers verify while keys rotate); without record keys
+// they are not signed (see tracking.Answers).
+func answers(recs *replay.Records) *tracking.Answers {
+	return tracking.NewAnswers(sharedSecrets(recs, "probe answers"))
+}
+
+// sharedSecrets returns the secrets for purpose that the replicas share:
+// one derived from each record key, the signing key's first; none without
+// record keys.
+func sharedSecrets(recs *replay.Records, purpose string) func() [][]byte {
+	return func() [][]byte {
+		if recs == nil {
+			return nil
+		}
+		ring := recs.Keys.Keyring()
+		if ring == nil {
+			return nil
+		}
+		var secrets [][]byte
+		for _, s := range ring.Secrets() {
+			mac := hmac.New(sha256.New, s)
+			mac.Write([]byte(purpose))
+			secrets = append(secrets, mac.Sum(nil))
+		}
+		return secrets
 	}
 }
 

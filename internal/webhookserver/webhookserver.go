@@ -220,7 +220,8 @@ func (a *assembly) serve(ctx context.Context) ([]manager.Runnable, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.tracker = tracking.New(a.objects, tracking.Options{})
+	signed := answers(recs)
+	a.tracker = tracking.New(a.objects, tracking.Options{Answers: signed})
 	deletionOpts := []deletion.Option{deletion.WithTimeout(a.opts.RequestTimeout), deletion.WithMaxBlockers(a.opts.MaxBlockers),
 		deletion.WithNamespaces(a.objects), deletion.WithEvents(a.objects), deletion.WithMetrics(a.metrics), deletion.WithHorizon(a.ix, a.tracker)}
 	var verifier references.Verifier
@@ -233,13 +234,14 @@ func (a *assembly) serve(ctx context.Context) ([]manager.Runnable, error) {
 	// that their writes of one object never race each other.
 	recording := a.recording(recs, verifier)
 	validator := references.NewReferenceValidator(a.reg, a.readiness, a.ix, verifier, a.opts.RequestTimeout, a.metrics, references.WithGracePeriod(a.gracePeriod()),
-		references.WithMaxReferences(a.opts.MaxReferencesPerObject), references.WithRevisionMarks(recording, a.reg), references.WithProbes(a.self))
+		references.WithMaxReferences(a.opts.MaxReferencesPerObject), references.WithRevisionMarks(recording, a.reg), references.WithProbes(a.self, signed))
 	handler := webhook.Handler{
 		Deletion:   deletions,
 		References: validator,
 		Records:    guard.NewRecordGuard(a.self, a.metrics),
-		Labels:     references.NewLabelMutator(a.reg, a.readiness, a.metrics, references.WithRecording(recording)),
-		Admitted:   guard.NewLedgerGuard(a.self, a.metrics),
+		Labels: references.NewLabelMutator(a.reg, a.readiness, a.metrics, references.WithRecording(recording),
+			references.WithLabellingProbes(&webhook.Prober{Self: a.self, Answers: signed})),
+		Admitted: guard.NewLedgerGuard(a.self, signed, a.metrics),
 		// kcp answers whether the user who sets skip-protection may delete
 		// the object through the protected provider's virtual workspace.
 		SkipProtection: guard.NewSkipGuard(a.reg, a.readiness, a.objects, a.metrics),

@@ -19,6 +19,7 @@ import (
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/inflight"
 	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
+	"github.com/opendefensecloud/dependency-controller/internal/tracking"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 )
 
@@ -46,14 +47,21 @@ const (
 // let kcp delete it without calling the DELETE webhook; a ledger written
 // anyway could only make decisions slower, since the DELETE reads it as a
 // stored state.
+//
+// It answers the webhook's own probes (see package tracking, KindGuard), a
+// dry run of the webhook's user that writes a probe's value as the ledger
+// or the label, which it keeps like any other write, with an answer signed
+// by answers (see webhook.Prober).
 type LedgerGuard struct {
 	self    Self
+	probes  *webhook.Prober
 	metrics *webhook.Metrics
 }
 
-// NewLedgerGuard returns a guard that lets self write ledgers.
-func NewLedgerGuard(self Self, metrics *webhook.Metrics) *LedgerGuard {
-	return &LedgerGuard{self: self, metrics: metrics}
+// NewLedgerGuard returns a guard that lets self write ledgers, and signs
+// its answers to probes with answers.
+func NewLedgerGuard(self Self, answers *tracking.Answers, metrics *webhook.Metrics) *LedgerGuard {
+	return &LedgerGuard{self: self, probes: &webhook.Prober{Self: self, Answers: answers}, metrics: metrics}
 }
 
 // Handle implements admission.Handler.
@@ -124,6 +132,14 @@ func (g *LedgerGuard) handle(ctx context.Context, req admission.Request) (admiss
 		ops = append(ops, metadataPatch(req.Object.Raw, "annotations", key, stored, was, set))
 		warnings = append(warnings, fmt.Sprintf("the annotation %s is managed by the dependency webhook, which records there the references to this object it admitted; the stored value was kept (drop it from the manifest)", key))
 		outcome = LedgerKept
+	}
+	// A probe writes one of them; the other is unchanged.
+	probed := label
+	if ledgerChanged {
+		probed = value
+	}
+	if op, ok := g.probes.Answer(ctx, req, tracking.KindGuard, probed, ""); ok {
+		ops = append(ops, op)
 	}
 	resp := admission.Patched("", ops...)
 	resp.Warnings = warnings

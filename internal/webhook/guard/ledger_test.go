@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
+	"github.com/opendefensecloud/dependency-controller/internal/tracking"
 )
 
 // vpcLedger is the JSON of vpc-a with annotations (absent if nil, null if
@@ -54,10 +55,13 @@ func TestLedgerGuard(t *testing.T) {
 	const stored = "v1 f=0 l=0 0123456789abcdef@1764212000000"
 	alice := authenticationv1.UserInfo{Username: "alice"}
 	self := authenticationv1.UserInfo{Username: webhookUser}
+	answers := tracking.NewAnswers(func() [][]byte { return [][]byte{[]byte("secret")} })
+	answer := func(value string) string { return answers.Sign(tracking.KindGuard, value, "") }
 	tests := []struct {
 		name      string
 		op        admissionv1.Operation
 		user      authenticationv1.UserInfo
+		dryRun    bool
 		obj, old  []byte
 		want      map[string]any // the annotations after the patch; nil: unpatched
 		wantPatch bool
@@ -149,12 +153,24 @@ func TestLedgerGuard(t *testing.T) {
 		{name: "the webhook's probe of the guard (not a ledger) is kept out like anyone's", op: admissionv1.Update, user: self,
 			obj: vpcLedger(t, map[string]any{key: "probe-x"}, false), old: vpcLedger(t, map[string]any{key: stored}, false),
 			want: map[string]any{key: stored}, wantPatch: true, wantOut: LedgerKept},
+		{name: "the webhook's dry-run probe of the guard gets the signed answer", op: admissionv1.Update, user: self, dryRun: true,
+			obj: vpcLedger(t, map[string]any{key: "probe-x"}, false), old: vpcLedger(t, map[string]any{key: stored}, false),
+			want: map[string]any{key: stored, depv1alpha1.AnnotationProbeAnswer: answer("probe-x")}, wantPatch: true, wantOut: LedgerKept},
+		{name: "the webhook's dry-run probe of the label gets the signed answer, on an object without annotations", op: admissionv1.Update, user: self, dryRun: true,
+			obj: withLabels(t, vpcLedger(t, nil, false), map[string]any{depv1alpha1.LabelCleared: "probe-y"}), old: vpcLedger(t, nil, false),
+			want: map[string]any{depv1alpha1.AnnotationProbeAnswer: answer("probe-y")}, wantPatch: true, wantOut: LedgerKept, wantLabels: map[string]any{}},
+		{name: "another user's dry run of a probe's value gets no answer", op: admissionv1.Update, user: alice, dryRun: true,
+			obj: vpcLedger(t, map[string]any{key: "probe-x"}, false), old: vpcLedger(t, map[string]any{key: stored}, false),
+			want: map[string]any{key: stored}, wantPatch: true, wantOut: LedgerKept},
+		{name: "the webhook's dry run of another value gets no answer", op: admissionv1.Update, user: self, dryRun: true,
+			obj: vpcLedger(t, map[string]any{key: "v1 f=0 l=0 garbage"}, false), old: vpcLedger(t, map[string]any{key: stored}, false),
+			want: map[string]any{key: stored}, wantPatch: true, wantOut: LedgerKept},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			g := NewLedgerGuard(StaticSelf(authenticationv1.UserInfo{Username: webhookUser}), nil)
+			g := NewLedgerGuard(StaticSelf(authenticationv1.UserInfo{Username: webhookUser}), answers, nil)
 			req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-				UID: "req-1", Operation: tt.op, UserInfo: tt.user,
+				UID: "req-1", Operation: tt.op, UserInfo: tt.user, DryRun: &tt.dryRun,
 				Resource: metav1.GroupVersionResource{Group: vpcs.Group, Version: vpcs.Version, Resource: vpcs.Resource},
 				Object:   runtime.RawExtension{Raw: tt.obj}, OldObject: runtime.RawExtension{Raw: tt.old},
 			}}

@@ -14,6 +14,7 @@ import (
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
+	"github.com/opendefensecloud/dependency-controller/internal/tracking"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 )
 
@@ -59,12 +60,22 @@ type LabelMutator struct {
 	readiness   webhook.Readiness
 	metrics     *webhook.Metrics
 	recording   *Recording
+	probes      *webhook.Prober
 	concurrency int
 	now         func() time.Time
 }
 
 // LabelOption configures a LabelMutator.
 type LabelOption func(*LabelMutator)
+
+// WithLabellingProbes has the LabelMutator answer the probes with which
+// the webhook learns that kcp calls it on a shard (see package tracking,
+// KindLabelling): a dry run of the webhook's own user that sets the scheme
+// label to a probe's value, which the mutator sets back to the scheme it
+// vouches for, gets the signed answer too (see webhook.Prober).
+func WithLabellingProbes(p *webhook.Prober) LabelOption {
+	return func(m *LabelMutator) { m.probes = p }
+}
 
 // NewLabelMutator returns a mutator that finds the schemes of dependent
 // types in rules, and waits until readiness reports them loaded.
@@ -106,6 +117,8 @@ func (m *LabelMutator) handle(ctx context.Context, req admission.Request) (admis
 	want := map[string]string{}
 	var warnings []string
 	result := LabelsChanged
+	// vouched is the scheme whose label the mutator sets, if any.
+	vouched := ""
 	gr := schema.GroupResource{Group: req.Resource.Group, Resource: req.Resource.Resource}
 	if l, ok := m.rules.Labelling(registry.Target{Cluster: obj.Provider, Resource: gr}); ok && l.Labellable {
 		var err error
@@ -115,6 +128,8 @@ func (m *LabelMutator) handle(ctx context.Context, req admission.Request) (admis
 		if webhook.SchemeFrom(ctx) != l.Scheme.Fingerprint {
 			delete(want, depv1alpha1.LabelReferencesScheme)
 			result = LabelsUnvouched
+		} else {
+			vouched = l.Scheme.Fingerprint
 		}
 		if m.recording != nil && !obj.Terminating {
 			id, warned, resp := m.record(ctx, req, obj, m.recording.Guards.FindGuards(registry.Target{Cluster: obj.Provider, Resource: gr}))
@@ -128,6 +143,11 @@ func (m *LabelMutator) handle(ctx context.Context, req admission.Request) (admis
 		}
 	}
 	ops := reflabels.Patch(meta.Metadata.Labels, want)
+	if vouched != "" {
+		if op, ok := m.probes.Answer(ctx, req, tracking.KindLabelling, meta.Metadata.Labels[depv1alpha1.LabelReferencesScheme], vouched); ok {
+			ops = append(ops, op)
+		}
+	}
 	if len(ops) == 0 {
 		if result == LabelsChanged {
 			result = LabelsUnchanged

@@ -3,6 +3,7 @@ package references
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -24,6 +25,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
+	"github.com/opendefensecloud/dependency-controller/internal/tracking"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook/webhooktest"
 )
@@ -557,5 +559,81 @@ func TestLabelMutatorIsIdempotent(t *testing.T) {
 	again := labelRequest(t, admissionv1.Update, labels, labels, spec)
 	if resp := mut.Handle(ctx, again); !resp.Allowed || len(resp.Patches) != 0 {
 		t.Errorf("second pass: allowed %v, patches %v; want no patch", resp.Allowed, resp.Patches)
+	}
+}
+
+// The mutator answers the webhook's own probes (see package tracking,
+// KindLabelling): a dry run of the webhook's user that sets the scheme
+// label to a probe's value gets the answer signed for the scheme it vouches
+// for; any other write gets none.
+func TestLabelMutatorAnswersProbes(t *testing.T) {
+	scheme := vmLabelScheme(t)
+	answers := tracking.NewAnswers(func() [][]byte { return [][]byte{[]byte("secret")} })
+	const value = tracking.ProbeValuePrefix + "abcdefgh"
+	spec := map[string]any{"vpcRef": map[string]any{"name": "vpc-a"}}
+	request := func(user string, dryRun bool, label string) admission.Request {
+		req := labelRequest(t, admissionv1.Update, map[string]string{depv1alpha1.LabelReferencesScheme: label}, nil, spec)
+		req.UserInfo.Username, req.DryRun = user, &dryRun
+		return req
+	}
+	tests := []struct {
+		name      string
+		req       admission.Request
+		urlScheme string
+		self      Self
+		want      string
+	}{
+		{"the webhook's dry run of a probe's value", request("dependency-webhook", true, value), scheme.Fingerprint, fakeSelf{}, answers.Sign(tracking.KindLabelling, value, scheme.Fingerprint)},
+		{"another user's", request("tenant", true, value), scheme.Fingerprint, fakeSelf{}, ""},
+		{"not a dry run", request("dependency-webhook", false, value), scheme.Fingerprint, fakeSelf{}, ""},
+		{"another value", request("dependency-webhook", true, "s0"), scheme.Fingerprint, fakeSelf{}, ""},
+		{"a configuration of another scheme (the mutator vouches for none)", request("dependency-webhook", true, value), "0000000000000000", fakeSelf{}, ""},
+		{"the webhook's identity unknown", request("dependency-webhook", true, value), scheme.Fingerprint, fakeSelf{err: errors.New("no review")}, ""},
+		{"without probes", request("dependency-webhook", true, value), scheme.Fingerprint, nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			finder := &fakeLabelling{labellings: map[registry.Target]registry.Labelling{vmsOfProvider: {Scheme: scheme, Labellable: true}}}
+			var opts []LabelOption
+			if tt.self != nil {
+				opts = append(opts, WithLabellingProbes(&webhook.Prober{Self: tt.self, Answers: answers}))
+			}
+			mut := NewLabelMutator(finder, loaded(true), nil, opts...)
+			ctx := webhook.WithEndpoint(webhook.WithProvider(context.Background(), provider), webhook.EndpointLabels, tt.urlScheme)
+			resp := mut.Handle(ctx, tt.req)
+			if !resp.Allowed {
+				t.Fatalf("refused: %+v", resp.Result)
+			}
+			ops, err := json.Marshal(resp.Patches)
+			if err != nil {
+				t.Fatal(err)
+			}
+			patch, err := evanjsonpatch.DecodePatch(ops)
+			if err != nil {
+				t.Fatal(err)
+			}
+			patched, err := patch.Apply(tt.req.Object.Raw)
+			if err != nil {
+				t.Fatalf("applying %s: %v", ops, err)
+			}
+			var got struct {
+				Metadata struct {
+					Labels      map[string]string `json:"labels"`
+					Annotations map[string]string `json:"annotations"`
+				} `json:"metadata"`
+			}
+			if err := json.Unmarshal(patched, &got); err != nil {
+				t.Fatal(err)
+			}
+			if a := got.Metadata.Annotations[depv1alpha1.AnnotationProbeAnswer]; a != tt.want {
+				t.Errorf("answer %q, want %q", a, tt.want)
+			}
+			if got.Metadata.Annotations["note"] != "keep" {
+				t.Errorf("the other annotations were lost: %v", got.Metadata.Annotations)
+			}
+			if l := got.Metadata.Labels[depv1alpha1.LabelReferencesScheme]; tt.urlScheme == scheme.Fingerprint && l != scheme.Fingerprint {
+				t.Errorf("scheme label %q, want %q", l, scheme.Fingerprint)
+			}
+		})
 	}
 }

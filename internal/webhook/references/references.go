@@ -11,7 +11,6 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -94,24 +93,23 @@ type ReferenceValidator struct {
 	recording *Recording
 	labelling LabellingFinder
 	// self, if set, tells the webhook's own requests apart, whose probes
-	// the check answers (see WithProbes).
-	self Self
-	now  func() time.Time
+	// the check answers, signed by answers (see WithProbes).
+	self    Self
+	answers *tracking.Answers
+	now     func() time.Time
 }
 
 // Self tells whether a request was sent with the webhook's own
 // credentials; *guard.SelfReview implements it.
-type Self interface {
-	Is(ctx context.Context, user authenticationv1.UserInfo) (bool, error)
-}
+type Self = webhook.Self
 
 // WithProbes has the check answer the probes with which the webhook learns
 // that kcp calls it on a shard (see package tracking, KindCheck): a dry
 // run of the webhook's own user that adds a reference to a name starting
 // with tracking.CheckProbePrefix is refused with
-// tracking.CheckProbeAnswer, before anything is read.
-func WithProbes(self Self) ValidatorOption {
-	return func(v *ReferenceValidator) { v.self = self }
+// tracking.CheckProbeAnswer, signed by answers, before anything is read.
+func WithProbes(self Self, answers *tracking.Answers) ValidatorOption {
+	return func(v *ReferenceValidator) { v.self, v.answers = self, answers }
 }
 
 // ValidatorOption configures a ReferenceValidator.
@@ -196,7 +194,7 @@ func (v *ReferenceValidator) probe(ctx context.Context, req admission.Request, o
 		if self, err := v.self.Is(ctx, req.UserInfo); err != nil || !self {
 			return admission.Response{}, false
 		}
-		return admission.Denied(tracking.CheckProbeAnswer(r.name)), true
+		return admission.Denied(tracking.CheckProbeAnswer(r.name, v.answers.Sign(tracking.KindCheck, r.name, ""))), true
 	}
 	return admission.Response{}, false
 }

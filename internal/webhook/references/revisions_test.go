@@ -164,6 +164,7 @@ func (f fakeSelf) Is(_ context.Context, user authenticationv1.UserInfo) (bool, e
 // checked as usual.
 func TestReferenceValidatorAnswersProbes(t *testing.T) {
 	probeName := tracking.CheckProbePrefix + "abcdefgh"
+	answers := tracking.NewAnswers(func() [][]byte { return [][]byte{[]byte("secret")} })
 	probe := func(user string, dryRun bool, name string) admission.Request {
 		r := withRevision(t, writeRequest("default", "vm-1", vpcRef(name), vpcRef("vpc-a"), false), "42")
 		r.DryRun = ptr.To(dryRun)
@@ -203,11 +204,12 @@ func TestReferenceValidatorAnswersProbes(t *testing.T) {
 				Records: validRecords{}, Timeout: time.Second,
 			}, &fakeLabelling{labellings: labellings})}
 			if tt.self != nil {
-				opts = append(opts, WithProbes(tt.self))
+				opts = append(opts, WithProbes(tt.self, answers))
 			}
 			v := NewReferenceValidator(guards, loaded(true), targets, validRecords{}, time.Second, nil, opts...)
 			resp := v.Handle(webhook.WithProvider(context.Background(), provider), tt.req)
-			answered := !resp.Allowed && resp.Result.Code == http.StatusForbidden && strings.Contains(resp.Result.Message, tracking.CheckProbeAnswer(probeName))
+			// The answer is signed.
+			answered := !resp.Allowed && resp.Result.Code == http.StatusForbidden && strings.Contains(resp.Result.Message, tracking.CheckProbeAnswer(probeName, answers.Sign(tracking.KindCheck, probeName, "")))
 			if answered != tt.wantProbe {
 				t.Errorf("answered the probe: %v, want %v (%+v)", answered, tt.wantProbe, resp.Result)
 			}
