@@ -1,5 +1,10 @@
 package fieldpath
 
+import (
+	"encoding/json"
+	"slices"
+)
+
 // Sample returns a JSON object, as decoded by encoding/json, in which the
 // reference finds exactly name, in the dependent's namespace: every field
 // on the way to the name, a wildcard as a list of one element, and the
@@ -48,4 +53,79 @@ func set(obj map[string]any, steps []string, value any) {
 		obj = next
 	}
 	obj[steps[len(steps)-1]] = value
+}
+
+// Rename sets the name of one reference that the JSON object data holds
+// to name, and returns the object, as decoded by encoding/json, with
+// nothing else changed: the first, in document order, at which the
+// reference then finds name (one of the group and kind it wants). It
+// reports false if data holds no such reference. Sent as a merge patch of
+// the top-level field the reference lies in, the object sets one
+// reference where a schema refuses Sample's (a list whose elements need
+// other fields); see tracking's probe of the check of new references.
+func (r Reference) Rename(data []byte, name string) (map[string]any, bool) {
+	var obj map[string]any
+	if err := json.Unmarshal(data, &obj); err != nil {
+		return nil, false
+	}
+	var renamed map[string]any
+	slots(obj, r.name.Steps(), func(set func(any) any) bool {
+		old := set(name)
+		raw, err := json.Marshal(obj)
+		if err == nil {
+			if found, err := r.ResolveJSON(raw); err == nil && slices.ContainsFunc(found, func(v Value) bool { return v.Name == name }) {
+				renamed = obj
+				return false
+			}
+		}
+		set(old)
+		return true
+	})
+	return renamed, renamed != nil
+}
+
+// slots calls visit for every string at steps in v, in document order,
+// with a function that sets it to another value and returns the one it
+// replaced, until visit returns false; it reports whether to go on.
+func slots(v any, steps []string, visit func(set func(any) any) bool) bool {
+	if len(steps) == 0 {
+		return true
+	}
+	last := len(steps) == 1
+	switch c := v.(type) {
+	case map[string]any:
+		if steps[0] == "" {
+			return true
+		}
+		next, ok := c[steps[0]]
+		if !ok {
+			return true
+		}
+		if last {
+			if _, isString := next.(string); !isString {
+				return true
+			}
+			return visit(func(x any) any { old := c[steps[0]]; c[steps[0]] = x; return old })
+		}
+		return slots(next, steps[1:], visit)
+	case []any:
+		if steps[0] != "" {
+			return true
+		}
+		for i := range c {
+			if last {
+				if _, isString := c[i].(string); !isString {
+					continue
+				}
+				if !visit(func(x any) any { old := c[i]; c[i] = x; return old }) {
+					return false
+				}
+				continue
+			}
+			if !slots(c[i], steps[1:], visit) {
+				return false
+			}
+		}
+	}
+	return true
 }

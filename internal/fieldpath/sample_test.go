@@ -46,3 +46,51 @@ func TestSample(t *testing.T) {
 		})
 	}
 }
+
+func TestRename(t *testing.T) {
+	tests := []struct {
+		name string
+		spec ReferenceSpec
+		obj  string
+		want string // "": no reference to rename
+	}{
+		{"a name", ReferenceSpec{Path: ".spec.vpcRef.name"}, `{"spec":{"vpcRef":{"name":"vpc-a"},"size":2}}`, `{"spec":{"size":2,"vpcRef":{"name":"probe"}}}`},
+		{"the first element of a list, the other fields kept", ReferenceSpec{Path: ".status.attachments[*].vpc"},
+			`{"status":{"attachments":[{"id":"a1","vpc":"vpc-a"},{"id":"a2","vpc":"vpc-b"}]}}`,
+			`{"status":{"attachments":[{"id":"a1","vpc":"probe"},{"id":"a2","vpc":"vpc-b"}]}}`},
+		{"past elements without the name", ReferenceSpec{Path: ".status.attachments[*].vpc"},
+			`{"status":{"attachments":[{"id":"a0"},{"id":"a1","vpc":7},{"id":"a2","vpc":"vpc-b"}]}}`,
+			`{"status":{"attachments":[{"id":"a0"},{"id":"a1","vpc":7},{"id":"a2","vpc":"probe"}]}}`},
+		{"a list of names", ReferenceSpec{Path: ".spec.vpcs[*]"}, `{"spec":{"vpcs":["vpc-a","vpc-b"]}}`, `{"spec":{"vpcs":["probe","vpc-b"]}}`},
+		{"past an element of another kind", ReferenceSpec{Path: ".spec.refs[*].name", KindPath: "kind", Kind: "VPC"},
+			`{"spec":{"refs":[{"kind":"Subnet","name":"s"},{"kind":"VPC","name":"v","port":80}]}}`,
+			`{"spec":{"refs":[{"kind":"Subnet","name":"s"},{"kind":"VPC","name":"probe","port":80}]}}`},
+		{"only elements of another kind", ReferenceSpec{Path: ".spec.refs[*].name", KindPath: "kind", Kind: "VPC"},
+			`{"spec":{"refs":[{"kind":"Subnet","name":"s"}]}}`, ""},
+		{"no reference", ReferenceSpec{Path: ".status.vpc"}, `{"status":{}}`, ""},
+		{"a list where a field is", ReferenceSpec{Path: ".status.vpc"}, `{"status":[{"vpc":"v"}]}`, ""},
+		{"not an object", ReferenceSpec{Path: ".status.vpc"}, `[]`, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := ParseReference(tt.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ok := r.Rename([]byte(tt.obj), "probe")
+			if ok != (tt.want != "") {
+				t.Fatalf("Rename = %v, %v; want a reference renamed: %v", got, ok, tt.want != "")
+			}
+			if !ok {
+				return
+			}
+			raw, err := json.Marshal(got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(raw) != tt.want {
+				t.Errorf("Rename = %s, want %s", raw, tt.want)
+			}
+		})
+	}
+}

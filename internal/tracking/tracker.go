@@ -122,6 +122,8 @@ type Prober interface {
 	// DryRunPatchStatus does the same through the status subresource; a
 	// resource without one answers NotFound.
 	DryRunPatchStatus(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, body []byte) ([]byte, error)
+	// Get reads the object.
+	Get(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string) ([]byte, error)
 }
 
 // Options configure a Tracker.
@@ -312,38 +314,38 @@ func (t *Tracker) check(ctx context.Context, key Key, obj Object) (bool, error) 
 // changes one of the fields its configuration names, see
 // webhookconfig.ReferencesCondition), a dry-run patch that sets one of
 // them to a throwaway name, through the status subresource for the status
-// (or, for a resource without one, the resource itself). The check is in
-// effect only if it refused every one with CheckProbeAnswer and an answer
-// that verifies (one that does not shows it not in effect); a patch
-// refused otherwise (by the resource's schema, say) tells nothing.
+// (or, for a resource without one, the resource itself). Where the
+// resource's schema refuses the reference set alone (a list whose elements
+// need other fields), the patch renames one the object holds instead,
+// with the rest of the field as it is. The check is in effect only if it
+// refused every one with CheckProbeAnswer and an answer that verifies (one
+// that does not shows it not in effect); a patch refused otherwise (by the
+// resource's schema, say, on an object that holds no such reference) tells
+// nothing.
 func (t *Tracker) checkCheck(ctx context.Context, key Key, obj Object) (bool, error) {
 	if len(obj.References) == 0 {
 		return false, errors.New("no reference to probe the check of new references with")
 	}
-	byField := map[string]fieldpath.Reference{}
+	byField := map[string][]fieldpath.Reference{}
 	for _, r := range obj.References {
 		field := r.Name().Steps()[0]
-		if _, ok := byField[field]; !ok {
-			byField[field] = r
-		}
+		byField[field] = append(byField[field], r)
 	}
 	for _, field := range slices.Sorted(maps.Keys(byField)) {
 		name := CheckProbePrefix + rand.String(8)
-		body, err := json.Marshal(byField[field].Sample(name))
+		body, err := json.Marshal(byField[field][0].Sample(name))
 		if err != nil {
 			return false, err
 		}
-		var sendErr error
-		if field == "status" {
-			_, sendErr = t.prober.DryRunPatchStatus(ctx, key.Source, obj.Cluster, obj.Namespace, obj.Name, body)
-			if apierrors.IsNotFound(sendErr) {
-				// No status subresource: the status is written with the
-				// object (or the object is gone, which the next patch
-				// tells).
-				_, sendErr = t.prober.DryRunPatch(ctx, key.Source, obj.Cluster, obj.Namespace, obj.Name, body)
+		sendErr := t.sendCheck(ctx, key, obj, field, body)
+		if apierrors.IsInvalid(sendErr) || apierrors.IsBadRequest(sendErr) {
+			var renamed bool
+			if body, renamed, err = t.renamed(ctx, key, obj, byField[field], field, name); err != nil {
+				return false, err
 			}
-		} else {
-			_, sendErr = t.prober.DryRunPatch(ctx, key.Source, obj.Cluster, obj.Namespace, obj.Name, body)
+			if renamed {
+				sendErr = t.sendCheck(ctx, key, obj, field, body)
+			}
 		}
 		answer, answered := "", false
 		if apierrors.IsForbidden(sendErr) {
@@ -367,6 +369,40 @@ func (t *Tracker) checkCheck(ctx context.Context, key Key, obj Object) (bool, er
 		}
 	}
 	return true, nil
+}
+
+// sendCheck sends the dry-run merge patch body of the top-level field of
+// obj: through the status subresource for the status, or the resource
+// itself where it has none.
+func (t *Tracker) sendCheck(ctx context.Context, key Key, obj Object, field string, body []byte) error {
+	if field != "status" {
+		_, err := t.prober.DryRunPatch(ctx, key.Source, obj.Cluster, obj.Namespace, obj.Name, body)
+		return err
+	}
+	_, err := t.prober.DryRunPatchStatus(ctx, key.Source, obj.Cluster, obj.Namespace, obj.Name, body)
+	if apierrors.IsNotFound(err) {
+		// No status subresource: the status is written with the object
+		// (or the object is gone, which the next patch tells).
+		_, err = t.prober.DryRunPatch(ctx, key.Source, obj.Cluster, obj.Namespace, obj.Name, body)
+	}
+	return err
+}
+
+// renamed reads obj and returns the merge patch of its top-level field that
+// renames one of the references refs (which lie in it) that it holds to
+// name, keeping the rest of the field; false if it holds none.
+func (t *Tracker) renamed(ctx context.Context, key Key, obj Object, refs []fieldpath.Reference, field, name string) ([]byte, bool, error) {
+	raw, err := t.prober.Get(ctx, key.Source, obj.Cluster, obj.Namespace, obj.Name)
+	if err != nil {
+		return nil, false, fmt.Errorf("failed to read the object to probe with: %w", err)
+	}
+	for _, r := range refs {
+		if renamed, ok := r.Rename(raw, name); ok {
+			body, err := json.Marshal(map[string]any{field: renamed[field]})
+			return body, err == nil, err
+		}
+	}
+	return nil, false, nil
 }
 
 // send sends a dry-run patch of obj that sets the key name of its metadata

@@ -54,6 +54,22 @@ type fakeProber struct {
 	// that wrote value; the labelling webhook answers for vouches.
 	answer  func(kind Kind, value, scheme string) string
 	vouches string
+	// requires, if set, is what a schema needs in every write of a
+	// reference (other fields of a list's elements): without it the write
+	// is invalid. object is the stored object (Get).
+	requires string
+	object   []byte
+	gets     int
+}
+
+func (p *fakeProber) Get(_ context.Context, _ index.Source, _ logicalcluster.Name, _, name string) ([]byte, error) {
+	p.lock.Lock()
+	defer p.lock.Unlock()
+	p.gets++
+	if p.object == nil {
+		return nil, apierrors.NewNotFound(schema.GroupResource{Group: "compute.io", Resource: "virtualmachines"}, name)
+	}
+	return p.object, nil
 }
 
 // checkProbe answers a probe of the check of new references as kcp would.
@@ -71,6 +87,9 @@ func (p *fakeProber) checkProbe(body []byte, status bool) ([]byte, error) {
 	}
 	if p.refuseAll != nil {
 		return nil, p.refuseAll
+	}
+	if p.requires != "" && !strings.Contains(string(body), p.requires) {
+		return nil, apierrors.NewInvalid(schema.GroupKind{Group: "compute.io", Kind: "VirtualMachine"}, "vm-1", nil)
 	}
 	var patch map[string]any
 	if err := json.Unmarshal(body, &patch); err != nil {
@@ -295,6 +314,38 @@ func TestTrackerProbesTheCheck(t *testing.T) {
 		}
 		if _, err := tr.check(context.Background(), key, Object{Name: "vm-1"}); err == nil {
 			t.Error("a probe without references told")
+		}
+	})
+	attachments := ref(".status.attachments[*].vpc")
+	t.Run("a schema that needs other fields of a list's elements: a reference the object holds is renamed, the rest kept", func(t *testing.T) {
+		p := &fakeProber{checked: map[string]bool{"status": true}, requires: `"id"`,
+			object: []byte(`{"metadata":{"name":"vm-1"},"spec":{"size":1},"status":{"phase":"Up","attachments":[{"id":"a1","vpc":"vpc-a"}]}}`)}
+		tr := New(p, Options{})
+		got, err := tr.check(context.Background(), Key{Kind: KindCheck}, Object{Name: "vm-1", References: []fieldpath.Reference{attachments}})
+		if err != nil || !got {
+			t.Fatalf("check = %v, %v; want the check in effect", got, err)
+		}
+		want := []string{`/status {"status":{"attachments":[{"vpc":"P"}]}}`, `/status {"status":{"attachments":[{"id":"a1","vpc":"P"}],"phase":"Up"}}`}
+		for i, body := range p.sent {
+			j := strings.Index(body, CheckProbePrefix)
+			p.sent[i] = body[:j] + "P" + body[j+len(CheckProbePrefix)+8:]
+		}
+		if !slices.Equal(p.sent, want) {
+			t.Errorf("sent %q, want %q", p.sent, want)
+		}
+	})
+	t.Run("a schema that needs other fields, on an object that holds no such reference, tells nothing", func(t *testing.T) {
+		p := &fakeProber{checked: map[string]bool{"status": true}, requires: `"id"`, object: []byte(`{"status":{"attachments":[]}}`)}
+		tr := New(p, Options{})
+		if _, err := tr.check(context.Background(), Key{Kind: KindCheck}, Object{Name: "vm-1", References: []fieldpath.Reference{attachments}}); err == nil || p.gets != 1 {
+			t.Errorf("check: %v after %d reads; want an error after one", err, p.gets)
+		}
+	})
+	t.Run("a probe admitted as sampled reads nothing", func(t *testing.T) {
+		p := &fakeProber{checked: map[string]bool{"status": true}}
+		tr := New(p, Options{})
+		if got, err := tr.check(context.Background(), Key{Kind: KindCheck}, Object{Name: "vm-1", References: []fieldpath.Reference{attachments}}); err != nil || !got || p.gets != 0 {
+			t.Errorf("check = %v, %v after %d reads; want in effect without a read", got, err, p.gets)
 		}
 	})
 	t.Run("another denial that names the probe's value tells nothing", func(t *testing.T) {

@@ -104,6 +104,7 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		}).WithTimeout(inflight.MaxInFlight + 2*time.Minute).WithPolling(5 * time.Second).Should(Succeed())
 	}
 	applianceGVR := schema.GroupVersionResource{Group: "compute.test.io", Version: "v1", Resource: "appliances"}
+	portGVR := schema.GroupVersionResource{Group: "compute.test.io", Version: "v1", Resource: "ports"}
 	vmRef := func(vpc string) map[string]any { return map[string]any{"vpcRef": map[string]any{"name": vpc}} }
 	// get reads an object of the consumer.
 	get := func(ctx context.Context, gvr schema.GroupVersionResource, name string) *unstructured.Unstructured {
@@ -153,7 +154,13 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		_, compute = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("compute"))
 		Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(compute), "compute.test.io",
 			kcpenv.Resource{Kind: "VirtualMachine", Plural: "virtualmachines"},
-			kcpenv.Resource{Kind: "Appliance", Plural: "appliances", Status: true})).To(Succeed())
+			kcpenv.Resource{Kind: "Appliance", Plural: "appliances", Status: true},
+			// Ports reference VPCs in a list of their status whose
+			// elements need an id.
+			kcpenv.Resource{Kind: "Port", Plural: "ports", Status: true, OpenAPI: `{"type":"object","properties":{` +
+				`"spec":{"type":"object","x-kubernetes-preserve-unknown-fields":true},` +
+				`"status":{"type":"object","properties":{"attachments":{"type":"array","items":{"type":"object","required":["id","vpc"],` +
+				`"properties":{"id":{"type":"string"},"vpc":{"type":"string"}}}}}}}}`})).To(Succeed())
 		consent(ctx, network, depCtrl, "network-provider", false)
 		// Here VMs are protected too (by vpc-gateways): the compute provider
 		// consents to what a protected provider grants, create for the
@@ -1310,6 +1317,42 @@ var _ = Describe("Trust boundary", Ordered, func() {
 				g.Expect(gone).To(BeTrue(), "%s was not deleted", r.vm)
 			}
 		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+	})
+
+	It("tracks the references of a type whose schema refuses a reference set alone, by renaming one that a dependent holds in its probe", func(ctx context.Context) {
+		By("a rule: Ports reference VPCs in .status.attachments[*].vpc, whose elements need an id")
+		Expect(cli.Cluster(compute).Create(ctx, &depv1alpha1.DependencyRule{
+			ObjectMeta: metav1.ObjectMeta{Name: "port-vpcs"},
+			Spec: depv1alpha1.DependencyRuleSpec{
+				Dependent:    depv1alpha1.DependentResource{APIExportName: "compute.test.io", Group: "compute.test.io", Version: "v1", Kind: "Port", Resource: "ports"},
+				Dependencies: []depv1alpha1.Dependency{{APIExportRef: depv1alpha1.APIExportReference{Path: network.String(), Name: "network.test.io"}, Group: "network.test.io", Version: "v1", Resource: "vpcs", FieldRef: depv1alpha1.FieldReference{Path: ".status.attachments[*].vpc"}}},
+			},
+		})).To(Succeed())
+		DeferCleanup(func(ctx context.Context) {
+			Expect(cli.Cluster(compute).Delete(ctx, &depv1alpha1.DependencyRule{ObjectMeta: metav1.ObjectMeta{Name: "port-vpcs"}})).To(Succeed())
+		})
+		expectCondition(ctx, compute, "port-vpcs", depv1alpha1.ConditionReady, metav1.ConditionTrue, "Protecting")
+
+		By("a Port whose status attaches a VPC: denied, and the schema refuses the probe's attachment without an id")
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-port", nil))
+		create(ctx, consumer, newObject(portGVR, "default", "port-1", nil))
+		Eventually(func() error {
+			port := newObject(portGVR, "default", "port-1", nil)
+			if err := cli.Cluster(consumer).Get(ctx, client.ObjectKeyFromObject(port), port); err != nil {
+				return err
+			}
+			if err := unstructured.SetNestedSlice(port.Object, []any{map[string]any{"id": "a1", "vpc": "vpc-port"}}, "status", "attachments"); err != nil {
+				return err
+			}
+			return cli.Cluster(consumer).Status().Update(ctx, port)
+		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
+		expectDenied(ctx, consumer, vpcGVR, "default", "vpc-port", "Port/default/port-1")
+		err := cli.Cluster(consumer).Status().Patch(ctx, newObject(portGVR, "default", "port-1", nil),
+			client.RawPatch(types.MergePatchType, []byte(`{"status":{"attachments":[{"vpc":"vpc-port"}]}}`)), client.DryRunAll)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "the schema admitted an attachment without an id: %v", err)
+
+		By("the probe renames the attachment's VPC, keeping its id: the check of new references is seen in effect")
+		expectCondition(ctx, compute, "port-vpcs", depv1alpha1.ConditionReferencesTracked, metav1.ConditionTrue, depv1alpha1.ReasonTracked)
 	})
 })
 

@@ -84,7 +84,7 @@ var (
 
 func kindOf(gvr schema.GroupVersionResource) string {
 	return map[string]string{"vpcs": "VPC", "routers": "Router", "subnets": "Subnet", "virtualmachines": "VirtualMachine", "gateways": "Gateway", "volumes": "Volume", "backups": "Backup",
-		"httproutes": "HTTPRoute", "clusterroutes": "ClusterRoute", "appliances": "Appliance", "links": "Link", "loadbalancers": "LoadBalancer"}[gvr.Resource]
+		"httproutes": "HTTPRoute", "clusterroutes": "ClusterRoute", "appliances": "Appliance", "ports": "Port", "links": "Link", "loadbalancers": "LoadBalancer"}[gvr.Resource]
 }
 
 func newObject(gvr schema.GroupVersionResource, namespace, name string, spec map[string]any) *unstructured.Unstructured {

@@ -24,6 +24,9 @@ type Resource struct {
 	Plural        string
 	ClusterScoped bool
 	Status        bool
+	// OpenAPI, if set, is the schema of the resource (JSON); by default
+	// spec, and with Status the status, keep unknown fields.
+	OpenAPI string
 }
 
 // InstallProviderAPI creates an APIResourceSchema per resource (version v1)
@@ -50,6 +53,9 @@ func InstallProviderAPI(ctx context.Context, c client.Client, group string, reso
 		if r.Status {
 			openAPI = `{"type":"object","properties":{"spec":{"type":"object","x-kubernetes-preserve-unknown-fields":true},"status":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}`
 			subresources.Status = &apiextensionsv1.CustomResourceSubresourceStatus{}
+		}
+		if r.OpenAPI != "" {
+			openAPI = r.OpenAPI
 		}
 		schema := &apisv1alpha1.APIResourceSchema{
 			ObjectMeta: metav1.ObjectMeta{Name: "v1." + r.Plural + "." + group},

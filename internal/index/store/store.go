@@ -364,18 +364,38 @@ func (s *Store) Shard(cluster logicalcluster.Name) (string, bool) {
 	return shard, ok
 }
 
+// anyScan bounds how many dependents Any looks at for one that holds a
+// reference.
+const anyScan = 64
+
 // Any returns one dependent of shard that is not being deleted, if it has
 // any: an object to probe the shard's admission with (see package
-// tracking).
+// tracking). It prefers one that holds a reference, among the first
+// anyScan it looks at: a probe that sets a reference where the schema
+// needs other fields next to it renames one the dependent holds.
 func (s *Store) Any(shard string) (kcp.Meta, bool) {
 	s.lock.RLock()
 	defer s.lock.RUnlock()
+	var found *entry
+	seen := 0
 	for _, e := range s.objects[shard] {
-		if !e.terminating {
+		if e.terminating {
+			continue
+		}
+		if len(e.refs) > 0 {
 			return e.dependent(), true
 		}
+		if found == nil {
+			found = e
+		}
+		if seen++; seen >= anyScan {
+			break
+		}
 	}
-	return kcp.Meta{}, false
+	if found == nil {
+		return kcp.Meta{}, false
+	}
+	return found.dependent(), true
 }
 
 // Largest returns the dependent that holds the most references, and how

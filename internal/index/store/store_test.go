@@ -429,6 +429,23 @@ func TestAny(t *testing.T) {
 	if _, ok := s.Any("shard-2"); ok {
 		t.Error("another shard has one")
 	}
+
+	// One that holds a reference is preferred (a probe can rename it).
+	paths := []fieldpath.Reference{vpcRef}
+	refs := New(nil)
+	objs := []any{dependent(t, paths, "c1", "default/vm-held", `{"vpcRef":{"name":"vpc-a"}}`, true)}
+	for i := range 20 {
+		objs = append(objs, dependent(t, paths, "c1", fmt.Sprintf("default/vm-%d", i), `{}`, false))
+	}
+	objs = append(objs, dependent(t, paths, "c1", "default/vm-ref", `{"vpcRef":{"name":"vpc-a"}}`, false))
+	if err := refs.ForShard("shard-1", func() {}).Replace(objs, "5"); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		if got, ok := refs.Any("shard-1"); !ok || got.Name != "vm-ref" {
+			t.Fatalf("Any = %+v, %v; want vm-ref, the one that holds a reference and is not being deleted", got, ok)
+		}
+	}
 }
 
 func TestLargest(t *testing.T) {
