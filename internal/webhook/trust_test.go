@@ -1334,21 +1334,21 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		expectCondition(ctx, compute, "port-vpcs", depv1alpha1.ConditionReady, metav1.ConditionTrue, "Protecting")
 
 		By("a Port whose status attaches a VPC: denied, and the schema refuses the probe's attachment without an id")
-		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-port", nil))
-		create(ctx, consumer, newObject(portGVR, "default", "port-1", nil))
+		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-attached", nil))
+		create(ctx, consumer, newObject(portGVR, "default", "port-attached", nil))
 		Eventually(func() error {
-			port := newObject(portGVR, "default", "port-1", nil)
+			port := newObject(portGVR, "default", "port-attached", nil)
 			if err := cli.Cluster(consumer).Get(ctx, client.ObjectKeyFromObject(port), port); err != nil {
 				return err
 			}
-			if err := unstructured.SetNestedSlice(port.Object, []any{map[string]any{"id": "a1", "vpc": "vpc-port"}}, "status", "attachments"); err != nil {
+			if err := unstructured.SetNestedSlice(port.Object, []any{map[string]any{"id": "a1", "vpc": "vpc-attached"}}, "status", "attachments"); err != nil {
 				return err
 			}
 			return cli.Cluster(consumer).Status().Update(ctx, port)
 		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
-		expectDenied(ctx, consumer, vpcGVR, "default", "vpc-port", "Port/default/port-1")
-		err := cli.Cluster(consumer).Status().Patch(ctx, newObject(portGVR, "default", "port-1", nil),
-			client.RawPatch(types.MergePatchType, []byte(`{"status":{"attachments":[{"vpc":"vpc-port"}]}}`)), client.DryRunAll)
+		expectDenied(ctx, consumer, vpcGVR, "default", "vpc-attached", "Port/default/port-attached")
+		err := cli.Cluster(consumer).Status().Patch(ctx, newObject(portGVR, "default", "port-attached", nil),
+			client.RawPatch(types.MergePatchType, []byte(`{"status":{"attachments":[{"vpc":"vpc-attached"}]}}`)), client.DryRunAll)
 		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "the schema admitted an attachment without an id: %v", err)
 
 		By("the probe renames the attachment's VPC, keeping its id: the check of new references is seen in effect")
