@@ -54,9 +54,29 @@ func (p *Prober) Answer(ctx context.Context, req admission.Request, kind trackin
 	if !self {
 		return jsonpatch.JsonPatchOperation{}, false
 	}
-	key := depv1alpha1.AnnotationProbeAnswer
-	if _, typ, _, err := jsonparser.Get(req.Object.Raw, "metadata", "annotations"); err == nil && typ == jsonparser.Object {
-		return jsonpatch.NewOperation("add", "/metadata/annotations/"+jsonpointer.Escape(key), answer), true
+	return MetadataPatch(req.Object.Raw, "annotations", depv1alpha1.AnnotationProbeAnswer, answer, true, false), true
+}
+
+// MetadataPatch returns the JSON patch operation that gives the object
+// raw, which has (set) or lacks the key of its metadata field (labels or
+// annotations), that key with value if want, or none.
+func MetadataPatch(raw []byte, field, key, value string, want, set bool) jsonpatch.JsonPatchOperation {
+	path := "/metadata/" + field + "/" + jsonpointer.Escape(key)
+	switch {
+	case !want:
+		return jsonpatch.NewOperation("remove", path, nil)
+	case set:
+		return jsonpatch.NewOperation("replace", path, value)
+	case hasMap(raw, field):
+		return jsonpatch.NewOperation("add", path, value)
+	default:
+		return jsonpatch.NewOperation("add", "/metadata/"+field, map[string]string{key: value})
 	}
-	return jsonpatch.NewOperation("add", "/metadata/annotations", map[string]string{key: answer}), true
+}
+
+// hasMap reports whether the object raw has its metadata field (labels or
+// annotations) as an object (not absent, not null).
+func hasMap(raw []byte, field string) bool {
+	_, typ, _, err := jsonparser.Get(raw, "metadata", field)
+	return err == nil && typ == jsonparser.Object
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/opendefensecloud/dependency-controller/internal/index"
 	"github.com/opendefensecloud/dependency-controller/internal/inflight"
+	"github.com/opendefensecloud/dependency-controller/internal/records"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
 	"github.com/opendefensecloud/dependency-controller/internal/replay"
 	"github.com/opendefensecloud/dependency-controller/internal/tracking"
@@ -27,24 +28,30 @@ const trackingInterval = 30 * time.Second
 // id), and which admission ids the index has seen on the dependents of each
 // protected type.
 func (a *assembly) recording(recs *replay.Records, verifier references.Verifier) references.Recording {
-	secrets := sharedSecrets(recs, "admission ids")
-	key := func() []byte {
-		if s := secrets(); len(s) > 0 {
-			return s[0]
-		}
-		return nil
-	}
 	return references.Recording{
 		Guards:  a.reg,
 		Targets: a.ix,
 		Ledgers: inflight.NewWriter(a.objects, inflight.Options{OnConflict: a.metrics.LedgerConflict}),
-		IDs:     inflight.NewIDs(key),
+		IDs:     inflight.NewIDs(admissionIDKey(recs)),
 		Landed:  a.landed,
 		Records: verifier,
 		Timeout: a.opts.RequestTimeout,
 
 		MaxReferences: a.opts.MaxReferencesPerObject,
 		GracePeriod:   a.gracePeriod(),
+	}
+}
+
+// admissionIDKey returns the key of admission ids: derived from the
+// signing record key (only new ids are signed with it, and a second call
+// within one request follows the first within moments), none without
+// record keys.
+func admissionIDKey(recs *replay.Records) func() []byte {
+	return func() []byte {
+		if ring := keyring(recs); ring != nil {
+			return derive(ring.SigningSecret(), "admission ids")
+		}
+		return nil
 	}
 }
 
@@ -61,21 +68,31 @@ func answers(recs *replay.Records) *tracking.Answers {
 // record keys.
 func sharedSecrets(recs *replay.Records, purpose string) func() [][]byte {
 	return func() [][]byte {
-		if recs == nil {
-			return nil
-		}
-		ring := recs.Keys.Keyring()
+		ring := keyring(recs)
 		if ring == nil {
 			return nil
 		}
 		var secrets [][]byte
 		for _, s := range ring.Secrets() {
-			mac := hmac.New(sha256.New, s)
-			mac.Write([]byte(purpose))
-			secrets = append(secrets, mac.Sum(nil))
+			secrets = append(secrets, derive(s, purpose))
 		}
 		return secrets
 	}
+}
+
+// keyring returns the current record keys, nil without any.
+func keyring(recs *replay.Records) *records.Keyring {
+	if recs == nil {
+		return nil
+	}
+	return recs.Keys.Keyring()
+}
+
+// derive returns the secret for purpose derived from a record key.
+func derive(secret []byte, purpose string) []byte {
+	mac := hmac.New(sha256.New, secret)
+	mac.Write([]byte(purpose))
+	return mac.Sum(nil)
 }
 
 // landed tells which admission ids the index has seen on dependents of any

@@ -20,19 +20,28 @@ func TestSharedSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	recs := &replay.Records{Keys: records.StaticKeys(ring)}
-	derive := func(secret []byte, purpose string) []byte {
+	// hmacOf is the derivation, written out here so that a change of
+	// derive shows.
+	hmacOf := func(secret []byte, purpose string) []byte {
 		mac := hmac.New(sha256.New, secret)
 		mac.Write([]byte(purpose))
 		return mac.Sum(nil)
 	}
 
-	ids := sharedSecrets(recs, "admission ids")()
 	// The replicas of the release before derived the key of admission ids
 	// from the signing key alone: a rolling upgrade keeps recognising them.
-	if len(ids) != 2 || !bytes.Equal(ids[0], derive(ring.SigningSecret(), "admission ids")) || !bytes.Equal(ids[1], derive(key("key-1", 1).Secret, "admission ids")) {
-		t.Errorf("the secrets of admission ids are not derived from the keys, the signing key's first")
+	ids := admissionIDKey(recs)()
+	if want := hmacOf(ring.SigningSecret(), "admission ids"); !bytes.Equal(ids, want) {
+		t.Errorf("the key of admission ids is not derived from the signing key")
 	}
-	if answers := sharedSecrets(recs, "probe answers")(); bytes.Equal(answers[0], ids[0]) {
+	if admissionIDKey(nil)() != nil {
+		t.Error("a key of admission ids without record keys")
+	}
+	shared := sharedSecrets(recs, "probe answers")()
+	if len(shared) != 2 || !bytes.Equal(shared[0], hmacOf(ring.SigningSecret(), "probe answers")) || !bytes.Equal(shared[1], hmacOf(key("key-1", 1).Secret, "probe answers")) {
+		t.Errorf("the secrets of probe answers are not derived from the keys, the signing key's first")
+	}
+	if bytes.Equal(shared[0], ids) {
 		t.Error("two purposes share a secret")
 	}
 	if got := sharedSecrets(nil, "probe answers")(); got != nil {

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/go-openapi/jsonpointer"
 	"gomodules.xyz/jsonpatch/v2"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -120,7 +119,7 @@ func (g *LedgerGuard) handle(ctx context.Context, req admission.Request) (admiss
 	var warnings []string
 	outcome := ""
 	if labelChanged {
-		ops = append(ops, metadataPatch(req.Object.Raw, "labels", depv1alpha1.LabelCleared, storedLabel, wasLabelled, labelled))
+		ops = append(ops, webhook.MetadataPatch(req.Object.Raw, "labels", depv1alpha1.LabelCleared, storedLabel, wasLabelled, labelled))
 		if req.Operation == admissionv1.Create {
 			warnings = append(warnings, fmt.Sprintf("the label %s is managed by the dependency webhook and was removed (drop it from the manifest)", depv1alpha1.LabelCleared))
 		} else {
@@ -129,7 +128,7 @@ func (g *LedgerGuard) handle(ctx context.Context, req admission.Request) (admiss
 		}
 	}
 	if ledgerChanged {
-		ops = append(ops, metadataPatch(req.Object.Raw, "annotations", key, stored, was, set))
+		ops = append(ops, webhook.MetadataPatch(req.Object.Raw, "annotations", key, stored, was, set))
 		warnings = append(warnings, fmt.Sprintf("the annotation %s is managed by the dependency webhook, which records there the references to this object it admitted; the stored value was kept (drop it from the manifest)", key))
 		outcome = LedgerKept
 	}
@@ -163,31 +162,7 @@ func annotation(raw []byte, key string) (string, bool, error) {
 	return v, true, nil
 }
 
-// metadataPatch returns the JSON patch operation that gives the object
-// raw, which has (set) or lacks the key of its metadata field (labels or
-// annotations), that key with value if want, or none.
-func metadataPatch(raw []byte, field, key, value string, want, set bool) jsonpatch.JsonPatchOperation {
-	path := "/metadata/" + field + "/" + jsonpointer.Escape(key)
-	switch {
-	case !want:
-		return jsonpatch.NewOperation("remove", path, nil)
-	case set:
-		return jsonpatch.NewOperation("replace", path, value)
-	case hasMap(raw, field):
-		return jsonpatch.NewOperation("add", path, value)
-	default:
-		return jsonpatch.NewOperation("add", "/metadata/"+field, map[string]string{key: value})
-	}
-}
-
-// hasMap reports whether the object raw has its metadata field (labels or
-// annotations) as an object (not absent, not null).
-func hasMap(raw []byte, field string) bool {
-	_, typ, _, err := jsonparser.Get(raw, "metadata", field)
-	return err == nil && typ == jsonparser.Object
-}
-
-// annotationPatch is metadataPatch of an annotation.
+// annotationPatch is webhook.MetadataPatch of an annotation.
 func annotationPatch(raw []byte, key, value string, want, set bool) jsonpatch.JsonPatchOperation {
-	return metadataPatch(raw, "annotations", key, value, want, set)
+	return webhook.MetadataPatch(raw, "annotations", key, value, want, set)
 }

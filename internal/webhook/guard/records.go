@@ -22,10 +22,7 @@ import (
 )
 
 // Self tells whether a user is the webhook itself.
-type Self interface {
-	// Is reports whether user is the webhook's own identity.
-	Is(ctx context.Context, user authenticationv1.UserInfo) (bool, error)
-}
+type Self = webhook.Self
 
 // clusterNameExtras are the keys of the extra of a user that name the
 // logical cluster of a service account: a service account of the same
