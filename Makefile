@@ -151,7 +151,8 @@ test-e2e: build kcp ginkgo helm previous ## Run the e2e suite: both binaries as 
 	@set -e; for cfg in $(E2E_SHARD_CONFIG); do \
 		echo "=== e2e on $$cfg kcp (logs in $(E2E_ARTIFACTS)/$$cfg)"; \
 		start=$$(date +%s); \
-		E2E_SHARD_CONFIG=$$cfg $(GINKGO) -v --no-color --tags e2e --timeout 30m ./test/e2e/; \
+		E2E_SHARD_CONFIG=$$cfg $(GINKGO) -v --no-color --tags e2e --timeout 30m ./test/e2e/ || { \
+			echo "=== e2e on $$cfg kcp failed; the failures in brief:"; cat "$(E2E_ARTIFACTS)/$$cfg/failures.txt" 2>/dev/null; exit 1; }; \
 		echo "=== e2e on $$cfg kcp passed in $$(( $$(date +%s) - start ))s"; \
 	done
 

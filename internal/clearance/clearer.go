@@ -51,6 +51,10 @@ type Decider interface {
 	// Referenced reports whether the index holds a dependent that
 	// references obj, an object of target.
 	Referenced(target index.Source, obj kcp.Meta) bool
+	// WarmClearance prepares the decision of an object that is not due
+	// yet, and reports whether nothing is left to prepare (see
+	// deletion.Validator.WarmClearance).
+	WarmClearance(ctx context.Context, provider logicalcluster.Name, resource schema.GroupVersionResource, obj kcp.Meta) bool
 }
 
 // Generations tell whether the index's contents changed: the indexed
@@ -288,6 +292,7 @@ func (c *Clearer) list(ctx context.Context, p registry.Protection, full bool, wo
 		last := c.listings[p.Source]
 		if !full && last != nil {
 			if last.current(l.generation, current, now) {
+				c.warm(ctx, p, last)
 				return last
 			}
 			if scope, scoped = last.scope(c.opts.Index.ChangedClusters, current, now); scoped {
@@ -299,6 +304,10 @@ func (c *Clearer) list(ctx context.Context, p registry.Protection, full bool, wo
 		selector, kind = depv1alpha1.LabelCleared+"!="+current, ListingUncleared
 	}
 	listed := 0
+	// An object not due yet of each workspace listed, whose decision is
+	// prepared once the listing is done: the listing tells the router the
+	// shard of each workspace, which the preparation needs.
+	notDue := map[logicalcluster.Name]kcp.Meta{}
 	keep := func(m kcp.Meta, raw []byte) bool {
 		listed++
 		o := newListed(m, raw)
@@ -308,6 +317,9 @@ func (c *Clearer) list(ctx context.Context, p registry.Protection, full bool, wo
 		due, ok := o.dueAt(current)
 		if ok && now.Before(due) {
 			l.noteDue(m.Cluster, due)
+			if _, seen := notDue[m.Cluster]; !seen {
+				notDue[m.Cluster] = m
+			}
 		}
 		return ok && !now.Before(due) && !c.decider.Referenced(p.Source, m)
 	}
@@ -345,8 +357,26 @@ func (c *Clearer) list(ctx context.Context, p registry.Protection, full bool, wo
 			}
 		}
 	}
+	for cluster, m := range notDue {
+		l.warm[cluster] = m
+	}
+	c.warm(ctx, p, l)
 	c.opts.Metrics.listedObjects(kind, listed)
 	return l
+}
+
+// warm prepares the decisions of the objects of l not due yet, that is
+// still to be done (see Decider.WarmClearance): after the listing, and at
+// every pass that leaves the resource out while that is not done (a
+// preparation that could not be done at once, say a probe still under way
+// or retried moments later, is not left to the next listing, which may
+// come only when the objects are due).
+func (c *Clearer) warm(ctx context.Context, p registry.Protection, l *listing) {
+	for cluster, m := range l.warm {
+		if c.decider.WarmClearance(ctx, p.Target.Cluster, p.Source.Resource, m) {
+			delete(l.warm, cluster)
+		}
+	}
 }
 
 // doomed reports whether a teardown under way is about to delete cand:

@@ -87,6 +87,8 @@ type fakeObjects struct {
 	// those of the workspaces in failIn fail.
 	scoped []string
 	failIn map[logicalcluster.Name]bool
+	// listing is set while a listing is under way.
+	listing atomic.Bool
 }
 
 func (f *fakeObjects) ListObjects(_ context.Context, _ index.Source, selector string, keep func(kcp.Meta, []byte) bool, visit func(kcp.Meta, []byte) error) error {
@@ -104,6 +106,8 @@ func (f *fakeObjects) ListObjectsIn(_ context.Context, _ index.Source, cluster l
 
 // list lists the VPCs of cluster (every one if empty).
 func (f *fakeObjects) list(cluster logicalcluster.Name, selector string, keep func(kcp.Meta, []byte) bool, visit func(kcp.Meta, []byte) error) error {
+	f.listing.Store(true)
+	defer f.listing.Store(false)
 	key, value, filtered := strings.Cut(selector, "!=")
 	for _, v := range f.vpcs {
 		raw := v.json()
@@ -164,6 +168,14 @@ type fakeDecider struct {
 	referenced  map[string]bool
 	notClear    map[string]bool
 	decided     []string
+	// warmed are the objects whose decision was prepared; objects, if
+	// set, is asked whether a listing was under way then.
+	warmed    []string
+	objects   *fakeObjects
+	whileList bool
+	// unprepared says the preparation is not done yet (a probe under
+	// way).
+	unprepared bool
 }
 
 func (d *fakeDecider) Clearance(_ context.Context, provider logicalcluster.Name, resource schema.GroupVersionResource, raw []byte) (string, string) {
@@ -182,6 +194,18 @@ func (d *fakeDecider) ClearanceFingerprint(target index.Source) (string, bool) {
 }
 
 func (d *fakeDecider) Referenced(_ index.Source, obj kcp.Meta) bool { return d.referenced[obj.Name] }
+
+func (d *fakeDecider) WarmClearance(_ context.Context, provider logicalcluster.Name, resource schema.GroupVersionResource, obj kcp.Meta) bool {
+	d.lock.Lock()
+	defer d.lock.Unlock()
+	if provider == "provider" && resource == vpcs.Resource {
+		d.warmed = append(d.warmed, obj.Name)
+	}
+	if d.objects != nil && d.objects.listing.Load() {
+		d.whileList = true
+	}
+	return !d.unprepared
+}
 
 type protections []registry.Protection
 
@@ -211,13 +235,23 @@ func TestPass(t *testing.T) {
 		// a reference: a full pass clears it.
 		{name: "labelled", age: time.Hour, extra: map[string]any{"labels": map[string]any{depv1alpha1.LabelCleared: "fp"}}, rv: "15"},
 	}, changed: map[string]bool{"changed": true}}
-	decider := &fakeDecider{fingerprint: "fp", referenced: map[string]bool{"referenced": true}, notClear: map[string]bool{"not-clearable": true}}
+	decider := &fakeDecider{fingerprint: "fp", referenced: map[string]bool{"referenced": true}, notClear: map[string]bool{"not-clearable": true}, objects: objs}
 	c := New(protections{{Target: registry.Target{Cluster: "provider", Resource: vpcs.Resource.GroupResource()}, Source: vpcs}}, objs, decider,
 		Options{Workers: 3, FullEvery: 2, Metrics: NewMetrics()})
 	c.now = func() time.Time { return now }
 
 	if n := c.Pass(context.Background()); n != 4 {
 		t.Errorf("Pass cleared %d objects, want 4", n)
+	}
+	// The decision of an object that is not due yet is prepared once it
+	// is listed, once per workspace and listing (the first of young,
+	// mark-in-flight and floor-in-flight), after the listing, which tells
+	// the router the shard of each workspace listed.
+	if want := []string{"young"}; !slices.Equal(decider.warmed, want) {
+		t.Errorf("prepared the decisions of %v, want %v", decider.warmed, want)
+	}
+	if decider.whileList {
+		t.Error("a decision was prepared while the listing was under way")
 	}
 	want := map[string]string{
 		"old":            inflight.Ledger{Clearance: inflight.Clearance("fp", "uid-old")}.String(),
@@ -406,6 +440,38 @@ func TestPassListsOnlyWhenSomethingChanged(t *testing.T) {
 	pass("the objects cannot be cleared now", false)
 	decider.fingerprint = "fp2"
 	pass("they can again, under the same fingerprint", true)
+}
+
+// A decision that could not be prepared after the listing (a probe under
+// way) is prepared again at the passes that leave the resource out, until
+// it is done, without listing again.
+func TestPassPreparesUntilDone(t *testing.T) {
+	objs := &fakeObjects{vpcs: []vpc{
+		{name: "old", age: time.Hour, rv: "1"},
+		{name: "young-1", age: 30 * time.Second, rv: "2"},
+		{name: "young-2", age: 20 * time.Second, rv: "3"},
+	}}
+	decider := &fakeDecider{fingerprint: "fp", referenced: map[string]bool{}, notClear: map[string]bool{}, unprepared: true}
+	c := New(protections{{Target: registry.Target{Cluster: "provider", Resource: vpcs.Resource.GroupResource()}, Source: vpcs}}, objs, decider,
+		Options{FullEvery: 100, Index: &generation{}})
+	c.now = func() time.Time { return now }
+	pass := func(step string, wantWarmed []string) {
+		t.Helper()
+		listed := len(objs.selectors)
+		decider.warmed = nil
+		c.Pass(context.Background())
+		if !slices.Equal(decider.warmed, wantWarmed) {
+			t.Errorf("%s: prepared %v, want %v", step, decider.warmed, wantWarmed)
+		}
+		if step != "the first pass" && len(objs.selectors) != listed {
+			t.Errorf("%s: listed again", step)
+		}
+	}
+	pass("the first pass", []string{"young-1"})
+	pass("not prepared yet", []string{"young-1"})
+	decider.unprepared = false
+	pass("prepared now", []string{"young-1"})
+	pass("nothing left to prepare", nil)
 }
 
 // fakeNamespaces says which namespaces are being deleted, and that it

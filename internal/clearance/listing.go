@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/kcp-dev/logicalcluster/v3"
+
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 )
 
 // scopedMax bounds the workspaces a pass lists one by one (see
@@ -24,6 +26,10 @@ type listing struct {
 	// (created, or a reference recorded on it, less than MaxInFlight
 	// before), the earliest time such an object becomes worth deciding.
 	due map[logicalcluster.Name]time.Time
+	// warm holds, for each workspace with an object left out for its age
+	// whose decision is still to be prepared (see Clearer.warm), such an
+	// object. Only the pass that lists uses it.
+	warm map[logicalcluster.Name]kcp.Meta
 
 	// lock guards again and againAll, which the workers set.
 	lock sync.Mutex
@@ -37,7 +43,8 @@ type listing struct {
 }
 
 func newListing(generation uint64, fingerprint string) *listing {
-	return &listing{generation: generation, fingerprint: fingerprint, due: map[logicalcluster.Name]time.Time{}, again: map[logicalcluster.Name]struct{}{}}
+	return &listing{generation: generation, fingerprint: fingerprint, due: map[logicalcluster.Name]time.Time{},
+		warm: map[logicalcluster.Name]kcp.Meta{}, again: map[logicalcluster.Name]struct{}{}}
 }
 
 // noteDue notes that an object of cluster left out for its age becomes
@@ -126,11 +133,16 @@ func (l *listing) scope(changed func(g uint64, most int) ([]logicalcluster.Name,
 
 // inherit carries over from the last listing what it knew of the
 // workspaces this listing leaves out: their objects left out for their
-// age, and whether to list them again.
+// age, the decisions still to prepare, and whether to list them again.
 func (l *listing) inherit(last *listing, listed []logicalcluster.Name) {
 	for cluster, due := range last.due {
 		if !slices.Contains(listed, cluster) {
 			l.noteDue(cluster, due)
+		}
+	}
+	for cluster, m := range last.warm {
+		if !slices.Contains(listed, cluster) {
+			l.warm[cluster] = m
 		}
 	}
 	last.lock.Lock()

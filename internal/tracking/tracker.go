@@ -218,10 +218,15 @@ func (t *Tracker) probe(ctx context.Context, key Key, obj Object) {
 		return
 	}
 	s.checked = now
+	logger := log.FromContext(ctx).V(1).WithValues("webhook", key.Kind, "source", key.Source, "shard", key.Shard)
 	switch {
 	case !inEffect:
+		if !s.since.IsZero() || s.why == "" {
+			logger.Info("A probe found an admission webhook not in effect")
+		}
 		s.since, s.why = time.Time{}, "the last probe found it not in effect"
 	case s.since.IsZero():
+		logger.Info("A probe found an admission webhook in effect")
 		s.since, s.why = now, ""
 	default:
 		s.why = ""

@@ -98,7 +98,10 @@ func concurrentRace(ctx context.Context, prefix string, rounds int, cleared bool
 				}
 			}
 			pending = left
-			g.Expect(pending).To(BeEmpty(), "VPCs not cleared yet")
+			if len(pending) > 0 {
+				r := pending[0]
+				g.Expect(len(pending)).To(BeZero(), "VPCs not cleared yet, among them %s %s/%s", r.ws, r.namespace, r.vpc)
+			}
 		}).WithTimeout(4 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
 	}
 
@@ -175,6 +178,9 @@ func concurrentRace(ctx context.Context, prefix string, rounds int, cleared bool
 	}
 	GinkgoWriter.Printf("%s: %d rounds in %s: VM first %d (denied %d, refused while in flight %d), VPC deleted first %d, wrong %d\n",
 		prefix, rounds, took.Round(time.Millisecond), vmFirst, denied, inFlight, vpcFirst, len(failures))
+	if n := len(failures); n > 10 {
+		failures = append(failures[:10], fmt.Sprintf("and %d more", n-10))
+	}
 	Expect(failures).To(BeEmpty())
 	Expect(vmFirst + vpcFirst).To(Equal(rounds))
 }

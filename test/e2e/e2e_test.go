@@ -185,6 +185,7 @@ func watchDeletions(workspaces []logicalcluster.Path, resources ...schema.GroupV
 	}
 	var lock sync.Mutex
 	deleted := map[watchKey]map[string]int64{}
+	ended := map[watchKey]func() error{}
 	watchCtx, stop := context.WithCancel(context.Background())
 	DeferCleanup(stop)
 	for _, ws := range workspaces {
@@ -195,17 +196,22 @@ func watchDeletions(workspaces []logicalcluster.Path, resources ...schema.GroupV
 		for _, gvr := range resources {
 			k := watchKey{ws, gvr}
 			deleted[k] = map[string]int64{}
-			Expect(kcpenv.WatchDeletions(watchCtx, dyn.Resource(gvr), func(namespace, name string, rv int64) {
+			ended[k], err = kcpenv.WatchDeletions(watchCtx, dyn.Resource(gvr), func(namespace, name string, rv int64) {
 				lock.Lock()
 				defer lock.Unlock()
 				deleted[k][namespace+"/"+name] = rv
-			})).To(Succeed())
+			})
+			Expect(err).NotTo(HaveOccurred())
 		}
 	}
 	return func(ws logicalcluster.Path, gvr schema.GroupVersionResource, key string) (int64, bool) {
 		lock.Lock()
 		defer lock.Unlock()
 		rv, ok := deleted[watchKey{ws, gvr}][key]
+		if !ok {
+			// A watch that could not be resumed sees no more deletions.
+			Expect(ended[watchKey{ws, gvr}]()).To(Succeed())
+		}
 		return rv, ok
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -194,6 +195,28 @@ var _ = ReportAfterEach(func(report SpecReport) {
 			}
 		}
 	}
+})
+
+// ReportAfterSuite writes each failure in brief (the spec, where it failed,
+// and the start of the message, one line each) to failures.txt in the
+// artifacts, which make test-e2e prints last when the suite fails: the
+// lines a CI log shows when it keeps only its end.
+var _ = ReportAfterSuite("failures in brief", func(report Report) {
+	if artifacts == "" {
+		return
+	}
+	var b strings.Builder
+	for _, spec := range report.SpecReports {
+		if !spec.Failed() {
+			continue
+		}
+		msg := strings.Join(strings.Fields(spec.Failure.Message), " ")
+		if len(msg) > 1500 {
+			msg = msg[:1500] + " ..."
+		}
+		fmt.Fprintf(&b, "[%s] %s\n  at %s\n  %s\n", spec.State, spec.FullText(), spec.Failure.Location, msg)
+	}
+	Expect(os.WriteFile(filepath.Join(artifacts, "failures.txt"), []byte(b.String()), 0o644)).To(Succeed())
 })
 
 // makeTarget runs a make target of the repository with extra variables.

@@ -3,6 +3,7 @@
 package perf
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -77,11 +78,12 @@ func (s *setup) race(ctx context.Context, t *testing.T, n int, p *protection) (s
 	deletedAt := map[string]int64{}
 	watchCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	must(t, kcpenv.WatchDeletions(watchCtx, s.dyn.Resource(vpcs).Namespace(ns), func(_, name string, rv int64) {
+	watchEnded, err := kcpenv.WatchDeletions(watchCtx, s.dyn.Resource(vpcs).Namespace(ns), func(_, name string, rv int64) {
 		lock.Lock()
 		defer lock.Unlock()
 		deletedAt[name] = rv
-	}))
+	})
+	must(t, err)
 	recorded0 := s.recorded(t)
 
 	start := time.Now()
@@ -118,7 +120,7 @@ func (s *setup) race(ctx context.Context, t *testing.T, n int, p *protection) (s
 				rev, ok = deletedAt[r.vpc]
 				return ok, nil
 			}); err != nil {
-				t.Fatalf("%s: no watch event for the deletion of %s/%s", setupName, ns, r.vpc)
+				t.Fatalf("%s: no watch event for the deletion of %s/%s (%v)", setupName, ns, r.vpc, cmp.Or(watchEnded(), err))
 			}
 			if rev > r.vmRevision {
 				wrong++

@@ -218,20 +218,27 @@ type deletions func(l stackLevel, name string) (int64, bool)
 func (s *setup) watchDeletions(t *testing.T, ns string) deletions {
 	var lock sync.Mutex
 	deleted := map[string]map[string]int64{}
+	watches := map[string]func() error{}
 	watchCtx, stop := context.WithCancel(context.Background())
 	t.Cleanup(stop)
 	for _, l := range stack {
 		deleted[l.prefix] = map[string]int64{}
-		must(t, kcpenv.WatchDeletions(watchCtx, s.dyn.Resource(l.gvr).Namespace(ns), func(_, name string, rv int64) {
+		ended, err := kcpenv.WatchDeletions(watchCtx, s.dyn.Resource(l.gvr).Namespace(ns), func(_, name string, rv int64) {
 			lock.Lock()
 			defer lock.Unlock()
 			deleted[l.prefix][name] = rv
-		}))
+		})
+		must(t, err)
+		watches[l.prefix] = ended
 	}
 	return func(l stackLevel, name string) (int64, bool) {
 		lock.Lock()
 		defer lock.Unlock()
 		rv, ok := deleted[l.prefix][name]
+		if !ok {
+			// A watch that could not be resumed sees no more deletions.
+			must(t, watches[l.prefix]())
+		}
 		return rv, ok
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/kcp-dev/logicalcluster/v3"
 
 	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
@@ -60,6 +61,23 @@ func (v *Validator) Clearance(ctx context.Context, provider logicalcluster.Name,
 	default:
 		return "", fmt.Sprintf("its DELETE would be %s (via %s)", d.outcome, cmp.Or(d.via, "none"))
 	}
+}
+
+// WarmClearance prepares the decision of the clearance of obj, an object
+// of resource served by the workspace of provider, that is not due yet:
+// it starts the probe of the guard of its ledger on its shard, if that is
+// not known (see horizon.Judge.Warm), so that its horizon does not begin
+// only once it is due. It reports whether nothing is left to prepare (the
+// guard's activation is known, or nothing protects the resource).
+func (v *Validator) WarmClearance(ctx context.Context, provider logicalcluster.Name, resource schema.GroupVersionResource, obj kcp.Meta) bool {
+	if v.horizon == nil {
+		return true
+	}
+	entries := v.rules.Find(registry.Target{Cluster: provider, Resource: resource.GroupResource()})
+	if len(entries) == 0 {
+		return true
+	}
+	return v.horizon.Warm(webhook.WithProvider(ctx, provider), entries[0].Target, obj)
 }
 
 // ClearanceFingerprint returns the clearance fingerprint of the objects of

@@ -13,6 +13,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 	"github.com/opendefensecloud/dependency-controller/internal/registry"
+	"github.com/opendefensecloud/dependency-controller/internal/tracking"
 )
 
 // A clearance is decided as the DELETE would be, but only an allowance
@@ -77,5 +78,37 @@ func TestClearanceFingerprintNeedsLabels(t *testing.T) {
 	v := NewValidator(rules, loaded(true), &fakeDependents{}, WithHorizon(&fakeCurrency{}, &fakeActivation{}))
 	if fp, ok := v.ClearanceFingerprint(index.Source{Export: kcp.ObjectKey{Cluster: provider}, Resource: vpcs}); ok {
 		t.Errorf("ClearanceFingerprint = %q, true; want none", fp)
+	}
+}
+
+// Preparing the clearance of an object that is not due yet asks since when
+// the guard of its ledger is in effect on its shard, which starts the
+// probe that tells, and reads nothing live; a resource that no rule
+// protects asks nothing.
+func TestWarmClearance(t *testing.T) {
+	e := entry("p/vm", vms, "VirtualMachine", ".spec.vpcRef.name")
+	e.Target = index.Source{Export: kcp.ObjectKey{Cluster: provider, Name: vpcs.Group}, Resource: vpcs}
+	rules := schemedRules{staticRules{vpcs.GroupResource(): {e}}}
+	deps := &fakeDependents{}
+	act := &fakeActivation{}
+	v := NewValidator(rules, loaded(true), deps, WithHorizon(&fakeCurrency{}, act))
+	obj := kcp.Meta{Cluster: consumer, Namespace: "default", Name: "vpc-a"}
+
+	if !v.WarmClearance(context.Background(), provider, vms, obj) || len(act.keys) != 0 {
+		t.Errorf("asked %v for a resource no rule protects, or said something is left to prepare", act.keys)
+	}
+	if v.WarmClearance(context.Background(), provider, vpcs, obj) {
+		t.Error("prepared while the guard's activation is not known")
+	}
+	want := tracking.Key{Kind: tracking.KindGuard, Source: e.Target, Shard: "https://shard-1/vw/vpcs"}
+	if len(act.keys) != 1 || act.keys[0] != want {
+		t.Errorf("asked %v, want the guard %v", act.keys, want)
+	}
+	act.since = time.Now()
+	if !v.WarmClearance(context.Background(), provider, vpcs, obj) {
+		t.Error("not prepared once the guard's activation is known")
+	}
+	if len(deps.calls) != 0 {
+		t.Errorf("live reads %v; want none", deps.calls)
 	}
 }

@@ -201,14 +201,9 @@ func (j *Judge) Current(ctx context.Context, target index.Source, obj kcp.Meta, 
 		t = t.Add(inflight.MaxInFlight)
 		horizon, recorded = inflight.Later(horizon, t), inflight.Later(recorded, t)
 	}
-	shard, known := j.Currency.ServingURL(target, obj.Cluster)
-	if !known {
-		return NotCurrent, "the shard of the workspace is not known yet"
-	}
-	guard, ok := j.Activation.Since(ctx, tracking.Key{Kind: tracking.KindGuard, Source: target, Shard: shard},
-		tracking.Object{Cluster: obj.Cluster, Namespace: obj.Namespace, Name: obj.Name})
-	if !ok {
-		return NotCurrent, "the guard of the ledger is not known to be in effect on the shard"
+	guard, why := j.guardSince(ctx, target, obj)
+	if why != "" {
+		return NotCurrent, why
 	}
 	later(guard)
 	for _, g := range groups {
@@ -254,4 +249,37 @@ func (j *Judge) Current(ctx context.Context, target index.Source, obj kcp.Meta, 
 		}
 	}
 	return how, ""
+}
+
+// guardSince returns since when the guard of the ledger of obj (an object
+// of target) has been in effect on the shard of its workspace, probing
+// with obj in the background while that is not known (see
+// tracking.Tracker.Since), or why it is not known.
+func (j *Judge) guardSince(ctx context.Context, target index.Source, obj kcp.Meta) (time.Time, string) {
+	shard, known := j.Currency.ServingURL(target, obj.Cluster)
+	if !known {
+		return time.Time{}, "the shard of the workspace is not known yet"
+	}
+	since, ok := j.Activation.Since(ctx, tracking.Key{Kind: tracking.KindGuard, Source: target, Shard: shard},
+		tracking.Object{Cluster: obj.Cluster, Namespace: obj.Namespace, Name: obj.Name})
+	if !ok {
+		return time.Time{}, "the guard of the ledger is not known to be in effect on the shard"
+	}
+	return since, ""
+}
+
+// Warm starts, unless it is known, recent or under way, the probe that
+// tells since when the guard of the ledger of obj (an object of target) is
+// in effect on its shard, and reports whether that is known. Every horizon
+// on the shard begins MaxInFlight after that (see Current), so a caller
+// that sees an object before its DELETE or clearance is decided (the
+// clearer lists objects long before they are due) warms it then, until it
+// is known, and a webhook that just started does not add MaxInFlight to
+// the first decision.
+func (j *Judge) Warm(ctx context.Context, target index.Source, obj kcp.Meta) bool {
+	if j.Currency == nil || j.Activation == nil {
+		return true
+	}
+	_, why := j.guardSince(ctx, target, obj)
+	return why == ""
 }

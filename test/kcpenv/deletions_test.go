@@ -1,0 +1,108 @@
+package kcpenv
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	clienttesting "k8s.io/client-go/testing"
+)
+
+// A watch that the server closes is resumed from the last revision it saw,
+// and deletions after that are reported; one that cannot be resumed says
+// why.
+func TestWatchDeletionsResumes(t *testing.T) {
+	gvr := schema.GroupVersionResource{Group: "network.test.io", Version: "v1", Resource: "vpcs"}
+	vpc := func(name, rv string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion("network.test.io/v1")
+		u.SetKind("VPC")
+		u.SetNamespace("default")
+		u.SetName(name)
+		u.SetResourceVersion(rv)
+		return u
+	}
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{gvr: "VPCList"})
+	watches := make(chan *watch.FakeWatcher, 3)
+	var (
+		lock    sync.Mutex
+		resumed []string
+	)
+	client.PrependWatchReactor("vpcs", func(action clienttesting.Action) (bool, watch.Interface, error) {
+		lock.Lock()
+		resumed = append(resumed, action.(clienttesting.WatchAction).GetWatchRestrictions().ResourceVersion)
+		lock.Unlock()
+		w := watch.NewFakeWithChanSize(10, false)
+		watches <- w
+		return true, w, nil
+	})
+	client.PrependReactor("list", "vpcs", func(clienttesting.Action) (bool, runtime.Object, error) {
+		list := &unstructured.UnstructuredList{}
+		list.SetResourceVersion("10")
+		return true, list, nil
+	})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	deleted := make(chan string, 10)
+	ended, err := WatchDeletions(ctx, client.Resource(gvr).Namespace("default"), func(namespace, name string, rev int64) {
+		deleted <- namespace + "/" + name
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func() *watch.FakeWatcher {
+		t.Helper()
+		select {
+		case w := <-watches:
+			return w
+		case <-time.After(10 * time.Second):
+			t.Fatal("no watch")
+			return nil
+		}
+	}
+	expectDeleted := func(want string) {
+		t.Helper()
+		select {
+		case got := <-deleted:
+			if got != want {
+				t.Fatalf("deleted %s, want %s", got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no deletion of %s reported", want)
+		}
+	}
+
+	first := next()
+	first.Add(vpc("vpc-a", "11"))
+	first.Delete(vpc("vpc-a", "12"))
+	expectDeleted("default/vpc-a")
+	first.Stop() // the server closes the watch
+	second := next()
+	second.Delete(vpc("vpc-b", "13"))
+	expectDeleted("default/vpc-b")
+	lock.Lock()
+	if len(resumed) != 2 || resumed[0] != "10" || resumed[1] != "12" {
+		t.Errorf("watched from the revisions %v, want [10 12]", resumed)
+	}
+	lock.Unlock()
+	if err := ended(); err != nil {
+		t.Errorf("ended: %v while the watch runs", err)
+	}
+
+	second.Error(&apierrors.NewResourceExpired("too old resource version: 12 (40)").ErrStatus)
+	deadline := time.Now().Add(10 * time.Second)
+	for ended() == nil && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := ended(); !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
+		t.Errorf("ended: %v, want the watch's expiry", err)
+	}
+}
