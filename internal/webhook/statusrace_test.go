@@ -54,11 +54,12 @@ func statusRace(ctx context.Context, cfg *rest.Config, vpcGVR, dependentGVR sche
 	deletedAt := map[string]int64{}
 	watchCtx, stop := context.WithCancel(context.Background())
 	DeferCleanup(stop)
-	Expect(kcpenv.WatchDeletions(watchCtx, dyn.Resource(vpcGVR).Namespace(namespace), func(_, name string, rv int64) {
+	_, werr := kcpenv.WatchDeletions(watchCtx, dyn.Resource(vpcGVR).Namespace(namespace), func(_, name string, rv int64) {
 		lock.Lock()
 		defer lock.Unlock()
 		deletedAt[name] = rv
-	})).To(Succeed())
+	})
+	Expect(werr).NotTo(HaveOccurred())
 
 	all := make([]*statusRound, rounds)
 	dependents := make([]*unstructured.Unstructured, rounds)

@@ -628,11 +628,12 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		watchCtx, stopWatch := context.WithCancel(ctx)
 		DeferCleanup(stopWatch)
 		for _, gvr := range []schema.GroupVersionResource{vpcGVR, vmGVR} {
-			Expect(kcpenv.WatchDeletions(watchCtx, dynamicFor(consumer).Resource(gvr).Namespace(ns.Name), func(_, name string, rev int64) {
+			_, werr := kcpenv.WatchDeletions(watchCtx, dynamicFor(consumer).Resource(gvr).Namespace(ns.Name), func(_, name string, rev int64) {
 				lock.Lock()
 				defer lock.Unlock()
 				deleted[name] = rev
-			})).To(Succeed())
+			})
+			Expect(werr).NotTo(HaveOccurred())
 		}
 		teardownBefore, err := wh.Decisions("allowed", "teardown")
 		Expect(err).NotTo(HaveOccurred())
@@ -1189,11 +1190,12 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		deletedAt := map[string]int64{}
 		watchCtx, stop := context.WithCancel(context.Background())
 		DeferCleanup(stop)
-		Expect(kcpenv.WatchDeletions(watchCtx, dynamicFor(consumer).Resource(vmGVR).Namespace("default"), func(_, name string, rv int64) {
+		_, werr := kcpenv.WatchDeletions(watchCtx, dynamicFor(consumer).Resource(vmGVR).Namespace("default"), func(_, name string, rv int64) {
 			lock.Lock()
 			defer lock.Unlock()
 			deletedAt[name] = rv
-		})).To(Succeed())
+		})
+		Expect(werr).NotTo(HaveOccurred())
 
 		By("young VMs, each named by a VPC that holds its deletion back")
 		parallel(func(_ int, r *round) {

@@ -98,10 +98,11 @@ func concurrentRace(ctx context.Context, prefix string, rounds int, cleared bool
 				}
 			}
 			pending = left
-			if len(pending) > 0 {
-				r := pending[0]
-				g.Expect(len(pending)).To(BeZero(), "VPCs not cleared yet, among them %s %s/%s", r.ws, r.namespace, r.vpc)
+			var some []string
+			for _, r := range pending[:min(len(pending), 5)] {
+				some = append(some, fmt.Sprintf("%s %s/%s", r.ws, r.namespace, r.vpc))
 			}
+			g.Expect(some).To(BeEmpty(), "%d VPCs not cleared yet", len(pending))
 		}).WithTimeout(4 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
 	}
 
