@@ -304,10 +304,6 @@ func (c *Clearer) list(ctx context.Context, p registry.Protection, full bool, wo
 		selector, kind = depv1alpha1.LabelCleared+"!="+current, ListingUncleared
 	}
 	listed := 0
-	// An object not due yet of each workspace listed, whose decision is
-	// prepared once the listing is done: the listing tells the router the
-	// shard of each workspace, which the preparation needs.
-	notDue := map[logicalcluster.Name]kcp.Meta{}
 	keep := func(m kcp.Meta, raw []byte) bool {
 		listed++
 		o := newListed(m, raw)
@@ -317,8 +313,11 @@ func (c *Clearer) list(ctx context.Context, p registry.Protection, full bool, wo
 		due, ok := o.dueAt(current)
 		if ok && now.Before(due) {
 			l.noteDue(m.Cluster, due)
-			if _, seen := notDue[m.Cluster]; !seen {
-				notDue[m.Cluster] = m
+			// Its decision is prepared once the listing is done: the
+			// listing tells the router the shard of each workspace,
+			// which the preparation needs.
+			if _, seen := l.warm[m.Cluster]; !seen {
+				l.warm[m.Cluster] = m
 			}
 		}
 		return ok && !now.Before(due) && !c.decider.Referenced(p.Source, m)
@@ -356,9 +355,6 @@ func (c *Clearer) list(ctx context.Context, p registry.Protection, full bool, wo
 				l.listAgain(cluster)
 			}
 		}
-	}
-	for cluster, m := range notDue {
-		l.warm[cluster] = m
 	}
 	c.warm(ctx, p, l)
 	c.opts.Metrics.listedObjects(kind, listed)

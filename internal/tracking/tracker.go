@@ -221,10 +221,10 @@ func (t *Tracker) probe(ctx context.Context, key Key, obj Object) {
 	logger := log.FromContext(ctx).V(1).WithValues("webhook", key.Kind, "source", key.Source, "shard", key.Shard)
 	switch {
 	case !inEffect:
-		if !s.since.IsZero() || s.why == "" {
+		if s.why != notInEffect {
 			logger.Info("A probe found an admission webhook not in effect")
 		}
-		s.since, s.why = time.Time{}, "the last probe found it not in effect"
+		s.since, s.why = time.Time{}, notInEffect
 	case s.since.IsZero():
 		logger.Info("A probe found an admission webhook in effect")
 		s.since, s.why = now, ""
@@ -232,6 +232,9 @@ func (t *Tracker) probe(ctx context.Context, key Key, obj Object) {
 		s.why = ""
 	}
 }
+
+// notInEffect is why a probe that found the webhook not in effect says.
+const notInEffect = "the last probe found it not in effect"
 
 // Why says why the last probe of key that ended did not show the webhook
 // in effect, for a condition's message: stable across probes that fail
