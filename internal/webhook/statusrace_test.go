@@ -1,7 +1,9 @@
 package webhook_test
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -50,16 +52,10 @@ func statusRace(ctx context.Context, cfg *rest.Config, vpcGVR, dependentGVR sche
 	dyn, err := dynamic.NewForConfig(cfg)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(client.IgnoreAlreadyExists(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}))).To(Succeed())
-	var lock sync.Mutex
-	deletedAt := map[string]int64{}
 	watchCtx, stop := context.WithCancel(context.Background())
 	DeferCleanup(stop)
-	_, werr := kcpenv.WatchDeletions(watchCtx, dyn.Resource(vpcGVR).Namespace(namespace), func(_, name string, rv int64) {
-		lock.Lock()
-		defer lock.Unlock()
-		deletedAt[name] = rv
-	})
-	Expect(werr).NotTo(HaveOccurred())
+	deleted, err := kcpenv.WatchDeletions(watchCtx, dyn.Resource(vpcGVR).Namespace(namespace))
+	Expect(err).NotTo(HaveOccurred())
 
 	all := make([]*statusRound, rounds)
 	dependents := make([]*unstructured.Unstructured, rounds)
@@ -134,13 +130,13 @@ func statusRace(ctx context.Context, cfg *rest.Config, vpcGVR, dependentGVR sche
 			failures = append(failures, fmt.Sprintf("%s: the VPC's DELETE failed: %v", r.vpc, r.deleteErr))
 		default:
 			var rev int64
-			Eventually(func() bool {
-				lock.Lock()
-				defer lock.Unlock()
+			Eventually(func() error {
 				var ok bool
-				rev, ok = deletedAt[r.vpc]
-				return ok
-			}).WithTimeout(timeout).WithPolling(interval).Should(BeTrue(), "no watch event for the deletion of %s", r.vpc)
+				if rev, ok = deleted.Revision(namespace, r.vpc); ok {
+					return nil
+				}
+				return cmp.Or(deleted.Ended(), errors.New("not yet"))
+			}).WithTimeout(timeout).WithPolling(interval).Should(Succeed(), "no watch event for the deletion of %s", r.vpc)
 			if rev > r.revision {
 				failures = append(failures, fmt.Sprintf("%s was deleted (revision %d) after the status of %s, which references it, was stored (revision %d)",
 					r.vpc, rev, r.dependent, r.revision))

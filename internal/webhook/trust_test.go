@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -621,19 +622,20 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
 		create(ctx, consumer, newObject(vmGVR, ns.Name, "vm-b2", vmRef("vpc-a2")))
 
-		var (
-			lock    sync.Mutex
-			deleted = map[string]int64{}
-		)
 		watchCtx, stopWatch := context.WithCancel(ctx)
 		DeferCleanup(stopWatch)
-		for _, gvr := range []schema.GroupVersionResource{vpcGVR, vmGVR} {
-			_, werr := kcpenv.WatchDeletions(watchCtx, dynamicFor(consumer).Resource(gvr).Namespace(ns.Name), func(_, name string, rev int64) {
-				lock.Lock()
-				defer lock.Unlock()
-				deleted[name] = rev
-			})
-			Expect(werr).NotTo(HaveOccurred())
+		vpcsDeleted, err := kcpenv.WatchDeletions(watchCtx, dynamicFor(consumer).Resource(vpcGVR).Namespace(ns.Name))
+		Expect(err).NotTo(HaveOccurred())
+		vmsDeleted, err := kcpenv.WatchDeletions(watchCtx, dynamicFor(consumer).Resource(vmGVR).Namespace(ns.Name))
+		Expect(err).NotTo(HaveOccurred())
+		// deleted returns the revisions at which vpc-a2 and vm-b2 were
+		// deleted, 0 for one not seen deleted.
+		deleted := func() (vpc, vm int64) {
+			GinkgoHelper()
+			vpc, _ = vpcsDeleted.Revision(ns.Name, "vpc-a2")
+			vm, _ = vmsDeleted.Revision(ns.Name, "vm-b2")
+			Expect(cmp.Or(vpcsDeleted.Ended(), vmsDeleted.Ended())).To(Succeed())
+			return vpc, vm
 		}
 		teardownBefore, err := wh.Decisions("allowed", "teardown")
 		Expect(err).NotTo(HaveOccurred())
@@ -648,12 +650,10 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		// dependents (VMs) are not: each VPC is read live.
 		Expect(teardownBroken-teardownBefore).To(BeNumerically("<=", 2), "a VPC was decided from an index whose watch was broken")
 		Expect(liveReads()).To(BeNumerically(">", liveBefore), "no VPC of the teardown was read live")
-		lock.Lock()
-		if rev, gone := deleted["vpc-a2"]; gone {
-			Expect(deleted).To(HaveKey("vm-b2"), "vpc-a2 went while vm-b2, which references it, was there")
-			Expect(rev).To(BeNumerically(">", deleted["vm-b2"]))
+		if vpcAt, vmAt := deleted(); vpcAt != 0 {
+			Expect(vmAt).NotTo(BeZero(), "vpc-a2 went while vm-b2, which references it, was there")
+			Expect(vpcAt).To(BeNumerically(">", vmAt))
 		}
-		lock.Unlock()
 
 		By("mending the watch: the teardown completes")
 		breaker.Mend()
@@ -661,11 +661,10 @@ var _ = Describe("Trust boundary", Ordered, func() {
 			return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(ns), &corev1.Namespace{}))
 		}).WithTimeout(2*timeout).WithPolling(interval).Should(BeTrue(), "the namespace was not deleted")
 		Eventually(func(g Gomega) {
-			lock.Lock()
-			defer lock.Unlock()
-			g.Expect(deleted).To(HaveKey("vpc-a2"))
-			g.Expect(deleted).To(HaveKey("vm-b2"))
-			g.Expect(deleted["vpc-a2"]).To(BeNumerically(">", deleted["vm-b2"]), "vpc-a2 went before vm-b2, which references it")
+			vpcAt, vmAt := deleted()
+			g.Expect(vpcAt).NotTo(BeZero(), "vpc-a2 was not seen deleted")
+			g.Expect(vmAt).NotTo(BeZero(), "vm-b2 was not seen deleted")
+			g.Expect(vpcAt).To(BeNumerically(">", vmAt), "vpc-a2 went before vm-b2, which references it")
 		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
 	})
 
@@ -1186,16 +1185,21 @@ var _ = Describe("Trust boundary", Ordered, func() {
 			close(work)
 			wg.Wait()
 		}
-		var lock sync.Mutex
-		deletedAt := map[string]int64{}
 		watchCtx, stop := context.WithCancel(context.Background())
 		DeferCleanup(stop)
-		_, werr := kcpenv.WatchDeletions(watchCtx, dynamicFor(consumer).Resource(vmGVR).Namespace("default"), func(_, name string, rv int64) {
-			lock.Lock()
-			defer lock.Unlock()
-			deletedAt[name] = rv
-		})
+		vmsDeleted, werr := kcpenv.WatchDeletions(watchCtx, dynamicFor(consumer).Resource(vmGVR).Namespace("default"))
 		Expect(werr).NotTo(HaveOccurred())
+		// deletedAt returns the revision at which a VM was deleted, and
+		// whether the watch saw it deleted.
+		deletedAt := func(vm string) (int64, bool) {
+			GinkgoHelper()
+			rv, gone := vmsDeleted.Revision("default", vm)
+			if !gone {
+				// A watch that could not be resumed sees no more deletions.
+				Expect(vmsDeleted.Ended()).To(Succeed())
+			}
+			return rv, gone
+		}
 
 		By("young VMs, each named by a VPC that holds its deletion back")
 		parallel(func(_ int, r *round) {
@@ -1275,24 +1279,20 @@ var _ = Describe("Trust boundary", Ordered, func() {
 		}
 		Expect(replayed).NotTo(BeEmpty(), "no round deferred the VM's deletion before the VPC's CREATE: nothing to replay")
 		Eventually(func(g Gomega) {
-			lock.Lock()
-			defer lock.Unlock()
 			for _, r := range replayed {
-				_, gone := deletedAt[r.vm]
+				_, gone := deletedAt(r.vm)
 				g.Expect(gone).To(BeTrue(), "%s was not deleted by its replay", r.vm)
 			}
 		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
 		// Every replay of those has run once the last VM is gone; the index
 		// would have decided one of a VM that a stored VPC names as soon.
 		time.Sleep(5 * time.Second)
-		lock.Lock()
 		var wrong []string
 		for _, r := range all {
-			if rv, gone := deletedAt[r.vm]; gone && r.stored != 0 && rv > r.stored {
+			if rv, gone := deletedAt(r.vm); gone && r.stored != 0 && rv > r.stored {
 				wrong = append(wrong, fmt.Sprintf("%s was deleted (revision %d) after %s, which names it, was stored (revision %d)", r.vm, rv, r.dependent, r.stored))
 			}
 		}
-		lock.Unlock()
 		decided, err := wh.Decisions("allowed", "revision")
 		Expect(err).NotTo(HaveOccurred())
 		GinkgoWriter.Printf("%d rounds: VPC stored first %d (VM's DELETE refused while in flight %d), VM's deletion deferred first %d; %d replays deleted their VM, %.0f decided from the revision; wrong %d\n",
@@ -1313,9 +1313,7 @@ var _ = Describe("Trust boundary", Ordered, func() {
 				if !hasRecord(r) {
 					g.Expect(deleteObject(ctx, cli.Cluster(consumer), vmGVR, "default", r.vm)).To(Succeed())
 				}
-				lock.Lock()
-				_, gone := deletedAt[r.vm]
-				lock.Unlock()
+				_, gone := deletedAt(r.vm)
 				g.Expect(gone).To(BeTrue(), "%s was not deleted", r.vm)
 			}
 		}).WithTimeout(timeout).WithPolling(interval).Should(Succeed())

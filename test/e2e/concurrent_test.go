@@ -166,7 +166,7 @@ func concurrentRace(ctx context.Context, prefix string, rounds int, cleared bool
 			var rev int64
 			Eventually(func() bool {
 				var ok bool
-				rev, ok = deletedAt(r.ws, vpcs, r.namespace+"/"+r.vpc)
+				rev, ok = deletedAt(r.ws, vpcs, r.namespace, r.vpc)
 				return ok
 			}).WithTimeout(timeout).WithPolling(interval).Should(BeTrue(), "no watch event for the deletion of %s/%s", r.namespace, r.vpc)
 			if rev > r.vmRevision {

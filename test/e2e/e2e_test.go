@@ -173,9 +173,9 @@ func updateRule(ctx context.Context, mutate func(*depv1alpha1.DependencyRule)) {
 }
 
 // watchDeletions watches the resources in the workspaces until the spec
-// ends, and returns a function that tells at which revision the object
-// (namespace/name) was deleted (see kcpenv.WatchDeletions).
-func watchDeletions(workspaces []logicalcluster.Path, resources ...schema.GroupVersionResource) func(ws logicalcluster.Path, gvr schema.GroupVersionResource, key string) (int64, bool) {
+// ends, and returns a function that tells at which revision an object was
+// deleted (see kcpenv.WatchDeletions).
+func watchDeletions(workspaces []logicalcluster.Path, resources ...schema.GroupVersionResource) func(ws logicalcluster.Path, gvr schema.GroupVersionResource, namespace, name string) (int64, bool) {
 	GinkgoHelper()
 	cfg, err := topo.AdminConfig()
 	Expect(err).NotTo(HaveOccurred())
@@ -183,9 +183,7 @@ func watchDeletions(workspaces []logicalcluster.Path, resources ...schema.GroupV
 		ws  logicalcluster.Path
 		gvr schema.GroupVersionResource
 	}
-	var lock sync.Mutex
-	deleted := map[watchKey]map[string]int64{}
-	ended := map[watchKey]func() error{}
+	deleted := map[watchKey]*kcpenv.Deletions{}
 	watchCtx, stop := context.WithCancel(context.Background())
 	DeferCleanup(stop)
 	for _, ws := range workspaces {
@@ -194,23 +192,16 @@ func watchDeletions(workspaces []logicalcluster.Path, resources ...schema.GroupV
 		dyn, err := dynamic.NewForConfig(wsCfg)
 		Expect(err).NotTo(HaveOccurred())
 		for _, gvr := range resources {
-			k := watchKey{ws, gvr}
-			deleted[k] = map[string]int64{}
-			ended[k], err = kcpenv.WatchDeletions(watchCtx, dyn.Resource(gvr), func(namespace, name string, rv int64) {
-				lock.Lock()
-				defer lock.Unlock()
-				deleted[k][namespace+"/"+name] = rv
-			})
+			deleted[watchKey{ws, gvr}], err = kcpenv.WatchDeletions(watchCtx, dyn.Resource(gvr))
 			Expect(err).NotTo(HaveOccurred())
 		}
 	}
-	return func(ws logicalcluster.Path, gvr schema.GroupVersionResource, key string) (int64, bool) {
-		lock.Lock()
-		defer lock.Unlock()
-		rv, ok := deleted[watchKey{ws, gvr}][key]
+	return func(ws logicalcluster.Path, gvr schema.GroupVersionResource, namespace, name string) (int64, bool) {
+		d := deleted[watchKey{ws, gvr}]
+		rv, ok := d.Revision(namespace, name)
 		if !ok {
 			// A watch that could not be resumed sees no more deletions.
-			Expect(ended[watchKey{ws, gvr}]()).To(Succeed())
+			Expect(d.Ended()).To(Succeed())
 		}
 		return rv, ok
 	}
@@ -536,9 +527,9 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 			wrong = nil
 			for i := range 1000 {
 				ws, ns := []logicalcluster.Path{consumerA, consumerB}[i%2], fmt.Sprintf("race-%d", (i/2)%raceNamespaces)
-				vmAt, ok := deletedAt(ws, vms, fmt.Sprintf("%s/vm-%04d", ns, i))
+				vmAt, ok := deletedAt(ws, vms, ns, fmt.Sprintf("vm-%04d", i))
 				g.Expect(ok).To(BeTrue(), "no deletion of vm-%04d seen", i)
-				vpcAt, ok := deletedAt(ws, vpcs, fmt.Sprintf("%s/vpc-%04d", ns, i))
+				vpcAt, ok := deletedAt(ws, vpcs, ns, fmt.Sprintf("vpc-%04d", i))
 				g.Expect(ok).To(BeTrue(), "no deletion of vpc-%04d seen", i)
 				if vpcAt < vmAt {
 					wrong = append(wrong, fmt.Sprintf("%s vpc-%04d deleted at %d, before vm-%04d at %d", ws, i, vpcAt, i, vmAt))
@@ -642,14 +633,14 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 			wrong = nil
 			for _, ws := range workspaces {
 				for i := range n {
-					vpcAt, ok := deletedAt(ws, vpcs, fmt.Sprintf("%s/vpc-%02d", ns, i))
+					vpcAt, ok := deletedAt(ws, vpcs, ns, fmt.Sprintf("vpc-%02d", i))
 					g.Expect(ok).To(BeTrue(), "no deletion of vpc-%02d seen in %s", i, ws)
 					referencing := []string{fmt.Sprintf("vm-%02d", i)}
 					if i == 0 {
 						referencing = append(referencing, "vm-extra")
 					}
 					for _, v := range referencing {
-						vmAt, ok := deletedAt(ws, vms, ns+"/"+v)
+						vmAt, ok := deletedAt(ws, vms, ns, v)
 						g.Expect(ok).To(BeTrue(), "no deletion of %s seen in %s", v, ws)
 						if vpcAt < vmAt {
 							wrong = append(wrong, fmt.Sprintf("%s: vpc-%02d deleted at %d, before %s at %d", ws, i, vpcAt, v, vmAt))

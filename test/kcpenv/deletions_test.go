@@ -16,8 +16,8 @@ import (
 )
 
 // A watch that the server closes is resumed from the last revision it saw,
-// and deletions after that are reported; one that cannot be resumed says
-// why.
+// and deletions after that are recorded, each at its revision; one that
+// cannot be resumed says why.
 func TestWatchDeletionsResumes(t *testing.T) {
 	gvr := schema.GroupVersionResource{Group: "network.test.io", Version: "v1", Resource: "vpcs"}
 	vpc := func(name, rv string) *unstructured.Unstructured {
@@ -51,10 +51,7 @@ func TestWatchDeletionsResumes(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	deleted := make(chan string, 10)
-	ended, err := WatchDeletions(ctx, client.Resource(gvr).Namespace("default"), func(namespace, name string, rev int64) {
-		deleted <- namespace + "/" + name
-	})
+	deletions, err := WatchDeletions(ctx, client.Resource(gvr).Namespace("default"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,41 +65,47 @@ func TestWatchDeletionsResumes(t *testing.T) {
 			return nil
 		}
 	}
-	expectDeleted := func(want string) {
+	expectDeleted := func(name string, want int64) {
 		t.Helper()
-		select {
-		case got := <-deleted:
-			if got != want {
-				t.Fatalf("deleted %s, want %s", got, want)
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			if rev, ok := deletions.Revision("default", name); ok {
+				if rev != want {
+					t.Fatalf("%s deleted at revision %d, want %d", name, rev, want)
+				}
+				return
 			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no deletion of %s reported", want)
+			time.Sleep(10 * time.Millisecond)
 		}
+		t.Fatalf("no deletion of %s recorded", name)
 	}
 
 	first := next()
 	first.Add(vpc("vpc-a", "11"))
 	first.Delete(vpc("vpc-a", "12"))
-	expectDeleted("default/vpc-a")
+	expectDeleted("vpc-a", 12)
 	first.Stop() // the server closes the watch
 	second := next()
 	second.Delete(vpc("vpc-b", "13"))
-	expectDeleted("default/vpc-b")
+	expectDeleted("vpc-b", 13)
 	lock.Lock()
 	if len(resumed) != 2 || resumed[0] != "10" || resumed[1] != "12" {
 		t.Errorf("watched from the revisions %v, want [10 12]", resumed)
 	}
 	lock.Unlock()
-	if err := ended(); err != nil {
+	if _, ok := deletions.Revision("default", "vpc-c"); ok {
+		t.Error("vpc-c recorded as deleted; it never was")
+	}
+	if err := deletions.Ended(); err != nil {
 		t.Errorf("ended: %v while the watch runs", err)
 	}
 
 	second.Error(&apierrors.NewResourceExpired("too old resource version: 12 (40)").ErrStatus)
 	deadline := time.Now().Add(10 * time.Second)
-	for ended() == nil && time.Now().Before(deadline) {
+	for deletions.Ended() == nil && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if err := ended(); !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
+	if err := deletions.Ended(); !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
 		t.Errorf("ended: %v, want the watch's expiry", err)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -74,15 +73,9 @@ func (s *setup) race(ctx context.Context, t *testing.T, n int, p *protection) (s
 		rounds[i] = raceRound{vpc: fmt.Sprintf("vpc-%04d", i), vm: fmt.Sprintf("vm-%04d", i)}
 	}
 	createObjects(t, s.dyn, vpcs, ns, n, func(i int) (string, map[string]any) { return rounds[i].vpc, map[string]any{} })
-	var lock sync.Mutex
-	deletedAt := map[string]int64{}
 	watchCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	watchEnded, err := kcpenv.WatchDeletions(watchCtx, s.dyn.Resource(vpcs).Namespace(ns), func(_, name string, rv int64) {
-		lock.Lock()
-		defer lock.Unlock()
-		deletedAt[name] = rv
-	})
+	deleted, err := kcpenv.WatchDeletions(watchCtx, s.dyn.Resource(vpcs).Namespace(ns))
 	must(t, err)
 	recorded0 := s.recorded(t)
 
@@ -114,13 +107,11 @@ func (s *setup) race(ctx context.Context, t *testing.T, n int, p *protection) (s
 		case r.deleteErr == nil:
 			var rev int64
 			if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-				lock.Lock()
-				defer lock.Unlock()
 				var ok bool
-				rev, ok = deletedAt[r.vpc]
+				rev, ok = deleted.Revision(ns, r.vpc)
 				return ok, nil
 			}); err != nil {
-				t.Fatalf("%s: no watch event for the deletion of %s/%s (%v)", setupName, ns, r.vpc, cmp.Or(watchEnded(), err))
+				t.Fatalf("%s: no watch event for the deletion of %s/%s (%v)", setupName, ns, r.vpc, cmp.Or(deleted.Ended(), err))
 			}
 			if rev > r.vmRevision {
 				wrong++

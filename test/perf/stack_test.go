@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -216,28 +215,19 @@ type deletions func(l stackLevel, name string) (int64, bool)
 // and returns at which revision each object was deleted (see
 // kcpenv.WatchDeletions).
 func (s *setup) watchDeletions(t *testing.T, ns string) deletions {
-	var lock sync.Mutex
-	deleted := map[string]map[string]int64{}
-	watches := map[string]func() error{}
 	watchCtx, stop := context.WithCancel(context.Background())
 	t.Cleanup(stop)
+	deleted := map[string]*kcpenv.Deletions{}
 	for _, l := range stack {
-		deleted[l.prefix] = map[string]int64{}
-		ended, err := kcpenv.WatchDeletions(watchCtx, s.dyn.Resource(l.gvr).Namespace(ns), func(_, name string, rv int64) {
-			lock.Lock()
-			defer lock.Unlock()
-			deleted[l.prefix][name] = rv
-		})
+		d, err := kcpenv.WatchDeletions(watchCtx, s.dyn.Resource(l.gvr).Namespace(ns))
 		must(t, err)
-		watches[l.prefix] = ended
+		deleted[l.prefix] = d
 	}
 	return func(l stackLevel, name string) (int64, bool) {
-		lock.Lock()
-		defer lock.Unlock()
-		rv, ok := deleted[l.prefix][name]
+		rv, ok := deleted[l.prefix].Revision(ns, name)
 		if !ok {
 			// A watch that could not be resumed sees no more deletions.
-			must(t, watches[l.prefix]())
+			must(t, deleted[l.prefix].Ended())
 		}
 		return rv, ok
 	}
