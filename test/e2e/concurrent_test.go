@@ -51,7 +51,7 @@ const clearedRounds = 200
 // every one, so that kcp deletes them without calling the webhook unless
 // the VM's reference ended the clearance), then, 16 rounds at a time, sends each round's
 // CREATE of a VM that references its VPC and the DELETE of that VPC at the
-// same moment (the DELETE up to 20 ms later, 100 ms if cleared). No VPC may be deleted after a VM that references it was
+// same moment (the DELETE up to 20 ms later, 400 ms if cleared). No VPC may be deleted after a VM that references it was
 // stored: where both succeed, the VPC's deletion (the revision of the watch
 // event) must come before the VM's creation.
 func concurrentRace(ctx context.Context, prefix string, rounds int, cleared bool) {
@@ -108,7 +108,7 @@ func concurrentRace(ctx context.Context, prefix string, rounds int, cleared bool
 
 	lagStep := time.Millisecond
 	if cleared {
-		lagStep = 5 * time.Millisecond
+		lagStep = 20 * time.Millisecond
 	}
 	By("sending each VM's CREATE and its VPC's DELETE at the same moment")
 	start := time.Now()
@@ -124,9 +124,11 @@ func concurrentRace(ctx context.Context, prefix string, rounds int, cleared bool
 				target.SetNamespace(r.namespace)
 				// The DELETE leaves up to 20 ms after the CREATE, so that the
 				// rounds cover every interleaving of the two admissions; up to
-				// 100 ms for a cleared VPC, whose DELETE kcp admits without
-				// calling the webhook, so that some leave after the VM's
-				// reference was recorded.
+				// 400 ms for a cleared VPC, whose DELETE kcp admits without
+				// calling the webhook while the VM's CREATE waits for the
+				// write of its reference (about 250 ms with 16 rounds in
+				// flight), so that the DELETEs leave before, during and after
+				// that write.
 				lag := time.Duration(i%21) * lagStep
 				kcpenv.Together(0, func() { r.createErr = cli.Cluster(r.ws).Create(ctx, dependent) },
 					lag, func() { r.deleteErr = cli.Cluster(r.ws).Delete(ctx, target) })
@@ -183,6 +185,12 @@ func concurrentRace(ctx context.Context, prefix string, rounds int, cleared bool
 		failures = append(failures[:10], fmt.Sprintf("and %d more", n-10))
 	}
 	Expect(failures).To(BeEmpty())
+	if cleared {
+		// Both orders occurred, so the rounds between them crossed the
+		// write of the VM's reference on the cleared VPC.
+		Expect(vmFirst).To(BeNumerically(">", 0), "no DELETE came after a VM's reference was recorded: the lags did not reach the write")
+		Expect(vpcFirst).To(BeNumerically(">", 0), "no DELETE came before a VM's reference was recorded")
+	}
 	Expect(vmFirst + vpcFirst).To(Equal(rounds))
 }
 
