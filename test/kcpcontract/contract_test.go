@@ -306,6 +306,50 @@ var _ = Describe("kcp", Ordered, ContinueOnFailure, func() {
 		return func(c call) bool { return !c.DryRun && c.objectName() == name }
 	}
 
+	// expectAdmittedAgain creates the Widgets <prefix>-plain and
+	// <prefix>-finalized (held by a finalizer) in the namespace default of
+	// ws and deletes each, where the webhook at endpoint writes the object
+	// during the DELETE's first admission (metadata whose key is "true",
+	// see written) and refuses its second with answer: kcp must admit the
+	// DELETE once on the created state and once on the written one, each
+	// in a review of its own, and refuse it with the second answer.
+	expectAdmittedAgain := func(ctx context.Context, ws logicalcluster.Path, endpoint, prefix, answer string, written func(*unstructured.Unstructured) map[string]string, key string) {
+		GinkgoHelper()
+		for _, finalizers := range [][]string{nil, {holdFinalizer}} {
+			name := prefix + "-plain"
+			if finalizers != nil {
+				name = prefix + "-finalized"
+			}
+			By("deleting " + name)
+			o := widget("default", name, nil)
+			o.SetFinalizers(finalizers)
+			Expect(cli.Cluster(ws).Create(ctx, o)).To(Succeed())
+			DeferCleanup(func(ctx context.Context) { release(ctx, ws, "default", name) })
+			created := o.GetResourceVersion()
+			// A consistent LIST returns once kcp's watch cache has caught
+			// up with the CREATE: kcp's DELETE starts from the object in
+			// the watch cache (and from etcd when the cache lacks it).
+			list := &unstructured.UnstructuredList{}
+			list.SetGroupVersionKind(widgetGVR.GroupVersion().WithKind("WidgetList"))
+			Expect(cli.Cluster(ws).List(ctx, list, client.InNamespace("default"))).To(Succeed())
+
+			err := cli.Cluster(ws).Delete(ctx, widget("default", name, nil))
+			Expect(apierrors.IsForbidden(err)).To(BeTrue(), "deleting %s: %v", name, err)
+			Expect(err.Error()).To(ContainSubstring(answer), "the answer on the written state")
+
+			stored := get(ctx, ws, name)
+			Expect(written(stored)).To(HaveKeyWithValue(key, "true"))
+			Expect(stored.GetDeletionTimestamp()).To(BeNil())
+			calls := rec.callsTo(endpoint, notDry(name))
+			Expect(calls).To(HaveLen(2), "the DELETE is admitted once on the created and once on the written state")
+			Expect(calls[0].OldObject.GetResourceVersion()).To(Equal(created))
+			Expect(written(calls[0].OldObject)).NotTo(HaveKey(key))
+			Expect(calls[1].OldObject.GetResourceVersion()).To(Equal(stored.GetResourceVersion()))
+			Expect(written(calls[1].OldObject)).To(HaveKeyWithValue(key, "true"))
+			Expect(calls[1].UID).NotTo(Equal(calls[0].UID), "a review of its own")
+		}
+	}
+
 	BeforeAll(func(ctx SpecContext) {
 		root := core.RootCluster.Path()
 		ws, p := envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("provider"))
@@ -726,39 +770,7 @@ var _ = Describe("kcp", Ordered, ContinueOnFailure, func() {
 			})
 		awaitCalled(ctx, ep, 0, probeDelete)
 
-		for _, finalizers := range [][]string{nil, {holdFinalizer}} {
-			name := "replay-plain"
-			if finalizers != nil {
-				name = "replay-finalized"
-			}
-			By("deleting " + name)
-			o := widget("default", name, nil)
-			o.SetFinalizers(finalizers)
-			Expect(cli.Cluster(ws).Create(ctx, o)).To(Succeed())
-			DeferCleanup(func(ctx context.Context) { release(ctx, ws, "default", name) })
-			created := o.GetResourceVersion()
-			// A consistent LIST returns once kcp's watch cache has caught
-			// up with the CREATE: kcp's DELETE starts from the object in
-			// the watch cache (and from etcd when the cache lacks it).
-			list := &unstructured.UnstructuredList{}
-			list.SetGroupVersionKind(widgetGVR.GroupVersion().WithKind("WidgetList"))
-			Expect(cli.Cluster(ws).List(ctx, list, client.InNamespace("default"))).To(Succeed())
-
-			err := cli.Cluster(ws).Delete(ctx, widget("default", name, nil))
-			Expect(apierrors.IsForbidden(err)).To(BeTrue(), "deleting %s: %v", name, err)
-			Expect(err.Error()).To(ContainSubstring("contract: already recorded"), "the answer on the recorded state")
-
-			stored := get(ctx, ws, name)
-			Expect(stored.GetLabels()).To(HaveKeyWithValue(requested, "true"))
-			Expect(stored.GetDeletionTimestamp()).To(BeNil())
-			calls := rec.callsTo(ep, notDry(name))
-			Expect(calls).To(HaveLen(2), "the DELETE is admitted once on the created and once on the recorded state")
-			Expect(calls[0].OldObject.GetResourceVersion()).To(Equal(created))
-			Expect(calls[0].OldObject.GetLabels()).NotTo(HaveKey(requested))
-			Expect(calls[1].OldObject.GetResourceVersion()).To(Equal(stored.GetResourceVersion()))
-			Expect(calls[1].OldObject.GetLabels()).To(HaveKeyWithValue(requested, "true"))
-			Expect(calls[1].UID).NotTo(Equal(calls[0].UID), "a review of its own")
-		}
+		expectAdmittedAgain(ctx, ws, ep, "replay", "contract: already recorded", (*unstructured.Unstructured).GetLabels, requested)
 	})
 
 	// docs/architecture.md#request-flow-of-a-delete ("Why this is sound":
@@ -1118,38 +1130,7 @@ var _ = Describe("kcp", Ordered, ContinueOnFailure, func() {
 			})
 		awaitCalled(ctx, ep, 1, probeDelete)
 
-		for _, finalizers := range [][]string{nil, {holdFinalizer}} {
-			name := "readmit-plain"
-			if finalizers != nil {
-				name = "readmit-finalized"
-			}
-			By("deleting " + name)
-			o := widget("default", name, nil)
-			o.SetFinalizers(finalizers)
-			Expect(cli.Cluster(ws).Create(ctx, o)).To(Succeed())
-			DeferCleanup(func(ctx context.Context) { release(ctx, ws, "default", name) })
-			created := o.GetResourceVersion()
-			// The watch cache has the CREATE once a consistent LIST returns
-			// (see the spec of the refused DELETE).
-			list := &unstructured.UnstructuredList{}
-			list.SetGroupVersionKind(widgetGVR.GroupVersion().WithKind("WidgetList"))
-			Expect(cli.Cluster(ws).List(ctx, list, client.InNamespace("default"))).To(Succeed())
-
-			err := cli.Cluster(ws).Delete(ctx, widget("default", name, nil))
-			Expect(apierrors.IsForbidden(err)).To(BeTrue(), "deleting %s: %v", name, err)
-			Expect(err.Error()).To(ContainSubstring("contract: marked meanwhile"), "the answer on the marked state")
-
-			stored := get(ctx, ws, name)
-			Expect(stored.GetAnnotations()).To(HaveKeyWithValue(marked, "true"))
-			Expect(stored.GetDeletionTimestamp()).To(BeNil())
-			calls := rec.callsTo(ep, notDry(name))
-			Expect(calls).To(HaveLen(2), "the DELETE is admitted once on the created and once on the marked state")
-			Expect(calls[0].OldObject.GetResourceVersion()).To(Equal(created))
-			Expect(calls[0].OldObject.GetAnnotations()).NotTo(HaveKey(marked))
-			Expect(calls[1].OldObject.GetResourceVersion()).To(Equal(stored.GetResourceVersion()))
-			Expect(calls[1].OldObject.GetAnnotations()).To(HaveKeyWithValue(marked, "true"))
-			Expect(calls[1].UID).NotTo(Equal(calls[0].UID), "a review of its own")
-		}
+		expectAdmittedAgain(ctx, ws, ep, "readmit", "contract: marked meanwhile", (*unstructured.Unstructured).GetAnnotations, marked)
 	})
 
 	// docs/architecture.md#the-fast-paths-and-why-each-is-sound and
