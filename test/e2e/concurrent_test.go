@@ -51,7 +51,7 @@ const clearedRounds = 200
 // every one, so that kcp deletes them without calling the webhook unless
 // the VM's reference ended the clearance), then, 16 rounds at a time, sends each round's
 // CREATE of a VM that references its VPC and the DELETE of that VPC at the
-// same moment (the DELETE up to 20 ms later, 400 ms if cleared). No VPC may be deleted after a VM that references it was
+// same moment (the DELETE up to 20 ms later, 500 ms if cleared). No VPC may be deleted after a VM that references it was
 // stored: where both succeed, the VPC's deletion (the revision of the watch
 // event) must come before the VM's creation.
 func concurrentRace(ctx context.Context, prefix string, rounds int, cleared bool) {
@@ -108,7 +108,7 @@ func concurrentRace(ctx context.Context, prefix string, rounds int, cleared bool
 
 	lagStep := time.Millisecond
 	if cleared {
-		lagStep = 20 * time.Millisecond
+		lagStep = 25 * time.Millisecond
 	}
 	By("sending each VM's CREATE and its VPC's DELETE at the same moment")
 	start := time.Now()
@@ -124,7 +124,7 @@ func concurrentRace(ctx context.Context, prefix string, rounds int, cleared bool
 				target.SetNamespace(r.namespace)
 				// The DELETE leaves up to 20 ms after the CREATE, so that the
 				// rounds cover every interleaving of the two admissions; up to
-				// 400 ms for a cleared VPC, whose DELETE kcp admits without
+				// 500 ms for a cleared VPC, whose DELETE kcp admits without
 				// calling the webhook while the VM's CREATE waits for the
 				// write of its reference (about 250 ms with 16 rounds in
 				// flight), so that the DELETEs leave before, during and after
