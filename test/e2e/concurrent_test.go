@@ -126,8 +126,9 @@ func concurrentRace(ctx context.Context, prefix string, rounds int, cleared bool
 				// rounds cover every interleaving of the two admissions; up to
 				// 500 ms for a cleared VPC, whose DELETE kcp admits without
 				// calling the webhook while the VM's CREATE waits for the
-				// write of its reference (about 250 ms with 16 rounds in
-				// flight), so that the DELETEs leave before, during and after
+				// write of its reference (stored about 100 ms after the
+				// CREATE left, with 16 rounds in flight; more on a slow
+				// host), so that the DELETEs leave before, during and after
 				// that write.
 				lag := time.Duration(i%21) * lagStep
 				kcpenv.Together(0, func() { r.createErr = cli.Cluster(r.ws).Create(ctx, dependent) },
