@@ -131,11 +131,14 @@ func statusRace(ctx context.Context, cfg *rest.Config, vpcGVR, dependentGVR sche
 		default:
 			var rev int64
 			Eventually(func() error {
-				var ok bool
-				if rev, ok = deleted.Revision(namespace, r.vpc); ok {
+				var (
+					ok  bool
+					err error
+				)
+				if rev, ok, err = deleted.Revision(namespace, r.vpc); ok {
 					return nil
 				}
-				return cmp.Or(deleted.Ended(), errors.New("not yet"))
+				return cmp.Or(err, errors.New("not yet"))
 			}).WithTimeout(timeout).WithPolling(interval).Should(Succeed(), "no watch event for the deletion of %s", r.vpc)
 			if rev > r.revision {
 				failures = append(failures, fmt.Sprintf("%s was deleted (revision %d) after the status of %s, which references it, was stored (revision %d)",

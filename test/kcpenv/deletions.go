@@ -31,7 +31,8 @@ type Deletions struct {
 // (kube-apiserver closes the watch of a client that falls behind a burst of
 // events) is resumed from the last revision it saw, so that no deletion is
 // missed; if it cannot be (that revision is no longer in the server's
-// window), Ended says why, and deletions from then on are not recorded.
+// window), Revision says why for every object not seen deleted, and
+// deletions from then on are not recorded.
 func WatchDeletions(ctx context.Context, resource dynamic.ResourceInterface) (*Deletions, error) {
 	list, err := resource.List(ctx, metav1.ListOptions{Limit: 1})
 	if err != nil {
@@ -86,18 +87,14 @@ func (d *Deletions) observe(ev watch.Event) {
 }
 
 // Revision returns the revision at which the object namespace/name was
-// deleted, and whether the watch saw it deleted.
-func (d *Deletions) Revision(namespace, name string) (int64, bool) {
+// deleted, and whether the watch saw it deleted. If it did not, err says why
+// the watch ended early, if it did: the object may then have been deleted
+// unseen, and its absence here proves nothing.
+func (d *Deletions) Revision(namespace, name string) (rev int64, deleted bool, err error) {
 	d.lock.Lock()
 	defer d.lock.Unlock()
-	rv, ok := d.at[types.NamespacedName{Namespace: namespace, Name: name}]
-	return rv, ok
-}
-
-// Ended says why the watch ended before its context, if it did: an object
-// deleted after that is not seen deleted.
-func (d *Deletions) Ended() error {
-	d.lock.Lock()
-	defer d.lock.Unlock()
-	return d.reason
+	if rv, ok := d.at[types.NamespacedName{Namespace: namespace, Name: name}]; ok {
+		return rv, true, nil
+	}
+	return 0, false, d.reason
 }

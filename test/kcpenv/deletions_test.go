@@ -69,7 +69,7 @@ func TestWatchDeletionsResumes(t *testing.T) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for time.Now().Before(deadline) {
-			if rev, ok := deletions.Revision("default", name); ok {
+			if rev, ok, _ := deletions.Revision("default", name); ok {
 				if rev != want {
 					t.Fatalf("%s deleted at revision %d, want %d", name, rev, want)
 				}
@@ -93,19 +93,22 @@ func TestWatchDeletionsResumes(t *testing.T) {
 		t.Errorf("watched from the revisions %v, want [10 12]", resumed)
 	}
 	lock.Unlock()
-	if _, ok := deletions.Revision("default", "vpc-c"); ok {
-		t.Error("vpc-c recorded as deleted; it never was")
-	}
-	if err := deletions.Ended(); err != nil {
-		t.Errorf("ended: %v while the watch runs", err)
+	if _, ok, err := deletions.Revision("default", "vpc-c"); ok || err != nil {
+		t.Errorf("vpc-c: deleted %t (%v) while the watch runs; it never was", ok, err)
 	}
 
+	// Once the watch ended, an object it did not see deleted may have been.
 	second.Error(&apierrors.NewResourceExpired("too old resource version: 12 (40)").ErrStatus)
 	deadline := time.Now().Add(10 * time.Second)
-	for deletions.Ended() == nil && time.Now().Before(deadline) {
+	_, ok, err := deletions.Revision("default", "vpc-c")
+	for err == nil && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
+		_, ok, err = deletions.Revision("default", "vpc-c")
 	}
-	if err := deletions.Ended(); !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
-		t.Errorf("ended: %v, want the watch's expiry", err)
+	if ok || !apierrors.IsResourceExpired(err) && !apierrors.IsGone(err) {
+		t.Errorf("vpc-c after the watch ended: deleted %t (%v), want the watch's expiry", ok, err)
+	}
+	if rev, ok, err := deletions.Revision("default", "vpc-a"); !ok || rev != 12 || err != nil {
+		t.Errorf("vpc-a after the watch ended: %d, %t, %v; want its deletion at 12", rev, ok, err)
 	}
 }

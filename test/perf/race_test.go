@@ -3,7 +3,6 @@
 package perf
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -107,11 +106,14 @@ func (s *setup) race(ctx context.Context, t *testing.T, n int, p *protection) (s
 		case r.deleteErr == nil:
 			var rev int64
 			if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-				var ok bool
-				rev, ok = deleted.Revision(ns, r.vpc)
-				return ok, nil
+				var (
+					ok  bool
+					err error
+				)
+				rev, ok, err = deleted.Revision(ns, r.vpc)
+				return ok, err
 			}); err != nil {
-				t.Fatalf("%s: no watch event for the deletion of %s/%s (%v)", setupName, ns, r.vpc, cmp.Or(deleted.Ended(), err))
+				t.Fatalf("%s: no watch event for the deletion of %s/%s (%v)", setupName, ns, r.vpc, err)
 			}
 			if rev > r.vmRevision {
 				wrong++

@@ -224,11 +224,8 @@ func (s *setup) watchDeletions(t *testing.T, ns string) deletions {
 		deleted[l.prefix] = d
 	}
 	return func(l stackLevel, name string) (int64, bool) {
-		rv, ok := deleted[l.prefix].Revision(ns, name)
-		if !ok {
-			// A watch that could not be resumed sees no more deletions.
-			must(t, deleted[l.prefix].Ended())
-		}
+		rv, ok, err := deleted[l.prefix].Revision(ns, name)
+		must(t, err)
 		return rv, ok
 	}
 }
