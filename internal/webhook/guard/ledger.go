@@ -31,6 +31,9 @@ const (
 	LedgerKept = "ledger-kept"
 	// LedgerWritten: the webhook wrote its own ledger, or its label.
 	LedgerWritten = "ledger-written"
+	// LedgerProbe: a dry run of the webhook's own probe of the guard,
+	// answered; the stored values were kept, as for anyone's.
+	LedgerProbe = "probe"
 )
 
 // LedgerGuard is the mutating admission.Handler that kcp calls for CREATE
@@ -138,7 +141,7 @@ func (g *LedgerGuard) handle(ctx context.Context, req admission.Request) (admiss
 		probed = value
 	}
 	if op, ok := g.probes.Answer(ctx, req, tracking.KindGuard, probed, ""); ok {
-		ops = append(ops, op)
+		ops, outcome = append(ops, op), LedgerProbe
 	}
 	resp := admission.Patched("", ops...)
 	resp.Warnings = warnings

@@ -35,6 +35,9 @@ const (
 	// scheme than the webhook's rules, so the labels were set without the
 	// scheme label (the dependent is read in full until the two agree).
 	LabelsUnvouched = "unvouched"
+	// LabelsProbe: a dry run of the webhook's own probe, answered (see
+	// WithLabellingProbes); no dependent's write.
+	LabelsProbe = "probe"
 )
 
 // LabelMutator is the mutating admission.Handler that kcp calls for every
@@ -145,7 +148,7 @@ func (m *LabelMutator) handle(ctx context.Context, req admission.Request) (admis
 	ops := reflabels.Patch(meta.Metadata.Labels, want)
 	if vouched != "" {
 		if op, ok := m.probes.Answer(ctx, req, tracking.KindLabelling, meta.Metadata.Labels[depv1alpha1.LabelReferencesScheme], vouched); ok {
-			ops = append(ops, op)
+			ops, result = append(ops, op), LabelsProbe
 		}
 	}
 	if len(ops) == 0 {

@@ -600,9 +600,20 @@ func TestLabelMutatorAnswersProbes(t *testing.T) {
 			}
 			mut := NewLabelMutator(finder, loaded(true), nil, opts...)
 			ctx := webhook.WithEndpoint(webhook.WithProvider(context.Background(), provider), webhook.EndpointLabels, tt.urlScheme)
-			resp := mut.Handle(ctx, tt.req)
+			resp, result := mut.handle(ctx, tt.req)
 			if !resp.Allowed {
 				t.Fatalf("refused: %+v", resp.Result)
+			}
+			// An answered probe is counted apart from dependents' writes.
+			wantResult := LabelsChanged
+			switch {
+			case tt.want != "":
+				wantResult = LabelsProbe
+			case tt.urlScheme != scheme.Fingerprint:
+				wantResult = LabelsUnvouched
+			}
+			if result != wantResult {
+				t.Errorf("result %q, want %q", result, wantResult)
 			}
 			ops, err := json.Marshal(resp.Patches)
 			if err != nil {
