@@ -54,11 +54,11 @@ func NewMetrics() *Metrics {
 		}, []string{"result"}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dependency_webhook_record_writes_total",
-			Help: "CREATEs and UPDATEs of protected objects that the guards of what the webhook writes on them judged, by outcome: allowed (the webhook's own record of a deferred deletion) or denied (anyone else's); ledger-kept (anyone else set, changed or removed the ledger of admitted references; the stored one was kept) or ledger-written (the webhook's own); skip-protection-effective (skip-protection set by a user who may delete the object, recorded), skip-protection-no-effect (set by anyone else, or kcp could not be asked) or skip-protection-record-kept (the record of who set it was set, changed or removed; the stored one was kept); probe (the webhook's own dry-run probe of a guard, answered).",
+			Help: "CREATEs and UPDATEs of protected objects that the guards of what the webhook writes on them judged, by outcome: allowed (the webhook's own record of a deferred deletion) or denied (anyone else's); ledger-kept (anyone else set, changed or removed the ledger of admitted references; the stored one was kept) or ledger-written (the webhook's own); skip-protection-effective (skip-protection set by a user who may delete the object, recorded), skip-protection-no-effect (set by anyone else, or kcp could not be asked) or skip-protection-record-kept (the record of who set it was set, changed or removed; the stored one was kept).",
 		}, []string{"outcome"}),
 		labels: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dependency_webhook_labels_total",
-			Help: "Writes of dependents that the labelling webhook saw, by result: changed (the reference labels were set anew), unchanged, unvouched (labelled without the scheme label: the configuration was made for other rules than the webhook's), probe (the webhook's own dry-run probe, answered; no dependent's write) or error.",
+			Help: "Writes of dependents that the labelling webhook saw, by result: changed (the reference labels were set anew), unchanged, unvouched (labelled without the scheme label: the configuration was made for other rules than the webhook's) or error.",
 		}, []string{"result"}),
 		cycles: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dependency_webhook_teardown_cycles_broken_total",

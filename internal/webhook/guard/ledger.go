@@ -31,10 +31,12 @@ const (
 	LedgerKept = "ledger-kept"
 	// LedgerWritten: the webhook wrote its own ledger, or its label.
 	LedgerWritten = "ledger-written"
-	// LedgerProbe: a dry run of the webhook's own probe of the guard,
-	// answered; the stored values were kept, as for anyone's.
-	LedgerProbe = "probe"
 )
+
+// outcomeProbe is the outcome of the webhook's own probe of the guard,
+// answered (the stored values were kept, as for anyone's write), which the
+// metrics leave out.
+const outcomeProbe = "probe"
 
 // LedgerGuard is the mutating admission.Handler that kcp calls for CREATE
 // and UPDATE of protected objects that set, change or remove the ledger of
@@ -69,7 +71,7 @@ func NewLedgerGuard(self Self, answers *tracking.Answers, metrics *webhook.Metri
 // Handle implements admission.Handler.
 func (g *LedgerGuard) Handle(ctx context.Context, req admission.Request) admission.Response {
 	resp, outcome := g.handle(ctx, req)
-	if outcome != "" {
+	if outcome != "" && outcome != outcomeProbe {
 		g.metrics.RecordWrite(outcome)
 	}
 	return resp
@@ -141,7 +143,7 @@ func (g *LedgerGuard) handle(ctx context.Context, req admission.Request) (admiss
 		probed = value
 	}
 	if op, ok := g.probes.Answer(ctx, req, tracking.KindGuard, probed, ""); ok {
-		ops, outcome = append(ops, op), LedgerProbe
+		ops, outcome = append(ops, op), outcomeProbe
 	}
 	resp := admission.Patched("", ops...)
 	resp.Warnings = warnings

@@ -35,9 +35,6 @@ const (
 	// scheme than the webhook's rules, so the labels were set without the
 	// scheme label (the dependent is read in full until the two agree).
 	LabelsUnvouched = "unvouched"
-	// LabelsProbe: a dry run of the webhook's own probe, answered (see
-	// WithLabellingProbes); no dependent's write.
-	LabelsProbe = "probe"
 )
 
 // LabelMutator is the mutating admission.Handler that kcp calls for every
@@ -93,7 +90,9 @@ func NewLabelMutator(rules LabellingFinder, readiness webhook.Readiness, metrics
 // Handle implements admission.Handler.
 func (m *LabelMutator) Handle(ctx context.Context, req admission.Request) admission.Response {
 	resp, result := m.handle(ctx, req)
-	m.metrics.Labelled(result)
+	if result != outcomeProbe {
+		m.metrics.Labelled(result)
+	}
 	return resp
 }
 
@@ -148,7 +147,7 @@ func (m *LabelMutator) handle(ctx context.Context, req admission.Request) (admis
 	ops := reflabels.Patch(meta.Metadata.Labels, want)
 	if vouched != "" {
 		if op, ok := m.probes.Answer(ctx, req, tracking.KindLabelling, meta.Metadata.Labels[depv1alpha1.LabelReferencesScheme], vouched); ok {
-			ops, result = append(ops, op), LabelsProbe
+			ops, result = append(ops, op), outcomeProbe
 		}
 	}
 	if len(ops) == 0 {

@@ -604,11 +604,11 @@ func TestLabelMutatorAnswersProbes(t *testing.T) {
 			if !resp.Allowed {
 				t.Fatalf("refused: %+v", resp.Result)
 			}
-			// An answered probe is counted apart from dependents' writes.
+			// An answered probe is no dependent's write: the metrics leave it out.
 			wantResult := LabelsChanged
 			switch {
 			case tt.want != "":
-				wantResult = LabelsProbe
+				wantResult = outcomeProbe
 			case tt.urlScheme != scheme.Fingerprint:
 				wantResult = LabelsUnvouched
 			}

@@ -176,7 +176,8 @@ func (v *ReferenceValidator) Handle(ctx context.Context, req admission.Request) 
 	return resp
 }
 
-// outcomeProbe is the outcome of a probe, which the metrics leave out.
+// outcomeProbe is the outcome of a probe that the check or the labelling
+// webhook answered, which the metrics leave out.
 const outcomeProbe = "probe"
 
 // probe answers the webhook's own probe (see WithProbes), if the request is
