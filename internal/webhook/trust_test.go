@@ -258,8 +258,8 @@ var _ = Describe("Trust boundary", Ordered, func() {
 
 		By("a tenant changing a label of its own: kcp does not call the labelling webhook, and the labels stay")
 		// labelCalls counts the writes of dependents the labelling webhook
-		// saw; not the probes the webhook sends in the background on VMs
-		// (result "probe"), which may come at any time.
+		// saw, by result. The probes the webhook sends on VMs in the
+		// background, at any time, are left out of the metric.
 		labelCalls := func() map[string]float64 {
 			GinkgoHelper()
 			calls := map[string]float64{}
