@@ -15,6 +15,8 @@ import (
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/tracking"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook"
+	"github.com/opendefensecloud/dependency-controller/internal/webhook/webhooktest"
 )
 
 // vpcLedger is the JSON of vpc-a with annotations (absent if nil, null if
@@ -177,6 +179,16 @@ func TestLedgerGuard(t *testing.T) {
 			resp, out := g.handle(context.Background(), req)
 			if !resp.Allowed || out != tt.wantOut {
 				t.Fatalf("response %+v, outcome %q; want allowed, %q", resp.Result, out, tt.wantOut)
+			}
+			// The metric counts every outcome but none and a probe's.
+			m := webhook.NewMetrics()
+			NewLedgerGuard(StaticSelf(authenticationv1.UserInfo{Username: webhookUser}), answers, m).Handle(context.Background(), req)
+			wantSeries := 1
+			if tt.wantOut == "" || tt.wantOut == outcomeProbe {
+				wantSeries = 0
+			}
+			if got, n := webhooktest.MetricValue(t, m, "dependency_webhook_record_writes_total", "outcome", tt.wantOut); n != wantSeries || wantSeries == 1 && got != 1 {
+				t.Errorf("dependency_webhook_record_writes_total has %d series, {outcome=%q} = %v; want %d series", n, tt.wantOut, got, wantSeries)
 			}
 			if (len(resp.Patches) > 0) != tt.wantPatch {
 				t.Fatalf("patches %v; want a patch: %v", resp.Patches, tt.wantPatch)

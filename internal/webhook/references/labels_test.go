@@ -598,22 +598,24 @@ func TestLabelMutatorAnswersProbes(t *testing.T) {
 			if tt.self != nil {
 				opts = append(opts, WithLabellingProbes(&webhook.Prober{Self: tt.self, Answers: answers}))
 			}
-			mut := NewLabelMutator(finder, loaded(true), nil, opts...)
+			m := webhook.NewMetrics()
+			mut := NewLabelMutator(finder, loaded(true), m, opts...)
 			ctx := webhook.WithEndpoint(webhook.WithProvider(context.Background(), provider), webhook.EndpointLabels, tt.urlScheme)
-			resp, result := mut.handle(ctx, tt.req)
+			resp := mut.Handle(ctx, tt.req)
 			if !resp.Allowed {
 				t.Fatalf("refused: %+v", resp.Result)
 			}
-			// An answered probe is no dependent's write: the metrics leave it out.
-			wantResult := LabelsChanged
+			// An answered probe is no dependent's write: the metric leaves
+			// it out, and counts every other write.
+			wantResult, wantSeries := LabelsChanged, 1
 			switch {
 			case tt.want != "":
-				wantResult = outcomeProbe
+				wantSeries = 0
 			case tt.urlScheme != scheme.Fingerprint:
 				wantResult = LabelsUnvouched
 			}
-			if result != wantResult {
-				t.Errorf("result %q, want %q", result, wantResult)
+			if got, n := webhooktest.MetricValue(t, m, "dependency_webhook_labels_total", "result", wantResult); n != wantSeries || wantSeries == 1 && got != 1 {
+				t.Errorf("dependency_webhook_labels_total has %d series, {result=%q} = %v; want %d series, the write counted as %q", n, wantResult, got, wantSeries, wantResult)
 			}
 			ops, err := json.Marshal(resp.Patches)
 			if err != nil {
