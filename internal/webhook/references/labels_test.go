@@ -615,7 +615,7 @@ func TestLabelMutatorAnswersProbes(t *testing.T) {
 				wantResult = LabelsUnvouched
 			}
 			if got, n := webhooktest.MetricValue(t, m, "dependency_webhook_labels_total", "result", wantResult); n != wantSeries || wantSeries == 1 && got != 1 {
-				t.Errorf("dependency_webhook_labels_total has %d series, {result=%q} = %v; want %d series, the write counted as %q", n, wantResult, got, wantSeries, wantResult)
+				t.Errorf("dependency_webhook_labels_total has %d series, {result=%q} = %v; want %d series (a probe's none)", n, wantResult, got, wantSeries)
 			}
 			ops, err := json.Marshal(resp.Patches)
 			if err != nil {
