@@ -95,23 +95,31 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// ReferenceChecked counts a decision on a CREATE or UPDATE.
+// ResultProbe is the result of an admission handler that answered one of
+// the webhook's own probes (see Prober): no client's write, so the counters
+// of checks, labels and guarded writes leave it out.
+const ResultProbe = "probe"
+
+// ReferenceChecked counts a decision on a CREATE or UPDATE, but not an
+// answered probe (ResultProbe).
 func (m *Metrics) ReferenceChecked(outcome string) {
-	if m != nil {
+	if m != nil && outcome != ResultProbe {
 		m.refChecks.WithLabelValues(outcome).Inc()
 	}
 }
 
-// RecordWrite counts a write of a record that the guard judged.
+// RecordWrite counts a write of a record that the guard judged, but not an
+// answered probe (ResultProbe).
 func (m *Metrics) RecordWrite(outcome string) {
-	if m != nil {
+	if m != nil && outcome != ResultProbe {
 		m.writes.WithLabelValues(outcome).Inc()
 	}
 }
 
-// Labelled counts a write of a dependent that the labelling webhook saw.
+// Labelled counts a write of a dependent that the labelling webhook saw,
+// but not an answered probe (ResultProbe).
 func (m *Metrics) Labelled(result string) {
-	if m != nil {
+	if m != nil && result != ResultProbe {
 		m.labels.WithLabelValues(result).Inc()
 	}
 }

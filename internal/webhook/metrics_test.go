@@ -51,3 +51,27 @@ func TestMetricsCollector(t *testing.T) {
 	none.ReferenceRecorded("recorded")
 	none.LedgerConflict()
 }
+
+// The counters of checks, labels and guarded writes leave out the answers
+// to the webhook's own probes, and count every other result.
+func TestMetricsLeaveOutProbes(t *testing.T) {
+	m := NewMetrics()
+	for _, count := range []func(string){m.ReferenceChecked, m.RecordWrite, m.Labelled} {
+		count(ResultProbe)
+	}
+	for name, c := range map[string]*prometheus.CounterVec{"checks": m.refChecks, "writes": m.writes, "labels": m.labels} {
+		if n := testutil.CollectAndCount(c); n != 0 {
+			t.Errorf("%s: %d series after a probe, want none", name, n)
+		}
+	}
+	m.ReferenceChecked(DecisionAllowed)
+	m.RecordWrite("ledger-kept")
+	m.Labelled("changed")
+	for name, c := range map[string]prometheus.Counter{
+		"checks": m.refChecks.WithLabelValues(DecisionAllowed), "writes": m.writes.WithLabelValues("ledger-kept"), "labels": m.labels.WithLabelValues("changed"),
+	} {
+		if got := testutil.ToFloat64(c); got != 1 {
+			t.Errorf("%s = %v, want 1", name, got)
+		}
+	}
+}

@@ -33,11 +33,6 @@ const (
 	LedgerWritten = "ledger-written"
 )
 
-// outcomeProbe is the outcome of the webhook's own probe of the guard,
-// answered (the stored values were kept, as for anyone's write), which the
-// metrics leave out.
-const outcomeProbe = "probe"
-
 // LedgerGuard is the mutating admission.Handler that kcp calls for CREATE
 // and UPDATE of protected objects that set, change or remove the ledger of
 // admitted references (api/v1alpha1.AnnotationAdmittedReferences, see
@@ -71,7 +66,7 @@ func NewLedgerGuard(self Self, answers *tracking.Answers, metrics *webhook.Metri
 // Handle implements admission.Handler.
 func (g *LedgerGuard) Handle(ctx context.Context, req admission.Request) admission.Response {
 	resp, outcome := g.handle(ctx, req)
-	if outcome != "" && outcome != outcomeProbe {
+	if outcome != "" {
 		g.metrics.RecordWrite(outcome)
 	}
 	return resp
@@ -143,7 +138,7 @@ func (g *LedgerGuard) handle(ctx context.Context, req admission.Request) (admiss
 		probed = value
 	}
 	if op, ok := g.probes.Answer(ctx, req, tracking.KindGuard, probed, ""); ok {
-		ops, outcome = append(ops, op), outcomeProbe
+		ops, outcome = append(ops, op), webhook.ResultProbe
 	}
 	resp := admission.Patched("", ops...)
 	resp.Warnings = warnings

@@ -157,10 +157,10 @@ func TestLedgerGuard(t *testing.T) {
 			want: map[string]any{key: stored}, wantPatch: true, wantOut: LedgerKept},
 		{name: "the webhook's dry-run probe of the guard gets the signed answer", op: admissionv1.Update, user: self, dryRun: true,
 			obj: vpcLedger(t, map[string]any{key: "probe-x"}, false), old: vpcLedger(t, map[string]any{key: stored}, false),
-			want: map[string]any{key: stored, depv1alpha1.AnnotationProbeAnswer: answer("probe-x")}, wantPatch: true, wantOut: outcomeProbe},
+			want: map[string]any{key: stored, depv1alpha1.AnnotationProbeAnswer: answer("probe-x")}, wantPatch: true, wantOut: webhook.ResultProbe},
 		{name: "the webhook's dry-run probe of the label gets the signed answer, on an object without annotations", op: admissionv1.Update, user: self, dryRun: true,
 			obj: withLabels(t, vpcLedger(t, nil, false), map[string]any{depv1alpha1.LabelCleared: "probe-y"}), old: vpcLedger(t, nil, false),
-			want: map[string]any{depv1alpha1.AnnotationProbeAnswer: answer("probe-y")}, wantPatch: true, wantOut: outcomeProbe, wantLabels: map[string]any{}},
+			want: map[string]any{depv1alpha1.AnnotationProbeAnswer: answer("probe-y")}, wantPatch: true, wantOut: webhook.ResultProbe, wantLabels: map[string]any{}},
 		{name: "another user's dry run of a probe's value gets no answer", op: admissionv1.Update, user: alice, dryRun: true,
 			obj: vpcLedger(t, map[string]any{key: "probe-x"}, false), old: vpcLedger(t, map[string]any{key: stored}, false),
 			want: map[string]any{key: stored}, wantPatch: true, wantOut: LedgerKept},
@@ -170,7 +170,8 @@ func TestLedgerGuard(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			g := NewLedgerGuard(StaticSelf(authenticationv1.UserInfo{Username: webhookUser}), answers, nil)
+			m := webhook.NewMetrics()
+			g := NewLedgerGuard(StaticSelf(authenticationv1.UserInfo{Username: webhookUser}), answers, m)
 			req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
 				UID: "req-1", Operation: tt.op, UserInfo: tt.user, DryRun: &tt.dryRun,
 				Resource: metav1.GroupVersionResource{Group: vpcs.Group, Version: vpcs.Version, Resource: vpcs.Resource},
@@ -181,10 +182,9 @@ func TestLedgerGuard(t *testing.T) {
 				t.Fatalf("response %+v, outcome %q; want allowed, %q", resp.Result, out, tt.wantOut)
 			}
 			// The metric counts every outcome but none and a probe's.
-			m := webhook.NewMetrics()
-			NewLedgerGuard(StaticSelf(authenticationv1.UserInfo{Username: webhookUser}), answers, m).Handle(context.Background(), req)
+			g.Handle(context.Background(), req)
 			wantSeries := 1
-			if tt.wantOut == "" || tt.wantOut == outcomeProbe {
+			if tt.wantOut == "" || tt.wantOut == webhook.ResultProbe {
 				wantSeries = 0
 			}
 			if got, n := webhooktest.MetricValue(t, m, "dependency_webhook_record_writes_total", "outcome", tt.wantOut); n != wantSeries || wantSeries == 1 && got != 1 {

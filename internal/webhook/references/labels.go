@@ -90,9 +90,7 @@ func NewLabelMutator(rules LabellingFinder, readiness webhook.Readiness, metrics
 // Handle implements admission.Handler.
 func (m *LabelMutator) Handle(ctx context.Context, req admission.Request) admission.Response {
 	resp, result := m.handle(ctx, req)
-	if result != outcomeProbe {
-		m.metrics.Labelled(result)
-	}
+	m.metrics.Labelled(result)
 	return resp
 }
 
@@ -147,7 +145,7 @@ func (m *LabelMutator) handle(ctx context.Context, req admission.Request) (admis
 	ops := reflabels.Patch(meta.Metadata.Labels, want)
 	if vouched != "" {
 		if op, ok := m.probes.Answer(ctx, req, tracking.KindLabelling, meta.Metadata.Labels[depv1alpha1.LabelReferencesScheme], vouched); ok {
-			ops, result = append(ops, op), outcomeProbe
+			ops, result = append(ops, op), webhook.ResultProbe
 		}
 	}
 	if len(ops) == 0 {

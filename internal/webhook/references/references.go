@@ -170,15 +170,9 @@ func NewReferenceValidator(rules GuardFinder, readiness webhook.Readiness, targe
 // Handle implements admission.Handler.
 func (v *ReferenceValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
 	resp, outcome := v.handle(ctx, req)
-	if outcome != outcomeProbe {
-		v.metrics.ReferenceChecked(outcome)
-	}
+	v.metrics.ReferenceChecked(outcome)
 	return resp
 }
-
-// outcomeProbe is the outcome of a probe that the check or the labelling
-// webhook answered, which the metrics leave out.
-const outcomeProbe = "probe"
 
 // probe answers the webhook's own probe (see WithProbes), if the request is
 // one: it reports whether it is.
@@ -250,7 +244,7 @@ func (v *ReferenceValidator) handle(ctx context.Context, req admission.Request) 
 		return withWarnings(admission.Allowed(""), warnings), webhook.DecisionAllowed
 	}
 	if resp, ok := v.probe(ctx, req, obj, gr, refs.added); ok {
-		return resp, outcomeProbe
+		return resp, webhook.ResultProbe
 	}
 	// A webhook that reads only some shards checks nothing for a workspace
 	// on another shard (its reads there would find nothing).
