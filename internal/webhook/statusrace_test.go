@@ -131,11 +131,9 @@ func statusRace(ctx context.Context, cfg *rest.Config, vpcGVR, dependentGVR sche
 		default:
 			var rev int64
 			Eventually(func() error {
-				var (
-					ok  bool
-					err error
-				)
-				if rev, ok, err = deleted.Revision(namespace, r.vpc); ok {
+				at, seen, err := deleted.Revision(namespace, r.vpc)
+				if seen {
+					rev = at
 					return nil
 				}
 				return cmp.Or(err, errors.New("not yet"))

@@ -105,13 +105,9 @@ func (s *setup) race(ctx context.Context, t *testing.T, n int, p *protection) (s
 			failures = append(failures, fmt.Sprintf("CREATE of %s: %v", r.vm, r.createErr))
 		case r.deleteErr == nil:
 			var rev int64
-			if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-				var (
-					ok  bool
-					err error
-				)
-				rev, ok, err = deleted.Revision(ns, r.vpc)
-				return ok, err
+			if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (seen bool, err error) {
+				rev, seen, err = deleted.Revision(ns, r.vpc)
+				return seen, err
 			}); err != nil {
 				t.Fatalf("%s: no watch event for the deletion of %s/%s (%v)", setupName, ns, r.vpc, err)
 			}
