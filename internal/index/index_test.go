@@ -1,7 +1,6 @@
 package index
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath/fieldpathtest"
 	"github.com/opendefensecloud/dependency-controller/internal/index/store"
+	"github.com/opendefensecloud/dependency-controller/internal/index/store/storetest"
 	"github.com/opendefensecloud/dependency-controller/internal/index/targets"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 )
@@ -161,41 +161,15 @@ func newTestIndex(t testing.TB, w *fakeWatch, opts Options) *Index {
 	return ix
 }
 
-// dependent returns what a reflector would hand the store: cluster,
-// namespace/name (namespace optional), and the raw JSON spec.
+// dependent returns what a reflector would hand the store (see
+// storetest.DependentJSON), decoded.
 func dependent(t testing.TB, paths []fieldpath.Reference, cluster, nsName, spec string, terminating bool) *store.Object {
 	t.Helper()
-	ns, name, ok := strings.Cut(nsName, "/")
-	if !ok {
-		ns, name = "", nsName
-	}
-	meta := fmt.Sprintf(`"name":%q,"uid":"uid-%s","annotations":{"kcp.io/cluster":%q}`, name, name, cluster)
-	if ns != "" {
-		meta += fmt.Sprintf(`,"namespace":%q`, ns)
-	}
-	if terminating {
-		meta += `,"deletionTimestamp":"2026-01-01T00:00:00Z"`
-	}
-	o, err := store.Decode([]byte(`{"metadata":{`+meta+`},"spec":`+spec+`}`), paths)
+	o, err := store.Decode(storetest.DependentJSON(cluster, nsName, spec, terminating), paths)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return o
-}
-
-// names renders dependents as cluster/namespace/name (terminating marked),
-// sorted.
-func names(deps []kcp.Meta) []string {
-	out := make([]string, 0, len(deps))
-	for _, d := range deps {
-		s := d.Cluster.String() + "/" + d.Namespace + "/" + d.Name
-		if d.Terminating {
-			s += " (terminating)"
-		}
-		out = append(out, s)
-	}
-	slices.Sort(out)
-	return out
 }
 
 func TestIndexHits(t *testing.T) {
@@ -241,7 +215,7 @@ func TestIndexHits(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := names(ix.Hits(testSource, tt.paths, tt.cluster, tt.namespace, "vpc-a"))
+			got := storetest.Names(ix.Hits(testSource, tt.paths, tt.cluster, tt.namespace, "vpc-a"))
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("Hits() = %v, want %v", got, tt.want)
 			}
@@ -250,10 +224,10 @@ func TestIndexHits(t *testing.T) {
 
 	// Update: vm-1 now references another VPC.
 	add(shard1, "c1", "default/vm-1", `{"vpcRef":{"name":"vpc-b"}}`, false)
-	if got := names(ix.Hits(testSource, paths, "c1", "default", "vpc-b")); !slices.Equal(got, []string{"c1/default/vm-1"}) {
+	if got := storetest.Names(ix.Hits(testSource, paths, "c1", "default", "vpc-b")); !slices.Equal(got, []string{"c1/default/vm-1"}) {
 		t.Errorf("after update, references to vpc-b: %v", got)
 	}
-	if got := names(ix.Hits(testSource, []fieldpath.Reference{vpcRef}, "c1", "default", "vpc-a")); slices.Contains(got, "c1/default/vm-1") {
+	if got := storetest.Names(ix.Hits(testSource, []fieldpath.Reference{vpcRef}, "c1", "default", "vpc-a")); slices.Contains(got, "c1/default/vm-1") {
 		t.Errorf("after update, vm-1 still references vpc-a: %v", got)
 	}
 
@@ -261,7 +235,7 @@ func TestIndexHits(t *testing.T) {
 	if err := shard1.Delete(dependent(t, paths, "c1", "default/vm-2", `{}`, false)); err != nil {
 		t.Fatal(err)
 	}
-	if got := names(ix.Hits(testSource, []fieldpath.Reference{nics}, "c1", "default", "vpc-a")); !slices.Equal(got, []string{"c1/default/vm-both"}) {
+	if got := storetest.Names(ix.Hits(testSource, []fieldpath.Reference{nics}, "c1", "default", "vpc-a")); !slices.Equal(got, []string{"c1/default/vm-both"}) {
 		t.Errorf("after delete: %v", got)
 	}
 
@@ -269,10 +243,10 @@ func TestIndexHits(t *testing.T) {
 	if err := shard1.Replace([]any{dependent(t, paths, "c1", "default/vm-new", `{"vpcRef":{"name":"vpc-a"}}`, false)}, "100"); err != nil {
 		t.Fatal(err)
 	}
-	if got := names(ix.Hits(testSource, paths, "c1", "", "vpc-a")); !slices.Equal(got, []string{"c1/default/vm-new"}) {
+	if got := storetest.Names(ix.Hits(testSource, paths, "c1", "", "vpc-a")); !slices.Equal(got, []string{"c1/default/vm-new"}) {
 		t.Errorf("after Replace on shard-1: %v", got)
 	}
-	if got := names(ix.Hits(testSource, paths, "c2", "", "vpc-a")); len(got) != 1 {
+	if got := storetest.Names(ix.Hits(testSource, paths, "c2", "", "vpc-a")); len(got) != 1 {
 		t.Errorf("Replace on shard-1 touched shard-2: %v", got)
 	}
 	if shard, _ := w.store.Shard("c2"); shard != "shard-2" {

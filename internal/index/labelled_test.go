@@ -14,6 +14,7 @@ import (
 
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath/fieldpathtest"
+	"github.com/opendefensecloud/dependency-controller/internal/index/store/storetest"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 )
@@ -100,7 +101,7 @@ func TestConfirmWithASchemeSelectsByLabel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := names(deps), []string{"c1/default/vm-1", "c1/default/vm-both", "c1/default/vm-old"}; !slices.Equal(got, want) {
+	if got, want := storetest.Names(deps), []string{"c1/default/vm-1", "c1/default/vm-both", "c1/default/vm-old"}; !slices.Equal(got, want) {
 		t.Errorf("Confirm() found %v, want %v (each once, and only those that reference vpc-a)", got, want)
 	}
 	if scanned != 6 {
@@ -143,7 +144,7 @@ func TestConfirmWithoutASchemeListsEverything(t *testing.T) {
 	if err != nil || scanned != 3 {
 		t.Fatalf("Confirm() = %v, %d, %v; want 3 scanned", deps, scanned, err)
 	}
-	if got, want := names(deps), []string{"c1/default/vm-1", "c1/default/vm-3"}; !slices.Equal(got, want) {
+	if got, want := storetest.Names(deps), []string{"c1/default/vm-1", "c1/default/vm-3"}; !slices.Equal(got, want) {
 		t.Errorf("Confirm() found %v, want %v", got, want)
 	}
 	requests, paths := shard.requested()
@@ -169,7 +170,7 @@ func TestConfirmWithASchemeDoesNotCatchUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := names(deps); !slices.Equal(got, []string{"c1/default/vm-listed"}) {
+	if got := storetest.Names(deps); !slices.Equal(got, []string{"c1/default/vm-listed"}) {
 		t.Errorf("Confirm() found %v, want what the reads listed", got)
 	}
 	requests, _ := shard.requested()
@@ -185,7 +186,7 @@ func TestConfirmWithASchemeDoesNotCatchUp(t *testing.T) {
 	q := labelledQuery()
 	q.Scheme = ""
 	deps, _, err = ix.Confirm(context.Background(), q)
-	if got := names(deps); err != nil || !slices.Equal(got, []string{"c1/default/vm-indexed"}) {
+	if got := storetest.Names(deps); err != nil || !slices.Equal(got, []string{"c1/default/vm-indexed"}) {
 		t.Errorf("Confirm() without a scheme = %v, %v; want the index's answer", got, err)
 	}
 	if requests, _ := shard.requested(); len(requests) != 3 || requests[2].Get("limit") != "1" {

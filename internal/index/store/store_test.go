@@ -17,6 +17,7 @@ import (
 
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath/fieldpathtest"
+	"github.com/opendefensecloud/dependency-controller/internal/index/store/storetest"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 )
 
@@ -26,41 +27,15 @@ var (
 	backup = fieldpathtest.MustParse(".spec.backupVPC")
 )
 
-// dependent returns what a reflector would hand the store: cluster,
-// namespace/name (namespace optional), and the raw JSON spec.
+// dependent returns what a reflector would hand the store (see
+// storetest.DependentJSON), decoded.
 func dependent(t testing.TB, paths []fieldpath.Reference, cluster, nsName, spec string, terminating bool) *Object {
 	t.Helper()
-	ns, name, ok := strings.Cut(nsName, "/")
-	if !ok {
-		ns, name = "", nsName
-	}
-	meta := fmt.Sprintf(`"name":%q,"uid":"uid-%s","annotations":{"kcp.io/cluster":%q}`, name, name, cluster)
-	if ns != "" {
-		meta += fmt.Sprintf(`,"namespace":%q`, ns)
-	}
-	if terminating {
-		meta += `,"deletionTimestamp":"2026-01-01T00:00:00Z"`
-	}
-	o, err := Decode([]byte(`{"metadata":{`+meta+`},"spec":`+spec+`}`), paths)
+	o, err := Decode(storetest.DependentJSON(cluster, nsName, spec, terminating), paths)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return o
-}
-
-// names renders dependents as cluster/namespace/name (terminating marked),
-// sorted.
-func names(deps []kcp.Meta) []string {
-	out := make([]string, 0, len(deps))
-	for _, d := range deps {
-		s := d.Cluster.String() + "/" + d.Namespace + "/" + d.Name
-		if d.Terminating {
-			s += " (terminating)"
-		}
-		out = append(out, s)
-	}
-	slices.Sort(out)
-	return out
 }
 
 func add(t *testing.T, s cache.ReflectorStore, o *Object) {
@@ -112,7 +87,7 @@ func TestStoreReferencing(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := names(s.Referencing(tt.cluster, tt.paths, "", tt.value)); !slices.Equal(got, tt.want) {
+			if got := storetest.Names(s.Referencing(tt.cluster, tt.paths, "", tt.value)); !slices.Equal(got, tt.want) {
 				t.Errorf("Referencing(%s, %v, %s) = %v, want %v", tt.cluster, tt.paths, tt.value, got, tt.want)
 			}
 		})
@@ -123,10 +98,10 @@ func TestStoreReferencing(t *testing.T) {
 
 	// Update: vm-1 now references another VPC, and is unlinked from the old one.
 	put(shard1, "c1", "default/vm-1", `{"vpcRef":{"name":"vpc-b"}}`, false)
-	if got := names(s.Referencing("c1", all, "", "vpc-b")); !slices.Equal(got, []string{"c1/default/vm-1"}) {
+	if got := storetest.Names(s.Referencing("c1", all, "", "vpc-b")); !slices.Equal(got, []string{"c1/default/vm-1"}) {
 		t.Errorf("after update, references to vpc-b: %v", got)
 	}
-	if got := names(s.Referencing("c1", []int{0}, "", "vpc-a")); slices.Contains(got, "c1/default/vm-1") {
+	if got := storetest.Names(s.Referencing("c1", []int{0}, "", "vpc-a")); slices.Contains(got, "c1/default/vm-1") {
 		t.Errorf("after update, vm-1 still references vpc-a: %v", got)
 	}
 	if s.Len() != 7 {
@@ -134,7 +109,7 @@ func TestStoreReferencing(t *testing.T) {
 	}
 	// An update that is now terminating.
 	put(shard1, "c1", "default/vm-1", `{"vpcRef":{"name":"vpc-b"}}`, true)
-	if got := names(s.Referencing("c1", all, "", "vpc-b")); !slices.Equal(got, []string{"c1/default/vm-1 (terminating)"}) {
+	if got := storetest.Names(s.Referencing("c1", all, "", "vpc-b")); !slices.Equal(got, []string{"c1/default/vm-1 (terminating)"}) {
 		t.Errorf("after update to terminating: %v", got)
 	}
 
@@ -142,7 +117,7 @@ func TestStoreReferencing(t *testing.T) {
 	if err := shard1.Delete(dependent(t, paths, "c1", "default/vm-2", `{}`, false)); err != nil {
 		t.Fatal(err)
 	}
-	if got := names(s.Referencing("c1", []int{1}, "", "vpc-a")); !slices.Equal(got, []string{"c1/default/vm-both"}) {
+	if got := storetest.Names(s.Referencing("c1", []int{1}, "", "vpc-a")); !slices.Equal(got, []string{"c1/default/vm-both"}) {
 		t.Errorf("after delete: %v", got)
 	}
 	if got := s.Referencing("c1", []int{1}, "", "vpc-x"); len(got) != 0 {
@@ -155,7 +130,7 @@ func TestStoreReferencing(t *testing.T) {
 	if err := shard2.Delete(dependent(t, paths, "c1", "default/vm-both", `{}`, false)); err != nil {
 		t.Fatal(err)
 	}
-	if got := names(s.Referencing("c1", []int{1}, "", "vpc-a")); !slices.Equal(got, []string{"c1/default/vm-both"}) {
+	if got := storetest.Names(s.Referencing("c1", []int{1}, "", "vpc-a")); !slices.Equal(got, []string{"c1/default/vm-both"}) {
 		t.Errorf("a delete of another object removed vm-both: %v", got)
 	}
 
@@ -166,13 +141,13 @@ func TestStoreReferencing(t *testing.T) {
 	if syncs != 1 {
 		t.Errorf("Replace reported %d complete lists, want 1", syncs)
 	}
-	if got := names(s.Referencing("c1", all, "", "vpc-a")); !slices.Equal(got, []string{"c1/default/vm-new"}) {
+	if got := storetest.Names(s.Referencing("c1", all, "", "vpc-a")); !slices.Equal(got, []string{"c1/default/vm-new"}) {
 		t.Errorf("after Replace on shard-1: %v", got)
 	}
 	if got := s.Referencing("c1", all, "", "vpc-b"); len(got) != 0 {
 		t.Errorf("after Replace on shard-1, vm-1 is still indexed: %v", got)
 	}
-	if got := names(s.Referencing("c2", all, "", "vpc-a")); !slices.Equal(got, []string{"c2/default/vm-1"}) {
+	if got := storetest.Names(s.Referencing("c2", all, "", "vpc-a")); !slices.Equal(got, []string{"c2/default/vm-1"}) {
 		t.Errorf("Replace on shard-1 touched shard-2: %v", got)
 	}
 	if shard, ok := s.Shard("c2"); !ok || shard != "shard-2" {
@@ -405,7 +380,7 @@ func TestStoreReferencingAcrossNamespaces(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.namespace+"/"+tt.name, func(t *testing.T) {
-			got := names(s.Referencing("c1", []int{0}, tt.namespace, tt.name))
+			got := storetest.Names(s.Referencing("c1", []int{0}, tt.namespace, tt.name))
 			if !slices.Equal(got, tt.want) && (len(got) != 0 || len(tt.want) != 0) {
 				t.Errorf("Referencing(%s/%s) = %v, want %v", tt.namespace, tt.name, got, tt.want)
 			}
@@ -493,7 +468,7 @@ func TestLargest(t *testing.T) {
 			got, n := s.Largest()
 			who := ""
 			if n > 0 {
-				who = names([]kcp.Meta{got})[0]
+				who = storetest.Names([]kcp.Meta{got})[0]
 			}
 			if who != tt.wantWho || n != tt.wantCount {
 				t.Errorf("Largest() = %s with %d, want %s with %d", who, n, tt.wantWho, tt.wantCount)
