@@ -210,6 +210,11 @@ docker-build: ## Build the controller and webhook images, tagged VERSION, with O
 	docker build $(DOCKER_BUILD_ARGS) --target controller -t $(CONTROLLER_IMG) .
 	docker build $(DOCKER_BUILD_ARGS) --target webhook -t $(WEBHOOK_IMG) .
 
+.PHONY: docker-push
+docker-push: ## Push the images that docker-build built (IMG_REGISTRY names the registry).
+	docker push $(CONTROLLER_IMG)
+	docker push $(WEBHOOK_IMG)
+
 .PHONY: chart-package
 chart-package: helm ## Package the Helm chart into dist/, with version and appVersion VERSION.
 	@mkdir -p $(DIST)
