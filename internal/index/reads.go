@@ -20,6 +20,7 @@ import (
 
 	"github.com/opendefensecloud/dependency-controller/internal/fieldpath"
 	"github.com/opendefensecloud/dependency-controller/internal/index/live"
+	"github.com/opendefensecloud/dependency-controller/internal/index/route"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/reflabels"
 	"github.com/opendefensecloud/dependency-controller/internal/vw"
@@ -245,48 +246,66 @@ const maxObjectSize = 8 << 20
 // virtual workspace of the shard that serves the cluster: the object in
 // namespace, or, if namespace is empty and the resource is namespaced, the
 // objects of that name in every namespace. An object that does not exist is
-// not reported, nor is anything in a cluster that does not bind the export.
+// not reported, nor is anything in a cluster that does not bind the export,
+// which every shard refuses for route.BindingSettle (see ListTargets).
 // Reads that fail for a reason that clears by itself are retried within the
 // deadline of ctx. It returns an error wrapping ErrVersionNotServed if the
 // export does not serve the version the rules name.
 func (ix *Index) Lookup(ctx context.Context, src Source, cluster logicalcluster.Name, namespace, name string) ([]kcp.Meta, error) {
 	var found []kcp.Meta
+	start := time.Now()
 	err := ix.Retry(ctx, func() error {
 		found = found[:0]
-		return ix.OnShardOf(src, cluster, func(c *vw.Client, state State) error {
-			found = found[:0]
-			if state.Phase == PhaseVersionNotServed {
-				return fmt.Errorf("%w: %s", ErrVersionNotServed, state.Message)
-			}
-			add := func(raw []byte) error {
-				m, err := kcp.ReadMeta(raw)
-				if err != nil {
-					return fmt.Errorf("failed to read %s %q: %w", src.Resource.GroupResource(), name, err)
-				}
-				found = append(found, m)
-				return nil
-			}
-			if namespace == "" && state.Namespaced {
-				params := url.Values{"fieldSelector": {fields.OneTermEqualSelector("metadata.name", name).String()}}
-				_, err := c.List(ctx, vw.ResourcePath(cluster.Path(), src.Resource, ""), params, add)
-				return err
-			}
-			body, err := c.Get(ctx, append(vw.ResourcePath(cluster.Path(), src.Resource, namespace), name), nil)
-			if apierrors.IsNotFound(err) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			defer vw.Drain(body)
-			raw, err := io.ReadAll(io.LimitReader(body, maxObjectSize))
-			if err != nil {
-				return fmt.Errorf("failed to read %s %q: %w", src.Resource.GroupResource(), name, err)
-			}
-			return add(raw)
+		served := false
+		err := ix.OnShardOf(src, cluster, func(c *vw.Client, state State) error {
+			err := ix.lookup(ctx, c, state, src, cluster, namespace, name, &found)
+			served = err == nil
+			return err
 		})
+		if err == nil && !served && time.Since(start) < route.BindingSettle {
+			return fmt.Errorf("%s in logical cluster %s: %w", src, cluster, route.ErrUnbound)
+		}
+		return err
 	})
 	return found, err
+}
+
+// lookup is Lookup's read on the shard c, into found.
+func (ix *Index) lookup(ctx context.Context, c *vw.Client, state State, src Source, cluster logicalcluster.Name, namespace, name string, found *[]kcp.Meta) error {
+	*found = (*found)[:0]
+	if state.Phase == PhaseVersionNotServed {
+		return fmt.Errorf("%w: %s", ErrVersionNotServed, state.Message)
+	}
+	add := func(raw []byte) error {
+		m, err := kcp.ReadMeta(raw)
+		if err != nil {
+			return fmt.Errorf("failed to read %s %q: %w", src.Resource.GroupResource(), name, err)
+		}
+		*found = append(*found, m)
+		return nil
+	}
+	if namespace == "" && state.Namespaced {
+		params := url.Values{"fieldSelector": {fields.OneTermEqualSelector("metadata.name", name).String()}}
+		_, err := c.List(ctx, vw.ResourcePath(cluster.Path(), src.Resource, ""), params, add)
+		return err
+	}
+	body, err := c.Get(ctx, append(vw.ResourcePath(cluster.Path(), src.Resource, namespace), name), nil)
+	switch {
+	case vw.NamesObject(err, name):
+		return nil
+	case apierrors.IsNotFound(err):
+		// Not served yet (see route.ErrUnbound): retried, and never "no
+		// such object".
+		return fmt.Errorf("%w: %v", route.ErrUnbound, err) //nolint:errorlint // not wrapped: the 404 must not read as NotFound
+	case err != nil:
+		return err
+	}
+	defer vw.Drain(body)
+	raw, err := io.ReadAll(io.LimitReader(body, maxObjectSize))
+	if err != nil {
+		return fmt.Errorf("failed to read %s %q: %w", src.Resource.GroupResource(), name, err)
+	}
+	return add(raw)
 }
 
 // listPage bounds the objects of one page of ListTargets.
@@ -303,19 +322,23 @@ const listPage = 500
 // it has read more than most objects, and then returns false (true if it
 // read them all). Pages that fail for a reason that clears by itself are
 // retried within the deadline of ctx (visit may then see an object twice).
-// Nothing is read in a cluster that does not bind the export. It returns an
+// Nothing is read in a cluster that does not bind the export, which every
+// shard refuses for route.BindingSettle (see route.ErrUnbound): the objects
+// read are those that dependents' writes add references to. It returns an
 // error wrapping ErrVersionNotServed if the export does not serve the
 // version the rules name.
 func (ix *Index) ListTargets(ctx context.Context, src Source, cluster logicalcluster.Name, namespace string, most int, visit func(raw []byte) error) (bool, error) {
 	params := url.Values{"limit": {strconv.Itoa(min(listPage, most+1))}}
 	read := 0
+	start := time.Now()
 	for {
 		var (
 			meta metav1.ListMeta
 			page int
 		)
 		err := ix.Retry(ctx, func() error {
-			return ix.OnShardOf(src, cluster, func(c *vw.Client, state State) error {
+			served := false
+			err := ix.OnShardOf(src, cluster, func(c *vw.Client, state State) error {
 				if state.Phase == PhaseVersionNotServed {
 					return fmt.Errorf("%w: %s", ErrVersionNotServed, state.Message)
 				}
@@ -325,8 +348,13 @@ func (ix *Index) ListTargets(ctx context.Context, src Source, cluster logicalclu
 					page++
 					return visit(raw)
 				})
+				served = err == nil
 				return err
 			})
+			if err == nil && !served && time.Since(start) < route.BindingSettle {
+				return fmt.Errorf("%s in logical cluster %s: %w", src, cluster, route.ErrUnbound)
+			}
+			return err
 		})
 		read += page
 		switch {

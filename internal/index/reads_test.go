@@ -73,7 +73,10 @@ func (s *fakeShard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprint(w, obj)
 			return
 		}
-		status(http.StatusNotFound, "NotFound", "", "")(w)
+		// As kcp answers for a missing object: a 404 that names it.
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404,"details":{"name":%q,"kind":%q}}`, parts[len(parts)-1], parts[len(parts)-2])
 		return
 	}
 	if items, ok := s.paged[parts[0]]; ok {
@@ -192,14 +195,22 @@ func TestConfirmAndLookupFindTheShardOfTheCluster(t *testing.T) {
 	if seen, _, err := confirm(ctx, ix, testSource, []fieldpath.Reference{vpcRef}, "c3", "default", "vpc-a"); err != nil || seen != nil {
 		t.Errorf("Confirm(c3) = %v, %v", seen, err)
 	}
-	if found, err := ix.Lookup(ctx, testSource, "c3", "default", "vpc-a"); err != nil || len(found) != 0 {
+	if got := retried(t, ix); len(got) != 0 {
+		t.Errorf("retries reported: %v", got)
+	}
+	// Lookup, which reads the objects that dependents' writes add
+	// references to, concludes so once the refusals have lasted
+	// route.BindingSettle.
+	settleCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if found, err := ix.Lookup(settleCtx, testSource, "c3", "default", "vpc-a"); err != nil || len(found) != 0 {
 		t.Errorf("Lookup(c3) = %v, %v", found, err)
 	}
 	if got := w.readThroughOf("c3"); got != "" {
 		t.Errorf("c3 was recorded as read through %q", got)
 	}
-	if got := retried(t, ix); len(got) != 0 {
-		t.Errorf("retries reported: %v", got)
+	if got := retried(t, ix); len(got) == 0 || slices.ContainsFunc(got, func(c string) bool { return c != route.CauseUnbound }) {
+		t.Errorf("retries reported: %v, want some %s", got, route.CauseUnbound)
 	}
 	// A source that is not watched cannot be read.
 	other := Source{Export: testSource.Export, Resource: vms.GroupResource().WithVersion("v2")}
@@ -630,5 +641,84 @@ func TestListTargets(t *testing.T) {
 				t.Errorf("%d pages read, want %d: %v", pages, tt.wantPages, shard.requested())
 			}
 		})
+	}
+}
+
+// ListTargets reads the objects that dependents' writes add references to:
+// a workspace that every shard refuses, as kcp's virtual workspace does for
+// a moment after the workspace bound the export, holds none only once the
+// refusals have lasted route.BindingSettle. Until then the LIST is retried
+// (route.ErrUnbound), and a request whose deadline comes first fails
+// rather than find nothing.
+func TestListTargetsWaitsForABinding(t *testing.T) {
+	forbidden := status(http.StatusForbidden, "Forbidden", "could not find suitable APIBinding in target logical cluster", "")
+	tests := []struct {
+		name string
+		// refusals are the requests refused before the shard serves c1;
+		// -1 for a shard that never does.
+		refusals    int
+		deadline    time.Duration
+		wantVisited int
+		wantErr     error
+		wantAtLeast time.Duration
+	}{
+		{name: "a workspace that bound the export a moment ago is listed once it is served", refusals: 2, deadline: 5 * time.Second, wantVisited: 3},
+		{name: "a workspace refused for the settle does not bind the export", refusals: -1, deadline: 5 * time.Second, wantAtLeast: route.BindingSettle},
+		{name: "a deadline before the settle fails", refusals: -1, deadline: route.BindingSettle / 4, wantErr: route.ErrUnbound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			shard := &fakeShard{clusters: map[string]string{}, paged: map[string][]string{}}
+			if tt.refusals >= 0 {
+				shard.clusters["c1"] = ""
+				shard.paged["c1"] = []string{`{"metadata":{"name":"vpc-0","namespace":"default"}}`, `{"metadata":{"name":"vpc-1","namespace":"default"}}`, `{"metadata":{"name":"vpc-2","namespace":"default"}}`}
+				for range tt.refusals {
+					shard.failNext(forbidden)
+				}
+			}
+			ix, _ := routedIndex(t, true, Options{}, shard)
+			ctx, cancel := context.WithTimeout(context.Background(), tt.deadline)
+			defer cancel()
+			start := time.Now()
+			visited := 0
+			complete, err := ix.ListTargets(ctx, testSource, "c1", "default", 100, func(raw []byte) error {
+				visited++
+				return nil
+			})
+			if !errors.Is(err, tt.wantErr) || tt.wantErr == nil && err != nil {
+				t.Fatalf("ListTargets() = %v, want %v", err, tt.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if !complete || visited != tt.wantVisited {
+				t.Errorf("ListTargets() = %v after %d objects, want complete after %d", complete, visited, tt.wantVisited)
+			}
+			if took := time.Since(start); took < tt.wantAtLeast {
+				t.Errorf("ListTargets() found nothing after %v, want not before %v", took, tt.wantAtLeast)
+			}
+			if got := retried(t, ix); len(got) == 0 || slices.ContainsFunc(got, func(c string) bool { return c != route.CauseUnbound }) {
+				t.Errorf("retries reported %v, want some %s", got, route.CauseUnbound)
+			}
+		})
+	}
+}
+
+// A 404 that names no object (a resource that the virtual workspace does
+// not serve yet, its APIExport created or bound a moment ago) says nothing
+// about the object: Lookup retries it, and never reports "no such object".
+func TestLookupRetriesANotFoundThatNamesNoObject(t *testing.T) {
+	shard := &fakeShard{clusters: map[string]string{"c1": `{"items":[]}`}, objects: map[string]string{"c1/default/vpc-a": `{"metadata":{"name":"vpc-a","namespace":"default","uid":"u1"}}`}}
+	notServed := status(http.StatusNotFound, "NotFound", "the server could not find the requested resource", "")
+	shard.failNext(notServed, notServed)
+	ix, _ := routedIndex(t, true, Options{}, shard)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	found, err := ix.Lookup(ctx, testSource, "c1", "default", "vpc-a")
+	if err != nil || len(found) != 1 || found[0].Name != "vpc-a" {
+		t.Fatalf("Lookup() = %v, %v; want vpc-a", found, err)
+	}
+	if got := retried(t, ix); !slices.Equal(got, []string{route.CauseUnbound, route.CauseUnbound}) {
+		t.Errorf("retries reported %v, want two %s", got, route.CauseUnbound)
 	}
 }

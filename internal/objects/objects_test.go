@@ -83,7 +83,10 @@ func (s *fakeShard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprint(w, obj)
 			return
 		}
-		status(http.StatusNotFound, "NotFound", "")(w)
+		// As kcp answers for a missing object: a 404 that names it.
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404,"details":{"name":%q,"kind":%q}}`, parts[len(parts)-1], parts[len(parts)-2])
 		return
 	}
 	fmt.Fprint(w, list)
@@ -117,11 +120,18 @@ func status(code int, reason, causes string) func(w http.ResponseWriter) {
 // fakeRouter routes as the index does (see route.Router.OnShardOf): to the
 // shard known to serve a cluster, the only shard there is or the one the
 // cluster was seen on, or else to each shard in turn while it answers 403,
-// remembering the one that did not. Requests are tried once.
+// remembering the one that did not. Requests are tried once unless
+// attempts says otherwise.
 type fakeRouter struct {
 	shards []*vw.Client
 	// inspected is unset while the APIExport has not been read.
 	inspected bool
+
+	// attempts, if above 1, is how often Retry tries an attempt that fails
+	// for a reason that clears by itself (see route.RetryCause), calling
+	// wait between attempts.
+	attempts int
+	wait     func()
 
 	lock  sync.Mutex
 	known map[logicalcluster.Name]*vw.Client
@@ -132,6 +142,16 @@ type fakeRouter struct {
 // newFakeRouter returns a router over the given shards, which knows that
 // cluster c1 lives on shard indexedOn unless it is -1.
 func newFakeRouter(t *testing.T, indexedOn int, shards ...*fakeShard) *fakeRouter {
+	t.Helper()
+	handlers := make([]http.Handler, len(shards))
+	for i, s := range shards {
+		handlers[i] = s
+	}
+	return newFakeRouterOf(t, indexedOn, handlers...)
+}
+
+// newFakeRouterOf is newFakeRouter over shards that any handler serves.
+func newFakeRouterOf(t *testing.T, indexedOn int, shards ...http.Handler) *fakeRouter {
 	t.Helper()
 	r := &fakeRouter{inspected: true, known: map[logicalcluster.Name]*vw.Client{}}
 	for _, s := range shards {
@@ -202,7 +222,13 @@ func (r *fakeRouter) ReadThrough(_ index.Source, cluster logicalcluster.Name, ur
 }
 
 func (r *fakeRouter) Retry(_ context.Context, attempt func() error) error {
-	return attempt()
+	for i := 1; ; i++ {
+		err := attempt()
+		if _, retryable := route.RetryCause(err); !retryable || i >= r.attempts {
+			return err
+		}
+		r.wait()
+	}
 }
 
 // Lists visit every object of every shard once, by label, and fail while

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/url"
 	"slices"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,6 +16,7 @@ import (
 	"github.com/kcp-dev/logicalcluster/v3"
 
 	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/index/route"
 	"github.com/opendefensecloud/dependency-controller/internal/vw"
 )
 
@@ -22,8 +24,14 @@ import (
 // the resource is namespaced) with body, a patch of type pt, and returns
 // the patched object. An object that does not exist is a NotFound error.
 func (c *Client) Patch(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, pt types.PatchType, body []byte) ([]byte, error) {
+	return c.patch(ctx, src, cluster, namespace, name, pt, body, 0)
+}
+
+// patch is Patch, taking a workspace that every shard refuses for settle
+// for one that does not bind the export (see route.ErrUnbound).
+func (c *Client) patch(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, pt types.PatchType, body []byte, settle time.Duration) ([]byte, error) {
 	var patched []byte
-	err := c.write(ctx, src, cluster, namespace, name, func(shard *vw.Client, path []string) error {
+	err := c.write(ctx, src, cluster, namespace, name, settle, func(shard *vw.Client, path []string) error {
 		var err error
 		patched, err = shard.Patch(ctx, path, pt, body)
 		return err
@@ -49,7 +57,7 @@ func (c *Client) DryRunPatchStatus(ctx context.Context, src index.Source, cluste
 // subresource if one is named.
 func (c *Client) dryRunPatch(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, body []byte, subresource ...string) ([]byte, error) {
 	var patched []byte
-	err := c.write(ctx, src, cluster, namespace, name, func(shard *vw.Client, path []string) error {
+	err := c.write(ctx, src, cluster, namespace, name, 0, func(shard *vw.Client, path []string) error {
 		var err error
 		patched, err = shard.Patch(ctx, append(slices.Clone(path), subresource...), types.MergePatchType, body, url.Values{"dryRun": {metav1.DryRunAll}})
 		return err
@@ -61,7 +69,7 @@ func (c *Client) dryRunPatch(ctx context.Context, src index.Source, cluster logi
 // the resource is namespaced) with opts. An object that does not exist is a
 // NotFound error.
 func (c *Client) Delete(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, opts metav1.DeleteOptions) error {
-	return c.write(ctx, src, cluster, namespace, name, func(shard *vw.Client, path []string) error {
+	return c.write(ctx, src, cluster, namespace, name, 0, func(shard *vw.Client, path []string) error {
 		return shard.Delete(ctx, path, opts)
 	})
 }
@@ -78,16 +86,18 @@ func (w writeFailed) Error() string { return w.err.Error() }
 // once; otherwise it finds the shard by reading the object on each (kcp's
 // virtual workspace refuses, with 403, a workspace that a shard does not
 // serve). Only the read tells shards apart; whatever the write answers is
-// its outcome. An object that is gone is a NotFound error.
-func (c *Client) write(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, do func(shard *vw.Client, path []string) error) error {
+// its outcome. An object that is gone is a NotFound error, and so is one in
+// a workspace that every shard refuses for settle (see route.ErrUnbound).
+func (c *Client) write(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, settle time.Duration, do func(shard *vw.Client, path []string) error) error {
 	shard, known, err := c.router.Serving(src, cluster)
 	if err != nil {
 		return err
 	}
 	path := append(vw.ResourcePath(cluster.Path(), src.Resource, namespace), name)
 	if known {
-		return c.router.Retry(ctx, func() error { return do(shard, path) })
+		return c.router.Retry(ctx, func() error { return served(do(shard, path), name) })
 	}
+	start := c.now()
 	return c.router.Retry(ctx, func() error {
 		wrote := false
 		err := c.router.OnShardOf(src, cluster, func(shard *vw.Client, _ index.State) error {
@@ -97,12 +107,12 @@ func (c *Client) write(ctx context.Context, src index.Source, cluster logicalclu
 			// shard"; 404 means this shard, and the object is gone.
 			body, err := shard.Get(ctx, path, nil)
 			if err != nil {
-				return err
+				return served(err, name)
 			}
 			vw.Drain(body)
 			wrote = true
 			if err := do(shard, path); err != nil {
-				return writeFailed{err}
+				return writeFailed{served(err, name)}
 			}
 			return nil
 		})
@@ -111,6 +121,9 @@ func (c *Client) write(ctx context.Context, src index.Source, cluster logicalclu
 			return failed.err
 		}
 		if err == nil && !wrote {
+			if c.now().Sub(start) < settle {
+				return fmt.Errorf("%s in logical cluster %s: %w", src, cluster, route.ErrUnbound)
+			}
 			// No shard serves the workspace for this export: it does not
 			// bind it, so the object does not exist.
 			return apierrors.NewNotFound(src.Resource.GroupResource(), name)
@@ -130,12 +143,18 @@ const maxObjectSize = 8 << 20
 // resource is namespaced) and returns it as JSON: a linearizable read from
 // etcd. An object that does not exist is a NotFound error.
 func (c *Client) Get(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string) ([]byte, error) {
+	return c.get(ctx, src, cluster, namespace, name, 0)
+}
+
+// get is Get, taking a workspace that every shard refuses for settle for
+// one that does not bind the export (see route.ErrUnbound).
+func (c *Client) get(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, settle time.Duration) ([]byte, error) {
 	var raw []byte
 	path := append(vw.ResourcePath(cluster.Path(), src.Resource, namespace), name)
 	read := func(shard *vw.Client) error {
 		body, err := shard.Get(ctx, path, nil)
 		if err != nil {
-			return err
+			return served(err, name)
 		}
 		defer vw.Drain(body)
 		raw, err = io.ReadAll(io.LimitReader(body, maxObjectSize))
@@ -149,8 +168,9 @@ func (c *Client) Get(ctx context.Context, src index.Source, cluster logicalclust
 		return raw, c.router.Retry(ctx, func() error { return read(shard) })
 	}
 	found := false
+	start := c.now()
 	err = c.router.Retry(ctx, func() error {
-		return c.router.OnShardOf(src, cluster, func(shard *vw.Client, _ index.State) error {
+		err := c.router.OnShardOf(src, cluster, func(shard *vw.Client, _ index.State) error {
 			if err := read(shard); err != nil {
 				if apierrors.IsNotFound(err) {
 					// This shard serves the workspace; the object is gone.
@@ -161,6 +181,10 @@ func (c *Client) Get(ctx context.Context, src index.Source, cluster logicalclust
 			found = true
 			return nil
 		})
+		if err == nil && !found && c.now().Sub(start) < settle {
+			return fmt.Errorf("%s in logical cluster %s: %w", src, cluster, route.ErrUnbound)
+		}
+		return err
 	})
 	var failed writeFailed
 	switch {
@@ -174,4 +198,36 @@ func (c *Client) Get(ctx context.Context, src index.Source, cluster logicalclust
 		return nil, apierrors.NewNotFound(src.Resource.GroupResource(), name)
 	}
 	return raw, nil
+}
+
+// served turns a 404 that does not name the object name (see
+// vw.NamesObject) into an error wrapping route.ErrUnbound, which is
+// retried, so that it is never taken for "no such object".
+func served(err error, name string) error {
+	if apierrors.IsNotFound(err) && !vw.NamesObject(err, name) {
+		return fmt.Errorf("%w: %v", route.ErrUnbound, err) //nolint:errorlint // not wrapped: the 404 must not read as NotFound
+	}
+	return err
+}
+
+// Settled reads and writes objects as the Client does, except that it takes
+// a workspace that every shard's virtual workspace refuses for one that does
+// not bind the export, and so holds no object, only once the refusals have
+// lasted route.BindingSettle: the reads and writes of the objects that
+// dependents' writes add references to (the ledger writer of package
+// inflight), whose references would otherwise go unrecorded right after a
+// workspace bound the export.
+type Settled struct{ c *Client }
+
+// Settled returns the Client's settled reads and writes.
+func (c *Client) Settled() Settled { return Settled{c: c} }
+
+// Get is Client.Get, settled.
+func (s Settled) Get(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string) ([]byte, error) {
+	return s.c.get(ctx, src, cluster, namespace, name, route.BindingSettle)
+}
+
+// Patch is Client.Patch, settled.
+func (s Settled) Patch(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, pt types.PatchType, body []byte) ([]byte, error) {
+	return s.c.patch(ctx, src, cluster, namespace, name, pt, body, route.BindingSettle)
 }

@@ -65,3 +65,17 @@ func statusCode(err error) int32 {
 	}
 	return 0
 }
+
+// NamesObject reports whether err is a 404 that names the object name: the
+// object does not exist. A 404 that names no object (kcp's virtual
+// workspace answers one for a resource it does not serve, as for a moment
+// after an APIExport was created or bound, while it builds its API
+// definitions) says nothing about the object.
+func NamesObject(err error, name string) bool {
+	var status apierrors.APIStatus
+	if !apierrors.IsNotFound(err) || !errors.As(err, &status) {
+		return false
+	}
+	details := status.Status().Details
+	return details != nil && details.Name == name
+}

@@ -182,3 +182,25 @@ func TestRetryCauseOfErrors(t *testing.T) {
 		})
 	}
 }
+
+// Only a 404 that names the object says that it does not exist.
+func TestNamesObject(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{name: "the object not found", err: apierrors.NewNotFound(schema.GroupResource{Group: "network.test.io", Resource: "vpcs"}, "vpc-a"), want: true},
+		{name: "another object not found", err: apierrors.NewNotFound(schema.GroupResource{Group: "network.test.io", Resource: "vpcs"}, "vpc-b")},
+		{name: "a resource not served (a 404 without a Status)", err: apierrors.NewGenericServerResponse(http.StatusNotFound, "GET", schema.GroupResource{}, "", "404 page not found", 0, true)},
+		{name: "forbidden", err: apierrors.NewForbidden(schema.GroupResource{Resource: "vpcs"}, "vpc-a", errors.New("no"))},
+		{name: "no error"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := NamesObject(tt.err, "vpc-a"); got != tt.want {
+				t.Errorf("NamesObject(%v) = %v, want %v", tt.err, got, tt.want)
+			}
+		})
+	}
+}

@@ -202,4 +202,33 @@ var _ = Describe("Dangling references", Ordered, func() {
 		Expect(c.Create(ctx, newObject(vmGVR, "default", "vm-fine", vmRef("vpc-here")))).To(Succeed())
 		Expect(collected.Warnings()[before:]).To(BeEmpty(), "a reference to a VPC that exists")
 	})
+
+	// kcp's virtual workspace learns of a new APIBinding from an informer:
+	// for a moment after a workspace binds an export, every shard refuses
+	// it there, while its objects exist. A reference made at once must not
+	// be taken for one to a missing object (unrecorded, with a warning).
+	It("records the references of a workspace made right after it bound the exports, with no warning", func(ctx context.Context) {
+		for round := range 3 {
+			_, fresh := envtest.NewWorkspaceFixture(GinkgoT(), cli, core.RootCluster.Path(), envtest.WithNamePrefix("fresh"))
+			bindExports(ctx, fresh, export{network, "network.test.io"}, export{compute, "compute.test.io"})
+			collected := &kcpenv.WarningCollector{}
+			cfg := rest.CopyConfig(kcpConfig)
+			cfg.Host += fresh.RequestPath()
+			cfg.WarningHandlerWithContext = collected
+			c, err := client.New(cfg, client.Options{})
+			Expect(err).NotTo(HaveOccurred())
+			Eventually(func() error { return c.Create(ctx, newObject(vpcGVR, "default", "vpc-a", nil)) }).WithTimeout(timeout).WithPolling(50 * time.Millisecond).Should(Succeed())
+			vm := newObject(vmGVR, "default", "vm-1", vmRef("vpc-a"))
+			Eventually(func() error { return c.Create(ctx, vm.DeepCopy()) }).WithTimeout(timeout).WithPolling(50 * time.Millisecond).Should(Succeed())
+			Expect(collected.Warnings()).To(BeEmpty(), "round %d: the VM's CREATE", round)
+
+			By("the VM's admission id is in the VPC's ledger, written before the VM was stored")
+			Expect(c.Get(ctx, client.ObjectKeyFromObject(vm), vm)).To(Succeed())
+			id := vm.GetLabels()[depv1alpha1.LabelAdmission]
+			Expect(id).NotTo(BeEmpty(), "round %d: the VM carries no admission id", round)
+			vpc := newObject(vpcGVR, "default", "vpc-a", nil)
+			Expect(c.Get(ctx, client.ObjectKeyFromObject(vpc), vpc)).To(Succeed())
+			Expect(vpc.GetAnnotations()[depv1alpha1.AnnotationAdmittedReferences]).To(ContainSubstring(id+"@"), "round %d: the VPC's ledger", round)
+		}
+	})
 })

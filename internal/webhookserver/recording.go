@@ -31,7 +31,7 @@ func (a *assembly) recording(recs *replay.Records, verifier references.Verifier)
 	return references.Recording{
 		Guards:  a.reg,
 		Targets: a.ix,
-		Ledgers: inflight.NewWriter(a.objects, inflight.Options{OnConflict: a.metrics.LedgerConflict}),
+		Ledgers: inflight.NewWriter(a.objects.Settled(), inflight.Options{OnConflict: a.metrics.LedgerConflict}),
 		IDs:     inflight.NewIDs(admissionIDKey(recs)),
 		Landed:  a.landed,
 		Records: verifier,

@@ -25,11 +25,31 @@ var ErrNotInspected = errors.New("the APIExport has not been read yet")
 // means "no dependents".
 var ErrRefused = errors.New("every shard's virtual workspace refused a workspace that binds the export")
 
+// ErrUnbound is what a read or write of an object fails with (wrapped)
+// while every shard's virtual workspace refuses (403) its logical cluster
+// and BindingSettle has not passed since the first attempt, or while the
+// virtual workspace answers 404 without naming the object (it does not
+// serve the resource yet): kcp's virtual workspace learns of an APIBinding
+// from an informer, and builds the API definitions of an APIExport after it
+// was created, so for a moment after a workspace binds an export, every
+// shard refuses it although its objects exist. It is retried; only once
+// BindingSettle has passed does a refusal on every shard mean that the
+// workspace does not bind the export, and a 404 that names no object never
+// means that the object does not exist.
+var ErrUnbound = errors.New("the virtual workspace does not serve the workspace's objects yet (a workspace or an export bound a moment ago)")
+
+// BindingSettle is how long the reads and writes that conclude "no such
+// object" from a refusal on every shard keep asking first (see ErrUnbound):
+// those of the objects that dependents' writes add references to, whose
+// references would otherwise go unrecorded.
+const BindingSettle = time.Second
+
 // Causes of retries that are states of the index rather than errors of kcp;
 // the others are vw's.
 const (
 	CauseNotInspected = "not-inspected"
 	CauseRefused      = "refused"
+	CauseUnbound      = "unbound"
 )
 
 // RetryCause reports whether a failed request is worth retrying, and why
@@ -43,6 +63,8 @@ func RetryCause(err error) (string, bool) {
 		return CauseNotInspected, true
 	case errors.Is(err, ErrRefused):
 		return CauseRefused, true
+	case errors.Is(err, ErrUnbound):
+		return CauseUnbound, true
 	}
 	return vw.RetryCause(err)
 }
