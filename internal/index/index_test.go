@@ -53,6 +53,21 @@ type fakeWatch struct {
 	targets       *targets.Set
 	targetsSynced bool
 	watchTargets  bool
+	// reinspections counts the calls of Reinspect; onReinspect, if set,
+	// is called (without the lock) by each, as Run's refresh would read
+	// the export again.
+	reinspections int
+	onReinspect   func()
+}
+
+func (w *fakeWatch) Reinspect() {
+	w.lock.Lock()
+	w.reinspections++
+	on := w.onReinspect
+	w.lock.Unlock()
+	if on != nil {
+		on()
+	}
 }
 
 func newFakeWatch(state State, paths ...fieldpath.Reference) *fakeWatch {

@@ -722,3 +722,53 @@ func TestLookupRetriesANotFoundThatNamesNoObject(t *testing.T) {
 		t.Errorf("retries reported %v, want two %s", got, route.CauseUnbound)
 	}
 }
+
+// kcp lists a shard in an export's endpoint slice only once a workspace on
+// it binds the export. Right after the first binding the index knows no
+// shard of the export; the reads of referenced objects have it read the
+// export again, and find the shard within route.BindingSettle.
+func TestReadsOfReferencedObjectsFindTheShardOfAFirstBinding(t *testing.T) {
+	const vpc = `{"metadata":{"name":"vpc-0","namespace":"default","uid":"u1"}}`
+	for _, read := range []string{"ListTargets", "Lookup"} {
+		t.Run(read, func(t *testing.T) {
+			shard := &fakeShard{clusters: map[string]string{"c1": ""}, paged: map[string][]string{"c1": {vpc}},
+				objects: map[string]string{"c1/default/vpc-0": vpc}}
+			ix, w := routedIndex(t, true, Options{}, shard)
+			w.lock.Lock()
+			url := w.urls[0]
+			w.urls = nil // no workspace bound the export as of the last poll
+			w.onReinspect = func() {
+				w.lock.Lock()
+				defer w.lock.Unlock()
+				w.urls = []string{url}
+			}
+			w.lock.Unlock()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			var (
+				got []string
+				err error
+			)
+			switch read {
+			case "ListTargets":
+				_, err = ix.ListTargets(ctx, testSource, "c1", "default", 100, func(raw []byte) error {
+					m, err := kcp.ReadMeta(raw)
+					got = append(got, m.Name)
+					return err
+				})
+			case "Lookup":
+				var found []kcp.Meta
+				found, err = ix.Lookup(ctx, testSource, "c1", "default", "vpc-0")
+				for _, m := range found {
+					got = append(got, m.Name)
+				}
+			}
+			if err != nil || !slices.Equal(got, []string{"vpc-0"}) {
+				t.Fatalf("%s() = %v, %v; want vpc-0", read, got, err)
+			}
+			if w.reinspections == 0 {
+				t.Error("the export was not read again")
+			}
+		})
+	}
+}

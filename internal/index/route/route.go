@@ -41,6 +41,9 @@ type Watch interface {
 	// ReadThrough records that cluster was read through the virtual
 	// workspace at url.
 	ReadThrough(cluster logicalcluster.Name, url string)
+	// Reinspect has the export's shards read again soon: a request found
+	// none that serves a workspace.
+	Reinspect()
 }
 
 // Router routes requests for the objects of the sources that are watched,
@@ -195,6 +198,9 @@ func (r *Router) OnShardOf(src sources.Source, cluster logicalcluster.Name, do f
 		}
 		return err
 	}
+	// The export's shards may have changed since they were read: kcp lists
+	// a shard only once a workspace on it binds the export.
+	w.Reinspect()
 	if w.Store().Holds(cluster) {
 		// Every shard refused a workspace that the index holds dependents
 		// of: it binds the export, and a virtual workspace that is starting

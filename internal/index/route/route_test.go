@@ -37,6 +37,14 @@ type fakeWatch struct {
 	urls        []string
 	inspected   bool
 	readThrough map[logicalcluster.Name]string
+	// reinspections counts the calls of Reinspect.
+	reinspections int
+}
+
+func (w *fakeWatch) Reinspect() {
+	w.lock.Lock()
+	defer w.lock.Unlock()
+	w.reinspections++
 }
 
 func (w *fakeWatch) State() sources.State {
@@ -144,9 +152,20 @@ func TestRouting(t *testing.T) {
 	if err != nil || len(shards) != 2 || shards[0].URL() != w.urls[1] {
 		t.Errorf("Shards(c2) = %v, %v; want the second shard first", shards, err)
 	}
-	// A workspace no shard serves binds no export: nothing is done.
-	if err := r.OnShardOf(testSource, "c3", func(*vw.Client, sources.State) error { return nil }); err != nil {
+	// A workspace no shard serves binds no export: nothing is done, and
+	// the export's shards are read again (a first binding on a shard
+	// adds it).
+	if w.reinspections != 0 {
+		t.Errorf("%d reinspections after requests that a shard served, want 0", w.reinspections)
+	}
+	if err := r.OnShardOf(testSource, "c3", func(c *vw.Client, _ sources.State) error {
+		_, err := c.List(context.Background(), vw.ResourcePath(logicalcluster.NewPath("c3"), testSource.Resource, ""), nil, func([]byte) error { return nil })
+		return err
+	}); err != nil {
 		t.Errorf("OnShardOf(c3) = %v", err)
+	}
+	if w.reinspections != 1 {
+		t.Errorf("%d reinspections after a request that every shard refused, want 1", w.reinspections)
 	}
 	// A source that is not watched is routed nowhere.
 	other := testSource

@@ -289,3 +289,37 @@ func TestAWatchThatBreaksMakesTheSourceSyncingUntilItRecovers(t *testing.T) {
 		})
 	}
 }
+
+// Reinspect pokes Run at most once per reinspectInterval, however many
+// requests find no shard serving a workspace.
+func TestReinspectIsRateLimited(t *testing.T) {
+	w := NewWatch(testSource, []fieldpath.Reference{fieldpathtest.MustParse(".spec.vpc")}, Config{PollInterval: time.Minute, Notify: func() {}})
+	pokes := func() int {
+		n := 0
+		for {
+			select {
+			case <-w.poke:
+				n++
+			default:
+				return n
+			}
+		}
+	}
+	for range 10 {
+		w.Reinspect()
+	}
+	if got := pokes(); got != 1 {
+		t.Fatalf("10 reinspections at once poked Run %d times, want 1", got)
+	}
+	w.Reinspect()
+	if got := pokes(); got != 0 {
+		t.Fatalf("a reinspection within the interval poked Run %d times, want 0", got)
+	}
+	w.lock.Lock()
+	w.reinspected = w.reinspected.Add(-reinspectInterval)
+	w.lock.Unlock()
+	w.Reinspect()
+	if got := pokes(); got != 1 {
+		t.Fatalf("a reinspection after the interval poked Run %d times, want 1", got)
+	}
+}

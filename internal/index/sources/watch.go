@@ -112,6 +112,8 @@ type Watch struct {
 
 	lock  sync.Mutex
 	state State
+	// reinspected is when Reinspect last poked Run.
+	reinspected time.Time
 	// watchTargets is set while the objects of a source without paths
 	// are watched into targets.
 	watchTargets bool
@@ -170,6 +172,31 @@ func (w *Watch) SetWatchTargets(on bool) {
 	w.watchTargets = on
 	w.lock.Unlock()
 	if changed {
+		select {
+		case w.poke <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// reinspectInterval bounds how often Reinspect has the export read again.
+const reinspectInterval = time.Second
+
+// Reinspect has Run read the export's endpoint slice again at once, at most
+// once per reinspectInterval: a request found no shard that serves a
+// workspace, and kcp lists a shard in an export's endpoint slice only once
+// a workspace on that shard binds the export, so the first binding of an
+// export (or its first on a shard) would otherwise be seen up to a poll
+// interval later. Requests that wait for a binding to settle (see
+// route.BindingSettle) then find the shard within it.
+func (w *Watch) Reinspect() {
+	w.lock.Lock()
+	due := time.Since(w.reinspected) >= reinspectInterval
+	if due {
+		w.reinspected = time.Now()
+	}
+	w.lock.Unlock()
+	if due {
 		select {
 		case w.poke <- struct{}{}:
 		default:
