@@ -98,9 +98,11 @@ func newEnv(state string, port int) *env {
 		adminKubeconfig: filepath.Join(state, "admin.kubeconfig")}
 }
 
-// up starts kcp, deploys the project, creates the demo topology (with the
-// sample VPC and VirtualMachine if withObjects), and starts the webhook and
-// the controller.
+// up starts kcp, deploys the project, creates the demo topology, starts
+// the webhook and the controller, and then creates the sample VPC and
+// VirtualMachine if withObjects: with the state of an earlier run, kcp
+// already calls the webhooks that run configured (failing closed), so
+// nothing is written to the consumer before the webhook serves.
 func (e *env) up(ctx context.Context, withObjects bool) error {
 	if err := os.MkdirAll(e.state, 0o755); err != nil {
 		return err
@@ -128,19 +130,24 @@ func (e *env) up(ctx context.Context, withObjects bool) error {
 		return err
 	}
 
-	if err := e.topology(ctx, withObjects); err != nil {
+	if err := e.topology(ctx); err != nil {
 		return err
 	}
 	if err := e.startBinaries(ctx, tokens); err != nil {
 		return err
 	}
-	return e.waitRuleReady(ctx)
+	if err := e.waitRuleReady(ctx); err != nil {
+		return err
+	}
+	if withObjects {
+		return e.applySamples(ctx, consumer, "config/samples/consumer/objects.yaml")
+	}
+	return nil
 }
 
-// topology creates the demo workspaces from config/samples (with the
-// sample VPC and VirtualMachine if withObjects) and writes an admin
-// kubeconfig for each.
-func (e *env) topology(ctx context.Context, withObjects bool) error {
+// topology creates the demo workspaces from config/samples and writes an
+// admin kubeconfig for each.
+func (e *env) topology(ctx context.Context) error {
 	step("Creating the demo topology from config/samples: %s, %s, %s", network, compute, consumer)
 	for _, ws := range []logicalcluster.Path{network, compute, consumer} {
 		if err := e.ensureWorkspace(ctx, ws); err != nil {
@@ -160,11 +167,6 @@ func (e *env) topology(ctx context.Context, withObjects bool) error {
 	}
 	for _, ws := range []logicalcluster.Path{network, compute, consumer} {
 		if err := e.kubectl(ctx, ws, "wait", "--for=jsonpath={.status.phase}=Bound", "--timeout=120s", "apibindings.apis.kcp.io", "--all"); err != nil {
-			return err
-		}
-	}
-	if withObjects {
-		if err := e.applySamples(ctx, consumer, "config/samples/consumer/objects.yaml"); err != nil {
 			return err
 		}
 	}
