@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kcp-dev/logicalcluster/v3"
@@ -180,12 +179,7 @@ var _ = Describe("Dangling references", Ordered, func() {
 
 	It("warns on a CREATE of a VM that names a missing VPC, and admits it", func(ctx context.Context) {
 		create(ctx, consumer, newObject(vpcGVR, "default", "vpc-here", nil))
-		collected := &kcpenv.WarningCollector{}
-		cfg := rest.CopyConfig(kcpConfig)
-		cfg.Host += consumer.RequestPath()
-		cfg.WarningHandlerWithContext = collected
-		c, err := client.New(cfg, client.Options{})
-		Expect(err).NotTo(HaveOccurred())
+		c, collected := warnedClient(consumer)
 		missingWarning := func(name, vpc string) string {
 			return `VirtualMachine "` + name + `" references vpcs "` + vpc + `", which does not exist; the reference is allowed, and reported as dangling if it does not exist within 15s`
 		}
@@ -211,12 +205,7 @@ var _ = Describe("Dangling references", Ordered, func() {
 		for round := range 3 {
 			_, fresh := envtest.NewWorkspaceFixture(GinkgoT(), cli, core.RootCluster.Path(), envtest.WithNamePrefix("fresh"))
 			bindExports(ctx, fresh, export{network, "network.test.io"}, export{compute, "compute.test.io"})
-			collected := &kcpenv.WarningCollector{}
-			cfg := rest.CopyConfig(kcpConfig)
-			cfg.Host += fresh.RequestPath()
-			cfg.WarningHandlerWithContext = collected
-			c, err := client.New(cfg, client.Options{})
-			Expect(err).NotTo(HaveOccurred())
+			c, collected := warnedClient(fresh)
 			Eventually(func() error { return c.Create(ctx, newObject(vpcGVR, "default", "vpc-a", nil)) }).WithTimeout(timeout).WithPolling(50 * time.Millisecond).Should(Succeed())
 			vm := newObject(vmGVR, "default", "vm-1", vmRef("vpc-a"))
 			Eventually(func() error { return c.Create(ctx, vm.DeepCopy()) }).WithTimeout(timeout).WithPolling(50 * time.Millisecond).Should(Succeed())

@@ -385,18 +385,13 @@ var _ = Describe("Deletion validator behind kcp's admission chain", Ordered, fun
 		create(ctx, consumer, newObject(vmGVR, "default", "vm-skip", map[string]any{"vpcRef": map[string]any{"name": "vpc-skip"}}))
 		expectDenied(ctx, consumer, vpcGVR, "default", "vpc-skip", "VirtualMachine/default/vm-skip")
 
-		collected := &kcpenv.WarningCollector{}
-		cfg := rest.CopyConfig(kcpConfig)
-		cfg.Host += consumer.RequestPath()
-		cfg.WarningHandlerWithContext = collected
-		c, err := client.New(cfg, client.Options{})
-		Expect(err).NotTo(HaveOccurred())
+		c, collected := warnedClient(consumer)
 		Expect(c.Patch(ctx, newObject(vpcGVR, "default", "vpc-skip", nil), client.RawPatch(types.MergePatchType,
 			fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"true"}}}`, depv1alpha1.AnnotationSkipProtection)))).To(Succeed())
 		Expect(collected.Warnings()).To(ContainElement(And(ContainSubstring("has no effect"), ContainSubstring("cannot ask kcp whether admin may delete it"),
 			ContainSubstring("network.test.io"))))
 
-		err = deleteObject(ctx, c, vpcGVR, "default", "vpc-skip")
+		err := deleteObject(ctx, c, vpcGVR, "default", "vpc-skip")
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "deleted: %v", err)
 		Expect(err.Error()).To(ContainSubstring("VirtualMachine/default/vm-skip"))
 		Expect(collected.Warnings()).To(ContainElement(ContainSubstring("has no effect: it was not set by a user who may delete the object")))
@@ -846,6 +841,19 @@ func expectCondition(ctx context.Context, ws logicalcluster.Path, name, conditio
 type export struct {
 	path logicalcluster.Path
 	name string
+}
+
+// warnedClient returns an admin client of the workspace ws and what
+// collects the warnings kcp answers its requests with.
+func warnedClient(ws logicalcluster.Path) (client.Client, *kcpenv.WarningCollector) {
+	GinkgoHelper()
+	collected := &kcpenv.WarningCollector{}
+	cfg := rest.CopyConfig(kcpConfig)
+	cfg.Host += ws.RequestPath()
+	cfg.WarningHandlerWithContext = collected
+	c, err := client.New(cfg, client.Options{})
+	Expect(err).NotTo(HaveOccurred())
+	return c, collected
 }
 
 // bindExports binds the exports in the workspace ws.
