@@ -262,8 +262,8 @@ func (ix *Index) Lookup(ctx context.Context, src Source, cluster logicalcluster.
 			served = err == nil
 			return err
 		})
-		if err == nil && !served && time.Since(start) < route.BindingSettle {
-			return fmt.Errorf("%s in logical cluster %s: %w", src, cluster, route.ErrUnbound)
+		if err == nil && !served {
+			return route.Unserved(src, cluster, time.Since(start), route.BindingSettle)
 		}
 		return err
 	})
@@ -290,13 +290,9 @@ func (ix *Index) lookup(ctx context.Context, c *vw.Client, state State, src Sour
 		return err
 	}
 	body, err := c.Get(ctx, append(vw.ResourcePath(cluster.Path(), src.Resource, namespace), name), nil)
-	switch {
-	case vw.NamesObject(err, name):
-		return nil
+	switch err := route.Served(err, name); {
 	case apierrors.IsNotFound(err):
-		// Not served yet (see route.ErrUnbound): retried, and never "no
-		// such object".
-		return fmt.Errorf("%w: %v", route.ErrUnbound, err) //nolint:errorlint // not wrapped: the 404 must not read as NotFound
+		return nil
 	case err != nil:
 		return err
 	}
@@ -351,8 +347,8 @@ func (ix *Index) ListTargets(ctx context.Context, src Source, cluster logicalclu
 				served = err == nil
 				return err
 			})
-			if err == nil && !served && time.Since(start) < route.BindingSettle {
-				return fmt.Errorf("%s in logical cluster %s: %w", src, cluster, route.ErrUnbound)
+			if err == nil && !served {
+				return route.Unserved(src, cluster, time.Since(start), route.BindingSettle)
 			}
 			return err
 		})

@@ -95,7 +95,7 @@ func (c *Client) write(ctx context.Context, src index.Source, cluster logicalclu
 	}
 	path := append(vw.ResourcePath(cluster.Path(), src.Resource, namespace), name)
 	if known {
-		return c.router.Retry(ctx, func() error { return served(do(shard, path), name) })
+		return c.router.Retry(ctx, func() error { return route.Served(do(shard, path), name) })
 	}
 	start := c.now()
 	return c.router.Retry(ctx, func() error {
@@ -107,12 +107,12 @@ func (c *Client) write(ctx context.Context, src index.Source, cluster logicalclu
 			// shard"; 404 means this shard, and the object is gone.
 			body, err := shard.Get(ctx, path, nil)
 			if err != nil {
-				return served(err, name)
+				return route.Served(err, name)
 			}
 			vw.Drain(body)
 			wrote = true
 			if err := do(shard, path); err != nil {
-				return writeFailed{served(err, name)}
+				return writeFailed{route.Served(err, name)}
 			}
 			return nil
 		})
@@ -121,8 +121,8 @@ func (c *Client) write(ctx context.Context, src index.Source, cluster logicalclu
 			return failed.err
 		}
 		if err == nil && !wrote {
-			if c.now().Sub(start) < settle {
-				return fmt.Errorf("%s in logical cluster %s: %w", src, cluster, route.ErrUnbound)
+			if err := route.Unserved(src, cluster, c.now().Sub(start), settle); err != nil {
+				return err
 			}
 			// No shard serves the workspace for this export: it does not
 			// bind it, so the object does not exist.
@@ -154,7 +154,7 @@ func (c *Client) get(ctx context.Context, src index.Source, cluster logicalclust
 	read := func(shard *vw.Client) error {
 		body, err := shard.Get(ctx, path, nil)
 		if err != nil {
-			return served(err, name)
+			return route.Served(err, name)
 		}
 		defer vw.Drain(body)
 		raw, err = io.ReadAll(io.LimitReader(body, maxObjectSize))
@@ -181,8 +181,8 @@ func (c *Client) get(ctx context.Context, src index.Source, cluster logicalclust
 			found = true
 			return nil
 		})
-		if err == nil && !found && c.now().Sub(start) < settle {
-			return fmt.Errorf("%s in logical cluster %s: %w", src, cluster, route.ErrUnbound)
+		if err == nil && !found {
+			return route.Unserved(src, cluster, c.now().Sub(start), settle)
 		}
 		return err
 	})
@@ -198,16 +198,6 @@ func (c *Client) get(ctx context.Context, src index.Source, cluster logicalclust
 		return nil, apierrors.NewNotFound(src.Resource.GroupResource(), name)
 	}
 	return raw, nil
-}
-
-// served turns a 404 that does not name the object name (see
-// vw.NamesObject) into an error wrapping route.ErrUnbound, which is
-// retried, so that it is never taken for "no such object".
-func served(err error, name string) error {
-	if apierrors.IsNotFound(err) && !vw.NamesObject(err, name) {
-		return fmt.Errorf("%w: %v", route.ErrUnbound, err) //nolint:errorlint // not wrapped: the 404 must not read as NotFound
-	}
-	return err
 }
 
 // Settled reads and writes objects as the Client does, except that it takes

@@ -3,11 +3,16 @@ package route
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"time"
 
+	"github.com/kcp-dev/logicalcluster/v3"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/opendefensecloud/dependency-controller/internal/index/sources"
 	"github.com/opendefensecloud/dependency-controller/internal/vw"
 )
 
@@ -43,6 +48,31 @@ var ErrUnbound = errors.New("the virtual workspace does not serve the workspace'
 // those of the objects that dependents' writes add references to, whose
 // references would otherwise go unrecorded.
 const BindingSettle = time.Second
+
+// Unserved is the outcome of a read or write that found no shard serving
+// cluster for src after waited (since its first attempt): an error wrapping
+// ErrUnbound, which is retried, while waited is shorter than settle, and nil
+// once it is not: only then does the refusal of every shard mean that the
+// cluster does not bind the export, and so holds no object of it.
+func Unserved(src sources.Source, cluster logicalcluster.Name, waited, settle time.Duration) error {
+	if waited < settle {
+		return fmt.Errorf("%s in logical cluster %s: %w", src, cluster, ErrUnbound)
+	}
+	return nil
+}
+
+// Served turns a 404 of a request for the object name that does not name
+// it (see vw.NamesObject: the virtual workspace does not serve the resource
+// yet) into an error wrapping ErrUnbound, which is retried, so that it is
+// never taken for "no such object". Other errors it returns as they are.
+func Served(err error, name string) error {
+	if apierrors.IsNotFound(err) && !vw.NamesObject(err, name) {
+		// Not wrapped: apierrors.IsNotFound follows wrapped errors, and
+		// the 404 must not read as NotFound.
+		return fmt.Errorf("%w: %v", ErrUnbound, err) //nolint:errorlint // see above
+	}
+	return err
+}
 
 // Causes of retries that are states of the index rather than errors of kcp;
 // the others are vw's.

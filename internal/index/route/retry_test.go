@@ -235,3 +235,63 @@ func TestRetryReportsOnlyRetriesItMakes(t *testing.T) {
 		t.Errorf("%d retries reported for %d attempts, want %d", len(causes), calls.Load(), calls.Load()-1)
 	}
 }
+
+// A request that found no shard serving a workspace is retried as unbound
+// until the bindings have had time to settle, and only then concluded.
+func TestUnserved(t *testing.T) {
+	tests := []struct {
+		name        string
+		waited      time.Duration
+		settle      time.Duration
+		wantUnbound bool
+	}{
+		{name: "at the first attempt, settled", settle: 0},
+		{name: "at the first attempt", settle: BindingSettle, wantUnbound: true},
+		{name: "just before the settle", waited: BindingSettle - time.Millisecond, settle: BindingSettle, wantUnbound: true},
+		{name: "once settled", waited: BindingSettle, settle: BindingSettle},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := Unserved(testSource, logicalcluster.Name("c1"), tt.waited, tt.settle)
+			if got := errors.Is(err, ErrUnbound); got != tt.wantUnbound || (err != nil) != tt.wantUnbound {
+				t.Fatalf("Unserved(%v, %v) = %v, want unbound %v", tt.waited, tt.settle, err, tt.wantUnbound)
+			}
+			if cause, _ := RetryCause(err); tt.wantUnbound && cause != CauseUnbound {
+				t.Errorf("RetryCause(%v) = %q, want %q", err, cause, CauseUnbound)
+			}
+		})
+	}
+}
+
+// Only a 404 that names the object reads as "no such object"; one that does
+// not is retried, and other outcomes pass as they are.
+func TestServed(t *testing.T) {
+	vpcs := schema.GroupResource{Group: "network.test.io", Resource: "vpcs"}
+	forbidden := apierrors.NewForbidden(vpcs, "vpc-a", errors.New("no"))
+	tests := []struct {
+		name         string
+		err          error
+		wantNotFound bool
+		wantUnbound  bool
+	}{
+		{name: "no error"},
+		{name: "the object not found", err: apierrors.NewNotFound(vpcs, "vpc-a"), wantNotFound: true},
+		{name: "another object not found", err: apierrors.NewNotFound(vpcs, "vpc-b"), wantUnbound: true},
+		{name: "a resource not served", err: apierrors.NewGenericServerResponse(http.StatusNotFound, "GET", schema.GroupResource{}, "", "404 page not found", 0, true), wantUnbound: true},
+		{name: "forbidden", err: forbidden},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := Served(tt.err, "vpc-a")
+			if got := apierrors.IsNotFound(err); got != tt.wantNotFound {
+				t.Errorf("IsNotFound(Served(%v)) = %v, want %v", tt.err, got, tt.wantNotFound)
+			}
+			if got := errors.Is(err, ErrUnbound); got != tt.wantUnbound {
+				t.Errorf("Served(%v) unbound = %v, want %v", tt.err, got, tt.wantUnbound)
+			}
+			if !tt.wantUnbound && err != tt.err { //nolint:errorlint // the error itself is passed on
+				t.Errorf("Served(%v) = %v, want it unchanged", tt.err, err)
+			}
+		})
+	}
+}
