@@ -87,7 +87,9 @@ func (w writeFailed) Error() string { return w.err.Error() }
 // virtual workspace refuses, with 403, a workspace that a shard does not
 // serve). Only the read tells shards apart; whatever the write answers is
 // its outcome. An object that is gone is a NotFound error, and so is one in
-// a workspace that every shard refuses for settle (see route.ErrUnbound).
+// a workspace that every shard refuses for settle (see route.ErrUnbound)
+// and that, if settle is not zero, does not bind the export (see refused):
+// a 403 of every shard for a workspace that does is a Forbidden error.
 func (c *Client) write(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, settle time.Duration, do func(shard *vw.Client, path []string) error) error {
 	shard, known, err := c.router.Serving(src, cluster)
 	if err != nil {
@@ -95,7 +97,13 @@ func (c *Client) write(ctx context.Context, src index.Source, cluster logicalclu
 	}
 	path := append(vw.ResourcePath(cluster.Path(), src.Resource, namespace), name)
 	if known {
-		return c.router.Retry(ctx, func() error { return route.Served(do(shard, path), name) })
+		err := c.router.Retry(ctx, func() error { return route.Served(do(shard, path), name) })
+		if settle == 0 || !apierrors.IsForbidden(err) {
+			return err
+		}
+		// The shard known to serve the workspace may be known only as
+		// the one shard there is, and its 403 may mean that the workspace
+		// does not bind the export: settled, find out as below.
 	}
 	start := c.now()
 	return c.router.Retry(ctx, func() error {
@@ -124,6 +132,9 @@ func (c *Client) write(ctx context.Context, src index.Source, cluster logicalclu
 			if err := route.Unserved(src, cluster, c.now().Sub(start), settle); err != nil {
 				return err
 			}
+			if settle > 0 {
+				return c.refused(ctx, src, cluster, name)
+			}
 			// No shard serves the workspace for this export: it does not
 			// bind it, so the object does not exist.
 			return apierrors.NewNotFound(src.Resource.GroupResource(), name)
@@ -147,7 +158,7 @@ func (c *Client) Get(ctx context.Context, src index.Source, cluster logicalclust
 }
 
 // get is Get, taking a workspace that every shard refuses for settle for
-// one that does not bind the export (see route.ErrUnbound).
+// one that does not bind the export (see route.ErrUnbound, and write).
 func (c *Client) get(ctx context.Context, src index.Source, cluster logicalcluster.Name, namespace, name string, settle time.Duration) ([]byte, error) {
 	var raw []byte
 	path := append(vw.ResourcePath(cluster.Path(), src.Resource, namespace), name)
@@ -165,7 +176,11 @@ func (c *Client) get(ctx context.Context, src index.Source, cluster logicalclust
 		return nil, err
 	}
 	if known {
-		return raw, c.router.Retry(ctx, func() error { return read(shard) })
+		err := c.router.Retry(ctx, func() error { return read(shard) })
+		if settle == 0 || !apierrors.IsForbidden(err) {
+			return raw, err
+		}
+		// Known perhaps only as the one shard there is (see write).
 	}
 	found := false
 	start := c.now()
@@ -182,7 +197,14 @@ func (c *Client) get(ctx context.Context, src index.Source, cluster logicalclust
 			return nil
 		})
 		if err == nil && !found {
-			return route.Unserved(src, cluster, c.now().Sub(start), settle)
+			if err := route.Unserved(src, cluster, c.now().Sub(start), settle); err != nil || settle == 0 {
+				return err
+			}
+			err := c.refused(ctx, src, cluster, name)
+			if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+				return writeFailed{err}
+			}
+			return err
 		}
 		return err
 	})
@@ -203,7 +225,10 @@ func (c *Client) get(ctx context.Context, src index.Source, cluster logicalclust
 // Settled reads and writes objects as the Client does, except that it takes
 // a workspace that every shard's virtual workspace refuses for one that does
 // not bind the export, and so holds no object, only once the refusals have
-// lasted route.BindingSettle: the reads and writes of the objects that
+// lasted route.BindingSettle and the export's bindings do not name it (a
+// workspace they name is refused by the provider's grant: a Forbidden
+// error, also with one shard, which the Client takes to serve every
+// workspace and whose 403 it returns): the reads and writes of the objects that
 // dependents' writes add references to (the ledger writer of package
 // inflight), whose references would otherwise go unrecorded right after a
 // workspace bound the export.

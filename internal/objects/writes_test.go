@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -92,7 +93,9 @@ type refusing struct {
 }
 
 func (r *refusing) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	if r.refusals.Add(-1) >= 0 {
+	// A wildcard request is not refused: kcp authorizes it on the grant
+	// alone.
+	if !strings.HasPrefix(req.URL.Path, "/clusters/*/") && r.refusals.Add(-1) >= 0 {
 		status(http.StatusForbidden, "Forbidden", "")(w)
 		return
 	}
@@ -123,7 +126,8 @@ func TestSettledWaitsForABinding(t *testing.T) {
 		{name: "a workspace that bound the export a moment ago is read once it is served", refusals: 3, attempts: 10, settled: true,
 			wantAttempts: 4},
 		{name: "a workspace refused for the settle does not bind the export", refusals: -1, attempts: 10, settled: true,
-			wantErr: apierrors.IsNotFound, wantAttempts: int(route.BindingSettle/step) + 2},
+			// and then the list of the export's bindings
+			wantErr: apierrors.IsNotFound, wantAttempts: int(route.BindingSettle/step) + 3},
 		{name: "a deadline before the settle fails, to be retried, rather than finding nothing", refusals: -1, attempts: 2, settled: true,
 			wantErr: func(err error) bool { return errors.Is(err, route.ErrUnbound) && !apierrors.IsNotFound(err) }, wantAttempts: 2},
 		{name: "unsettled, a refusal on every shard means no object at once", refusals: 3, attempts: 10, settled: false,
@@ -133,8 +137,8 @@ func TestSettledWaitsForABinding(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, op := range []string{"get", "patch"} {
 				t.Run(op, func(t *testing.T) {
-					never := &fakeShard{}
-					serving := &refusing{shard: &fakeShard{clusters: map[string]string{"c1": `{"items":[]}`}, objects: map[string]string{"c1/default/vpc-a": obj}}}
+					never := &fakeShard{clusters: map[string]string{"*": `{"items":[]}`}}
+					serving := &refusing{shard: &fakeShard{clusters: map[string]string{"*": `{"items":[]}`, "c1": `{"items":[]}`}, objects: map[string]string{"c1/default/vpc-a": obj}}}
 					if tt.refusals < 0 {
 						serving.refusals.Store(math.MaxInt32)
 					} else {
@@ -221,5 +225,109 @@ func TestNotFoundThatNamesNoObjectIsRetried(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// binding is an APIBinding of the export of testSource in cluster, as the
+// virtual workspace lists it.
+func binding(cluster string) string {
+	return fmt.Sprintf(`{"metadata":{"name":"compute","annotations":{"kcp.io/cluster":%q}},"spec":{"reference":{"export":{"path":"provider","name":%q}}}}`, cluster, testSource.Export.Name)
+}
+
+// kcp's virtual workspace refuses (403) alike a workspace that does not
+// bind the export and a webhook that the provider has not granted what it
+// asks for. Once the bindings have settled, the settled reads and writes
+// tell the two apart from the export's bindings, which a wildcard LIST
+// reads on the grant alone: a workspace that binds no export holds no
+// object (NotFound, a reference to it is missing), one that binds it is
+// refused by the provider (Forbidden, and the write that adds the
+// reference is refused), as is a webhook that may not list the bindings.
+// With one shard, which the router knows to serve every workspace, the
+// Client's own reads and writes return its 403 at once.
+func TestSettledTellsAMissingGrantFromAWorkspaceThatBindsNoExport(t *testing.T) {
+	const obj = `{"metadata":{"name":"vpc-a","namespace":"default","uid":"u1"}}`
+	list := func(items ...string) string { return `{"items":[` + strings.Join(items, ",") + `]}` }
+	tests := []struct {
+		name string
+		// shards are the wildcard lists of bindings of each shard ("" if
+		// refused); every shard refuses the objects of c2, and serves
+		// those of c1.
+		shards   []string
+		settled  bool
+		wantErr  func(error) bool
+		wantList bool
+	}{
+		{name: "one shard, a workspace that binds no export", shards: []string{list(binding("c1"))}, settled: true,
+			wantErr: apierrors.IsNotFound, wantList: true},
+		{name: "one shard, a workspace that binds the export: the grant", shards: []string{list(binding("c1"), binding("c2"))}, settled: true,
+			wantErr: apierrors.IsForbidden, wantList: true},
+		{name: "one shard, the bindings may not be listed: the grant", shards: []string{""}, settled: true,
+			wantErr: apierrors.IsForbidden, wantList: true},
+		{name: "two shards, the workspace binds the export on the second", shards: []string{list(binding("c1")), list(binding("c2"))}, settled: true,
+			wantErr: apierrors.IsForbidden, wantList: true},
+		{name: "two shards, a workspace that binds no export", shards: []string{list(binding("c1")), list()}, settled: true,
+			wantErr: apierrors.IsNotFound, wantList: true},
+		{name: "a binding of another export with the name of the workspace's", shards: []string{list(strings.Replace(binding("c2"), testSource.Export.Name, "other.io", 1))}, settled: true,
+			wantErr: apierrors.IsNotFound, wantList: true},
+		{name: "unsettled, one shard: its 403 at once", shards: []string{list(binding("c2"))},
+			wantErr: apierrors.IsForbidden},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, op := range []string{"get", "patch"} {
+				t.Run(op, func(t *testing.T) {
+					var shards []*fakeShard
+					for _, bindings := range tt.shards {
+						clusters := map[string]string{"c1": list()}
+						if bindings != "" {
+							clusters["*"] = bindings
+						}
+						shards = append(shards, &fakeShard{clusters: clusters, objects: map[string]string{"c1/default/vpc-a": obj}})
+					}
+					r := newFakeRouter(t, -1, shards...)
+					c := New(r)
+					now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+					c.now = func() time.Time { return now }
+					r.attempts, r.wait = 100, func() { now = now.Add(100 * time.Millisecond) }
+
+					var err error
+					switch {
+					case op == "get" && tt.settled:
+						_, err = c.Settled().Get(context.Background(), testSource, "c2", "default", "vpc-a")
+					case op == "get":
+						_, err = c.Get(context.Background(), testSource, "c2", "default", "vpc-a")
+					case tt.settled:
+						_, err = c.Settled().Patch(context.Background(), testSource, "c2", "default", "vpc-a", types.MergePatchType, []byte(`{}`))
+					default:
+						_, err = c.Patch(context.Background(), testSource, "c2", "default", "vpc-a", types.MergePatchType, []byte(`{}`))
+					}
+					if !tt.wantErr(err) {
+						t.Fatalf("err = %v", err)
+					}
+					listed := false
+					for _, s := range shards {
+						for _, req := range s.requested() {
+							listed = listed || strings.HasPrefix(req, "/clusters/*/apis/apis.kcp.io/v1alpha2/apibindings")
+						}
+					}
+					if listed != tt.wantList {
+						t.Errorf("listed the bindings: %v, want %v", listed, tt.wantList)
+					}
+				})
+			}
+		})
+	}
+}
+
+// A workspace that binds the export and holds the object is written at
+// once on the one shard there is: no bindings are read.
+func TestSettledWritesAtOnceWhereServed(t *testing.T) {
+	shard := &fakeShard{clusters: map[string]string{"c1": `{"items":[]}`}, objects: map[string]string{"c1/default/vpc-a": `{"metadata":{"name":"vpc-a"}}`}}
+	c := New(newFakeRouter(t, -1, shard))
+	if _, err := c.Settled().Patch(context.Background(), testSource, "c1", "default", "vpc-a", types.MergePatchType, []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if got := shard.requestMethods(); !slices.Equal(got, []string{http.MethodPatch}) {
+		t.Errorf("requests %v, want one PATCH", got)
 	}
 }

@@ -220,4 +220,24 @@ var _ = Describe("Dangling references", Ordered, func() {
 			Expect(vpc.GetAnnotations()[depv1alpha1.AnnotationAdmittedReferences]).To(ContainSubstring(id+"@"), "round %d: the VPC's ledger", round)
 		}
 	})
+
+	// kcp's virtual workspace refuses (403) a workspace that does not bind
+	// the export as it refuses a webhook without the provider's grant, and
+	// with one shard the webhook knows that shard to serve every
+	// workspace: a reference into a workspace that binds no export of the
+	// protected type was taken for a missing grant, and every CREATE of
+	// the dependent refused ("retry"). The export's bindings tell the two
+	// apart.
+	It("admits, with the warning of a missing object, a VM of a workspace that binds the compute export and no export of VPCs", func(ctx context.Context) {
+		_, computeOnly := envtest.NewWorkspaceFixture(GinkgoT(), cli, core.RootCluster.Path(), envtest.WithNamePrefix("compute-only"))
+		bindExports(ctx, computeOnly, export{compute, "compute.test.io"})
+		c, collected := warnedClient(computeOnly)
+		// kcp calls the compute provider's webhooks a moment after the
+		// binding; until then a CREATE gets no warning.
+		Eventually(func(g Gomega) {
+			name := strings.ReplaceAll("vm-unbound-"+time.Now().Format("150405.000"), ".", "-")
+			g.Expect(c.Create(ctx, newObject(vmGVR, "default", name, vmRef("vpc-a")))).To(Succeed())
+			g.Expect(collected.Warnings()).To(ContainElement(`VirtualMachine "` + name + `" references vpcs "vpc-a", which does not exist; the reference is allowed, and reported as dangling if it does not exist within 15s`))
+		}).WithTimeout(timeout).WithPolling(time.Second).Should(Succeed())
+	})
 })

@@ -1839,4 +1839,42 @@ var _ = Describe("kcp", Ordered, ContinueOnFailure, func() {
 			g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
 		}).WithContext(ctx).WithTimeout(timeout).WithPolling(poll).Should(Succeed())
 	})
+
+	// docs/architecture.md ("A 403 of every shard"): the webhook tells a
+	// workspace that does not bind a protected type's export from a
+	// provider's missing grant by the export's bindings.
+	It("refuses alike, with 403 and no reason, a request through the APIExport virtual workspace for a workspace that does not bind the export and one by a user without the grant, and lists the export's bindings of every workspace, and only those, in a wildcard LIST to a user with list on its content, which it refuses to one without", func(ctx SpecContext) {
+		unbound, _ := envtest.NewWorkspaceFixture(GinkgoT(), cli, core.RootCluster.Path(), envtest.WithNamePrefix("unbound"))
+		unboundCluster := logicalcluster.Name(unbound.Spec.Cluster)
+		stranger := addUser("contract-stranger")
+
+		By("refusing a workspace that binds no export, to the granted user")
+		_, notBound := vwWidgets(vwUser, unboundCluster, "default").Get(ctx, "probe", metav1.GetOptions{})
+		Expect(apierrors.IsForbidden(notBound)).To(BeTrue(), "a workspace that does not bind the export: %v", notBound)
+		By("refusing a bound workspace to a user without the grant")
+		_, noGrant := vwWidgets(stranger, consumerClusters[0], "default").Get(ctx, "probe", metav1.GetOptions{})
+		Expect(apierrors.IsForbidden(noGrant)).To(BeTrue(), "a user without the grant: %v", noGrant)
+		GinkgoWriter.Printf("not bound: %v\nno grant: %v\n", notBound, noGrant)
+		for _, err := range []error{notBound, noGrant} {
+			Expect(err.Error()).To(HaveSuffix("access denied"), "kcp gives no reason that tells the two apart")
+		}
+
+		By("listing the bindings of the export, in every workspace, to the granted user")
+		apiBindingsGVR := apisv1alpha2.SchemeGroupVersion.WithResource("apibindings")
+		wildcard := logicalcluster.Name(logicalcluster.Wildcard.String())
+		list, err := resourceIn(vwConfig(vwURL, vwUser, wildcard), apiBindingsGVR, "").List(ctx, metav1.ListOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		var bound []string
+		for _, item := range list.Items {
+			export, _, _ := unstructured.NestedString(item.Object, "spec", "reference", "export", "name")
+			Expect(export).To(Equal(group), "a binding of another export: %s", item.GetName())
+			bound = append(bound, item.GetAnnotations()[logicalcluster.AnnotationKey])
+		}
+		Expect(bound).To(ContainElements(consumerClusters[0].String(), consumerClusters[1].String()))
+		Expect(bound).NotTo(ContainElement(unboundCluster.String()))
+
+		By("refusing the LIST to a user without the grant")
+		_, err = resourceIn(vwConfig(vwURL, stranger, wildcard), apiBindingsGVR, "").List(ctx, metav1.ListOptions{})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a user without the grant: %v", err)
+	})
 })

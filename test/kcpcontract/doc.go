@@ -102,6 +102,12 @@
 //     review names (allowed for one who may delete, not for one who may
 //     only update, nor for one without the workspace's access verb); in a
 //     workspace that did not accept the claim it is refused with 403.
+//  23. The APIExport virtual workspace refuses alike, with 403 and the
+//     reason "access denied", a request for a workspace that does not bind
+//     the export and a request by a user without the provider's grant; a
+//     wildcard LIST of APIBindings through it lists the bindings of the
+//     export in every workspace, and only those, to a user with list on the
+//     export's content, and refuses it to one without.
 //
 // kcp may admit one UPDATE or DELETE more than once: it starts from the
 // object in its watch cache and, when that was stale, admits again on the
