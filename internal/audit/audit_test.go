@@ -658,3 +658,46 @@ func TestStart(t *testing.T) {
 		t.Error("no condition on the VM rule")
 	}
 }
+
+// Two providers serve VPCs, each with a rule on the VMs' .spec.vpcRef; a
+// workspace binds one of them (kcp binds no two exports of one resource in
+// a workspace). A reference that names a VPC of the export its workspace
+// binds is not dangling under the other's rule; one that names no VPC is
+// dangling under both.
+func TestAReferenceResolvedUnderAnotherExportOfTheResourceIsNotDangling(t *testing.T) {
+	otherVPCs := vpcs
+	otherVPCs.Export = kcp.ObjectKey{Cluster: "network-2", Name: "network.io"}
+	otherRule := kcp.ObjectKey{Cluster: "compute", Name: "vm-references-network-2"}
+	h := newHarness(t)
+	h.rules.add(otherRule, vms, "VirtualMachine", registry.GuardReference{Path: vpcRef, Target: otherVPCs})
+	h.ix.states[otherVPCs] = h.ix.states[vpcs]
+	h.ix.sets[otherVPCs] = targets.New(nil, nil)
+	if err := h.ix.sets[otherVPCs].ForShard("https://shard-1", func() {}).Replace(nil, "1"); err != nil {
+		t.Fatal(err)
+	}
+	h.ix.target(t, vpcs, "c1/default/vpc-a", false)
+	h.ix.target(t, otherVPCs, "c2/default/vpc-b", false)
+	h.ix.putDependent(t, vms, "c1/default/vm-1", `{"vpcRef":{"name":"vpc-a"}}`)
+	h.ix.putDependent(t, vms, "c2/default/vm-2", `{"vpcRef":{"name":"vpc-b"}}`)
+	h.ix.putDependent(t, vms, "c1/default/vm-3", `{"vpcRef":{"name":"vpc-x"}}`)
+
+	h.pass(0)
+	h.pass(grace + time.Second)
+	for _, rule := range []kcp.ObjectKey{vmRule, otherRule} {
+		c, ok := h.condition(rule)
+		if !ok || c.Status != metav1.ConditionFalse {
+			t.Fatalf("%s: condition %+v (written %v), want False", rule, c, ok)
+		}
+		if want := "1 reference names an object that does not exist"; !strings.Contains(c.Message, want) || !strings.Contains(c.Message, "vm-3") {
+			t.Errorf("%s: message %q, want %q naming vm-3 alone", rule, c.Message, want)
+		}
+	}
+	for _, e := range h.events.events {
+		if !strings.Contains(e, "vm-3") {
+			t.Errorf("an Event about a reference that names an object: %q", e)
+		}
+	}
+	if len(h.events.events) != 2 {
+		t.Errorf("%d Events, want one for vm-3 under each rule: %v", len(h.events.events), h.events.events)
+	}
+}

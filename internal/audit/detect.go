@@ -314,7 +314,7 @@ func (a *Auditor) checkSource(src index.Source, checks []*check, missing map[tar
 			}
 			for _, c := range byPath[r.Path] {
 				k, exists := c.lookup(h, r)
-				if exists {
+				if exists || len(byPath[r.Path]) > 1 && foundElsewhere(byPath[r.Path], c, h, r) {
 					continue
 				}
 				k.dependent = src
@@ -324,6 +324,22 @@ func (a *Auditor) checkSource(src index.Source, checks []*check, missing map[tar
 			}
 		}
 	})
+}
+
+// foundElsewhere reports whether the reference r of h, which names no
+// object under c, names one under another of checks (the rules of one
+// field) whose protected type is the same resource of another export: kcp
+// binds no two exports of one resource in a workspace, so there the rule of
+// c does not apply, and the reference is not dangling.
+func foundElsewhere(checks []*check, c *check, h *index.Holder, r index.Held) bool {
+	for _, o := range checks {
+		if o != c && o.target.Resource.GroupResource() == c.target.Resource.GroupResource() && o.target.Export != c.target.Export {
+			if _, exists := o.lookup(h, r); exists {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // lookup resolves the reference r of h under c (see fieldpath.RefersTo:

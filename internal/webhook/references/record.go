@@ -201,28 +201,51 @@ func (mk marker) mark(ctx context.Context, kind string, obj *webhook.Subject, ad
 		return markedRefs{}, &resp, webhook.DecisionError
 	}
 	outcomes := make([]recorded, len(added))
-	if i, err := each(ctx, len(added), mk.concurrency, func(ctx context.Context, i int) error {
+	alt, release := alternativesOf(ctx, added)
+	defer release()
+	// The error of a reference with alternatives counts only if none of
+	// them found the object: it is kept until all have returned.
+	altErrs := make([]error, len(added))
+	i, err := each(ctx, len(added), mk.concurrency, func(ctx context.Context, i int) error {
 		if listed[i] && !found[i] {
 			mk.metrics.ReferenceRecorded(RecordMissing)
 			outcomes[i].missing = true
 			return nil
 		}
-		var err error
-		outcomes[i], err = mk.recordOne(ctx, kind, name, obj, added[i], id, guards, now)
-		return err
-	}); err != nil {
+		record := func(ctx context.Context) (recorded, error) {
+			return mk.recordOne(ctx, kind, name, obj, added[i], id, guards, now)
+		}
+		g := alt.group(i)
+		if g == nil {
+			var err error
+			outcomes[i], err = record(ctx)
+			return err
+		}
+		cut, err := g.run(ctx, func(ctx context.Context) (bool, error) {
+			var err error
+			outcomes[i], err = record(ctx)
+			return !outcomes[i].missing, err
+		})
+		if cut {
+			outcomes[i] = recorded{missing: true}
+		}
+		altErrs[i] = err
+		return nil
+	})
+	if err == nil {
+		i, err = alt.firstError(altErrs)
+	}
+	if err != nil {
 		mk.withdraw(ctx, id, fresh, outcomes)
 		return markedRefs{}, mk.recordFailed(ctx, kind, name, obj, added[i], err), webhook.DecisionError
 	}
 	var out markedRefs
 	var problems []string
-	for i, o := range outcomes {
+	for _, o := range outcomes {
 		out.any = out.any || o.any
 		problems = append(problems, o.problems...)
-		if o.missing {
-			out.missing = append(out.missing, added[i])
-		}
 	}
+	out.missing = unresolved(added, func(i int) bool { return outcomes[i].missing })
 	if len(problems) > 0 {
 		mk.withdraw(ctx, id, fresh, outcomes)
 		resp := denied(problems)

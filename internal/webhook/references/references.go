@@ -415,29 +415,54 @@ func (v *ReferenceValidator) checkTargets(ctx context.Context, kind string, obj 
 		return webhook.Unavailable(fmt.Sprintf("could not check whether %s %q may reference the %d objects it adds references to (reading them failed: %v); retry",
 			kind, name, len(added), err)), webhook.DecisionError
 	}
+	alt, release := alternativesOf(ctx, added)
+	defer release()
 	var rest []int
 	for i := range added {
-		if !listed[i] {
+		switch {
+		case !listed[i]:
 			rest = append(rest, i)
+		case len(read[i]) > 0 && alt.group(i) != nil:
+			alt.group(i).resolve()
 		}
 	}
-	if j, err := each(ctx, len(rest), v.concurrency, func(ctx context.Context, j int) error {
-		r := added[rest[j]]
-		var err error
-		read[rest[j]], err = v.targets.Lookup(ctx, r.target, obj.Cluster, r.namespace, r.name)
-		return err
-	}); err != nil {
-		r := added[rest[j]]
+	// As in mark: the error of a reference with alternatives counts only
+	// if none of them found the object.
+	altErrs := make([]error, len(added))
+	j, err := each(ctx, len(rest), v.concurrency, func(ctx context.Context, j int) error {
+		i := rest[j]
+		r := added[i]
+		lookup := func(ctx context.Context) (bool, error) {
+			var err error
+			read[i], err = v.targets.Lookup(ctx, r.target, obj.Cluster, r.namespace, r.name)
+			return len(read[i]) > 0, err
+		}
+		g := alt.group(i)
+		if g == nil {
+			_, err := lookup(ctx)
+			return err
+		}
+		cut, err := g.run(ctx, lookup)
+		if cut {
+			read[i] = nil
+		}
+		altErrs[i] = err
+		return nil
+	})
+	if err != nil {
+		j = rest[j]
+	} else {
+		j, err = alt.firstError(altErrs)
+	}
+	if err != nil {
+		r := added[j]
 		log.FromContext(ctx).Error(err, "Failed to read a referenced object", "cluster", obj.Cluster, "target", r.target, "name", r.name, "references", len(added))
 		return webhook.Unavailable(fmt.Sprintf("could not check whether %s %q may reference %s %s (reading it failed: %v); retry",
 			kind, name, r.target.Resource.Resource, r.describe(obj.Namespace), err)), webhook.DecisionError
 	}
 	var problems []string
-	var missing []reference
+	missing := unresolved(added, func(i int) bool { return len(read[i]) == 0 })
 	for i, r := range added {
-		if len(read[i]) == 0 {
-			missing = append(missing, r)
-		}
 		for _, o := range read[i] {
 			if p := problemOf(kind, name, obj.Namespace, r, o, v.records); p != "" {
 				problems = append(problems, p)
@@ -470,6 +495,32 @@ func problemOf(kind, name, namespace string, r reference, o kcp.Meta, records Ve
 // maxWarnings is how many references to objects that do not exist a write
 // is warned about by name.
 const maxWarnings = 10
+
+// unresolved returns the references of added that name no object, as
+// missing says of each, less those whose object was found under another
+// export of the same group and resource: kcp binds no two exports of one
+// resource in a workspace (a binding whose resources conflict with another
+// is not bound), so there the rule of the other export does not apply, and
+// nothing is missing.
+func unresolved(added []reference, missing func(i int) bool) []reference {
+	type object struct {
+		resource        schema.GroupResource
+		namespace, name string
+	}
+	found := map[object]bool{}
+	for i, r := range added {
+		if !missing(i) {
+			found[object{r.target.Resource.GroupResource(), r.namespace, r.name}] = true
+		}
+	}
+	var out []reference
+	for i, r := range added {
+		if missing(i) && !found[object{r.target.Resource.GroupResource(), r.namespace, r.name}] {
+			out = append(out, r)
+		}
+	}
+	return out
+}
 
 // missingWarnings are the warnings about the references missing of the
 // dependent kind named name in namespace to objects that do not exist: one

@@ -1,0 +1,116 @@
+package references
+
+import (
+	"context"
+	"sync/atomic"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// alternatives are the references of one write that name one object (a
+// namespace and a name of one resource) under two or more exports: the
+// rules of two providers of one resource on one field. A workspace binds at
+// most one of those exports (kcp does not bind an export whose resources
+// another binding serves), so once the object is found under one, the
+// others name nothing, and their reads and writes, which wait for a
+// workspace that does not bind the export to settle (see
+// objects.Client.Settled), are cut short, and their errors do not count.
+type alternatives struct {
+	// of is the group of each reference; nil for one without alternatives.
+	of []*alternativeGroup
+}
+
+// alternativeGroup is one object's references under several exports.
+type alternativeGroup struct {
+	// found is set once the object was found under one of them.
+	found atomic.Bool
+	// ctx ends once it is found (or the request ends).
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// alternativesOf groups the references of added; the groups' contexts
+// derive from ctx, and release ends them.
+func alternativesOf(ctx context.Context, added []reference) (a alternatives, release func()) {
+	type object struct {
+		resource        schema.GroupResource
+		namespace, name string
+	}
+	count := map[object]int{}
+	for _, r := range added {
+		count[object{r.target.Resource.GroupResource(), r.namespace, r.name}]++
+	}
+	groups := map[object]*alternativeGroup{}
+	for i, r := range added {
+		k := object{r.target.Resource.GroupResource(), r.namespace, r.name}
+		if count[k] < 2 {
+			continue
+		}
+		if a.of == nil {
+			a.of = make([]*alternativeGroup, len(added))
+		}
+		g := groups[k]
+		if g == nil {
+			g = &alternativeGroup{}
+			g.ctx, g.cancel = context.WithCancel(ctx)
+			groups[k] = g
+		}
+		a.of[i] = g
+	}
+	return a, func() {
+		for _, g := range groups {
+			g.cancel()
+		}
+	}
+}
+
+// group returns the group of the reference i, or nil.
+func (a alternatives) group(i int) *alternativeGroup {
+	if a.of == nil {
+		return nil
+	}
+	return a.of[i]
+}
+
+// resolved reports whether the object of g was found under one of its
+// exports.
+func (g *alternativeGroup) resolved() bool { return g.found.Load() }
+
+// resolve records that the object of g was found, and cuts the others
+// short.
+func (g *alternativeGroup) resolve() {
+	g.found.Store(true)
+	g.cancel()
+}
+
+// run calls fn with a context that also ends once g is resolved, and
+// resolves g if fn reports that it found the object. It returns fn's error,
+// and whether g was resolved by another reference before fn found anything:
+// then fn's outcome is to be taken for "names nothing", and its error is
+// nil.
+func (g *alternativeGroup) run(ctx context.Context, fn func(ctx context.Context) (found bool, err error)) (cut bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(g.ctx, cancel)
+	defer stop()
+	found, err := fn(ctx)
+	switch {
+	case found && err == nil:
+		g.resolve()
+	case g.resolved():
+		return true, nil
+	}
+	return false, err
+}
+
+// firstError returns the first of errs (by reference) that counts: that of
+// a reference without alternatives, or of one whose object was found under
+// none of them.
+func (a alternatives) firstError(errs []error) (int, error) {
+	for i, err := range errs {
+		if err != nil && (a.group(i) == nil || !a.group(i).resolved()) {
+			return i, err
+		}
+	}
+	return -1, nil
+}
