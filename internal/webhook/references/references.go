@@ -527,6 +527,24 @@ func unresolved(added []reference, missing func(i int) bool) []reference {
 // for each of the first maxWarnings, and how many more. grace is the
 // audit's grace period (0: unknown).
 func missingWarnings(kind, name, namespace string, missing []reference, grace time.Duration) []string {
+	// One object of a resource missing under two exports (two providers'
+	// rules on one field) is one warning.
+	if len(missing) > 1 {
+		type object struct {
+			resource        schema.GroupResource
+			namespace, name string
+		}
+		seen := map[object]bool{}
+		var once []reference
+		for _, r := range missing {
+			k := object{r.target.Resource.GroupResource(), r.namespace, r.name}
+			if !seen[k] {
+				seen[k] = true
+				once = append(once, r)
+			}
+		}
+		missing = once
+	}
 	var warnings []string
 	for _, r := range missing[:min(len(missing), maxWarnings)] {
 		msg := fmt.Sprintf("%s %q references %s %s, which does not exist; the reference is allowed", kind, name, r.target.Resource.Resource, r.describe(namespace))

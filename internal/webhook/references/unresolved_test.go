@@ -46,3 +46,22 @@ func TestUnresolved(t *testing.T) {
 		})
 	}
 }
+
+// An object missing under two exports of its resource is one warning.
+func TestMissingWarningsNameAnObjectOnce(t *testing.T) {
+	other := targetSource
+	other.Export = kcp.ObjectKey{Cluster: "other-provider", Name: targetSource.Export.Name}
+	missing := []reference{
+		{target: targetSource, namespace: "default", name: "vpc-x"},
+		{target: targetSource, namespace: "default", name: "vpc-y"},
+		{target: other, namespace: "default", name: "vpc-x"},
+	}
+	got := missingWarnings("VirtualMachine", "vm-1", "default", missing, 0)
+	want := []string{
+		`VirtualMachine "vm-1" references vpcs "vpc-x", which does not exist; the reference is allowed`,
+		`VirtualMachine "vm-1" references vpcs "vpc-y", which does not exist; the reference is allowed`,
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("missingWarnings() = %q, want %q", got, want)
+	}
+}
