@@ -232,6 +232,13 @@ func holdsString(v any, s string) bool {
 	return false
 }
 
+// typesRead says what refs read: the reference labels of the objects of n
+// types, those of the workspace that can hold references (see
+// workspace.DependentTypes).
+func typesRead(n int) string {
+	return fmt.Sprintf("read the reference labels of the objects of %s that the workspace binds or defines", plural(n, "type"))
+}
+
 // printRefs prints the answer of `refs` for people.
 func printRefs(w io.Writer, t workspace.Target, r RefsResult) error {
 	if len(r.ReferencedBy) > 0 {
@@ -245,9 +252,9 @@ func printRefs(w io.Writer, t workspace.Target, r RefsResult) error {
 	}
 	var lines []string
 	if len(r.ReferencedBy) == 0 {
-		lines = append(lines, fmt.Sprintf("No object references %s (reference labels of %s read).", t.Describe(), plural(r.Types, "type")))
+		lines = append(lines, fmt.Sprintf("No object references %s (%s).", t.Describe(), typesRead(r.Types)))
 	} else {
-		lines = append(lines, fmt.Sprintf("%s %s %s (reference labels of %s read).", plural(len(r.ReferencedBy), "object"), verb(len(r.ReferencedBy), "references", "reference"), t.Describe(), plural(r.Types, "type")))
+		lines = append(lines, fmt.Sprintf("%s %s %s (%s).", plural(len(r.ReferencedBy), "object"), verb(len(r.ReferencedBy), "references", "reference"), t.Describe(), typesRead(r.Types)))
 	}
 	switch {
 	case !r.Exists && len(r.ReferencedBy) > 0:

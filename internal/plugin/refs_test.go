@@ -190,12 +190,12 @@ func TestPrintRefs(t *testing.T) {
 		{
 			name:   "nothing",
 			result: RefsResult{Exists: true, ReferencedBy: []workspace.Object{}, Types: 7},
-			want:   []string{`No object references vpcs.network.test.io "vpc-a" in namespace "default" (reference labels of 7 types read).` + "\n"},
+			want:   []string{`No object references vpcs.network.test.io "vpc-a" in namespace "default" (read the reference labels of the objects of 7 types that the workspace binds or defines).` + "\n"},
 		},
 		{
 			name:   "nothing, and the object does not exist",
 			result: RefsResult{ReferencedBy: []workspace.Object{}, Types: 1},
-			want:   []string{"(reference labels of 1 type read).\nIt does not exist.\n"},
+			want:   []string{"(read the reference labels of the objects of 1 type that the workspace binds or defines).\nIt does not exist.\n"},
 		},
 		{
 			name: "dependents, one being deleted, unlabelled ones, an unreadable type, the object is gone",
@@ -213,7 +213,7 @@ func TestPrintRefs(t *testing.T) {
 				"KIND             NAMESPACE   NAME\n",
 				"VirtualMachine   default     vm-1\n",
 				"Zone             <none>      eu-1\n",
-				`2 objects reference vpcs.network.test.io "vpc-a" in namespace "default" (reference labels of 1 type read).` + "\n",
+				`2 objects reference vpcs.network.test.io "vpc-a" in namespace "default" (read the reference labels of the objects of 1 type that the workspace binds or defines).` + "\n",
 				"It does not exist: these references dangle.\n",
 				"1 more object that references it is being deleted and no longer counts: VirtualMachine/default/vm-3.\n",
 				"3 VirtualMachines are not labelled yet; they may reference it too (kubectl get virtualmachines.compute.test.io -A -l '!dependencies.opendefense.cloud/references' lists them;",
