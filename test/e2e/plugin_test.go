@@ -253,7 +253,7 @@ func pluginScenarios() {
 			Expect(r.code).To(Equal(1))
 			// A note may follow while the webhook relabels the VMs after
 			// the rule changes of earlier specs.
-			Expect(r.stdout).To(MatchRegexp(`^KIND\s+NAMESPACE\s+NAME\nVirtualMachine\s+plugin\s+vm-refs-1\nVirtualMachine\s+plugin\s+vm-refs-2\n2 objects reference vpcs.network.test.io "vpc-refs" in namespace "plugin" \(reference labels of \d+ types read\)\.\n`))
+			Expect(r.stdout).To(MatchRegexp(`^KIND\s+NAMESPACE\s+NAME\nVirtualMachine\s+plugin\s+vm-refs-1\nVirtualMachine\s+plugin\s+vm-refs-2\n2 objects reference vpcs.network.test.io "vpc-refs" in namespace "plugin" \(read the reference labels of the objects of \d+ types that the workspace binds or defines\)\.\n`))
 
 			// Exit code 0 once no VM waits to be relabelled (after the rule
 			// changes of earlier specs).
