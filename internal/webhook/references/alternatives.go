@@ -32,6 +32,10 @@ type alternativeGroup struct {
 // alternativesOf groups the references of added; the groups' contexts
 // derive from ctx, and release ends them.
 func alternativesOf(ctx context.Context, added []reference) (a alternatives, release func()) {
+	if len(added) < 2 {
+		// The common case, without allocations.
+		return a, func() {}
+	}
 	type object struct {
 		resource        schema.GroupResource
 		namespace, name string

@@ -503,6 +503,16 @@ const maxWarnings = 10
 // is not bound), so there the rule of the other export does not apply, and
 // nothing is missing.
 func unresolved(added []reference, missing func(i int) bool) []reference {
+	some := false
+	for i := range added {
+		some = some || missing(i)
+	}
+	switch {
+	case !some:
+		return nil
+	case len(added) == 1:
+		return added
+	}
 	type object struct {
 		resource        schema.GroupResource
 		namespace, name string
