@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kcp-dev/logicalcluster/v3"
+
 	"github.com/opendefensecloud/dependency-controller/internal/index/route"
 )
 
@@ -150,17 +152,7 @@ func TestSettledWaitsForABinding(t *testing.T) {
 					c.now = func() time.Time { return now }
 					r.attempts, r.wait = tt.attempts, func() { now = now.Add(step) }
 
-					var err error
-					switch {
-					case op == "get" && tt.settled:
-						_, err = c.Settled().Get(context.Background(), testSource, "c1", "default", "vpc-a")
-					case op == "get":
-						_, err = c.Get(context.Background(), testSource, "c1", "default", "vpc-a")
-					case tt.settled:
-						_, err = c.Settled().Patch(context.Background(), testSource, "c1", "default", "vpc-a", types.MergePatchType, []byte(`{}`))
-					default:
-						_, err = c.Patch(context.Background(), testSource, "c1", "default", "vpc-a", types.MergePatchType, []byte(`{}`))
-					}
+					err := readOrWrite(c, op, tt.settled, "c1")
 					if tt.wantErr == nil && err != nil || tt.wantErr != nil && !tt.wantErr(err) {
 						t.Fatalf("err = %v", err)
 					}
@@ -171,6 +163,25 @@ func TestSettledWaitsForABinding(t *testing.T) {
 			}
 		})
 	}
+}
+
+// readOrWrite reads (op "get") or patches (op "patch") the VPC vpc-a of
+// the namespace default of cluster, with c's settled reads and writes if
+// settled.
+func readOrWrite(c *Client, op string, settled bool, cluster logicalcluster.Name) error {
+	ctx := context.Background()
+	var err error
+	switch {
+	case op == "get" && settled:
+		_, err = c.Settled().Get(ctx, testSource, cluster, "default", "vpc-a")
+	case op == "get":
+		_, err = c.Get(ctx, testSource, cluster, "default", "vpc-a")
+	case settled:
+		_, err = c.Settled().Patch(ctx, testSource, cluster, "default", "vpc-a", types.MergePatchType, []byte(`{}`))
+	default:
+		_, err = c.Patch(ctx, testSource, cluster, "default", "vpc-a", types.MergePatchType, []byte(`{}`))
+	}
+	return err
 }
 
 // notServing answers the first times requests with a 404 that names no
@@ -290,17 +301,7 @@ func TestSettledTellsAMissingGrantFromAWorkspaceThatBindsNoExport(t *testing.T) 
 					c.now = func() time.Time { return now }
 					r.attempts, r.wait = 100, func() { now = now.Add(100 * time.Millisecond) }
 
-					var err error
-					switch {
-					case op == "get" && tt.settled:
-						_, err = c.Settled().Get(context.Background(), testSource, "c2", "default", "vpc-a")
-					case op == "get":
-						_, err = c.Get(context.Background(), testSource, "c2", "default", "vpc-a")
-					case tt.settled:
-						_, err = c.Settled().Patch(context.Background(), testSource, "c2", "default", "vpc-a", types.MergePatchType, []byte(`{}`))
-					default:
-						_, err = c.Patch(context.Background(), testSource, "c2", "default", "vpc-a", types.MergePatchType, []byte(`{}`))
-					}
+					err := readOrWrite(c, op, tt.settled, "c2")
 					if !tt.wantErr(err) {
 						t.Fatalf("err = %v", err)
 					}

@@ -5,16 +5,13 @@ import (
 	"errors"
 	"testing"
 	"time"
-
-	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 )
 
 // References that name one object under two exports of one resource: once
 // one finds the object, the other is cut short and its error does not
 // count; while none has, every outcome and error counts.
 func TestAlternatives(t *testing.T) {
-	other := targetSource
-	other.Export = kcp.ObjectKey{Cluster: "other-provider", Name: targetSource.Export.Name}
+	other := otherTargetSource
 	added := []reference{
 		{target: targetSource, namespace: "default", name: "vpc-a"},
 		{target: other, namespace: "default", name: "vpc-a"},

@@ -8,12 +8,15 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 )
 
+// otherTargetSource is targetSource as another provider exports it: the
+// same resource under another export.
+var otherTargetSource = index.Source{Export: kcp.ObjectKey{Cluster: "other-provider", Name: targetSource.Export.Name}, Resource: targetSource.Resource}
+
 // A reference to an object of one export is not missing where the workspace
 // holds the object under another export of the same resource (it binds at
 // most one of them): two providers of VPCs, each with its rule.
 func TestUnresolved(t *testing.T) {
-	other := targetSource
-	other.Export = kcp.ObjectKey{Cluster: "other-provider", Name: targetSource.Export.Name}
+	other := otherTargetSource
 	ref := func(src index.Source, namespace, name string) reference {
 		return reference{target: src, namespace: namespace, name: name}
 	}
@@ -49,8 +52,7 @@ func TestUnresolved(t *testing.T) {
 
 // An object missing under two exports of its resource is one warning.
 func TestMissingWarningsNameAnObjectOnce(t *testing.T) {
-	other := targetSource
-	other.Export = kcp.ObjectKey{Cluster: "other-provider", Name: targetSource.Export.Name}
+	other := otherTargetSource
 	missing := []reference{
 		{target: targetSource, namespace: "default", name: "vpc-x"},
 		{target: targetSource, namespace: "default", name: "vpc-y"},
