@@ -3,6 +3,7 @@ package objects
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/buger/jsonparser"
 
@@ -43,37 +44,87 @@ func (c *Client) refused(ctx context.Context, src index.Source, cluster logicalc
 	return apierrors.NewNotFound(src.Resource.GroupResource(), name)
 }
 
+// bindingsTTL is how long a LIST of an export's bindings on a shard
+// answers binds: a workspace that binds no export of a protected type, and
+// whose dependents reference it, would otherwise have every such write read
+// all the export's bindings. A grant withdrawn within it may be taken for a
+// workspace that binds no export, as at any time before the LIST.
+const bindingsTTL = 5 * time.Second
+
+// boundClusters are the workspaces that bind an export on a shard.
+type boundClusters struct {
+	clusters map[logicalcluster.Name]bool
+	read     time.Time
+}
+
 // binds reports whether cluster binds the export of src, as the export's
-// bindings listed on every shard say. A refusal of the LIST is a Forbidden
-// error: the webhook may not read the export's content.
+// bindings listed on every shard say (each LIST answers for bindingsTTL).
+// A refusal of the LIST is a Forbidden error: the webhook may not read the
+// export's content.
 func (c *Client) binds(ctx context.Context, src index.Source, cluster logicalcluster.Name) (bool, error) {
 	shards, err := c.router.Shards(src, cluster)
 	if err != nil {
 		return false, err
 	}
-	path := vw.ResourcePath(logicalcluster.Wildcard, apiBindings, "")
 	for _, shard := range shards {
-		found := false
-		if _, err := shard.List(ctx, path, nil, func(item []byte) error {
-			found = found || bindingOf(item, src.Export.Name, cluster)
-			return nil
-		}); err != nil {
+		bound, err := c.boundOn(ctx, shard, src)
+		if err != nil {
 			return false, fmt.Errorf("failed to list the bindings of %s: %w", src, err)
 		}
-		if found {
+		if bound[cluster] {
 			return true, nil
 		}
 	}
 	return false, nil
 }
 
-// bindingOf reports whether the APIBinding item, as JSON, binds the export
-// named export in cluster.
-func bindingOf(item []byte, export string, cluster logicalcluster.Name) bool {
-	in, err := jsonparser.GetString(item, "metadata", "annotations", logicalcluster.AnnotationKey)
-	if err != nil || in != cluster.String() {
-		return false
+// bindingsRead bounds one LIST of an export's bindings, which answers
+// every request that waits for it.
+const bindingsRead = 10 * time.Second
+
+// boundOn returns the workspaces that bind the export of src on shard: as
+// last read, within bindingsTTL, or from a LIST that concurrent callers
+// share.
+func (c *Client) boundOn(ctx context.Context, shard *vw.Client, src index.Source) (map[logicalcluster.Name]bool, error) {
+	key := shard.URL() + "|" + src.Export.String()
+	c.lock.Lock()
+	b, ok := c.bindings[key]
+	c.lock.Unlock()
+	if ok && c.now().Sub(b.read) < bindingsTTL {
+		return b.clusters, nil
 	}
+	v, err, _ := c.bindingReads.Do(key, func() (any, error) {
+		// Not the caller's context: the LIST answers the others too.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bindingsRead)
+		defer cancel()
+		read := c.now()
+		clusters := map[logicalcluster.Name]bool{}
+		if _, err := shard.List(ctx, vw.ResourcePath(logicalcluster.Wildcard, apiBindings, ""), nil, func(item []byte) error {
+			if cluster, ok := bindingOf(item, src.Export.Name); ok {
+				clusters[cluster] = true
+			}
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+		c.lock.Lock()
+		c.bindings[key] = boundClusters{clusters: clusters, read: read}
+		c.lock.Unlock()
+		return clusters, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(map[logicalcluster.Name]bool), nil
+}
+
+// bindingOf returns the workspace of the APIBinding item, as JSON, if it
+// binds the export named export.
+func bindingOf(item []byte, export string) (logicalcluster.Name, bool) {
 	name, err := jsonparser.GetString(item, "spec", "reference", "export", "name")
-	return err == nil && name == export
+	if err != nil || name != export {
+		return "", false
+	}
+	cluster, err := jsonparser.GetString(item, "metadata", "annotations", logicalcluster.AnnotationKey)
+	return logicalcluster.Name(cluster), err == nil && cluster != ""
 }

@@ -75,11 +75,17 @@ type Client struct {
 	// probes are the probes of namespaces in flight (see
 	// NamespaceTerminating).
 	probes singleflight.Group
+
+	// bindings are the workspaces that bind each export on each shard, as
+	// a LIST of the export's bindings read them last (see binds), and
+	// bindingReads those LISTs in flight.
+	bindings     map[string]boundClusters
+	bindingReads singleflight.Group
 }
 
 // New returns a Client that routes its requests with router.
 func New(router Router) *Client {
-	return &Client{router: router, now: time.Now, namespaces: map[namespaceKey]namespaceState{}, active: map[namespaceKey]time.Time{}}
+	return &Client{router: router, now: time.Now, namespaces: map[namespaceKey]namespaceState{}, active: map[namespaceKey]time.Time{}, bindings: map[string]boundClusters{}}
 }
 
 var _ Router = (*index.Index)(nil)

@@ -332,3 +332,39 @@ func TestSettledWritesAtOnceWhereServed(t *testing.T) {
 		t.Errorf("requests %v, want one PATCH", got)
 	}
 }
+
+// A LIST of an export's bindings answers the refused reads and writes of
+// bindingsTTL, so that the writes of a workspace that binds no export of
+// the type their references name do not each read every binding.
+func TestBindingsAreListedOncePerTTL(t *testing.T) {
+	shard := &fakeShard{clusters: map[string]string{"*": `{"items":[` + binding("c1") + `]}`, "c1": `{"items":[]}`}}
+	r := newFakeRouter(t, -1, shard)
+	c := New(r)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c.now = func() time.Time { return now }
+	r.attempts, r.wait = 100, func() { now = now.Add(100 * time.Millisecond) }
+	lists := func() int {
+		n := 0
+		for _, req := range shard.requested() {
+			if strings.HasPrefix(req, "/clusters/*/apis/apis.kcp.io/v1alpha2/apibindings") {
+				n++
+			}
+		}
+		return n
+	}
+	for i := range 3 {
+		if err := readOrWrite(c, "patch", true, "c2"); !apierrors.IsNotFound(err) {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	if got := lists(); got != 1 {
+		t.Errorf("%d LISTs of the bindings for three writes within %s, want 1", got, bindingsTTL)
+	}
+	now = now.Add(bindingsTTL)
+	if err := readOrWrite(c, "get", true, "c2"); !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	if got := lists(); got != 2 {
+		t.Errorf("%d LISTs of the bindings once %s passed, want 2", got, bindingsTTL)
+	}
+}
