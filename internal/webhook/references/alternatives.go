@@ -3,8 +3,6 @@ package references
 import (
 	"context"
 	"sync/atomic"
-
-	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // alternatives are the references of one write that name one object (a
@@ -18,6 +16,9 @@ import (
 type alternatives struct {
 	// of is the group of each reference; nil for one without alternatives.
 	of []*alternativeGroup
+	// errs are the errors of the references with alternatives, kept
+	// until all have returned (see do and firstError).
+	errs []error
 }
 
 // alternativeGroup is one object's references under several exports.
@@ -36,22 +37,19 @@ func alternativesOf(ctx context.Context, added []reference) (a alternatives, rel
 		// The common case, without allocations.
 		return a, func() {}
 	}
-	type object struct {
-		resource        schema.GroupResource
-		namespace, name string
-	}
 	count := map[object]int{}
 	for _, r := range added {
-		count[object{r.target.Resource.GroupResource(), r.namespace, r.name}]++
+		count[r.object()]++
 	}
 	groups := map[object]*alternativeGroup{}
 	for i, r := range added {
-		k := object{r.target.Resource.GroupResource(), r.namespace, r.name}
+		k := r.object()
 		if count[k] < 2 {
 			continue
 		}
 		if a.of == nil {
 			a.of = make([]*alternativeGroup, len(added))
+			a.errs = make([]error, len(added))
 		}
 		g := groups[k]
 		if g == nil {
@@ -107,12 +105,29 @@ func (g *alternativeGroup) run(ctx context.Context, fn func(ctx context.Context)
 	return false, err
 }
 
-// firstError returns the first of errs (by reference) that counts: that of
-// a reference without alternatives, or of one whose object was found under
-// none of them.
-func (a alternatives) firstError(errs []error) (int, error) {
-	for i, err := range errs {
-		if err != nil && (a.group(i) == nil || !a.group(i).resolved()) {
+// do calls fn, which reports whether the reference i found its object: at
+// once for a reference without alternatives, returning its error; within
+// its group for one with (see alternativeGroup.run), keeping its error for
+// firstError, since it counts only if no alternative found the object. It
+// reports whether i was cut short: fn's outcome is then to be taken for
+// "names nothing".
+func (a alternatives) do(ctx context.Context, i int, fn func(ctx context.Context) (found bool, err error)) (cut bool, err error) {
+	g := a.group(i)
+	if g == nil {
+		_, err := fn(ctx)
+		return false, err
+	}
+	cut, a.errs[i] = g.run(ctx, fn)
+	return cut, nil
+}
+
+// firstError returns the first error that do kept (by reference) that
+// counts, that of a reference whose object was found under none of its
+// exports, and its index; -1 and nil if none does. Call it once every do
+// has returned.
+func (a alternatives) firstError() (int, error) {
+	for i, err := range a.errs {
+		if err != nil && !a.group(i).resolved() {
 			return i, err
 		}
 	}

@@ -40,6 +40,10 @@ func TestAlternatives(t *testing.T) {
 		if alt, _ := alternativesOf(context.Background(), added[2:]); alt.group(0) != nil {
 			t.Errorf("a reference without alternatives is grouped")
 		}
+		// A reference without alternatives returns its error at once.
+		if _, err := alt.do(context.Background(), 2, func(context.Context) (bool, error) { return false, errors.New("forbidden") }); err == nil {
+			t.Errorf("the error of a reference without alternatives was not returned")
+		}
 	})
 
 	tests := []struct {
@@ -68,25 +72,28 @@ func TestAlternatives(t *testing.T) {
 			var cut bool
 			go func() {
 				var err error
-				cut, err = g.run(ctx, tt.second)
+				cut, err = alt.do(ctx, 1, tt.second)
 				done <- err
 			}()
 			if tt.cancel {
 				cancel()
 			}
-			_, firstErr := g.run(ctx, tt.first)
+			_, firstErr := alt.do(ctx, 0, tt.first)
 			var err error
 			select {
 			case err = <-done:
 			case <-time.After(5 * time.Second):
 				t.Fatal("the second reference was not cut short")
 			}
+			if firstErr != nil || err != nil {
+				t.Errorf("do returned %v, %v: the errors of references with alternatives are kept for firstError", firstErr, err)
+			}
 			if g.resolved() != tt.wantResolved {
 				t.Errorf("resolved = %v, want %v", g.resolved(), tt.wantResolved)
 			}
 			// As mark and checkTargets count them: once all have returned.
-			if _, counted := alt.firstError([]error{firstErr, err}); (counted != nil) != tt.wantErr {
-				t.Errorf("errors %v, %v: counted %v, want an error counted: %v", firstErr, err, counted, tt.wantErr)
+			if _, counted := alt.firstError(); (counted != nil) != tt.wantErr {
+				t.Errorf("counted %v, want an error counted: %v", counted, tt.wantErr)
 			}
 			if tt.wantCut && !cut {
 				t.Errorf("the second was not cut short")

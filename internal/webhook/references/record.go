@@ -203,37 +203,24 @@ func (mk marker) mark(ctx context.Context, kind string, obj *webhook.Subject, ad
 	outcomes := make([]recorded, len(added))
 	alt, release := alternativesOf(ctx, added)
 	defer release()
-	// The error of a reference with alternatives counts only if none of
-	// them found the object: it is kept until all have returned.
-	altErrs := make([]error, len(added))
 	i, err := each(ctx, len(added), mk.concurrency, func(ctx context.Context, i int) error {
 		if listed[i] && !found[i] {
 			mk.metrics.ReferenceRecorded(RecordMissing)
 			outcomes[i].missing = true
 			return nil
 		}
-		record := func(ctx context.Context) (recorded, error) {
-			return mk.recordOne(ctx, kind, name, obj, added[i], id, guards, now)
-		}
-		g := alt.group(i)
-		if g == nil {
+		cut, err := alt.do(ctx, i, func(ctx context.Context) (bool, error) {
 			var err error
-			outcomes[i], err = record(ctx)
-			return err
-		}
-		cut, err := g.run(ctx, func(ctx context.Context) (bool, error) {
-			var err error
-			outcomes[i], err = record(ctx)
+			outcomes[i], err = mk.recordOne(ctx, kind, name, obj, added[i], id, guards, now)
 			return !outcomes[i].missing, err
 		})
 		if cut {
 			outcomes[i] = recorded{missing: true}
 		}
-		altErrs[i] = err
-		return nil
+		return err
 	})
 	if err == nil {
-		i, err = alt.firstError(altErrs)
+		i, err = alt.firstError()
 	}
 	if err != nil {
 		mk.withdraw(ctx, id, fresh, outcomes)

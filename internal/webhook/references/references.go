@@ -201,6 +201,20 @@ type reference struct {
 	name      string
 }
 
+// object names what r references whatever export serves it: the resource,
+// namespace and name. Two rules on one field that name exports of one
+// resource by two providers give two references to one object, of which a
+// workspace holds at most one (see alternatives).
+type object struct {
+	resource        schema.GroupResource
+	namespace, name string
+}
+
+// object returns the object r names.
+func (r reference) object() object {
+	return object{r.target.Resource.GroupResource(), r.namespace, r.name}
+}
+
 // describe names the target of r for a message about a dependent in
 // namespace: quoted, with its namespace if that is another one.
 func (r reference) describe(namespace string) string {
@@ -426,33 +440,23 @@ func (v *ReferenceValidator) checkTargets(ctx context.Context, kind string, obj 
 			alt.group(i).resolve()
 		}
 	}
-	// As in mark: the error of a reference with alternatives counts only
-	// if none of them found the object.
-	altErrs := make([]error, len(added))
 	j, err := each(ctx, len(rest), v.concurrency, func(ctx context.Context, j int) error {
 		i := rest[j]
 		r := added[i]
-		lookup := func(ctx context.Context) (bool, error) {
+		cut, err := alt.do(ctx, i, func(ctx context.Context) (bool, error) {
 			var err error
 			read[i], err = v.targets.Lookup(ctx, r.target, obj.Cluster, r.namespace, r.name)
 			return len(read[i]) > 0, err
-		}
-		g := alt.group(i)
-		if g == nil {
-			_, err := lookup(ctx)
-			return err
-		}
-		cut, err := g.run(ctx, lookup)
+		})
 		if cut {
 			read[i] = nil
 		}
-		altErrs[i] = err
-		return nil
+		return err
 	})
 	if err != nil {
 		j = rest[j]
 	} else {
-		j, err = alt.firstError(altErrs)
+		j, err = alt.firstError()
 	}
 	if err != nil {
 		r := added[j]
@@ -513,19 +517,15 @@ func unresolved(added []reference, missing func(i int) bool) []reference {
 	case len(added) == 1:
 		return added
 	}
-	type object struct {
-		resource        schema.GroupResource
-		namespace, name string
-	}
 	found := map[object]bool{}
 	for i, r := range added {
 		if !missing(i) {
-			found[object{r.target.Resource.GroupResource(), r.namespace, r.name}] = true
+			found[r.object()] = true
 		}
 	}
 	var out []reference
 	for i, r := range added {
-		if missing(i) && !found[object{r.target.Resource.GroupResource(), r.namespace, r.name}] {
+		if missing(i) && !found[r.object()] {
 			out = append(out, r)
 		}
 	}
@@ -540,16 +540,11 @@ func missingWarnings(kind, name, namespace string, missing []reference, grace ti
 	// One object of a resource missing under two exports (two providers'
 	// rules on one field) is one warning.
 	if len(missing) > 1 {
-		type object struct {
-			resource        schema.GroupResource
-			namespace, name string
-		}
 		seen := map[object]bool{}
 		var once []reference
 		for _, r := range missing {
-			k := object{r.target.Resource.GroupResource(), r.namespace, r.name}
-			if !seen[k] {
-				seen[k] = true
+			if !seen[r.object()] {
+				seen[r.object()] = true
 				once = append(once, r)
 			}
 		}
