@@ -54,6 +54,11 @@ type Ledger struct {
 	Landed time.Time
 	// Marks are the named references, oldest first.
 	Marks []Mark
+	// Leases are the webhook replicas that may admit references to the
+	// object without writing a mark each, until their lease ends (see
+	// Lease). A lease counts as a floor at its end until its replica
+	// replaces it with the marks it admitted under it.
+	Leases []Lease
 	// Clearance, if set, says that the webhook found the object
 	// unreferenced, with nothing in flight, under the rules whose
 	// fingerprint it names (see Clearance); the same write labels the
@@ -63,6 +68,22 @@ type Ledger struct {
 	// drops both (see With).
 	Clearance string
 }
+
+// Lease says that the webhook replica named Replica admits references to
+// the object until Until without a write each: it keeps their marks and
+// writes them, in place of the lease, once the lease ends (or sooner, when
+// a DELETE of the object asks it to). The write that stores a lease is a
+// write of the object like any mark's, so a DELETE admitted on a state
+// without it is admitted again; one admitted on a state with it waits for
+// the marks (see Ledger.Assess). Only a replica that admits references to
+// the object in a stream takes one (see Options.Lease).
+type Lease struct {
+	Replica string
+	Until   time.Time
+}
+
+// leasePrefix starts a lease's field in the encoded ledger.
+const leasePrefix = "r="
 
 // Clearance returns the value of Ledger.Clearance that says that the
 // object with uid was found unreferenced under the rules of fingerprint
@@ -92,7 +113,9 @@ func ms(t time.Time) time.Time {
 }
 
 // String encodes the ledger for the object's annotation, e.g.
-// "v1 f=1764212000000 l=0 3f09c1aa8e2b7d10@1764212001234".
+// "v1 f=1764212000000 l=0 3f09c1aa8e2b7d10@1764212001234", with a lease
+// "r=9a0c4e1f2b3d5a67~1764212002234" after the marks, and the clearance
+// last.
 func (l Ledger) String() string {
 	var b strings.Builder
 	b.WriteString(version)
@@ -105,6 +128,13 @@ func (l Ledger) String() string {
 		b.WriteString(m.ID)
 		b.WriteByte('@')
 		b.WriteString(strconv.FormatInt(m.At.UnixMilli(), 10))
+	}
+	for _, r := range l.Leases {
+		b.WriteByte(' ')
+		b.WriteString(leasePrefix)
+		b.WriteString(r.Replica)
+		b.WriteByte('~')
+		b.WriteString(strconv.FormatInt(r.Until.UnixMilli(), 10))
 	}
 	if l.Clearance != "" {
 		b.WriteByte(' ')
@@ -164,6 +194,15 @@ func Parse(s string) (Ledger, error) {
 		marks = marks[:n-1]
 	}
 	for _, f := range marks {
+		if lease, ok := strings.CutPrefix(f, leasePrefix); ok {
+			replica, until, found := strings.Cut(lease, "~")
+			v, err := strconv.ParseInt(until, 10, 64)
+			if !found || !ValidID(replica) || err != nil || v <= 0 || slices.ContainsFunc(l.Leases, func(o Lease) bool { return o.Replica == replica }) {
+				return Ledger{}, fmt.Errorf("%w: lease %q", ErrMalformed, truncate(f))
+			}
+			l.Leases = append(l.Leases, Lease{Replica: replica, Until: time.UnixMilli(v)})
+			continue
+		}
 		id, at, found := strings.Cut(f, "@")
 		v, err := strconv.ParseInt(at, 10, 64)
 		if !found || !ValidID(id) || err != nil || v <= 0 {
@@ -206,7 +245,7 @@ type Landed func(id string) (time.Time, bool)
 // already keeps the later time), without its clearance: a reference
 // recorded on the object ends it.
 func (l Ledger) With(marks ...Mark) Ledger {
-	out := Ledger{Floor: l.Floor, Landed: l.Landed, Marks: slices.Clone(l.Marks)}
+	out := Ledger{Floor: l.Floor, Landed: l.Landed, Marks: slices.Clone(l.Marks), Leases: l.Leases}
 	for _, m := range marks {
 		m.At = ms(m.At)
 		if i := slices.IndexFunc(out.Marks, func(o Mark) bool { return o.ID == m.ID }); i >= 0 {
@@ -230,6 +269,41 @@ func (l Ledger) Without(ids ...string) Ledger {
 	return out
 }
 
+// WithLease returns the ledger with the lease of replica ending at until,
+// in place of any lease of replica it has.
+func (l Ledger) WithLease(replica string, until time.Time) Ledger {
+	out := l.WithoutLease(replica)
+	out.Leases = append(out.Leases, Lease{Replica: replica, Until: ms(until)})
+	return out
+}
+
+// WithoutLease returns the ledger without the lease of replica.
+func (l Ledger) WithoutLease(replica string) Ledger {
+	out := l
+	out.Leases = slices.DeleteFunc(slices.Clone(l.Leases), func(r Lease) bool { return r.Replica == replica })
+	return out
+}
+
+// Lease returns the lease of replica, if the ledger has one.
+func (l Ledger) Lease(replica string) (Lease, bool) {
+	i := slices.IndexFunc(l.Leases, func(r Lease) bool { return r.Replica == replica })
+	if i < 0 {
+		return Lease{}, false
+	}
+	return l.Leases[i], true
+}
+
+// EffectiveFloor is the floor with every lease counted as one at its end:
+// the replica of a lease may have admitted references under it until then
+// that the ledger does not name.
+func (l Ledger) EffectiveFloor() time.Time {
+	floor := l.Floor
+	for _, r := range l.Leases {
+		floor = Later(floor, r.Until)
+	}
+	return floor
+}
+
 // names reports whether the ledger names a mark of one of ids.
 func (l Ledger) names(ids []string) bool {
 	return slices.ContainsFunc(l.Marks, func(m Mark) bool { return slices.Contains(ids, m.ID) })
@@ -238,12 +312,21 @@ func (l Ledger) names(ids []string) bool {
 // Compact folds marks the ledger need not name any more: one that landed
 // into Landed (at the time it was seen), one older than MaxInFlight into
 // Floor (it can no longer be in flight: it landed by then, or never will),
-// and, while more than maxMarks remain, the oldest into Floor. Folding
-// loses nothing a decision needs, only the ability to tell a named
+// and, while more than maxMarks remain, the oldest into Floor; and a lease
+// that has ended into Floor at its end (its replica replaces it with its
+// marks as it ends; one that has not yet, or never will, covers them so).
+// Folding loses nothing a decision needs, only the ability to tell a named
 // reference landed: Floor keeps what was folded in flight until
 // Floor+MaxInFlight.
 func (l Ledger) Compact(now time.Time, landed Landed, maxMarks int) Ledger {
 	out := Ledger{Floor: l.Floor, Landed: l.Landed, Clearance: l.Clearance}
+	for _, r := range l.Leases {
+		if now.Before(r.Until) {
+			out.Leases = append(out.Leases, r)
+			continue
+		}
+		out.Floor = Later(out.Floor, r.Until)
+	}
 	for _, m := range l.Marks {
 		if at, ok := landed(m.ID); ok {
 			out.Landed = Later(out.Landed, ms(at))
@@ -290,17 +373,23 @@ type Assessment struct {
 	// InFlight are the named references that have not landed and may still
 	// be in flight, oldest first.
 	InFlight []Mark
-	// FloorInFlight is set while references folded into Floor may still be
-	// in flight: until Floor+MaxInFlight.
+	// FloorInFlight is set while references folded into Floor, or admitted
+	// under a lease, may still be in flight: until Floor+MaxInFlight.
 	FloorInFlight bool
+	// Floor is the ledger's floor with its leases counted at their ends
+	// (see Ledger.EffectiveFloor).
+	Floor time.Time
+	// Leases are the ledger's leases: references admitted under them are
+	// named once their replicas end them (see Writer.Settle).
+	Leases []Lease
 }
 
 // Retry returns when every reference the assessment found in flight will
 // have landed or failed.
-func (a Assessment) Retry(floor time.Time) time.Time {
+func (a Assessment) Retry() time.Time {
 	var t time.Time
 	if a.FloorInFlight {
-		t = floor.Add(MaxInFlight)
+		t = a.Floor.Add(MaxInFlight)
 	}
 	for _, m := range a.InFlight {
 		t = Later(t, m.At.Add(MaxInFlight))
@@ -314,7 +403,8 @@ func (a Assessment) Retry(floor time.Time) time.Time {
 //
 //   - created plus a second plus MaxInFlight: a dependent admitted while
 //     the object did not exist yet left no mark, and was stored by then;
-//   - Floor plus MaxInFlight and Landed;
+//   - Floor (or the end of a lease, if later) plus MaxInFlight, and
+//     Landed;
 //   - for each named reference that has not landed and is older than
 //     MaxInFlight, its time plus MaxInFlight.
 //
@@ -324,10 +414,10 @@ func (a Assessment) Retry(floor time.Time) time.Time {
 // while it is younger than MaxInFlight. Recorded is the horizon without
 // its first term.
 func (l Ledger) Assess(now, created time.Time, landed Landed) Assessment {
-	var a Assessment
-	if !l.Floor.IsZero() {
-		a.Recorded = l.Floor.Add(MaxInFlight)
-		a.FloorInFlight = now.Before(l.Floor.Add(MaxInFlight))
+	a := Assessment{Floor: l.EffectiveFloor(), Leases: l.Leases}
+	if !a.Floor.IsZero() {
+		a.Recorded = a.Floor.Add(MaxInFlight)
+		a.FloorInFlight = now.Before(a.Floor.Add(MaxInFlight))
 	}
 	a.Recorded = Later(a.Recorded, l.Landed)
 	for _, m := range l.Marks {

@@ -29,6 +29,10 @@ func TestParseRoundTrip(t *testing.T) {
 			"v1 f=0 l=1764212000000 c=0f1e2d3c4b5a6978/6c3d2a6e-1f0b-4c1e-9a51-0c3b9a8f0d11"},
 		{"marks and cleared", Ledger{Marks: []Mark{{id(1), at(0)}}, Clearance: Clearance("ab", "u1")},
 			"v1 f=0 l=0 " + id(1) + "@1764212000000 c=ab/u1"},
+		{"leases", Ledger{Marks: []Mark{{id(1), at(0)}}, Leases: []Lease{{id(7), at(time.Second)}, {id(8), at(2 * time.Second)}}},
+			"v1 f=0 l=0 " + id(1) + "@1764212000000 r=" + id(7) + "~1764212001000 r=" + id(8) + "~1764212002000"},
+		{"a lease and cleared", Ledger{Leases: []Lease{{id(7), at(time.Second)}}, Clearance: Clearance("ab", "u1")},
+			"v1 f=0 l=0 r=" + id(7) + "~1764212001000 c=ab/u1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -56,6 +60,9 @@ func TestParseRejects(t *testing.T) {
 		// A clearance is the last field, a fingerprint and a UID.
 		"v1 f=0 l=0 c=", "v1 f=0 l=0 c=ab", "v1 f=0 l=0 c=/u1", "v1 f=0 l=0 c=ab/", "v1 f=0 l=0 c=ab/u/1",
 		"v1 f=0 l=0 c=ab/u1 " + id(1) + "@1",
+		// A lease names a replica (an id's form) and when it ends, once.
+		"v1 f=0 l=0 r=", "v1 f=0 l=0 r=" + id(7), "v1 f=0 l=0 r=" + id(7) + "~0", "v1 f=0 l=0 r=" + id(7) + "~x",
+		"v1 f=0 l=0 r=nothex~1", "v1 f=0 l=0 r=" + id(7) + "~1 r=" + id(7) + "~2",
 	} {
 		if _, err := Parse(s); !errors.Is(err, ErrMalformed) {
 			t.Errorf("Parse(%q) = %v, want ErrMalformed", truncate(s), err)
@@ -272,13 +279,46 @@ func TestAssess(t *testing.T) {
 	}
 }
 
-func TestAssessmentRetry(t *testing.T) {
-	a := Assessment{InFlight: []Mark{{id(1), at(0)}, {id(2), at(time.Second)}}}
-	if got := a.Retry(time.Time{}); !got.Equal(at(time.Second + MaxInFlight)) {
+func TestLeases(t *testing.T) {
+	l := Ledger{Floor: at(0)}.WithLease(id(7), at(time.Second)).WithLease(id(8), at(3*time.Second))
+	if got, ok := l.Lease(id(7)); !ok || !got.Until.Equal(at(time.Second)) {
+		t.Errorf("Lease(7) = %v, %v", got, ok)
+	}
+	if got := l.WithLease(id(7), at(2*time.Second)).Leases; len(got) != 2 {
+		t.Errorf("a replica's second lease replaces its first: %v", got)
+	}
+	if got := l.EffectiveFloor(); !got.Equal(at(3 * time.Second)) {
+		t.Errorf("EffectiveFloor = %v, want the latest lease's end", got)
+	}
+	if got := l.WithoutLease(id(8)); len(got.Leases) != 1 || got.Leases[0].Replica != id(7) || len(l.Leases) != 2 {
+		t.Errorf("WithoutLease(8) = %v (ledger now %v)", got.Leases, l.Leases)
+	}
+	if got := l.With(Mark{id(1), at(0)}).Without(id(1)); len(got.Leases) != 2 {
+		t.Errorf("With and Without keep the leases: %v", got.Leases)
+	}
+	// Compact folds the leases that have ended into Floor, at their ends.
+	c := l.Compact(at(2*time.Second), none, DefaultMaxMarks)
+	if len(c.Leases) != 1 || c.Leases[0].Replica != id(8) || !c.Floor.Equal(at(time.Second)) {
+		t.Errorf("Compact at 2s = %s, want the lease of 8 kept and that of 7 folded at 1s", c)
+	}
+	// A lease counts as a floor at its end, in flight until MaxInFlight
+	// after it.
+	a := l.Assess(at(4*time.Second), at(-time.Hour), none)
+	if !a.FloorInFlight || !a.Floor.Equal(at(3*time.Second)) || !a.Recorded.Equal(at(3*time.Second+MaxInFlight)) || len(a.Leases) != 2 {
+		t.Errorf("Assess = %+v", a)
+	}
+	if got := a.Retry(); !got.Equal(at(3*time.Second + MaxInFlight)) {
 		t.Errorf("Retry = %v", got)
 	}
-	a = Assessment{FloorInFlight: true}
-	if got := a.Retry(at(5 * time.Second)); !got.Equal(at(5*time.Second + MaxInFlight)) {
+}
+
+func TestAssessmentRetry(t *testing.T) {
+	a := Assessment{InFlight: []Mark{{id(1), at(0)}, {id(2), at(time.Second)}}}
+	if got := a.Retry(); !got.Equal(at(time.Second + MaxInFlight)) {
+		t.Errorf("Retry = %v", got)
+	}
+	a = Assessment{FloorInFlight: true, Floor: at(5 * time.Second)}
+	if got := a.Retry(); !got.Equal(at(5*time.Second + MaxInFlight)) {
 		t.Errorf("Retry with a floor = %v", got)
 	}
 }

@@ -2,10 +2,13 @@ package inflight
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
+	mathrand "math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -59,7 +62,22 @@ type Options struct {
 	// OnConflict, if set, is called for every write that lost a race with
 	// another write of the object and is tried again.
 	OnConflict func()
+	// Lease, if positive, is how long a lease lasts that the writer takes
+	// on an object it records references on in a stream: the write that
+	// records a reference less than LeaseStreak after the last one also
+	// stores a lease (see Lease), and until it ends the references to the
+	// object are admitted without a write each. As it ends, one write
+	// names them in its place (and takes the next lease if the stream
+	// goes on). Zero takes none: every reference is a write.
+	Lease time.Duration
+	// Replica names the writer in its leases (default: random); it must
+	// differ between the webhook's replicas, and between runs of one.
+	Replica string
 }
+
+// LeaseStreak is how soon after recording a reference on an object the
+// writer takes a lease on it (see Options.Lease) as it records the next.
+const LeaseStreak = 2 * time.Second
 
 // Writer records admitted references on protected objects, one write at a
 // time per object: references to one object that arrive while its write is
@@ -70,6 +88,11 @@ type Options struct {
 // precondition, so that folding marks (see Ledger.Compact) never loses one
 // written by another replica; a write that loses a race reads the object
 // and is tried again, and no conflict reaches the dependent's client.
+//
+// A writer with Options.Lease admits the references to an object that it
+// records in a stream under a lease (see Lease): one write stores the
+// lease, the references admitted until it ends cost no write, and one
+// write names them as it ends.
 type Writer struct {
 	objects Objects
 	opts    Options
@@ -90,6 +113,24 @@ type queue struct {
 	// unless another write came in between.
 	known *state
 	idle  time.Time
+	// marked is when a reference to the target was last admitted.
+	marked time.Time
+	// lease is the writer's lease on the target, once a write stored it,
+	// until a write begins that ends it.
+	lease *lease
+}
+
+// lease is a lease of the writer on a target, as a write stored it.
+type lease struct {
+	until time.Time
+	// object is the target's metadata as the write that stored the lease
+	// left it: what a reference admitted under the lease is told.
+	object kcp.Meta
+	// marks are the references admitted under the lease, which the write
+	// that ends it names.
+	marks  []Mark
+	landed Landed
+	timer  *time.Timer
 }
 
 type state struct {
@@ -105,8 +146,11 @@ type request struct {
 	// withdraw: the request removes the mark named mark.ID instead of
 	// adding mark.
 	withdraw bool
-	landed   Landed
-	done     chan outcome
+	// settle: the request ends the writer's lease on the target, if it has
+	// one; final: and the write takes no new one (see Settle).
+	settle, final bool
+	landed        Landed
+	done          chan outcome
 }
 
 type outcome struct {
@@ -128,17 +172,51 @@ func NewWriter(objects Objects, opts Options) *Writer {
 	if opts.BatchTimeout <= 0 {
 		opts.BatchTimeout = 10 * time.Second
 	}
+	if opts.Replica == "" {
+		opts.Replica = NewReplica()
+	}
 	return &Writer{objects: objects, opts: opts, now: time.Now, queues: map[Target]*queue{}}
 }
 
+// NewReplica returns a random name for a writer's leases.
+func NewReplica() string {
+	var b [idBytes]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
+
+// Replica returns the name of the writer in its leases.
+func (w *Writer) Replica() string { return w.opts.Replica }
+
 // Record records on the target that the admission id was admitted now,
 // and returns once a write that includes it has been stored (or the target
-// was found missing); landed tells which admission ids an index has seen on
-// dependents of the target's type, so that the write can fold those marks.
-// An error means the reference may or may not have been recorded; the
-// admission must then be refused.
+// was found missing), or at once under the writer's lease on the target
+// (see Options.Lease); landed tells which admission ids an index has seen
+// on dependents of the target's type, so that the write can fold those
+// marks. An error means the reference may or may not have been recorded;
+// the admission must then be refused.
 func (w *Writer) Record(ctx context.Context, t Target, id string, landed Landed) (Result, error) {
-	return w.enqueue(ctx, t, &request{mark: Mark{ID: id, At: ms(w.now())}, landed: landed, done: make(chan outcome, 1)})
+	m := Mark{ID: id, At: ms(w.now())}
+	w.lock.Lock()
+	if q, ok := w.queues[t]; ok {
+		if res, ok := w.leasedLocked(q, m); ok {
+			w.lock.Unlock()
+			return res, nil
+		}
+	}
+	w.lock.Unlock()
+	return w.enqueue(ctx, t, &request{mark: m, landed: landed, done: make(chan outcome, 1)})
+}
+
+// leasedLocked admits m under the lease of q, if it has one that has not
+// ended. Callers hold the lock.
+func (w *Writer) leasedLocked(q *queue, m Mark) (Result, bool) {
+	if q.lease == nil || !w.now().Before(q.lease.until) {
+		return Result{}, false
+	}
+	q.lease.marks = append(q.lease.marks, m)
+	q.marked = m.At
+	return Result{Object: q.lease.object}, true
 }
 
 // Withdraw removes from the target the mark that Record wrote for the
@@ -147,10 +225,53 @@ func (w *Writer) Record(ctx context.Context, t Target, id string, landed Landed)
 // it until MaxInFlight has passed. Only the webhook that generated the id
 // for the refused admission may withdraw it; nobody else can have written
 // a mark under it. landed is as for Record. It returns once the mark is
-// gone (or the target is), in a write of its own or with others.
+// gone (or the target is), in a write of its own or with others, or at
+// once if the mark is one of the writer's lease, not written yet.
 func (w *Writer) Withdraw(ctx context.Context, t Target, id string, landed Landed) error {
+	w.lock.Lock()
+	if q, ok := w.queues[t]; ok && q.lease != nil {
+		if i := slices.IndexFunc(q.lease.marks, func(m Mark) bool { return m.ID == id }); i >= 0 {
+			q.lease.marks = slices.Delete(q.lease.marks, i, i+1)
+			w.lock.Unlock()
+			return nil
+		}
+	}
+	w.lock.Unlock()
 	_, err := w.enqueue(ctx, t, &request{mark: Mark{ID: id}, withdraw: true, landed: landed, done: make(chan outcome, 1)})
 	return err
+}
+
+// Settle ends the writer's lease on the target, if it has one or a write
+// is ending it, and returns once the references admitted under it are
+// named on the target (or the target is gone). The write takes no new
+// lease, though a reference recorded after it may.
+func (w *Writer) Settle(ctx context.Context, t Target) error {
+	w.lock.Lock()
+	q, ok := w.queues[t]
+	busy := ok && (q.lease != nil || q.writing)
+	w.lock.Unlock()
+	if !busy {
+		return nil
+	}
+	_, err := w.enqueue(ctx, t, &request{settle: true, final: true, done: make(chan outcome, 1)})
+	return err
+}
+
+// endLease is called as the lease on t ends: a write names the references
+// admitted under it, in its place.
+func (w *Writer) endLease(t Target) {
+	w.lock.Lock()
+	q, ok := w.queues[t]
+	if !ok || q.lease == nil {
+		w.lock.Unlock()
+		return
+	}
+	q.pending = append(q.pending, &request{settle: true, done: make(chan outcome, 1)})
+	if !q.writing {
+		q.writing = true
+		go w.drain(t, q)
+	}
+	w.lock.Unlock()
 }
 
 // enqueue adds r to the pending requests of t, starts writing them if no
@@ -208,7 +329,7 @@ func (w *Writer) Prime(t Target, raw []byte) {
 const idleTTL = 10 * time.Second
 
 // pruneLocked drops the queues of targets idle for idleTTL, at most once a
-// second. Callers hold the lock.
+// second, but not one with a lease. Callers hold the lock.
 func (w *Writer) pruneLocked() {
 	now := w.now()
 	if now.Sub(w.pruned) < time.Second {
@@ -216,37 +337,98 @@ func (w *Writer) pruneLocked() {
 	}
 	w.pruned = now
 	for t, q := range w.queues {
-		if !q.writing && len(q.pending) == 0 && now.Sub(q.idle) > idleTTL {
+		if !q.writing && len(q.pending) == 0 && q.lease == nil && now.Sub(q.idle) > idleTTL {
 			delete(w.queues, t)
 		}
 	}
+}
+
+// batch is what one write of a target records: the requests it answers,
+// and, if it ends the writer's lease, the references admitted under it.
+type batch struct {
+	requests []*request
+	leased   []Mark
+	// until is the end of the lease whose marks leased are: the writer's
+	// lease that the write replaces or removes. Another lease of the writer
+	// on the object (one whose marks a failed write lost) is folded into the
+	// floor instead.
+	until time.Time
+	// settle: the write removes the writer's lease from the ledger; lease:
+	// it stores a new one.
+	settle, lease bool
+	landed        Landed
 }
 
 // drain writes the pending references of t in batches until none are left.
 func (w *Writer) drain(t Target, q *queue) {
 	for {
 		w.lock.Lock()
-		batch := q.pending
-		q.pending = nil
-		if len(batch) == 0 {
+		b, known := w.nextLocked(q)
+		if len(b.requests) == 0 {
 			q.writing, q.idle = false, w.now()
 			w.lock.Unlock()
 			return
 		}
-		known := q.known
 		w.lock.Unlock()
 
 		ctx, cancel := context.WithTimeout(context.Background(), w.opts.BatchTimeout)
-		result, next, err := w.write(ctx, t, known, batch)
+		result, next, until, err := w.write(ctx, t, known, b)
 		cancel()
 
 		w.lock.Lock()
 		q.known = next
+		if !until.IsZero() {
+			q.lease = &lease{until: until, object: result.Object, landed: b.landed}
+			q.lease.timer = time.AfterFunc(until.Sub(w.now()), func() { w.endLease(t) })
+		}
 		w.lock.Unlock()
-		for _, r := range batch {
+		for _, r := range b.requests {
 			r.done <- outcome{result: result, err: err}
 		}
 	}
+}
+
+// nextLocked takes the next batch of q: references that arrive while a
+// write stores a lease are admitted under it once it is stored, the rest
+// is written. Callers hold the lock.
+func (w *Writer) nextLocked(q *queue) (batch, *state) {
+	pending := q.pending
+	q.pending = nil
+	var b batch
+	for _, r := range pending {
+		if !r.withdraw && !r.settle {
+			if res, ok := w.leasedLocked(q, r.mark); ok {
+				r.done <- outcome{result: res}
+				continue
+			}
+		}
+		b.requests = append(b.requests, r)
+		b.settle = b.settle || r.settle
+		if b.landed == nil {
+			b.landed = r.landed
+		}
+	}
+	if len(b.requests) == 0 {
+		return b, q.known
+	}
+	streak := !q.marked.IsZero() && w.now().Sub(q.marked) < LeaseStreak
+	final := slices.ContainsFunc(b.requests, func(r *request) bool { return r.final })
+	if b.settle && q.lease != nil {
+		q.lease.timer.Stop()
+		if b.landed == nil {
+			b.landed = q.lease.landed
+		}
+		b.leased, b.until, q.lease = q.lease.marks, q.lease.until, nil
+	}
+	marks := len(b.leased) > 0 || slices.ContainsFunc(b.requests, func(r *request) bool { return !r.withdraw && !r.settle })
+	if marks {
+		q.marked = w.now()
+	}
+	b.lease = w.opts.Lease > 0 && marks && streak && !final
+	if b.landed == nil {
+		b.landed = func(string) (time.Time, bool) { return time.Time{}, false }
+	}
+	return b, q.known
 }
 
 // Backoff between attempts after a conflict.
@@ -255,72 +437,95 @@ const (
 	conflictMax   = 200 * time.Millisecond
 )
 
-// write records the marks of batch on t, starting from known (read first
-// if nil), and returns the result and what it then knows of t.
-func (w *Writer) write(ctx context.Context, t Target, known *state, batch []*request) (Result, *state, error) {
+// write records the marks of b on t, starting from known (read first if
+// nil), and returns the result, what it then knows of t, and the end of the
+// lease it stored, if it took one.
+func (w *Writer) write(ctx context.Context, t Target, known *state, b batch) (Result, *state, time.Time, error) {
 	var (
-		marks     []Mark
+		marks     = b.leased
 		withdrawn []string
 	)
-	for _, r := range batch {
-		if r.withdraw {
+	for _, r := range b.requests {
+		switch {
+		case r.settle:
+		case r.withdraw:
 			withdrawn = append(withdrawn, r.mark.ID)
-			continue
+		default:
+			marks = append(marks, r.mark)
 		}
-		marks = append(marks, r.mark)
 	}
-	landed := batch[0].landed
 	wait := conflictFirst
 	for {
 		if known == nil {
 			raw, err := w.objects.Get(ctx, t.Source, t.Cluster, t.Namespace, t.Name)
 			if apierrors.IsNotFound(err) {
-				return Result{Missing: true}, nil, nil
+				return Result{Missing: true}, nil, time.Time{}, nil
 			}
 			if err != nil {
-				return Result{}, nil, fmt.Errorf("failed to read %s %q: %w: %w", t.Source.Resource.Resource, t.Name, ErrMayBeCleared, err)
+				return Result{}, nil, time.Time{}, fmt.Errorf("failed to read %s %q: %w: %w", t.Source.Resource.Resource, t.Name, ErrMayBeCleared, err)
 			}
 			if known, err = stateOf(raw, w.now()); err != nil {
-				return Result{}, nil, err
+				return Result{}, nil, time.Time{}, err
 			}
 		}
-		if len(marks) == 0 && !known.ledger.names(withdrawn) {
-			// Nothing to withdraw: the marks were folded, or written over.
-			return Result{}, known, nil
+		_, leased := known.ledger.Lease(w.opts.Replica)
+		if len(marks) == 0 && !known.ledger.names(withdrawn) && (!b.settle || !leased) {
+			// Nothing to withdraw: the marks were folded, or written over;
+			// no lease to end.
+			return Result{}, known, time.Time{}, nil
 		}
-		ledger := known.ledger.With(marks...).Without(withdrawn...).Compact(w.now(), landed, w.opts.MaxMarks)
+		ledger := known.ledger.With(marks...).Without(withdrawn...)
+		if own, ok := ledger.Lease(w.opts.Replica); ok && (b.lease || b.settle) && !own.Until.Equal(b.until) {
+			// A lease of ours whose marks are not in this write: a write
+			// that was to name them failed. It covers them as a floor.
+			ledger.Floor = Later(ledger.Floor, own.Until)
+		}
+		var until time.Time
+		switch {
+		case b.lease:
+			until = ms(w.now().Add(w.opts.Lease))
+			ledger = ledger.WithLease(w.opts.Replica, until)
+		case b.settle:
+			ledger = ledger.WithoutLease(w.opts.Replica)
+		}
+		ledger = ledger.Compact(w.now(), b.landed, w.opts.MaxMarks)
 		body, err := patchBody(known.resourceVersion, ledger, known.cleared)
 		if err != nil {
-			return Result{}, nil, err
+			return Result{}, nil, time.Time{}, err
 		}
 		raw, err := w.objects.Patch(ctx, t.Source, t.Cluster, t.Namespace, t.Name, types.MergePatchType, body)
 		switch {
 		case apierrors.IsNotFound(err):
-			return Result{Missing: true}, nil, nil
+			return Result{Missing: true}, nil, time.Time{}, nil
 		case apierrors.IsConflict(err):
 			if w.opts.OnConflict != nil {
 				w.opts.OnConflict()
 			}
 			known = nil
-			timer := time.NewTimer(wait/2 + rand.N(wait/2+1))
+			timer := time.NewTimer(wait/2 + mathrand.N(wait/2+1))
 			select {
 			case <-ctx.Done():
 				timer.Stop()
-				return Result{}, nil, fmt.Errorf("recording the reference on %s %q: %w", t.Source.Resource.Resource, t.Name, ctx.Err())
+				return Result{}, nil, time.Time{}, fmt.Errorf("recording the reference on %s %q: %w", t.Source.Resource.Resource, t.Name, ctx.Err())
 			case <-timer.C:
 			}
 			wait = min(2*wait, conflictMax)
 			continue
 		case err != nil && known.ledger.Clearance != "":
-			return Result{}, nil, fmt.Errorf("failed to record the reference on %s %q: %w: %w", t.Source.Resource.Resource, t.Name, ErrMayBeCleared, err)
+			return Result{}, nil, time.Time{}, fmt.Errorf("failed to record the reference on %s %q: %w: %w", t.Source.Resource.Resource, t.Name, ErrMayBeCleared, err)
 		case err != nil:
-			return Result{}, nil, fmt.Errorf("failed to record the reference on %s %q: %w", t.Source.Resource.Resource, t.Name, err)
+			return Result{}, nil, time.Time{}, fmt.Errorf("failed to record the reference on %s %q: %w", t.Source.Resource.Resource, t.Name, err)
 		}
 		meta, err := kcp.ReadMeta(raw)
 		if err != nil {
-			return Result{}, nil, fmt.Errorf("failed to read %s %q as patched: %w", t.Source.Resource.Resource, t.Name, err)
+			return Result{}, nil, time.Time{}, fmt.Errorf("failed to read %s %q as patched: %w", t.Source.Resource.Resource, t.Name, err)
 		}
-		return Result{Object: meta}, &state{resourceVersion: meta.ResourceVersion, ledger: ledger}, nil
+		if meta.Terminating {
+			// No lease on an object being deleted: its references are
+			// refused, each as it comes.
+			until = time.Time{}
+		}
+		return Result{Object: meta}, &state{resourceVersion: meta.ResourceVersion, ledger: ledger}, until, nil
 	}
 }
 

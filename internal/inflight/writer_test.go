@@ -36,8 +36,9 @@ type fakeObject struct {
 	patches    int
 	gets       int
 	// conflicts is how many patches are answered with a conflict (another
-	// writer got there first) before one is applied.
-	conflicts int
+	// writer got there first) before one is applied; failures how many
+	// fail outright.
+	conflicts, failures int
 }
 
 func (o *fakeObject) json() []byte {
@@ -88,6 +89,10 @@ func (o *fakeObject) Patch(_ context.Context, _ index.Source, _ logicalcluster.N
 	}
 	if err := json.Unmarshal(body, &p); err != nil {
 		return nil, err
+	}
+	if o.failures > 0 {
+		o.failures--
+		return nil, apierrors.NewInternalError(errors.New("etcd timed out"))
 	}
 	if o.conflicts > 0 {
 		o.conflicts--

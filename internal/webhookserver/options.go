@@ -26,6 +26,12 @@ var validName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 // write's new references.
 const maxReferencesPerObject = 10000
 
+// maxReferenceLease bounds --reference-lease: a DELETE of an object waits
+// for the leases on it to end within the webhook's answer, which kcp waits
+// for at most 30 s, and a lease counts as a reference in flight until
+// MaxInFlight after it ends if its replica stops holding it.
+const maxReferenceLease = 5 * time.Second
+
 // Options are the settings of the webhook, each bound to a command line flag
 // of cmd/webhook by AddFlags.
 type Options struct {
@@ -68,6 +74,10 @@ type Options struct {
 	// and leaves it with more is refused (see
 	// references.DefaultMaxReferences).
 	MaxReferencesPerObject int
+	// ReferenceLease is how long a lease on a protected object lasts under
+	// which the webhook admits references to it in a stream without a
+	// write each (see inflight.Options.Lease); 0 takes none.
+	ReferenceLease time.Duration
 	// IndexPollInterval is how often the APIExports of the dependents are
 	// read again (shards, grants).
 	IndexPollInterval time.Duration
@@ -113,6 +123,7 @@ func NewOptions() *Options {
 		RequestTimeout:         4 * time.Second,
 		MaxBlockers:            deletion.DefaultMaxBlockers,
 		MaxReferencesPerObject: references.DefaultMaxReferences,
+		ReferenceLease:         time.Second,
 		IndexPollInterval:      10 * time.Second,
 		ReplayInterval:         30 * time.Second,
 		ClientCACheckInterval:  10 * time.Second,
@@ -140,6 +151,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.RequestTimeout, "request-timeout", o.RequestTimeout, "Upper bound of the time for reading per admission request; the webhook also answers within four fifths of the timeout kcp sends with each request (--webhook-timeout-seconds of the controller).")
 	fs.IntVar(&o.MaxBlockers, "max-blockers", o.MaxBlockers, "Number of blocking objects a denial names; the rest are counted.")
 	fs.IntVar(&o.MaxReferencesPerObject, "max-references-per-object", o.MaxReferencesPerObject, "Most objects one dependent may reference under the rules of its type: a write that adds references and leaves it with more is refused (403), since every new reference is checked and recorded within the webhook's timeout. Raise it only with --request-timeout and the controller's --webhook-timeout-seconds, see docs/operations.md.")
+	fs.DurationVar(&o.ReferenceLease, "reference-lease", o.ReferenceLease, "How long a lease lasts under which the webhook admits references to one protected object in a stream (a second reference within 2s of the last) without writing each on the object: one write stores the lease, one names the references as it ends. A DELETE of the object waits for the leases on it to end (at most this long); 0 records every reference with a write of its own. See docs/operations.md.")
 	fs.DurationVar(&o.ReplayInterval, "replay-interval", o.ReplayInterval, "How often the elected replica lists deferred deletions again when nothing changed in the index; a change of the index lists them at once (at most every 2s).")
 	fs.DurationVar(&o.IndexPollInterval, "index-poll-interval", o.IndexPollInterval, "How often the APIExports of dependent types are read again: shards added or removed, access granted or revoked.")
 	fs.StringVar(&o.RecordKeysDir, "record-keys-dir", o.RecordKeysDir, "Directory of the keys that sign and verify the records of deferred deletions: each file is a key (at least 32 bytes), named by its file name; the greatest name signs, every key verifies; re-read every 10s (a mounted Secret). Empty: deferred deletion is off and rules with deletionPolicy Replay deny like Deny. See docs/operations.md, \"Trust boundary\".")
@@ -182,6 +194,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxReferencesPerObject < 1 || o.MaxReferencesPerObject > maxReferencesPerObject {
 		errs = append(errs, fmt.Errorf("--max-references-per-object must be between 1 and %d, got %d", maxReferencesPerObject, o.MaxReferencesPerObject))
+	}
+	if o.ReferenceLease < 0 || o.ReferenceLease > maxReferenceLease {
+		errs = append(errs, fmt.Errorf("--reference-lease must be between 0 (off) and %s, got %s", maxReferenceLease, o.ReferenceLease))
 	}
 	if o.ReplayInterval < time.Second {
 		errs = append(errs, fmt.Errorf("--replay-interval must be at least 1s, got %s", o.ReplayInterval))

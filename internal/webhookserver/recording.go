@@ -21,17 +21,18 @@ const trackingInterval = 30 * time.Second
 
 // recording assembles what the labelling webhook needs to record the
 // references that writes of dependents add on the objects they name: the
-// writer of ledgers (through the protected providers' virtual workspaces),
+// writer of ledgers (ledgers, through the protected providers' virtual
+// workspaces),
 // admission ids keyed with a secret the replicas share (derived from the
 // record keys, if there are any; else each replica's own, and a second
 // call of the webhook within one request recognizes only its own replica's
 // id), and which admission ids the index has seen on the dependents of each
 // protected type.
-func (a *assembly) recording(recs *replay.Records, verifier references.Verifier) references.Recording {
+func (a *assembly) recording(recs *replay.Records, verifier references.Verifier, ledgers *inflight.Writer) references.Recording {
 	return references.Recording{
 		Guards:  a.reg,
 		Targets: a.ix,
-		Ledgers: inflight.NewWriter(a.objects.Settled(), inflight.Options{OnConflict: a.metrics.LedgerConflict}),
+		Ledgers: ledgers,
 		IDs:     inflight.NewIDs(admissionIDKey(recs)),
 		Landed:  a.landed,
 		Records: verifier,

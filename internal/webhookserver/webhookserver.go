@@ -28,6 +28,7 @@ import (
 	"github.com/opendefensecloud/dependency-controller/internal/clearance"
 	"github.com/opendefensecloud/dependency-controller/internal/conditions"
 	"github.com/opendefensecloud/dependency-controller/internal/index"
+	"github.com/opendefensecloud/dependency-controller/internal/inflight"
 	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/kcpversion"
 	"github.com/opendefensecloud/dependency-controller/internal/objects"
@@ -222,17 +223,19 @@ func (a *assembly) serve(ctx context.Context) ([]manager.Runnable, error) {
 	}
 	signed := answers(recs)
 	a.tracker = tracking.New(a.objects, tracking.Options{Answers: signed})
+	// One writer of ledgers records the references of both handlers, so
+	// that their writes of one object never race each other; the DELETEs
+	// end its leases.
+	ledgers := inflight.NewWriter(a.objects.Settled(), inflight.Options{OnConflict: a.metrics.LedgerConflict, Lease: a.opts.ReferenceLease})
 	deletionOpts := []deletion.Option{deletion.WithTimeout(a.opts.RequestTimeout), deletion.WithMaxBlockers(a.opts.MaxBlockers),
-		deletion.WithNamespaces(a.objects), deletion.WithEvents(a.objects), deletion.WithMetrics(a.metrics), deletion.WithHorizon(a.ix, a.tracker)}
+		deletion.WithNamespaces(a.objects), deletion.WithEvents(a.objects), deletion.WithMetrics(a.metrics), deletion.WithHorizon(a.ix, a.tracker, ledgers)}
 	var verifier references.Verifier
 	if recs != nil {
 		verifier = recs
 		deletionOpts = append(deletionOpts, deletion.WithRecorder(recs))
 	}
 	deletions := deletion.NewValidator(a.reg, a.readiness, a.ix, deletionOpts...)
-	// One writer of ledgers records the references of both handlers, so
-	// that their writes of one object never race each other.
-	recording := a.recording(recs, verifier)
+	recording := a.recording(recs, verifier, ledgers)
 	validator := references.NewReferenceValidator(a.reg, a.readiness, a.ix, verifier, a.opts.RequestTimeout, a.metrics, references.WithGracePeriod(a.gracePeriod()),
 		references.WithMaxReferences(a.opts.MaxReferencesPerObject), references.WithRevisionMarks(recording, a.reg), references.WithProbes(a.self, signed))
 	handler := webhook.Handler{

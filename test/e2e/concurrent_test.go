@@ -42,6 +42,11 @@ type round struct {
 	deleteErr  error
 }
 
+// leasedRounds is how many times the concurrent race sends a VM's CREATE,
+// admitted under the webhook's lease on its VPC, and the DELETE of that VPC
+// at the same moment.
+const leasedRounds = 300
+
 // clearedRounds is how many times the concurrent race sends a VM's CREATE
 // and the DELETE of the cleared VPC it references at the same moment.
 const clearedRounds = 200
@@ -54,7 +59,13 @@ const clearedRounds = 200
 // same moment (the DELETE up to 20 ms later, 500 ms if cleared). No VPC may be deleted after a VM that references it was
 // stored: where both succeed, the VPC's deletion (the revision of the watch
 // event) must come before the VM's creation.
-func concurrentRace(ctx context.Context, prefix string, rounds int, cleared bool) {
+//
+// If leased, each round first creates two VMs that reference its VPC, the
+// second within moments of the first (so that the webhook takes a lease on
+// the VPC, see inflight.Lease), and deletes them; the round's VM is then
+// admitted under the lease, without a write of its own, while the DELETE
+// finds the lease on the VPC.
+func concurrentRace(ctx context.Context, prefix string, rounds int, cleared, leased bool) {
 	GinkgoHelper()
 	const workers = 16
 	deletedAt := watchDeletions([]logicalcluster.Path{consumerA, consumerB}, vpcs)
@@ -122,6 +133,18 @@ func concurrentRace(ctx context.Context, prefix string, rounds int, cleared bool
 				dependent.SetNamespace(r.namespace)
 				target := vpc(r.vpc)
 				target.SetNamespace(r.namespace)
+				if leased {
+					for _, name := range []string{r.vm + "-a", r.vm + "-b"} {
+						streak := vm(name, r.vpc)
+						streak.SetNamespace(r.namespace)
+						Expect(cli.Cluster(r.ws).Create(ctx, streak)).To(Succeed())
+					}
+					for _, name := range []string{r.vm + "-a", r.vm + "-b"} {
+						gone := object(vms, name, nil)
+						gone.SetNamespace(r.namespace)
+						Expect(cli.Cluster(r.ws).Delete(ctx, gone)).To(Succeed())
+					}
+				}
 				// The DELETE leaves up to 20 ms after the CREATE, so that the
 				// rounds cover every interleaving of the two admissions; up to
 				// 500 ms for a cleared VPC, whose DELETE kcp admits without

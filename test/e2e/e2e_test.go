@@ -357,7 +357,11 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 	})
 
 	It(fmt.Sprintf("never deletes a VPC after a VM that references it was stored, in %d rounds of the VM's CREATE and the VPC's DELETE sent at the same moment", concurrentRounds), func(ctx context.Context) {
-		concurrentRace(ctx, "concurrent", concurrentRounds, false)
+		concurrentRace(ctx, "concurrent", concurrentRounds, false, false)
+	})
+
+	It(fmt.Sprintf("never deletes a VPC after a VM that references it was stored, in %d rounds of the VM's CREATE under the webhook's lease on the VPC and the VPC's DELETE sent at the same moment", leasedRounds), func(ctx context.Context) {
+		concurrentRace(ctx, "leased", leasedRounds, false, true)
 	})
 
 	It("clears VPCs that nothing references: kcp deletes them without calling the webhook, a new reference ends a clearance, and a copied one is not kept", func(ctx context.Context) {
@@ -457,7 +461,7 @@ var _ = Describe("Deletion protection across workspaces", Ordered, func() {
 	})
 
 	It(fmt.Sprintf("never deletes a cleared VPC after a VM that references it was stored, in %d rounds of the VM's CREATE and the VPC's DELETE sent at the same moment", clearedRounds), func(ctx context.Context) {
-		concurrentRace(ctx, "cleared", clearedRounds, true)
+		concurrentRace(ctx, "cleared", clearedRounds, true, false)
 	})
 
 	It("never deletes a VPC that a VM in another namespace references, in 500 concurrent create-then-delete pairs", func(ctx context.Context) {

@@ -56,7 +56,7 @@ func TestClearance(t *testing.T) {
 			cur := &fakeCurrency{admitted: map[string]time.Time{}}
 			tt.setup(deps, cur)
 			recs := &fakeRecorder{}
-			v := NewValidator(tt.rules, loaded(true), deps, WithHorizon(cur, &fakeActivation{since: old}), WithRecorder(recs), WithTimeout(5*time.Second))
+			v := NewValidator(tt.rules, loaded(true), deps, WithHorizon(cur, &fakeActivation{since: old}, nil), WithRecorder(recs), WithTimeout(5*time.Second))
 			got, why := v.Clearance(context.Background(), provider, vpcs, withLedger(t, tt.created, tt.ledger))
 			if got != tt.want || (why == "") != (tt.want != "") {
 				t.Errorf("Clearance = %q, %q; want %q", got, why, tt.want)
@@ -75,7 +75,7 @@ func TestClearance(t *testing.T) {
 // be cleared.
 func TestClearanceFingerprintNeedsLabels(t *testing.T) {
 	rules := staticRules{vpcs.GroupResource(): {entry("p/vm", vms, "VirtualMachine", ".spec.vpcRef.name")}}
-	v := NewValidator(rules, loaded(true), &fakeDependents{}, WithHorizon(&fakeCurrency{}, &fakeActivation{}))
+	v := NewValidator(rules, loaded(true), &fakeDependents{}, WithHorizon(&fakeCurrency{}, &fakeActivation{}, nil))
 	if fp, ok := v.ClearanceFingerprint(index.Source{Export: kcp.ObjectKey{Cluster: provider}, Resource: vpcs}); ok {
 		t.Errorf("ClearanceFingerprint = %q, true; want none", fp)
 	}
@@ -91,7 +91,7 @@ func TestWarmClearance(t *testing.T) {
 	rules := schemedRules{staticRules{vpcs.GroupResource(): {e}}}
 	deps := &fakeDependents{}
 	act := &fakeActivation{}
-	v := NewValidator(rules, loaded(true), deps, WithHorizon(&fakeCurrency{}, act))
+	v := NewValidator(rules, loaded(true), deps, WithHorizon(&fakeCurrency{}, act, nil))
 	obj := kcp.Meta{Cluster: consumer, Namespace: "default", Name: "vpc-a"}
 
 	if !v.WarmClearance(context.Background(), provider, vms, obj) || len(act.keys) != 0 {

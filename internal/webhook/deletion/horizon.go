@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/opendefensecloud/dependency-controller/internal/inflight"
+	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook/deletion/horizon"
 )
@@ -23,8 +25,34 @@ import (
 // current past the object's horizon, and refuses a DELETE while a
 // reference to the object is in flight. Without it, every allowed DELETE is
 // confirmed with a live read, and references in flight are not looked at.
-func WithHorizon(c horizon.Currency, a horizon.Activation) Option {
-	return func(v *Validator) { v.horizon = &horizon.Judge{Currency: c, Activation: a} }
+//
+// With leases, a DELETE whose object carries leases waits for them to end
+// (see inflight.Lease) and decides on the object as it then is.
+func WithHorizon(c horizon.Currency, a horizon.Activation, leases horizon.Leases) Option {
+	return func(v *Validator) { v.horizon = &horizon.Judge{Currency: c, Activation: a, Leases: leases} }
+}
+
+// unleased is h, or, if the object carries leases, what it says once they
+// have ended; d's object is then the one read.
+//
+// A clearance is not decided on another state than the one it is written
+// on: the leases count as references in flight.
+func (v *Validator) unleased(ctx context.Context, d *deletion, h horizon.Object) horizon.Object {
+	if len(h.Ledger.Leases) == 0 || d.clearing {
+		return h
+	}
+	wctx, cancel := webhook.WithBudget(ctx, v.timeout)
+	defer cancel()
+	raw, fresh, ok := v.horizon.Unleased(wctx, d.denial.source, d.obj.Meta, h)
+	if !ok {
+		d.logger.V(1).Info("The leases on the object did not end in time; they count as references in flight", "leases", len(h.Ledger.Leases))
+		return h
+	}
+	if meta, err := kcp.ReadMeta(raw); err == nil {
+		meta.Cluster = d.obj.Cluster
+		d.obj.Meta = meta
+	}
+	return fresh
 }
 
 // How a DELETE was allowed without a read: the index being current past
@@ -91,19 +119,22 @@ func (v *Validator) settle(ctx context.Context, d *deletion, h horizon.Object) (
 // flight: a dependent's create or update recorded it on the object, and
 // has neither been stored nor failed for certain yet. Under Replay rules,
 // the deletion is deferred instead, as for a denial.
-func (v *Validator) refuseInFlight(ctx context.Context, d *deletion, a inflight.Assessment, floor time.Time) admission.Response {
-	retry := a.Retry(floor)
+func (v *Validator) refuseInFlight(ctx context.Context, d *deletion, a inflight.Assessment) admission.Response {
+	retry := a.Retry()
 	wait := max(time.Duration(math.Ceil(retry.Sub(v.now()).Seconds()))*time.Second, time.Second)
 	kinds := make([]string, 0, len(d.groups))
 	for _, g := range d.groups {
 		kinds = append(kinds, g.kind)
 	}
-	since := floor
-	if len(a.InFlight) > 0 {
-		since = a.InFlight[0].At
+	admitted := "admitted at " + a.Floor.UTC().Format(time.RFC3339Nano)
+	switch {
+	case len(a.InFlight) > 0:
+		admitted = "admitted at " + a.InFlight[0].At.UTC().Format(time.RFC3339Nano)
+	case slices.ContainsFunc(a.Leases, func(l inflight.Lease) bool { return l.Until.Equal(a.Floor) }):
+		admitted = "admitted under the webhook's lease on it until " + a.Floor.UTC().Format(time.RFC3339Nano)
 	}
-	msg := fmt.Sprintf("%s %q%s may be referenced by a %s whose create or update is in flight (admitted at %s, not stored yet); retry in %s",
-		d.target.Resource, d.obj.Name, inNamespace(d.obj.Namespace), strings.Join(kinds, " or "), since.UTC().Format(time.RFC3339Nano), wait)
+	msg := fmt.Sprintf("%s %q%s may be referenced by a %s whose create or update is in flight (%s, not stored yet); retry in %s",
+		d.target.Resource, d.obj.Name, inNamespace(d.obj.Namespace), strings.Join(kinds, " or "), admitted, wait)
 	d.logger.V(1).Info("Refused a deletion while a reference to the object is in flight", "inFlight", len(a.InFlight), "floorInFlight", a.FloorInFlight, "retryAfter", wait)
 	audit := map[string]string{webhook.AuditDecision: webhook.DecisionInFlight}
 	if d.denial.deferrable && allReplay(d.groups) {

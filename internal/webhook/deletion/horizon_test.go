@@ -3,6 +3,8 @@ package deletion
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -163,16 +165,39 @@ func TestHorizon(t *testing.T) {
 		ledger  inflight.Ledger
 		// record, if set, is the deletion record the object carries
 		// ("valid" verifies; its resourceVersion is 7).
-		record      string
-		raw         []byte
-		setup       func(*fakeDependents, *fakeCurrency)
-		activation  time.Time
-		wantAllowed bool
-		wantCode    int32
-		wantMessage []string
-		wantVia     string
-		wantReads   int
+		record     string
+		raw        []byte
+		setup      func(*fakeDependents, *fakeCurrency)
+		activation time.Time
+		// resolved, if set, is the ledger of the object once its leases
+		// ended (see horizon.Leases); with resolveFails, they do not.
+		resolved     *inflight.Ledger
+		resolveFails bool
+		wantAllowed  bool
+		wantCode     int32
+		wantMessage  []string
+		wantVia      string
+		wantReads    int
 	}{
+		{
+			name: "a lease on the object: decided on the object once it ended (alone, the lease is a floor in flight), its references landed: allowed without a read", rules: rules(tracked, false), created: old, activation: old,
+			ledger:   inflight.Ledger{}.WithLease(inflight.NewReplica(), now),
+			resolved: &inflight.Ledger{Marks: []inflight.Mark{{ID: id2, At: now.Add(-time.Second)}}},
+			setup: func(_ *fakeDependents, c *fakeCurrency) {
+				c.current = map[schema.GroupVersionResource]time.Time{vms: now}
+				c.admitted[id2] = now.Add(-time.Second)
+			},
+			wantAllowed: true, wantVia: viaHorizon,
+		},
+		{
+			name: "a lease that does not end: a reference in flight, refused", rules: rules(tracked, false), created: old, activation: old,
+			ledger:       inflight.Ledger{}.WithLease(inflight.NewReplica(), now),
+			resolveFails: true,
+			setup: func(_ *fakeDependents, c *fakeCurrency) {
+				c.current = map[schema.GroupVersionResource]time.Time{vms: now}
+			},
+			wantCode: http.StatusConflict, wantMessage: []string{"in flight"}, wantVia: viaLive, wantReads: 1,
+		},
 		{
 			name: "an old object, never referenced, the index current: allowed without a read", rules: rules(tracked, false), created: old, activation: old,
 			setup: func(_ *fakeDependents, c *fakeCurrency) {
@@ -332,7 +357,14 @@ func TestHorizon(t *testing.T) {
 				tt.setup(deps, cur)
 			}
 			act := &fakeActivation{since: tt.activation}
-			v := NewValidator(tt.rules, loaded(true), deps, WithHorizon(cur, act), WithRecorder(&fakeRecorder{}), WithTimeout(5*time.Second))
+			var leases *fakeLeases
+			if tt.resolved != nil || tt.resolveFails {
+				leases = &fakeLeases{fails: tt.resolveFails}
+				if tt.resolved != nil {
+					leases.raw = withLedger(t, tt.created, *tt.resolved)
+				}
+			}
+			v := NewValidator(tt.rules, loaded(true), deps, WithHorizon(cur, act, leases), WithRecorder(&fakeRecorder{}), WithTimeout(5*time.Second))
 			req := deleteRequest(vpcs, consumer, "default", "vpc-a", nil)
 			req.OldObject.Raw = tt.raw
 			if tt.raw == nil {
@@ -361,8 +393,29 @@ func TestHorizon(t *testing.T) {
 			if len(deps.calls) != tt.wantReads {
 				t.Errorf("live reads %v, want %d", deps.calls, tt.wantReads)
 			}
+			if leases != nil && leases.calls != 1 {
+				t.Errorf("the leases were resolved %d times, want once", leases.calls)
+			}
 		})
 	}
+}
+
+// fakeLeases answers Resolve with raw, or fails.
+type fakeLeases struct {
+	raw   []byte
+	fails bool
+	calls int
+}
+
+func (l *fakeLeases) Resolve(_ context.Context, t inflight.Target, leases []inflight.Lease) ([]byte, error) {
+	l.calls++
+	if t.Name != "vpc-a" || t.Namespace != "default" || len(leases) == 0 {
+		return nil, fmt.Errorf("unexpected Resolve of %+v with %v", t, leases)
+	}
+	if l.fails {
+		return nil, errors.New("the lease did not end")
+	}
+	return l.raw, nil
 }
 
 // Under a Replay rule, a DELETE held up by a reference in flight is deferred
@@ -374,7 +427,7 @@ func TestHorizonDefersUnderReplay(t *testing.T) {
 	rules := schemedRules{staticRules{vpcs.GroupResource(): {e}}}
 	deps := &fakeDependents{}
 	recs := &fakeRecorder{}
-	v := NewValidator(rules, loaded(true), deps, WithHorizon(&fakeCurrency{admitted: map[string]time.Time{}}, &fakeActivation{}), WithRecorder(recs), WithTimeout(3*time.Second))
+	v := NewValidator(rules, loaded(true), deps, WithHorizon(&fakeCurrency{admitted: map[string]time.Time{}}, &fakeActivation{}, nil), WithRecorder(recs), WithTimeout(3*time.Second))
 	req := deleteRequest(vpcs, consumer, "default", "vpc-a", nil)
 	req.OldObject.Raw = withLedger(t, now.Add(-time.Hour), inflight.Ledger{Marks: []inflight.Mark{{ID: inflight.NewIDs(nil).New("vm", now), At: now}}})
 	resp := v.Handle(webhook.WithProvider(context.Background(), provider), req)
@@ -428,7 +481,7 @@ func TestHorizonOfTypesThatCannotBeLabelled(t *testing.T) {
 			deps := &fakeDependents{}
 			cur := &fakeCurrency{admitted: map[string]time.Time{}, current: map[schema.GroupVersionResource]time.Time{vms: now.Add(-5 * time.Second)}}
 			act := &fakeActivation{since: tt.activation}
-			v := NewValidator(tt.rules, loaded(true), deps, WithHorizon(cur, act), WithTimeout(5*time.Second))
+			v := NewValidator(tt.rules, loaded(true), deps, WithHorizon(cur, act, nil), WithTimeout(5*time.Second))
 			req := deleteRequest(vpcs, consumer, "default", "vpc-a", nil)
 			req.OldObject.Raw = withLedger(t, old, inflight.Ledger{})
 			resp, d := v.handle(webhook.WithProvider(context.Background(), provider), req)

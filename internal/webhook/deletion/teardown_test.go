@@ -1002,7 +1002,7 @@ func TestTeardownCycleWaitsForAReferenceInFlight(t *testing.T) {
 			if tt.landed {
 				currency.admitted[id] = now
 			}
-			v := NewValidator(cycleRules, loaded(true), deps, WithNamespaces(deps), WithHorizon(currency, &fakeActivation{}))
+			v := NewValidator(cycleRules, loaded(true), deps, WithNamespaces(deps), WithHorizon(currency, &fakeActivation{}, nil))
 			req := teardownItem(deleteRequest(vms, consumer, "ns", "vm-1", map[string]string{
 				depv1alpha1.AnnotationAdmittedReferences: inflight.Ledger{Marks: []inflight.Mark{{ID: id, At: now}}}.String(),
 			}))

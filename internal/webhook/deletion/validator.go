@@ -304,13 +304,13 @@ func (v *Validator) protectAs(ctx context.Context, logger logr.Logger, req admis
 	// DELETE is refused; once the index is current past its horizon, it is
 	// allowed without a read.
 	if v.horizon != nil {
-		if h := horizon.Read(req.OldObject.Raw); !h.Malformed {
+		if h := v.unleased(ctx, d, horizon.Read(req.OldObject.Raw)); !h.Malformed {
 			resp, dec, a, decided, inFlight := v.settle(ctx, d, h)
 			if decided {
 				return resp, dec
 			}
 			if inFlight {
-				d.inFlight, d.assessment, d.floor = true, a, h.Ledger.Floor
+				d.inFlight, d.assessment = true, a
 				d.notCleared = "a reference to it may be in flight"
 			} else if how, why := v.horizon.Current(ctx, d.denial.source, d.obj.Meta, d.horizonGroups(), a, v.deferred(d)); how != horizon.NotCurrent {
 				if d.clearing {
@@ -354,11 +354,10 @@ type deletion struct {
 	begun  time.Time
 	denial denial
 	// inFlight is set when a reference to the object may be in flight
-	// (assessment says which, floor is the ledger's): the DELETE is refused
-	// where it would be allowed.
+	// (assessment says which): the DELETE is refused where it would be
+	// allowed.
 	inFlight   bool
 	assessment inflight.Assessment
-	floor      time.Time
 	// clearing is set when the decision is asked for a clearance (see
 	// Clearance): only an allowance from the horizon counts; notCleared
 	// says why the horizon did not allow.
@@ -469,7 +468,7 @@ func (v *Validator) confirm(ctx context.Context, d *deletion) (admission.Respons
 		via = viaTeardown
 	}
 	if len(d.denial.blockers) == 0 && d.inFlight {
-		return v.refuseInFlight(ctx, d, d.assessment, d.floor), decision{outcome: webhook.DecisionInFlight, via: via, scanned: scanned}
+		return v.refuseInFlight(ctx, d, d.assessment), decision{outcome: webhook.DecisionInFlight, via: via, scanned: scanned}
 	}
 	if len(d.denial.blockers) == 0 {
 		d.logger.V(1).Info("Allowed deletion", "via", via, "scanned", scanned, "took", v.now().Sub(start))
