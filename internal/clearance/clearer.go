@@ -485,8 +485,9 @@ func (o listed) dueAt(current string) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	due := created.Add(time.Second + inflight.MaxInFlight)
-	if !ledger.Floor.IsZero() {
-		due = inflight.Later(due, ledger.Floor.Add(inflight.MaxInFlight))
+	if floor := ledger.EffectiveFloor(); !floor.IsZero() {
+		// A lease counts as a floor at its end.
+		due = inflight.Later(due, floor.Add(inflight.MaxInFlight))
 	}
 	// A young mark may have landed already, but the decision would wait
 	// for one that has not: it is decided once it cannot be in flight.

@@ -118,8 +118,14 @@ func concurrentRace(ctx context.Context, prefix string, rounds int, cleared, lea
 	}
 
 	lagStep := time.Millisecond
-	if cleared {
+	switch {
+	case cleared:
 		lagStep = 25 * time.Millisecond
+	case leased:
+		// A DELETE that finds the lease ends it (a write) and reads the
+		// VPC before it decides, and is admitted again after that write:
+		// up to 200 ms, so that some DELETEs end before the CREATE leaves.
+		lagStep = 10 * time.Millisecond
 	}
 	By("sending each VM's CREATE and its VPC's DELETE at the same moment")
 	start := time.Now()
@@ -134,16 +140,20 @@ func concurrentRace(ctx context.Context, prefix string, rounds int, cleared, lea
 				target := vpc(r.vpc)
 				target.SetNamespace(r.namespace)
 				if leased {
-					for _, name := range []string{r.vm + "-a", r.vm + "-b"} {
-						streak := vm(name, r.vpc)
-						streak.SetNamespace(r.namespace)
-						Expect(cli.Cluster(r.ws).Create(ctx, streak)).To(Succeed())
+					streak := []string{"streak-a-" + r.vm, "streak-b-" + r.vm}
+					for _, name := range streak {
+						dependent := vm(name, r.vpc)
+						dependent.SetNamespace(r.namespace)
+						Expect(cli.Cluster(r.ws).Create(ctx, dependent)).To(Succeed())
 					}
-					for _, name := range []string{r.vm + "-a", r.vm + "-b"} {
+					for _, name := range streak {
 						gone := object(vms, name, nil)
 						gone.SetNamespace(r.namespace)
 						Expect(cli.Cluster(r.ws).Delete(ctx, gone)).To(Succeed())
 					}
+					// The index sees them go within milliseconds; the lease
+					// taken by the second lasts a second.
+					time.Sleep(300 * time.Millisecond)
 				}
 				// The DELETE leaves up to 20 ms after the CREATE, so that the
 				// rounds cover every interleaving of the two admissions; up to
@@ -153,8 +163,14 @@ func concurrentRace(ctx context.Context, prefix string, rounds int, cleared, lea
 				// CREATE left, with 16 rounds in flight; more on a slow
 				// host), so that the DELETEs leave before, during and after
 				// that write.
-				lag := time.Duration(i%21) * lagStep
-				kcpenv.Together(0, func() { r.createErr = cli.Cluster(r.ws).Create(ctx, dependent) },
+				// Under a lease the VM's admission writes nothing, so in
+				// every other round the DELETE leaves first, by the same
+				// lags: both orders of the two admissions occur.
+				lag, lead := time.Duration(i%21)*lagStep, time.Duration(0)
+				if leased && i%2 == 1 {
+					lag, lead = lead, lag
+				}
+				kcpenv.Together(lead, func() { r.createErr = cli.Cluster(r.ws).Create(ctx, dependent) },
 					lag, func() { r.deleteErr = cli.Cluster(r.ws).Delete(ctx, target) })
 				if r.createErr == nil {
 					rv, err := strconv.ParseInt(dependent.GetResourceVersion(), 10, 64)
@@ -173,8 +189,8 @@ func concurrentRace(ctx context.Context, prefix string, rounds int, cleared, lea
 	took := time.Since(start)
 
 	var (
-		vmFirst, vpcFirst, inFlight, denied int
-		failures                            []string
+		vmFirst, vpcFirst, inFlight, denied, streakDenied int
+		failures                                          []string
 	)
 	for _, r := range all {
 		switch {
@@ -186,6 +202,11 @@ func concurrentRace(ctx context.Context, prefix string, rounds int, cleared, lea
 		case !r.deleted && apierrors.IsForbidden(r.deleteErr) && strings.Contains(r.deleteErr.Error(), "VirtualMachine/"+r.namespace+"/"+r.vm):
 			vmFirst++
 			denied++
+		case leased && !r.deleted && apierrors.IsForbidden(r.deleteErr) && strings.Contains(r.deleteErr.Error(), "VirtualMachine/"+r.namespace+"/streak-"):
+			// The index had not yet seen a VM of the streak go: the round
+			// tells nothing, and deleted nothing.
+			vmFirst++
+			streakDenied++
 		case !r.deleted:
 			failures = append(failures, fmt.Sprintf("%s %s/%s: the VPC's DELETE failed: %v", r.ws, r.namespace, r.vpc, r.deleteErr))
 		default:
@@ -203,8 +224,8 @@ func concurrentRace(ctx context.Context, prefix string, rounds int, cleared, lea
 			vpcFirst++
 		}
 	}
-	GinkgoWriter.Printf("%s: %d rounds in %s: VM first %d (denied %d, refused while in flight %d), VPC deleted first %d, wrong %d\n",
-		prefix, rounds, took.Round(time.Millisecond), vmFirst, denied, inFlight, vpcFirst, len(failures))
+	GinkgoWriter.Printf("%s: %d rounds in %s: VM first %d (denied %d, refused while in flight %d, denied by a VM of the streak not yet seen gone %d), VPC deleted first %d, wrong %d\n",
+		prefix, rounds, took.Round(time.Millisecond), vmFirst, denied, inFlight, streakDenied, vpcFirst, len(failures))
 	if n := len(failures); n > 10 {
 		failures = append(failures[:10], fmt.Sprintf("and %d more", n-10))
 	}
