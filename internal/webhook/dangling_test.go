@@ -30,8 +30,8 @@ import (
 var _ = Describe("Dangling references", Ordered, func() {
 	const grace = 15 * time.Second
 	var (
-		depCtrl, network, compute, consumer logicalcluster.Path
-		wh                                  *kcpenv.Webhook
+		network, compute, consumer logicalcluster.Path
+		wh                         *kcpenv.Webhook
 	)
 	vmRef := func(vpc string) map[string]any { return map[string]any{"vpcRef": map[string]any{"name": vpc}} }
 	// danglingEvents returns the DanglingReference Events on the VM name.
@@ -62,31 +62,10 @@ var _ = Describe("Dangling references", Ordered, func() {
 	}
 
 	BeforeAll(func(ctx context.Context) {
-		root := core.RootCluster.Path()
-		depCtrl = newDepCtrlWorkspace(ctx, root)
-		_, network = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("network"))
-		Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(network), "network.test.io", kcpenv.Resource{Kind: "VPC", Plural: "vpcs"})).To(Succeed())
-		_, compute = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("compute"))
-		Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(compute), "compute.test.io", kcpenv.Resource{Kind: "VirtualMachine", Plural: "virtualmachines"})).To(Succeed())
-		consent(ctx, network, depCtrl, "network-provider", false)
-		// The compute provider lets the webhook record Events on its VMs:
-		// its export claims events, and it grants create.
-		consent(ctx, compute, depCtrl, "compute-provider", true)
-		_, consumer = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("consumer"))
-		bindExports(ctx, consumer, export{network, "network.test.io"}, export{compute, "compute.test.io"})
-		Expect(cli.Cluster(compute).Create(ctx, &depv1alpha1.DependencyRule{
-			ObjectMeta: metav1.ObjectMeta{Name: "vm-vpcs"},
-			Spec: depv1alpha1.DependencyRuleSpec{
-				Dependent:    depv1alpha1.DependentResource{APIExportName: "compute.test.io", Group: "compute.test.io", Version: "v1", Kind: "VirtualMachine", Resource: "virtualmachines"},
-				Dependencies: []depv1alpha1.Dependency{{APIExportRef: depv1alpha1.APIExportReference{Path: network.String(), Name: "network.test.io"}, Group: "network.test.io", Version: "v1", Resource: "vpcs", FieldRef: depv1alpha1.FieldReference{Path: ".spec.vpcRef.name"}}},
-			},
-		})).To(Succeed())
-
 		By("starting the webhook, with a grace period of " + grace.String() + ", and the controller")
-		wh = startWebhook(ctx, depCtrl, nil, func(o *webhookserver.Options) { o.DanglingGracePeriod = grace })
-		stop := startController(ctx, depCtrl, wh, caBundleFile(wh), 10)
-		DeferCleanup(func() { Expect(stop()).To(Succeed()) })
-		expectCondition(ctx, compute, "vm-vpcs", depv1alpha1.ConditionReady, metav1.ConditionTrue, "Protecting")
+		var d vmsOfVPCs
+		d, wh = newVMsOfVPCs(ctx, func(o *webhookserver.Options) { o.DanglingGracePeriod = grace })
+		network, compute, consumer = d.network, d.compute, d.consumer
 		expectCondition(ctx, compute, "vm-vpcs", depv1alpha1.ConditionReferencesResolved, metav1.ConditionTrue, depv1alpha1.ReasonAllResolved)
 	})
 

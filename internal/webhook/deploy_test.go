@@ -18,7 +18,9 @@ import (
 
 	"github.com/kcp-dev/logicalcluster/v3"
 	"github.com/kcp-dev/multicluster-provider/envtest"
+	"github.com/kcp-dev/sdk/apis/core"
 
+	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/command"
 	"github.com/opendefensecloud/dependency-controller/internal/controllerserver"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookserver"
@@ -131,4 +133,42 @@ func asWebhookUser(ctx context.Context, ws logicalcluster.Path, group, resource 
 	c, err := client.New(cfg, client.Options{Scheme: kcpenv.NewScheme()})
 	Expect(err).NotTo(HaveOccurred())
 	return c
+}
+
+// vmsOfVPCs is a deployment in its own workspaces: the dep-ctrl workspace,
+// a network provider whose VPCs are protected, a compute provider whose VMs
+// reference them (its export claims events, and it grants their create), a
+// consumer that binds both, and the compute provider's rule vm-vpcs on
+// .spec.vpcRef.name.
+type vmsOfVPCs struct {
+	depCtrl, network, compute, consumer logicalcluster.Path
+}
+
+// newVMsOfVPCs sets up vmsOfVPCs under root, and starts the webhook (with
+// configure) and the controller, until the rule reports Ready.
+func newVMsOfVPCs(ctx context.Context, configure func(*webhookserver.Options)) (vmsOfVPCs, *kcpenv.Webhook) {
+	GinkgoHelper()
+	root := core.RootCluster.Path()
+	var d vmsOfVPCs
+	d.depCtrl = newDepCtrlWorkspace(ctx, root)
+	_, d.network = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("network"))
+	Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(d.network), "network.test.io", kcpenv.Resource{Kind: "VPC", Plural: "vpcs"})).To(Succeed())
+	_, d.compute = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("compute"))
+	Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(d.compute), "compute.test.io", kcpenv.Resource{Kind: "VirtualMachine", Plural: "virtualmachines"})).To(Succeed())
+	consent(ctx, d.network, d.depCtrl, "network-provider", false)
+	consent(ctx, d.compute, d.depCtrl, "compute-provider", true)
+	_, d.consumer = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("consumer"))
+	bindExports(ctx, d.consumer, export{d.network, "network.test.io"}, export{d.compute, "compute.test.io"})
+	Expect(cli.Cluster(d.compute).Create(ctx, &depv1alpha1.DependencyRule{
+		ObjectMeta: metav1.ObjectMeta{Name: "vm-vpcs"},
+		Spec: depv1alpha1.DependencyRuleSpec{
+			Dependent:    depv1alpha1.DependentResource{APIExportName: "compute.test.io", Group: "compute.test.io", Version: "v1", Kind: "VirtualMachine", Resource: "virtualmachines"},
+			Dependencies: []depv1alpha1.Dependency{{APIExportRef: depv1alpha1.APIExportReference{Path: d.network.String(), Name: "network.test.io"}, Group: "network.test.io", Version: "v1", Resource: "vpcs", FieldRef: depv1alpha1.FieldReference{Path: ".spec.vpcRef.name"}}},
+		},
+	})).To(Succeed())
+	wh := startWebhook(ctx, d.depCtrl, nil, configure)
+	stop := startController(ctx, d.depCtrl, wh, caBundleFile(wh), 10)
+	DeferCleanup(func() { Expect(stop()).To(Succeed()) })
+	expectCondition(ctx, d.compute, "vm-vpcs", depv1alpha1.ConditionReady, metav1.ConditionTrue, "Protecting")
+	return d, wh
 }

@@ -10,18 +10,14 @@ import (
 	. "github.com/onsi/gomega"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kcp-dev/logicalcluster/v3"
-	"github.com/kcp-dev/multicluster-provider/envtest"
-	"github.com/kcp-dev/sdk/apis/core"
 
 	depv1alpha1 "github.com/opendefensecloud/dependency-controller/api/v1alpha1"
 	"github.com/opendefensecloud/dependency-controller/internal/inflight"
 	"github.com/opendefensecloud/dependency-controller/internal/webhookserver"
-	"github.com/opendefensecloud/dependency-controller/test/kcpenv"
 )
 
 // The webhook admits the references to one VPC that come in a stream under
@@ -30,9 +26,7 @@ import (
 // it ends, and a DELETE of the VPC waits for the leases on it to end.
 var _ = Describe("Leases", Ordered, func() {
 	const lease = 2 * time.Second
-	var (
-		depCtrl, network, compute, consumer logicalcluster.Path
-	)
+	var consumer logicalcluster.Path
 	vmRef := func(vpc string) map[string]any { return map[string]any{"vpcRef": map[string]any{"name": vpc}} }
 	ledgerOf := func(ctx context.Context, name string) (inflight.Ledger, string) {
 		GinkgoHelper()
@@ -57,29 +51,9 @@ var _ = Describe("Leases", Ordered, func() {
 	}
 
 	BeforeAll(func(ctx context.Context) {
-		root := core.RootCluster.Path()
-		depCtrl = newDepCtrlWorkspace(ctx, root)
-		_, network = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("network"))
-		Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(network), "network.test.io", kcpenv.Resource{Kind: "VPC", Plural: "vpcs"})).To(Succeed())
-		consent(ctx, network, depCtrl, "network-provider", false)
-		_, compute = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("compute"))
-		Expect(kcpenv.InstallProviderAPI(ctx, cli.Cluster(compute), "compute.test.io", kcpenv.Resource{Kind: "VirtualMachine", Plural: "virtualmachines"})).To(Succeed())
-		consent(ctx, compute, depCtrl, "compute-provider", true)
-		_, consumer = envtest.NewWorkspaceFixture(GinkgoT(), cli, root, envtest.WithNamePrefix("consumer"))
-		bindExports(ctx, consumer, export{network, "network.test.io"}, export{compute, "compute.test.io"})
-		Expect(cli.Cluster(compute).Create(ctx, &depv1alpha1.DependencyRule{
-			ObjectMeta: metav1.ObjectMeta{Name: "vm-vpcs"},
-			Spec: depv1alpha1.DependencyRuleSpec{
-				Dependent:    depv1alpha1.DependentResource{APIExportName: "compute.test.io", Group: "compute.test.io", Version: "v1", Kind: "VirtualMachine", Resource: "virtualmachines"},
-				Dependencies: []depv1alpha1.Dependency{{APIExportRef: depv1alpha1.APIExportReference{Path: network.String(), Name: "network.test.io"}, Group: "network.test.io", Version: "v1", Resource: "vpcs", FieldRef: depv1alpha1.FieldReference{Path: ".spec.vpcRef.name"}}},
-			},
-		})).To(Succeed())
-
 		By("starting the webhook, with leases of " + lease.String() + ", and the controller")
-		wh := startWebhook(ctx, depCtrl, nil, func(o *webhookserver.Options) { o.ReferenceLease = lease })
-		stop := startController(ctx, depCtrl, wh, caBundleFile(wh), 10)
-		DeferCleanup(func() { Expect(stop()).To(Succeed()) })
-		expectCondition(ctx, compute, "vm-vpcs", depv1alpha1.ConditionReady, metav1.ConditionTrue, "Protecting")
+		d, _ := newVMsOfVPCs(ctx, func(o *webhookserver.Options) { o.ReferenceLease = lease })
+		consumer = d.consumer
 		Expect(cli.Cluster(consumer).Create(ctx, newObject(vpcGVR, "default", "vpc-warmup", nil))).To(Succeed())
 		// kcp calls the compute provider's webhooks a moment after the
 		// binding: until a VM carries an admission id, its reference was

@@ -64,7 +64,8 @@ const clearedRounds = 200
 // second within moments of the first (so that the webhook takes a lease on
 // the VPC, see inflight.Lease), and deletes them; the round's VM is then
 // admitted under the lease, without a write of its own, while the DELETE
-// finds the lease on the VPC.
+// finds the lease on the VPC. Every other round sends the DELETE first, up
+// to 200 ms before the CREATE.
 func concurrentRace(ctx context.Context, prefix string, rounds int, cleared, leased bool) {
 	GinkgoHelper()
 	const workers = 16

@@ -129,7 +129,7 @@ func (v *Validator) decideTeardown(ctx context.Context, d *deletion, blockers []
 		}
 		return v.denyTeardown(ctx, d, scope, blockers, c.WaitsOutside), denied
 	}
-	if v.referenceInFlight(d) {
+	if v.referenceInFlight(ctx, d) {
 		d.denial.note = "; a reference to it is in flight"
 		return v.deny(ctx, d.denial), denied
 	}
@@ -144,12 +144,13 @@ func (v *Validator) decideTeardown(ctx context.Context, d *deletion, blockers []
 }
 
 // referenceInFlight reports whether the ledger of the object being deleted
-// says that a reference to it may be in flight (see settle).
-func (v *Validator) referenceInFlight(d *deletion) bool {
+// says that a reference to it may be in flight (see settle), once the
+// leases on it have ended (see unleased).
+func (v *Validator) referenceInFlight(ctx context.Context, d *deletion) bool {
 	if v.horizon == nil {
 		return false
 	}
-	h := horizon.Read(d.req.OldObject.Raw)
+	h := v.unleased(ctx, d, horizon.Read(d.req.OldObject.Raw))
 	if h.Malformed {
 		return false
 	}
