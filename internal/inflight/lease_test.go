@@ -126,6 +126,26 @@ func TestWriterFoldsALeaseWhoseMarksAWriteLost(t *testing.T) {
 	}
 }
 
+// A reference recorded after a lease's end, before its timer ran, ends the
+// lease with its own write, which names the marks admitted under it rather
+// than folding the lease into the floor.
+func TestWriterEndsALeaseWhoseEndPassedBeforeItsTimer(t *testing.T) {
+	obj := &fakeObject{exists: true, rv: 10}
+	w := NewWriter(obj, Options{Lease: time.Hour})
+	record(t, w, id(1))
+	record(t, w, id(2))
+	record(t, w, id(3))
+	lease, _ := obj.stored(t).Lease(w.Replica())
+	w.lock.Lock()
+	w.now = func() time.Time { return time.Now().Add(time.Hour + time.Second) }
+	w.lock.Unlock()
+	record(t, w, id(4))
+	l := obj.stored(t)
+	if !l.Floor.Before(lease.Until) {
+		t.Errorf("after the next write: %s; want the lease (until %d) ended with its marks, not folded into the floor", l, lease.Until.UnixMilli())
+	}
+}
+
 func TestWriterTakesNoLeaseWhenOff(t *testing.T) {
 	obj := &fakeObject{exists: true, rv: 10}
 	w := NewWriter(obj, Options{})

@@ -257,12 +257,13 @@ func (w *Writer) Settle(ctx context.Context, t Target) error {
 	return err
 }
 
-// endLease is called as the lease on t ends: a write names the references
-// admitted under it, in its place.
-func (w *Writer) endLease(t Target) {
+// endLease is called as the lease l on t ends: a write names the
+// references admitted under it, in its place, unless a write ended it
+// already.
+func (w *Writer) endLease(t Target, l *lease) {
 	w.lock.Lock()
 	q, ok := w.queues[t]
-	if !ok || q.lease == nil {
+	if !ok || q.lease != l {
 		w.lock.Unlock()
 		return
 	}
@@ -378,8 +379,9 @@ func (w *Writer) drain(t Target, q *queue) {
 		w.lock.Lock()
 		q.known = next
 		if !until.IsZero() {
-			q.lease = &lease{until: until, object: result.Object, landed: b.landed}
-			q.lease.timer = time.AfterFunc(until.Sub(w.now()), func() { w.endLease(t) })
+			l := &lease{until: until, object: result.Object, landed: b.landed}
+			l.timer = time.AfterFunc(until.Sub(w.now()), func() { w.endLease(t, l) })
+			q.lease = l
 		}
 		w.lock.Unlock()
 		for _, r := range b.requests {
@@ -413,7 +415,10 @@ func (w *Writer) nextLocked(q *queue) (batch, *state) {
 	}
 	streak := !q.marked.IsZero() && w.now().Sub(q.marked) < LeaseStreak
 	final := slices.ContainsFunc(b.requests, func(r *request) bool { return r.final })
-	if b.settle && q.lease != nil {
+	if q.lease != nil && (b.settle || !w.now().Before(q.lease.until)) {
+		// A lease whose end passed before its timer ran ends with this
+		// write, which names its marks, as if the timer had.
+		b.settle = true
 		q.lease.timer.Stop()
 		if b.landed == nil {
 			b.landed = q.lease.landed

@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/opendefensecloud/dependency-controller/internal/inflight"
-	"github.com/opendefensecloud/dependency-controller/internal/kcp"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook"
 	"github.com/opendefensecloud/dependency-controller/internal/webhook/deletion/horizon"
 )
@@ -43,15 +42,12 @@ func (v *Validator) unleased(ctx context.Context, d *deletion, h horizon.Object)
 	}
 	wctx, cancel := webhook.WithBudget(ctx, v.timeout)
 	defer cancel()
-	raw, fresh, ok := v.horizon.Unleased(wctx, d.denial.source, d.obj.Meta, h)
+	meta, fresh, ok := v.horizon.Unleased(wctx, d.denial.source, d.obj.Meta, h)
 	if !ok {
-		d.logger.V(1).Info("The leases on the object did not end in time; they count as references in flight", "leases", len(h.Ledger.Leases))
+		d.logger.V(1).Info("Could not read the object once its leases ended; they count as references in flight", "leases", len(h.Ledger.Leases))
 		return h
 	}
-	if meta, err := kcp.ReadMeta(raw); err == nil {
-		meta.Cluster = d.obj.Cluster
-		d.obj.Meta = meta
-	}
+	d.obj.Meta = meta
 	return fresh
 }
 

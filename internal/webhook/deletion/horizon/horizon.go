@@ -122,25 +122,28 @@ type Judge struct {
 	Leases     Leases
 }
 
-// Unleased returns the object of a DELETE of target (named by obj) whose
-// ledger carries leases as it is once they have ended, and true; or false,
+// Unleased returns the metadata and the state of the object of a DELETE of
+// target (named by obj) whose ledger carries leases as it is once they have
+// ended, and true; or false,
 // if that could not be read (the leases then count as floors), or the
 // object is gone or another object of the name. The DELETE commits against
 // the state it was admitted on, so an answer for the newer state is one
 // for the DELETE: if the object changed, kcp admits it again on the new
 // state.
-func (j *Judge) Unleased(ctx context.Context, target index.Source, obj kcp.Meta, o Object) ([]byte, Object, bool) {
+func (j *Judge) Unleased(ctx context.Context, target index.Source, obj kcp.Meta, o Object) (kcp.Meta, Object, bool) {
 	if j.Leases == nil || len(o.Ledger.Leases) == 0 {
-		return nil, o, false
+		return obj, o, false
 	}
 	raw, err := j.Leases.Resolve(ctx, inflight.Target{Source: target, Cluster: obj.Cluster, Namespace: obj.Namespace, Name: obj.Name}, o.Ledger.Leases)
 	if err != nil || raw == nil {
-		return nil, o, false
+		return obj, o, false
 	}
-	if meta, err := kcp.ReadMeta(raw); err != nil || meta.UID != obj.UID {
-		return nil, o, false
+	meta, err := kcp.ReadMeta(raw)
+	if err != nil || meta.UID != obj.UID {
+		return obj, o, false
 	}
-	return raw, Read(raw), true
+	meta.Cluster = obj.Cluster
+	return meta, Read(raw), true
 }
 
 // Landed tells whether the index has seen an admission id on a dependent of
