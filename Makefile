@@ -169,7 +169,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 30s) on top of its corpus (h
 	@hack/fuzz.sh $(FUZZTIME) $(FUZZ_TARGETS)
 
 .PHONY: measure
-measure: build kcp ## Measure on a real kcp: single DELETEs (1,000 and 10,000 dependents), dependent CREATEs and UPDATEs, a CREATE and a DELETE sent together (500 rounds), 10,000 references to one object, bulk deletions (500 to 2,000; old objects: 1,000 and 2,000), a 3-level stack deleted under Replay rules (1,000 per level), protected-object UPDATEs, the webhook's memory; prints tables (MEASURE_ONLY=single,create,update,race,hot,bulk,stack).
+measure: build kcp ## Measure on a real kcp: single DELETEs (1,000 and 10,000 dependents), dependent CREATEs and UPDATEs, a CREATE and a DELETE sent together (500 rounds, and 500 under the webhook's lease), 10,000 references to one object, bulk deletions (500 to 2,000; old objects: 1,000 and 2,000), a 3-level stack deleted under Replay rules (1,000 per level), protected-object UPDATEs, the webhook's memory; prints tables (MEASURE_ONLY=single,create,update,race,hot,bulk,stack).
 	go test -tags perf -count=1 -timeout 60m -v -run TestMeasure ./test/perf/
 
 # How long `make soak` churns, in minutes.

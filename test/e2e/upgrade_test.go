@@ -109,37 +109,43 @@ func upgradeScenarios() {
 		replicas := make([]*kcpenv.Process, 2)
 		backends := make([]string, 2)
 		for i := range replicas {
-			addr, health := freeAddr(), freeAddr()
-			_, port, _ := net.SplitHostPort(addr)
-			backends[i] = addr
 			replicas[i] = &kcpenv.Process{
 				Name: fmt.Sprintf("webhook-%d", i), Binary: filepath.Join(previousDir, "webhook"), LogPath: filepath.Join(artifacts, fmt.Sprintf("webhook-upgrade-%d.log", i)),
-				HealthAddr: health, Args: append(withoutFlags(webhookProc.Args, newWebhookFlags...), "--port="+port, "--health-probe-bind-address="+health),
 			}
 		}
-		health := map[string]*kcpenv.Process{backends[0]: replicas[0], backends[1]: replicas[1]}
-		// A Service sends new connections only to ready endpoints; kcp
-		// keeps its connections to a replica until the replica closes them.
-		proxy, err := kcpenv.StartReadyProxy(serviceAddr, func(backend string) bool { return health[backend].Ready() == nil }, backends...)
-		Expect(err).NotTo(HaveOccurred())
 		controller := &kcpenv.Process{
 			Name: "controller-upgrade", Binary: filepath.Join(previousDir, "controller"), LogPath: filepath.Join(artifacts, "controller-upgrade.log"),
 			HealthAddr: controllerProc.HealthAddr, Args: withoutFlags(controllerProc.Args, newControllerFlags...),
 		}
+		var proxy *kcpenv.Proxy
 		DeferCleanup(func() {
 			for _, p := range append(replicas, controller) {
 				p.Stop()
 			}
-			Expect(proxy.Stop()).To(Succeed())
+			if proxy != nil {
+				Expect(proxy.Stop()).To(Succeed())
+			}
 			for _, p := range []*kcpenv.Process{webhookProc, controllerProc} {
 				Expect(p.Start()).To(Succeed())
 				Eventually(p.Ready).WithTimeout(timeout).WithPolling(interval).Should(Succeed())
 			}
 		})
-		for _, p := range append(replicas, controller) {
-			Expect(p.Start()).To(Succeed())
-			Eventually(p.Ready).WithTimeout(timeout).WithPolling(interval).Should(Succeed(), "%s log:\n%s", p.Name, p.LogTail(40))
+		for i, p := range replicas {
+			startReady(p, func() {
+				addr, health := freeAddr(), freeAddr()
+				_, port, _ := net.SplitHostPort(addr)
+				backends[i] = addr
+				p.HealthAddr = health
+				p.Args = append(withoutFlags(webhookProc.Args, newWebhookFlags...), "--port="+port, "--health-probe-bind-address="+health)
+			})
 		}
+		health := map[string]*kcpenv.Process{backends[0]: replicas[0], backends[1]: replicas[1]}
+		// A Service sends new connections only to ready endpoints; kcp
+		// keeps its connections to a replica until the replica closes them.
+		var err error
+		proxy, err = kcpenv.StartReadyProxy(serviceAddr, func(backend string) bool { return health[backend].Ready() == nil }, backends...)
+		Expect(err).NotTo(HaveOccurred())
+		startReady(controller, nil)
 
 		By("creating references")
 		for _, ws := range workspaces {
@@ -201,8 +207,7 @@ func upgradeScenarios() {
 			} else {
 				p.Args = append(p.Args, withNewFlags(webhookProc.Args, newWebhookFlags)...)
 			}
-			Expect(p.Start()).To(Succeed())
-			Eventually(p.Ready).WithTimeout(timeout).WithPolling(interval).Should(Succeed(), "%s log:\n%s", p.Name, p.LogTail(40))
+			startReady(p, nil)
 		}
 		for _, p := range append(replicas, controller) {
 			upgrade(p)
@@ -248,6 +253,34 @@ func upgradeScenarios() {
 			Expect(cli.Cluster(ws).Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
 		}
 	})
+}
+
+// startReady starts p and waits until it is ready. A process that exits
+// before it is ready (a port taken between choosing and binding it, or kcp
+// slow to answer at start) is started again, as a Deployment restarts its
+// Pod, at most twice, after its log is printed; place, if not nil, gives it
+// new ports before each start.
+func startReady(p *kcpenv.Process, place func()) {
+	GinkgoHelper()
+	const starts = 3
+	for n := 1; ; n++ {
+		if place != nil {
+			place()
+		}
+		Expect(p.Start()).To(Succeed())
+		deadline := time.Now().Add(timeout)
+		err := p.Ready()
+		for ; err != nil && p.Running() && time.Now().Before(deadline); err = p.Ready() {
+			time.Sleep(interval)
+		}
+		switch {
+		case err == nil:
+			return
+		case p.Running() || n == starts:
+			Fail(fmt.Sprintf("%s is not ready after %d start(s): %v\nlog:\n%s", p.Name, n, err, p.LogTail(40)))
+		}
+		GinkgoWriter.Printf("%s exited before it was ready; starting it again. Its log:\n%s\n", p.Name, p.LogTail(40))
+	}
 }
 
 // withNewFlags returns the flags of args that withoutFlags(args, names...)

@@ -33,8 +33,10 @@ type raceRound struct {
 // races sends n rounds of a VM's CREATE and the DELETE of the existing VPC
 // it references at the same moment (raceWorkers rounds in flight, the
 // DELETE i%21 ms after the CREATE of round i, as test/e2e's concurrent race
-// does), without any rule and with the rule, and reports how each round
-// ended: where both succeeded, a watch of the VPCs tells whether the VPC
+// does), without any rule, with the rule, and with the rule while the
+// webhook holds a lease on the VPC (two VMs created and deleted just
+// before; the DELETE leads in every other round), and reports how each
+// round ended: where both succeeded, a watch of the VPCs tells whether the VPC
 // was deleted (the revision of its deletion) before or after the VM was
 // stored (its CREATE's resourceVersion). With the rule no VPC may be
 // deleted after a VM that references it was stored: the test fails
@@ -44,8 +46,12 @@ func (s *setup) races(ctx context.Context, t *testing.T, n int) []string {
 		"| | rounds | VPC deleted after the VM referencing it was stored | VM first: DELETE denied | VM first: DELETE refused, reference in flight | VPC deleted first | failed requests | seconds |",
 		"|---|---|---|---|---|---|---|---|"}
 	var notes []string
-	for _, p := range []*protection{nil, s.standard} {
-		row, note := s.race(ctx, t, n, p)
+	for _, c := range []struct {
+		p      *protection
+		leased bool
+	}{{nil, false}, {s.standard, false}, {s.standard, true}} {
+		p := c.p
+		row, note := s.race(ctx, t, n, p, c.leased)
 		report = append(report, row)
 		if p != nil {
 			notes = append(notes, note)
@@ -54,12 +60,15 @@ func (s *setup) races(ctx context.Context, t *testing.T, n int) []string {
 	return append(append(report, ""), append(notes, "")...)
 }
 
-// race runs the rounds of races under p (nil: no rule) in a namespace of
-// their own, and returns the row and a note on the references the webhook
-// recorded.
-func (s *setup) race(ctx context.Context, t *testing.T, n int, p *protection) (string, string) {
+// race runs the rounds of races under p (nil: no rule), leased or not, in
+// a namespace of their own, and returns the row and a note on the
+// references the webhook recorded.
+func (s *setup) race(ctx context.Context, t *testing.T, n int, p *protection, leased bool) (string, string) {
 	setupName, ns := "no rule", "race-free"
-	if p != nil {
+	switch {
+	case leased:
+		setupName, ns = "with the rule, under the webhook's lease on the VPC", "race-lease"
+	case p != nil:
 		setupName, ns = "with the rule", "race-rule"
 	}
 	s.protect(ctx, t, p)
@@ -81,10 +90,36 @@ func (s *setup) race(ctx context.Context, t *testing.T, n int, p *protection) (s
 	start := time.Now()
 	must(t, parallel(n, raceWorkers, func(i int) error {
 		r := &rounds[i]
+		if leased {
+			// The second of two references within the lease streak takes
+			// a lease on the VPC; the index sees both VMs go within
+			// milliseconds, and the lease lasts a second.
+			streak := []string{"streak-a-" + r.vm, "streak-b-" + r.vm}
+			for _, name := range streak {
+				if _, err := s.dyn.Resource(vms).Namespace(ns).Create(ctx, newObject(vms, ns, name, vmSpec(r.vpc)), metav1.CreateOptions{}); err != nil {
+					return fmt.Errorf("CREATE of %s: %w", name, err)
+				}
+			}
+			for _, name := range streak {
+				if err := s.dyn.Resource(vms).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+					return fmt.Errorf("DELETE of %s: %w", name, err)
+				}
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
 		// The DELETE leaves up to 20 ms after the CREATE, so that the
-		// rounds cover every interleaving of the two admissions.
-		lag := time.Duration(i%21) * time.Millisecond
-		kcpenv.Together(0, func() {
+		// rounds cover every interleaving of the two admissions; under a
+		// lease the VM's admission writes nothing, so in every other round
+		// the DELETE leaves first, by up to 200 ms (a DELETE that finds the
+		// lease ends it and reads the VPC before it decides).
+		lag, lead := time.Duration(i%21)*time.Millisecond, time.Duration(0)
+		if leased {
+			lag = 10 * lag
+			if i%2 == 1 {
+				lag, lead = lead, lag
+			}
+		}
+		kcpenv.Together(lead, func() {
 			created, err := s.dyn.Resource(vms).Namespace(ns).Create(ctx, newObject(vms, ns, r.vm, vmSpec(r.vpc)), metav1.CreateOptions{})
 			if r.createErr = err; err == nil {
 				r.vmRevision, r.createErr = strconv.ParseInt(created.GetResourceVersion(), 10, 64)
@@ -97,7 +132,7 @@ func (s *setup) race(ctx context.Context, t *testing.T, n int, p *protection) (s
 	took := time.Since(start)
 	recorded := s.recorded(t).since(recorded0)
 
-	var wrong, denied, inFlight, vpcFirst int
+	var wrong, denied, inFlight, vpcFirst, streakDenied int
 	var failures, problems []string
 	for _, r := range rounds {
 		switch {
@@ -121,12 +156,16 @@ func (s *setup) race(ctx context.Context, t *testing.T, n int, p *protection) (s
 			inFlight++
 		case apierrors.IsForbidden(r.deleteErr) && strings.Contains(r.deleteErr.Error(), "VirtualMachine/"+ns+"/"+r.vm):
 			denied++
+		case leased && apierrors.IsForbidden(r.deleteErr) && strings.Contains(r.deleteErr.Error(), "VirtualMachine/"+ns+"/streak-"):
+			// The index had not yet seen a VM of the streak go: the round
+			// tells nothing, and deleted nothing.
+			streakDenied++
 		default:
 			failures = append(failures, fmt.Sprintf("DELETE of %s: %v", r.vpc, r.deleteErr))
 		}
 	}
-	t.Logf("race, %s: %d rounds in %s: VM first %d (denied %d, refused while in flight %d), VPC deleted first %d, VPC deleted after its VM was stored %d, failed %d",
-		setupName, n, took.Round(time.Millisecond), denied+inFlight, denied, inFlight, vpcFirst, wrong, len(failures))
+	t.Logf("race, %s: %d rounds in %s: VM first %d (denied %d, refused while in flight %d), VPC deleted first %d, VPC deleted after its VM was stored %d, denied by a VM of the streak not yet seen gone %d, failed %d",
+		setupName, n, took.Round(time.Millisecond), denied+inFlight, denied, inFlight, vpcFirst, wrong, streakDenied, len(failures))
 	if p != nil && wrong > 0 {
 		t.Errorf("race with the rule: %d VPCs deleted after a VM referencing them was stored, e.g.:\n%s", wrong, strings.Join(first(problems), "\n"))
 	}
@@ -137,8 +176,11 @@ func (s *setup) race(ctx context.Context, t *testing.T, n int, p *protection) (s
 		t.Logf("race without a rule: %d requests failed, e.g.:\n%s", len(failures), strings.Join(first(failures), "\n"))
 	}
 	s.dropNamespaces(ctx, t, ns)
-	return fmt.Sprintf("| %s | %d | %d | %d | %d | %d | %d | %.1f |", setupName, n, wrong, denied, inFlight, vpcFirst, len(failures), took.Seconds()),
-		fmt.Sprintf("%s: the labelling webhook recorded the references of the %d CREATEs as %s (dependency_webhook_references_recorded_total by result).", setupName, n, recorded)
+	note := fmt.Sprintf("%s: the labelling webhook recorded the references of the %d CREATEs as %s (dependency_webhook_references_recorded_total by result).", setupName, n, recorded)
+	if leased {
+		note += fmt.Sprintf(" The references of the streaks count too; in %d rounds the DELETE was denied by a VM of the streak that the index had not yet seen go (not in the row).", streakDenied)
+	}
+	return fmt.Sprintf("| %s | %d | %d | %d | %d | %d | %d | %.1f |", setupName, n, wrong, denied, inFlight, vpcFirst, len(failures), took.Seconds()), note
 }
 
 // recordings are the webhook's counts of the references it recorded on the
